@@ -1,0 +1,24 @@
+/*
+ * llmem/llmem.h - everything at once.
+ *
+ * llmem manages the memory of LLM inference: resources (where bytes come
+ * from), pools (arena, fixed blocks), and - in later modules - the dynamic
+ * pool, the KV cache manager and the stage-aware controller. Include the
+ * module headers you need, or this one for all of them.
+ */
+#ifndef LLMEM_LLMEM_H
+#define LLMEM_LLMEM_H
+
+#include "llmem/version.h"
+#include "llmem/status.h"
+#include "llmem/stats.h"
+#include "llmem/resource.h"
+#include "llmem/os_resource.h"
+#include "llmem/sim_resource.h"
+#include "llmem/limit_resource.h"
+#include "llmem/fault_resource.h"
+#include "llmem/tracking_resource.h"
+#include "llmem/arena.h"
+#include "llmem/fixed.h"
+
+#endif /* LLMEM_LLMEM_H */

@@ -1,0 +1,110 @@
+/*
+ * internal.h - helpers shared by every llmem source file. Not installed.
+ *
+ * Arithmetic here is overflow-checked; atomics are GCC/Clang builtins on
+ * plain integers (so public structs stay plain C and C++); sanitizer hooks
+ * compile to nothing unless the build has AddressSanitizer.
+ */
+#ifndef LLMEM_INTERNAL_H
+#define LLMEM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmem/resource_impl.h"
+#include "llmem/status.h"
+
+#define LLMEM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define LLMEM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define LLMEM_UNUSED(x) ((void)(x))
+#define LLMEM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Default alignments of what pools hand out (DESIGN.md): a cache line on the
+ * host, 256 bytes on a device (cudaMalloc's guarantee). */
+#define LLMEM_HOST_ALIGN ((size_t)64)
+#define LLMEM_DEVICE_ALIGN ((size_t)256)
+
+static inline bool llmem__is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* Round x up to a multiple of the power of two a; false on overflow. */
+static inline bool llmem__align_up(size_t x, size_t a, size_t *out)
+{
+    size_t r;
+    if (__builtin_add_overflow(x, a - 1, &r)) return false;
+    *out = r & ~(a - 1);
+    return true;
+}
+
+static inline uintptr_t llmem__align_ptr(uintptr_t p, size_t a) { return (p + a - 1) & ~(uintptr_t)(a - 1); }
+
+static inline bool llmem__add_ok(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
+static inline bool llmem__mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+/* Smallest power of two >= x (x <= SIZE_MAX/2+1), 1 for x == 0. */
+static inline size_t llmem__next_pow2(size_t x)
+{
+    if (x <= 1) return 1;
+    return (size_t)1 << (64 - __builtin_clzll((unsigned long long)(x - 1)));
+}
+
+/* ---- relaxed atomic counters on plain uint64_t --------------------------- */
+static inline uint64_t llmem__ld(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+static inline void llmem__st(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline uint64_t llmem__add(uint64_t *p, uint64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_RELAXED); }
+static inline uint64_t llmem__sub(uint64_t *p, uint64_t v) { return __atomic_sub_fetch(p, v, __ATOMIC_RELAXED); }
+static inline void llmem__max(uint64_t *p, uint64_t v)
+{
+    uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+/* ---- errors and logs --------------------------------------------------- */
+
+/* Record the thread's last error and return status (llmem_set_error). */
+#define llmem__fail llmem_set_error
+
+/* Log through the installed sink if level passes the threshold. */
+void llmem__log(llmem_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Record the error and log it at `level` in one go (checked-mode detections). */
+llmem_status llmem__fail_log(llmem_log_level level, llmem_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Number of errors recorded in this thread so far: compare before and after
+ * a call to know whether it left its own message. */
+uint64_t llmem__error_seq(void);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t llmem__now_ns(void);
+
+/* Page size of the host, cached. */
+size_t llmem__page_size(void);
+
+/* mmap `size` bytes aligned to `align` (any power of two; over-map and trim
+ * when above the page size). NULL with errno set on failure. (os.c) */
+void *llmem__mmap_aligned(size_t size, size_t align, size_t page, int prot, int flags);
+
+/* Copy a name into a fixed buffer, NUL-terminated, truncating. */
+void llmem__copy_name(char *dst, size_t cap, const char *src, const char *fallback);
+
+/* ---- AddressSanitizer manual poisoning ----------------------------------- */
+#if defined(__SANITIZE_ADDRESS__)
+#define LLMEM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LLMEM_ASAN 1
+#endif
+#endif
+
+#ifdef LLMEM_ASAN
+#include <sanitizer/asan_interface.h>
+#define LLMEM_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define LLMEM_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define LLMEM_POISON(p, n) ((void)(p), (void)(n))
+#define LLMEM_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+#endif /* LLMEM_INTERNAL_H */

@@ -1,0 +1,77 @@
+/*
+ * sbuf.c - growable string; capacity doubles, failure is sticky.
+ */
+#include "sbuf.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void llmem_sbuf_init(llmem_sbuf *b) { *b = (llmem_sbuf){0}; }
+
+void llmem_sbuf_free(llmem_sbuf *b)
+{
+    free(b->data);
+    *b = (llmem_sbuf){0};
+}
+
+/* Make room for `extra` more bytes plus the NUL. */
+static bool reserve(llmem_sbuf *b, size_t extra)
+{
+    if (b->failed) return false;
+    if (extra > SIZE_MAX / 2 - b->len) {
+        b->failed = true;
+        return false;
+    }
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap) return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) cap *= 2;
+    char *d = realloc(b->data, cap);
+    if (!d) {
+        b->failed = true;
+        return false;
+    }
+    b->data = d;
+    b->cap = cap;
+    return true;
+}
+
+void llmem_sbuf_putc(llmem_sbuf *b, char c)
+{
+    if (!reserve(b, 1)) return;
+    b->data[b->len++] = c;
+    b->data[b->len] = '\0';
+}
+
+void llmem_sbuf_puts(llmem_sbuf *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (!reserve(b, n)) return;
+    memcpy(b->data + b->len, s, n + 1);
+    b->len += n;
+}
+
+void llmem_sbuf_printf(llmem_sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char small[128];
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->failed = true;
+        return;
+    }
+    if (!reserve(b, (size_t)n)) return;
+    if ((size_t)n < sizeof small) {
+        memcpy(b->data + b->len, small, (size_t)n + 1);
+    } else {
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+}

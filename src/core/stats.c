@@ -1,0 +1,334 @@
+/*
+ * stats.c - render stats structs through their schemas.
+ *
+ * The exporter keeps snapshots (a copy of each struct and its labels) and
+ * renders them on demand. Prometheus text groups samples by family: for
+ * each schema name in order of first appearance, each field gets its HELP
+ * and TYPE lines once, followed by one sample per snapshot of that schema.
+ * Output is built in a growable buffer and then copied out, so the
+ * caller-buffer contract (length needed, LLMEM_ERANGE, truncated prefix) is
+ * the same for every entry point.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "llmem/stats.h"
+#include "sbuf.h"
+
+size_t llmem_stats_fill_size(size_t caller_struct_size, size_t current_size)
+{
+    if (caller_struct_size == 0 || caller_struct_size > current_size) return current_size;
+    return caller_struct_size;
+}
+
+/* ---- validation -------------------------------------------------------- */
+
+static bool valid_key(const char *k)
+{
+    if (!k || !*k) return false;
+    for (const char *c = k; *c; c++) {
+        bool alpha = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_';
+        bool digit = *c >= '0' && *c <= '9';
+        if (!(alpha || (digit && c != k))) return false;
+    }
+    return true;
+}
+
+static llmem_status check_args(const llmem_stats_schema *schema, const void *stats,
+                               const llmem_label *labels, size_t label_count)
+{
+    if (!schema || !stats) return llmem__fail(LLMEM_EINVAL, "stats export: null schema or stats");
+    if (!valid_key(schema->name) || !schema->fields || schema->struct_size < sizeof(size_t))
+        return llmem__fail(LLMEM_EINVAL, "stats export: malformed schema");
+    if (label_count && !labels) return llmem__fail(LLMEM_EINVAL, "stats export: null labels with count %zu", label_count);
+    for (size_t i = 0; i < label_count; i++) {
+        if (!valid_key(labels[i].key))
+            return llmem__fail(LLMEM_EINVAL, "stats export: label key '%s' is not [a-zA-Z_][a-zA-Z0-9_]*",
+                               labels[i].key ? labels[i].key : "(null)");
+        if (!labels[i].value) return llmem__fail(LLMEM_EINVAL, "stats export: label '%s' has a null value", labels[i].key);
+    }
+    return LLMEM_OK;
+}
+
+/* ---- formatting -------------------------------------------------------- */
+
+static void put_prom_escaped(llmem_sbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\') llmem_sbuf_puts(b, "\\\\");
+        else if (*s == '"') llmem_sbuf_puts(b, "\\\"");
+        else if (*s == '\n') llmem_sbuf_puts(b, "\\n");
+        else llmem_sbuf_putc(b, *s);
+    }
+}
+
+static void put_json_string(llmem_sbuf *b, const char *s)
+{
+    llmem_sbuf_putc(b, '"');
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        switch (*c) {
+        case '"': llmem_sbuf_puts(b, "\\\""); break;
+        case '\\': llmem_sbuf_puts(b, "\\\\"); break;
+        case '\n': llmem_sbuf_puts(b, "\\n"); break;
+        case '\r': llmem_sbuf_puts(b, "\\r"); break;
+        case '\t': llmem_sbuf_puts(b, "\\t"); break;
+        default:
+            if (*c < 0x20) llmem_sbuf_printf(b, "\\u%04x", *c);
+            else llmem_sbuf_putc(b, (char)*c);
+        }
+    }
+    llmem_sbuf_putc(b, '"');
+}
+
+static bool field_present(const llmem_stat_field *f, size_t have)
+{
+    size_t w = f->type == LLMEM_VALUE_DOUBLE ? sizeof(double) : sizeof(uint64_t);
+    return f->offset + w <= have;
+}
+
+static void put_value(llmem_sbuf *b, const llmem_stat_field *f, const unsigned char *base, bool json)
+{
+    if (f->type == LLMEM_VALUE_DOUBLE) {
+        double v;
+        memcpy(&v, base + f->offset, sizeof v);
+        if (isnan(v)) llmem_sbuf_puts(b, json ? "null" : "NaN");
+        else if (isinf(v)) llmem_sbuf_puts(b, json ? "null" : (v > 0 ? "+Inf" : "-Inf"));
+        else llmem_sbuf_printf(b, "%.17g", v);
+    } else {
+        uint64_t v;
+        memcpy(&v, base + f->offset, sizeof v);
+        llmem_sbuf_printf(b, "%llu", (unsigned long long)v);
+    }
+}
+
+static void put_json_object(llmem_sbuf *b, const llmem_stats_schema *s, const unsigned char *stats, size_t have,
+                            const llmem_label *labels, size_t nl)
+{
+    llmem_sbuf_puts(b, "{\"type\":");
+    put_json_string(b, s->name);
+    llmem_sbuf_puts(b, ",\"labels\":{");
+    for (size_t i = 0; i < nl; i++) {
+        if (i) llmem_sbuf_putc(b, ',');
+        put_json_string(b, labels[i].key);
+        llmem_sbuf_putc(b, ':');
+        put_json_string(b, labels[i].value);
+    }
+    llmem_sbuf_putc(b, '}');
+    for (size_t i = 0; i < s->field_count; i++) {
+        const llmem_stat_field *f = &s->fields[i];
+        if (!field_present(f, have)) continue;
+        llmem_sbuf_putc(b, ',');
+        put_json_string(b, f->name);
+        llmem_sbuf_putc(b, ':');
+        put_value(b, f, stats, true);
+    }
+    llmem_sbuf_putc(b, '}');
+}
+
+/* Bytes of `stats` the schema may read: what the caller's struct_size says. */
+static size_t stats_have(const llmem_stats_schema *s, const void *stats)
+{
+    size_t declared;
+    memcpy(&declared, stats, sizeof declared);
+    return llmem_stats_fill_size(declared, s->struct_size);
+}
+
+static llmem_status copy_out(llmem_sbuf *b, char *buf, size_t cap, size_t *len)
+{
+    if (b->failed) {
+        llmem_sbuf_free(b);
+        return llmem__fail(LLMEM_ENOMEM, "stats export: out of memory building the document");
+    }
+    size_t need = b->len;
+    if (len) *len = need;
+    if (buf && cap > 0) {
+        size_t n = need < cap ? need : cap - 1;
+        memcpy(buf, b->data ? b->data : "", n);
+        buf[n] = '\0';
+    }
+    llmem_sbuf_free(b);
+    if (need >= cap || !buf)
+        return llmem__fail(LLMEM_ERANGE, "stats export: buffer of %zu bytes too small, %zu needed", buf ? cap : 0,
+                           need + 1);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_stats_to_json(const llmem_stats_schema *schema, const void *stats, const llmem_label *labels,
+                                 size_t label_count, char *buf, size_t cap, size_t *len)
+{
+    llmem_status st = check_args(schema, stats, labels, label_count);
+    if (st) return st;
+    llmem_sbuf b;
+    llmem_sbuf_init(&b);
+    put_json_object(&b, schema, stats, stats_have(schema, stats), labels, label_count);
+    return copy_out(&b, buf, cap, len);
+}
+
+/* ---- the exporter -------------------------------------------------------- */
+
+typedef struct snapshot {
+    const llmem_stats_schema *schema;
+    unsigned char *stats; /* schema->struct_size bytes, zero-padded */
+    size_t have;          /* bytes valid in stats */
+    llmem_label *labels;  /* keys and values point into label_text */
+    size_t label_count;
+    char *label_text;
+} snapshot;
+
+struct llmem_exporter {
+    llmem_export_format format;
+    snapshot *snaps;
+    size_t count, cap;
+};
+
+llmem_status llmem_exporter_create(llmem_export_format format, llmem_exporter **out)
+{
+    if (!out) return llmem__fail(LLMEM_EINVAL, "exporter: null out");
+    *out = NULL;
+    if (format != LLMEM_EXPORT_PROMETHEUS && format != LLMEM_EXPORT_JSON)
+        return llmem__fail(LLMEM_EINVAL, "exporter: unknown format %d", (int)format);
+    llmem_exporter *ex = calloc(1, sizeof *ex);
+    if (!ex) return llmem__fail(LLMEM_ENOMEM, "exporter: out of memory");
+    ex->format = format;
+    *out = ex;
+    return LLMEM_OK;
+}
+
+static void snapshot_free(snapshot *s)
+{
+    free(s->stats);
+    free(s->labels);
+    free(s->label_text);
+}
+
+void llmem_exporter_clear(llmem_exporter *ex)
+{
+    if (!ex) return;
+    for (size_t i = 0; i < ex->count; i++) snapshot_free(&ex->snaps[i]);
+    ex->count = 0;
+}
+
+void llmem_exporter_destroy(llmem_exporter *ex)
+{
+    if (!ex) return;
+    llmem_exporter_clear(ex);
+    free(ex->snaps);
+    free(ex);
+}
+
+llmem_status llmem_exporter_add(llmem_exporter *ex, const llmem_stats_schema *schema, const void *stats,
+                                const llmem_label *labels, size_t label_count)
+{
+    if (!ex) return llmem__fail(LLMEM_EINVAL, "exporter: null exporter");
+    llmem_status st = check_args(schema, stats, labels, label_count);
+    if (st) return st;
+    if (ex->count == ex->cap) {
+        size_t ncap = ex->cap ? ex->cap * 2 : 8;
+        snapshot *n = realloc(ex->snaps, ncap * sizeof *n);
+        if (!n) return llmem__fail(LLMEM_ENOMEM, "exporter: out of memory");
+        ex->snaps = n;
+        ex->cap = ncap;
+    }
+    snapshot s = {.schema = schema, .label_count = label_count};
+    s.have = stats_have(schema, stats);
+    s.stats = calloc(1, schema->struct_size);
+    size_t text = 1;
+    for (size_t i = 0; i < label_count; i++) text += strlen(labels[i].key) + strlen(labels[i].value) + 2;
+    s.label_text = malloc(text);
+    s.labels = label_count ? calloc(label_count, sizeof *s.labels) : NULL;
+    if (!s.stats || !s.label_text || (label_count && !s.labels)) {
+        snapshot_free(&s);
+        return llmem__fail(LLMEM_ENOMEM, "exporter: out of memory");
+    }
+    memcpy(s.stats, stats, s.have);
+    char *p = s.label_text;
+    for (size_t i = 0; i < label_count; i++) {
+        size_t kl = strlen(labels[i].key) + 1, vl = strlen(labels[i].value) + 1;
+        memcpy(p, labels[i].key, kl);
+        s.labels[i].key = p;
+        p += kl;
+        memcpy(p, labels[i].value, vl);
+        s.labels[i].value = p;
+        p += vl;
+    }
+    ex->snaps[ex->count++] = s;
+    return LLMEM_OK;
+}
+
+static void render_prometheus(const llmem_exporter *ex, llmem_sbuf *b)
+{
+    for (size_t i = 0; i < ex->count; i++) {
+        const llmem_stats_schema *sc = ex->snaps[i].schema;
+        bool seen = false; /* this schema name was rendered by an earlier snapshot */
+        for (size_t j = 0; j < i && !seen; j++) seen = strcmp(ex->snaps[j].schema->name, sc->name) == 0;
+        if (seen) continue;
+        for (size_t f = 0; f < sc->field_count; f++) {
+            const llmem_stat_field *fd = &sc->fields[f];
+            llmem_sbuf_printf(b, "# HELP llmem_%s_%s %s\n", sc->name, fd->name, fd->help ? fd->help : "");
+            llmem_sbuf_printf(b, "# TYPE llmem_%s_%s %s\n", sc->name, fd->name,
+                              fd->kind == LLMEM_METRIC_COUNTER ? "counter" : "gauge");
+            for (size_t j = i; j < ex->count; j++) {
+                const snapshot *s = &ex->snaps[j];
+                if (strcmp(s->schema->name, sc->name) != 0 || !field_present(fd, s->have)) continue;
+                llmem_sbuf_printf(b, "llmem_%s_%s", sc->name, fd->name);
+                if (s->label_count) {
+                    llmem_sbuf_putc(b, '{');
+                    for (size_t l = 0; l < s->label_count; l++) {
+                        llmem_sbuf_printf(b, "%s%s=\"", l ? "," : "", s->labels[l].key);
+                        put_prom_escaped(b, s->labels[l].value);
+                        llmem_sbuf_putc(b, '"');
+                    }
+                    llmem_sbuf_putc(b, '}');
+                }
+                llmem_sbuf_putc(b, ' ');
+                put_value(b, fd, s->stats, false);
+                llmem_sbuf_putc(b, '\n');
+            }
+        }
+    }
+}
+
+static void render(const llmem_exporter *ex, llmem_sbuf *b)
+{
+    if (ex->format == LLMEM_EXPORT_PROMETHEUS) {
+        render_prometheus(ex, b);
+        return;
+    }
+    llmem_sbuf_putc(b, '[');
+    for (size_t i = 0; i < ex->count; i++) {
+        const snapshot *s = &ex->snaps[i];
+        if (i) llmem_sbuf_putc(b, ',');
+        put_json_object(b, s->schema, s->stats, s->have, s->labels, s->label_count);
+    }
+    llmem_sbuf_puts(b, "]\n");
+}
+
+llmem_status llmem_exporter_render(const llmem_exporter *ex, char *buf, size_t cap, size_t *len)
+{
+    if (!ex) return llmem__fail(LLMEM_EINVAL, "exporter: null exporter");
+    llmem_sbuf b;
+    llmem_sbuf_init(&b);
+    render(ex, &b);
+    return copy_out(&b, buf, cap, len);
+}
+
+llmem_status llmem_exporter_write(const llmem_exporter *ex, FILE *f)
+{
+    if (!ex || !f) return llmem__fail(LLMEM_EINVAL, "exporter: null exporter or stream");
+    llmem_sbuf b;
+    llmem_sbuf_init(&b);
+    render(ex, &b);
+    if (b.failed) {
+        llmem_sbuf_free(&b);
+        return llmem__fail(LLMEM_ENOMEM, "exporter: out of memory building the document");
+    }
+    size_t want = b.len;
+    size_t n = want ? fwrite(b.data, 1, want, f) : 0;
+    llmem_sbuf_free(&b);
+    if (n != want || ferror(f)) return llmem__fail(LLMEM_EIO, "exporter: write failed");
+    return LLMEM_OK;
+}

@@ -1,0 +1,195 @@
+/*
+ * fault.c - the fault adaptor: fail chosen calls on purpose.
+ *
+ * Each counted call takes the lock once to number itself, decide, and
+ * update the counters, so the Nth call is well defined even with many
+ * threads. An injected failure never reaches upstream. The probability
+ * trigger draws from splitmix64 seeded by the options, so a seed replays
+ * the same failures for the same sequence of calls.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adaptor.h"
+#include "llmem/fault_resource.h"
+
+typedef struct fault_resource {
+    llmem_resource base;
+    llmem_resource *up;
+    pthread_mutex_t lock;       /* guards everything below */
+    llmem_fault_options opts;
+    uint64_t rng;
+    llmem_fault_stats st;
+} fault_resource;
+
+static const char *op_name(unsigned op)
+{
+    switch (op) {
+    case LLMEM_FAULT_OP_MAP: return "map";
+    case LLMEM_FAULT_OP_UNMAP: return "unmap";
+    case LLMEM_FAULT_OP_COMMIT: return "commit";
+    case LLMEM_FAULT_OP_DECOMMIT: return "decommit";
+    default: return "copy";
+    }
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Decide one call. bytes: what a map/commit would add (0 for others). */
+static llmem_status decide(fault_resource *f, unsigned op, size_t bytes)
+{
+    pthread_mutex_lock(&f->lock);
+    const llmem_fault_options *o = &f->opts;
+    if (!(o->ops & op)) {
+        pthread_mutex_unlock(&f->lock);
+        return LLMEM_OK;
+    }
+    uint64_t k = ++f->st.calls_total;
+    const char *why = NULL;
+    if (o->fail_nth && k >= o->fail_nth && k - o->fail_nth < o->fail_count) why = "scheduled";
+    else if (o->fail_after_bytes && bytes && (bytes > o->fail_after_bytes ||
+                                              f->st.bytes_total > o->fail_after_bytes - bytes))
+        why = "byte budget";
+    else if (o->probability > 0 && (double)(splitmix64(&f->rng) >> 11) * 0x1.0p-53 < o->probability)
+        why = "random";
+    llmem_status st = LLMEM_OK;
+    if (why) {
+        f->st.injected_total++;
+        st = llmem__fail(o->status, "fault '%s': injected %s failure of %s call #%llu (%s)", f->base.info.name, why,
+                         op_name(op), (unsigned long long)k, llmem_status_name(o->status));
+    } else {
+        f->st.bytes_total += bytes;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return st;
+}
+
+static llmem_status fault_map(llmem_resource *r, size_t size, size_t align, unsigned flags, const char *tag, void **out)
+{
+    fault_resource *f = (fault_resource *)r;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_MAP, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size);
+    return st ? st : llmem_resource_map_tagged(f->up, size, align, flags, tag, out);
+}
+
+static llmem_status fault_unmap(llmem_resource *r, void *ptr, size_t size, size_t committed)
+{
+    fault_resource *f = (fault_resource *)r;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_UNMAP, 0);
+    return st ? st : llmem_resource_unmap(f->up, ptr, size, committed);
+}
+
+static llmem_status fault_commit(llmem_resource *r, void *ptr, size_t size)
+{
+    fault_resource *f = (fault_resource *)r;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_COMMIT, size);
+    return st ? st : llmem_resource_commit(f->up, ptr, size);
+}
+
+static llmem_status fault_decommit(llmem_resource *r, void *ptr, size_t size)
+{
+    fault_resource *f = (fault_resource *)r;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_DECOMMIT, 0);
+    return st ? st : llmem_resource_decommit(f->up, ptr, size);
+}
+
+static llmem_status fault_copy(llmem_resource *r, void *dst, const void *src, size_t n)
+{
+    fault_resource *f = (fault_resource *)r;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_COPY, 0);
+    return st ? st : llmem_resource_copy(f->up, dst, src, n);
+}
+
+static void fault_destroy(llmem_resource *r)
+{
+    fault_resource *f = (fault_resource *)r;
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+}
+
+static const llmem_resource_ops fault_ops = {
+    .map = fault_map,
+    .unmap = fault_unmap,
+    .commit = fault_commit,
+    .decommit = fault_decommit,
+    .copy = fault_copy,
+    .destroy = fault_destroy,
+};
+
+llmem_fault_options llmem_fault_options_default(void)
+{
+    llmem_fault_options o = {0};
+    o.ops = LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT;
+    o.fail_count = 1;
+    o.status = LLMEM_ENOMEM;
+    return o;
+}
+
+static llmem_status normalise(const llmem_fault_options *in, llmem_fault_options *o)
+{
+    *o = in ? *in : llmem_fault_options_default();
+    if (!o->ops) o->ops = LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT;
+    if (!o->fail_count) o->fail_count = 1;
+    if (!o->status) o->status = LLMEM_ENOMEM;
+    if (!o->seed) o->seed = 0x6c6c6d656d; /* "llmem" */
+    if (o->ops & ~(unsigned)LLMEM_FAULT_OP_ALL) return llmem__fail(LLMEM_EINVAL, "fault: unknown ops 0x%x", o->ops);
+    if (!(o->probability >= 0 && o->probability <= 1))
+        return llmem__fail(LLMEM_EINVAL, "fault: probability must be within [0, 1]");
+    if ((unsigned)o->status >= LLMEM_STATUS_COUNT_)
+        return llmem__fail(LLMEM_EINVAL, "fault: unknown status %d", (int)o->status);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_fault_resource_create(llmem_resource *upstream, const llmem_fault_options *opts,
+                                         llmem_resource **out)
+{
+    if (!out) return llmem__fail(LLMEM_EINVAL, "fault: null out");
+    *out = NULL;
+    if (!upstream) return llmem__fail(LLMEM_EINVAL, "fault: null upstream");
+    llmem_fault_options o;
+    llmem_status st = normalise(opts, &o);
+    if (st) return st;
+    fault_resource *f = calloc(1, sizeof *f);
+    if (!f) return llmem__fail(LLMEM_ENOMEM, "fault: out of memory");
+    llmem__adaptor_init(&f->base, &fault_ops, "fault", upstream);
+    f->up = upstream;
+    f->opts = o;
+    f->rng = o.seed;
+    f->st.struct_size = sizeof f->st;
+    pthread_mutex_init(&f->lock, NULL);
+    *out = &f->base;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_fault_resource_arm(llmem_resource *r, const llmem_fault_options *opts)
+{
+    if (!r || r->ops != &fault_ops) return llmem__fail(LLMEM_EINVAL, "fault arm: not a fault resource");
+    fault_resource *f = (fault_resource *)r;
+    llmem_fault_options o;
+    llmem_status st = normalise(opts, &o);
+    if (st) return st;
+    pthread_mutex_lock(&f->lock);
+    f->opts = o;
+    f->rng = o.seed;
+    f->st.calls_total = f->st.injected_total = f->st.bytes_total = 0;
+    pthread_mutex_unlock(&f->lock);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_fault_resource_get_stats(const llmem_resource *r, llmem_fault_stats *out)
+{
+    if (!r || !out || r->ops != &fault_ops) return llmem__fail(LLMEM_EINVAL, "fault stats: not a fault resource");
+    fault_resource *f = (fault_resource *)(uintptr_t)r;
+    pthread_mutex_lock(&f->lock);
+    llmem_fault_stats s = f->st;
+    pthread_mutex_unlock(&f->lock);
+    s.struct_size = llmem_stats_fill_size(out->struct_size, sizeof s);
+    memcpy(out, &s, s.struct_size);
+    return LLMEM_OK;
+}

@@ -1,0 +1,285 @@
+/*
+ * tracking.c - the tracking adaptor: every live mapping, its committed
+ * bytes and its caller's tag.
+ *
+ * Mappings live in an array sorted by address under one mutex, so both
+ * "is this the start of a mapping" (unmap) and "which mapping contains this
+ * range" (commit, decommit) are binary searches. Invalid calls are refused
+ * before they reach upstream: this adaptor is the contract checker for
+ * resources that cannot check themselves (the kernel will happily munmap
+ * half of someone else's mapping).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adaptor.h"
+#include "llmem/tracking_resource.h"
+
+typedef struct track_entry {
+    uintptr_t ptr;
+    size_t size;
+    size_t committed;
+    uint64_t seq;
+    char tag[32];
+} track_entry;
+
+typedef struct tracking_resource {
+    llmem_resource base;
+    llmem_resource *up;
+    pthread_mutex_t lock;  /* guards everything below */
+    track_entry *v;        /* sorted by ptr */
+    size_t count, cap;
+    uint64_t next_seq;
+    llmem_tracking_stats st;
+} tracking_resource;
+
+/* First index whose mapping ends after p. Lock held. */
+static size_t lower(const tracking_resource *t, uintptr_t p)
+{
+    size_t lo = 0, hi = t->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid].ptr + t->v[mid].size <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The mapping containing [p, p+n), or NULL. Lock held. */
+static track_entry *containing(tracking_resource *t, uintptr_t p, size_t n)
+{
+    size_t i = lower(t, p);
+    if (i < t->count && t->v[i].ptr <= p && p + n <= t->v[i].ptr + t->v[i].size) return &t->v[i];
+    return NULL;
+}
+
+static llmem_status refuse(tracking_resource *t, llmem_status st)
+{
+    t->st.refused_total++;
+    pthread_mutex_unlock(&t->lock);
+    return st;
+}
+
+static llmem_status tr_map(llmem_resource *r, size_t size, size_t align, unsigned flags, const char *tag, void **out)
+{
+    tracking_resource *t = (tracking_resource *)r;
+    void *p = NULL;
+    llmem_status st = llmem_resource_map_tagged(t->up, size, align, flags, tag, &p);
+    if (st) return st;
+    pthread_mutex_lock(&t->lock);
+    if (t->count == t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 32;
+        track_entry *n = realloc(t->v, ncap * sizeof *n);
+        if (!n) {
+            pthread_mutex_unlock(&t->lock);
+            llmem_resource_unmap(t->up, p, size, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size);
+            return llmem__fail(LLMEM_ENOMEM, "tracking '%s': out of memory for metadata", r->info.name);
+        }
+        t->v = n;
+        t->cap = ncap;
+    }
+    track_entry e = {(uintptr_t)p, size, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size, ++t->next_seq, {0}};
+    llmem__copy_name(e.tag, sizeof e.tag, tag, "");
+    size_t i = lower(t, e.ptr);
+    memmove(&t->v[i + 1], &t->v[i], (t->count - i) * sizeof *t->v);
+    t->v[i] = e;
+    t->count++;
+    t->st.live_mappings = t->count;
+    t->st.live_bytes += size;
+    if (t->st.live_bytes > t->st.peak_bytes) t->st.peak_bytes = t->st.live_bytes;
+    if (t->count > t->st.peak_mappings) t->st.peak_mappings = t->count;
+    pthread_mutex_unlock(&t->lock);
+    *out = p;
+    return LLMEM_OK;
+}
+
+static llmem_status tr_unmap(llmem_resource *r, void *ptr, size_t size, size_t committed)
+{
+    tracking_resource *t = (tracking_resource *)r;
+    pthread_mutex_lock(&t->lock);
+    size_t i = lower(t, (uintptr_t)ptr);
+    if (i >= t->count || t->v[i].ptr != (uintptr_t)ptr)
+        return refuse(t, llmem__fail(LLMEM_EFOREIGN, "tracking '%s': unmap of %p, which it never mapped",
+                                     r->info.name, ptr));
+    track_entry e = t->v[i];
+    if (e.size != size)
+        return refuse(t, llmem__fail(LLMEM_EINVAL, "tracking '%s': unmap of %p (tag '%s') with size %zu, mapped with %zu",
+                                     r->info.name, ptr, e.tag, size, e.size));
+    if (e.committed != committed)
+        return refuse(t, llmem__fail(LLMEM_EINVAL,
+                                     "tracking '%s': unmap of %p (tag '%s') claims %zu committed bytes, %zu are",
+                                     r->info.name, ptr, e.tag, committed, e.committed));
+    /* Take it out first so a concurrent map that reuses the address can
+     * insert; put it back if upstream refuses. */
+    memmove(&t->v[i], &t->v[i + 1], (t->count - i - 1) * sizeof *t->v);
+    t->count--;
+    pthread_mutex_unlock(&t->lock);
+    llmem_status st = llmem_resource_unmap(t->up, ptr, size, committed);
+    pthread_mutex_lock(&t->lock);
+    if (st) {
+        i = lower(t, e.ptr);
+        memmove(&t->v[i + 1], &t->v[i], (t->count - i) * sizeof *t->v);
+        t->v[i] = e;
+        t->count++;
+    } else {
+        t->st.live_bytes -= size;
+    }
+    t->st.live_mappings = t->count;
+    pthread_mutex_unlock(&t->lock);
+    return st;
+}
+
+static llmem_status tr_commit_change(llmem_resource *r, void *ptr, size_t size, bool commit)
+{
+    tracking_resource *t = (tracking_resource *)r;
+    const char *op = commit ? "commit" : "decommit";
+    pthread_mutex_lock(&t->lock);
+    track_entry *e = containing(t, (uintptr_t)ptr, size);
+    if (!e)
+        return refuse(t, llmem__fail(LLMEM_EINVAL, "tracking '%s': %s of [%p, +%zu) outside any mapping",
+                                     r->info.name, op, ptr, size));
+    if (commit ? e->committed + size > e->size : e->committed < size)
+        return refuse(t, llmem__fail(LLMEM_EINVAL,
+                                     "tracking '%s': %s of %zu bytes in mapping %p (tag '%s') with %zu of %zu committed",
+                                     r->info.name, op, size, (void *)e->ptr, e->tag, e->committed, e->size));
+    uintptr_t key = e->ptr;
+    pthread_mutex_unlock(&t->lock);
+    llmem_status st = commit ? llmem_resource_commit(t->up, ptr, size) : llmem_resource_decommit(t->up, ptr, size);
+    if (st) return st;
+    pthread_mutex_lock(&t->lock);
+    size_t i = lower(t, key);
+    if (i < t->count && t->v[i].ptr == key) {
+        if (commit) t->v[i].committed += size;
+        else t->v[i].committed -= size;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return LLMEM_OK;
+}
+
+static llmem_status tr_commit(llmem_resource *r, void *ptr, size_t size) { return tr_commit_change(r, ptr, size, true); }
+static llmem_status tr_decommit(llmem_resource *r, void *ptr, size_t size) { return tr_commit_change(r, ptr, size, false); }
+
+static llmem_status tr_copy(llmem_resource *r, void *dst, const void *src, size_t n)
+{
+    return llmem_resource_copy(((tracking_resource *)r)->up, dst, src, n);
+}
+
+static void tr_destroy(llmem_resource *r)
+{
+    tracking_resource *t = (tracking_resource *)r;
+    pthread_mutex_destroy(&t->lock);
+    free(t->v);
+    free(t);
+}
+
+static const llmem_resource_ops tracking_ops = {
+    .map = tr_map,
+    .unmap = tr_unmap,
+    .commit = tr_commit,
+    .decommit = tr_decommit,
+    .copy = tr_copy,
+    .destroy = tr_destroy,
+};
+
+llmem_status llmem_tracking_resource_create(llmem_resource *upstream, llmem_resource **out)
+{
+    if (!out) return llmem__fail(LLMEM_EINVAL, "tracking: null out");
+    *out = NULL;
+    if (!upstream) return llmem__fail(LLMEM_EINVAL, "tracking: null upstream");
+    tracking_resource *t = calloc(1, sizeof *t);
+    if (!t) return llmem__fail(LLMEM_ENOMEM, "tracking: out of memory");
+    llmem__adaptor_init(&t->base, &tracking_ops, "tracking", upstream);
+    t->up = upstream;
+    t->st.struct_size = sizeof t->st;
+    pthread_mutex_init(&t->lock, NULL);
+    *out = &t->base;
+    return LLMEM_OK;
+}
+
+static tracking_resource *as_tracking(const llmem_resource *r)
+{
+    return r && r->ops == &tracking_ops ? (tracking_resource *)(uintptr_t)r : NULL;
+}
+
+llmem_status llmem_tracking_resource_get_stats(const llmem_resource *r, llmem_tracking_stats *out)
+{
+    tracking_resource *t = as_tracking(r);
+    if (!t || !out) return llmem__fail(LLMEM_EINVAL, "tracking stats: not a tracking resource");
+    pthread_mutex_lock(&t->lock);
+    llmem_tracking_stats s = t->st;
+    pthread_mutex_unlock(&t->lock);
+    s.struct_size = llmem_stats_fill_size(out->struct_size, sizeof s);
+    memcpy(out, &s, s.struct_size);
+    return LLMEM_OK;
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    uint64_t x = ((const track_entry *)a)->seq, y = ((const track_entry *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
+llmem_status llmem_tracking_resource_foreach(const llmem_resource *r,
+                                             bool (*fn)(void *user, const llmem_tracking_entry *e), void *user)
+{
+    tracking_resource *t = as_tracking(r);
+    if (!t || !fn) return llmem__fail(LLMEM_EINVAL, "tracking foreach: not a tracking resource or null callback");
+    pthread_mutex_lock(&t->lock);
+    track_entry *copy = t->count ? malloc(t->count * sizeof *copy) : NULL;
+    if (t->count && !copy) {
+        pthread_mutex_unlock(&t->lock);
+        return llmem__fail(LLMEM_ENOMEM, "tracking foreach: out of memory");
+    }
+    size_t n = t->count;
+    if (n) memcpy(copy, t->v, n * sizeof *copy);
+    qsort(copy, n, sizeof *copy, by_seq);
+    for (size_t i = 0; i < n; i++) {
+        llmem_tracking_entry e = {(void *)copy[i].ptr, copy[i].size, copy[i].committed, copy[i].tag, copy[i].seq};
+        if (!fn(user, &e)) break;
+    }
+    pthread_mutex_unlock(&t->lock);
+    free(copy);
+    return LLMEM_OK;
+}
+
+typedef struct report_ctx {
+    FILE *f;
+    const char *name;
+} report_ctx;
+
+static bool report_one(void *user, const llmem_tracking_entry *e)
+{
+    report_ctx *c = user;
+    fprintf(c->f, "llmem: leak in '%s': %zu bytes at %p (tag '%s', map #%llu, %zu committed)\n", c->name, e->size,
+            e->ptr, *e->tag ? e->tag : "-", (unsigned long long)e->seq, e->committed);
+    return true;
+}
+
+llmem_status llmem_tracking_resource_report(const llmem_resource *r, FILE *f, size_t *leaks)
+{
+    tracking_resource *t = as_tracking(r);
+    if (!t || !f) return llmem__fail(LLMEM_EINVAL, "tracking report: not a tracking resource or null stream");
+    report_ctx c = {f, r->info.name};
+    llmem_status st = llmem_tracking_resource_foreach(r, report_one, &c);
+    if (st) return st;
+    llmem_tracking_stats s = {0};
+    llmem_tracking_resource_get_stats(r, &s);
+    fprintf(f, "llmem: '%s': %llu live mappings, %llu bytes (peak %llu bytes)\n", r->info.name,
+            (unsigned long long)s.live_mappings, (unsigned long long)s.live_bytes, (unsigned long long)s.peak_bytes);
+    if (leaks) *leaks = (size_t)s.live_mappings;
+    return LLMEM_OK;
+}
+
+#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_tracking_stats, name)}
+static const llmem_stat_field tracking_fields[] = {
+    F(GAUGE, live_mappings, "Mappings live now."),
+    F(GAUGE, live_bytes, "Bytes in live mappings."),
+    F(GAUGE, peak_bytes, "Highest live_bytes."),
+    F(GAUGE, peak_mappings, "Highest live_mappings."),
+    F(COUNTER, refused_total, "Calls refused as invalid."),
+};
+#undef F
+static const llmem_stats_schema tracking_schema = {"tracking", sizeof(llmem_tracking_stats),
+                                                   LLMEM_ARRAY_LEN(tracking_fields), tracking_fields};
+const llmem_stats_schema *llmem_tracking_stats_schema(void) { return &tracking_schema; }
