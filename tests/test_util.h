@@ -76,7 +76,7 @@ static inline bool test_child_faults(void (*fn)(void *), void *arg)
 {
     fflush(NULL);
     pid_t pid = fork();
-    if (pid < 0) return false;
+    if (pid < 0) fail_msg("fork failed: the death test cannot run");
     if (pid == 0) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -87,7 +87,7 @@ static inline bool test_child_faults(void (*fn)(void *), void *arg)
         _exit(0);
     }
     int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return false;
+    if (waitpid(pid, &status, 0) != pid) fail_msg("waitpid failed: the death test has no verdict");
     if (WIFEXITED(status)) return WEXITSTATUS(status) == 77;
     return WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS);
 }

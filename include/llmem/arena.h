@@ -89,8 +89,11 @@ typedef struct llmem_arena_stats {
 
 LLMEM_API llmem_arena_options llmem_arena_options_default(void);
 
-/* opts may be NULL. Errors: LLMEM_EINVAL (buffer with zero size, both buffer
- * and capacity, align not a power of two...), LLMEM_EALIGN, LLMEM_ENOMEM. */
+/* opts may be NULL. Errors: LLMEM_EINVAL (null out, buffer with zero size,
+ * buffer_bytes without a buffer, both buffer and capacity), LLMEM_EALIGN
+ * (align not a power of two, or above 1 GiB), LLMEM_EOVERFLOW (chunk_bytes
+ * or the buffer range overflows), LLMEM_ENOMEM, and the resource's errors
+ * when capacity_bytes is mapped. */
 LLMEM_API llmem_status llmem_arena_create(const llmem_arena_options *opts, llmem_arena **out);
 
 /* Unmaps every chunk. NULL is a no-op. */
@@ -106,10 +109,13 @@ LLMEM_API void *llmem_arena_alloc(llmem_arena *a, size_t size, size_t align,
 /* The current position. */
 LLMEM_API llmem_arena_mark llmem_arena_save(const llmem_arena *a);
 
-/* Free everything allocated since mark m. LLMEM_EINVAL for another arena's
- * mark, LLMEM_ESTATE for a mark taken before the last reset or lying ahead
- * of the cursor (already rolled back past). A mark that was rolled back past
- * and then overtaken again is a valid position and frees what lies after it. */
+/* Free everything allocated since mark m. LLMEM_EINVAL for a null arena,
+ * another arena's mark or a damaged one, LLMEM_ESTATE for a mark taken
+ * before the last reset or lying ahead of the cursor (already rolled back
+ * past, or in chunks trim() gave back). A mark that was rolled back past and
+ * then overtaken again is a valid position and frees what lies after it;
+ * used_bytes then follows from the position, and requested_bytes is the
+ * figure saved in the mark (at most used_bytes). */
 LLMEM_API llmem_status llmem_arena_rollback(llmem_arena *a, llmem_arena_mark m);
 
 /* Free everything; chunks are kept for reuse. */
@@ -120,7 +126,9 @@ LLMEM_API void llmem_arena_reset(llmem_arena *a);
  * arenas release nothing. */
 LLMEM_API size_t llmem_arena_trim(llmem_arena *a);
 
-/* True if ptr lies in memory this arena has handed out since the last reset. */
+/* True if ptr lies in memory this arena has handed out since the last reset
+ * and not rolled back (alignment padding between allocations included;
+ * chunk tails and chunks passed over are not). */
 LLMEM_API bool llmem_arena_owns(const llmem_arena *a, const void *ptr);
 
 LLMEM_API llmem_status llmem_arena_get_stats(const llmem_arena *a, llmem_arena_stats *out);

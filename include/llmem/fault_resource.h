@@ -44,7 +44,8 @@ typedef struct llmem_fault_stats {
     size_t struct_size;
     uint64_t calls_total;      /* counted calls since the last arm */
     uint64_t injected_total;   /* failures injected since the last arm */
-    uint64_t bytes_total;      /* bytes mapped+committed through it since the last arm */
+    uint64_t bytes_total;      /* bytes mapped+committed through it since the last arm (counted
+                                  calls upstream accepted; what the byte budget is charged) */
 } llmem_fault_stats;
 
 LLMEM_API llmem_fault_options llmem_fault_options_default(void);

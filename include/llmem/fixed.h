@@ -60,7 +60,8 @@ typedef struct llmem_fixed_options {
                                   blocks under 64 B), 256 device */
     size_t chunk_bytes;        /* first chunk; default max(64 KiB, 8 blocks) */
     size_t max_chunk_bytes;    /* growth cap per chunk; default max(16 MiB, chunk_bytes) */
-    size_t initial_blocks;     /* blocks mapped at create; default 0 (first alloc maps) */
+    size_t initial_blocks;     /* blocks mapped at create, all or LLMEM_ENOMEM; default 0
+                                  (first alloc maps) */
     size_t max_blocks;         /* cap on blocks; 0 = none (LLMEM_ECAPACITY past it) */
     bool thread_safe;          /* see above */
     bool checked;              /* see above */
@@ -86,8 +87,9 @@ typedef struct llmem_fixed_stats {
 LLMEM_API llmem_fixed_options llmem_fixed_options_default(void);
 
 /* Errors: LLMEM_EINVAL (null, block_size 0...), LLMEM_EOVERFLOW (block or
- * chunk sizes whose rounding overflows), LLMEM_EALIGN, LLMEM_ENOMEM,
- * LLMEM_ECAPACITY (initial_blocks > max_blocks). */
+ * chunk sizes whose rounding overflows), LLMEM_EALIGN, LLMEM_ENOMEM (also:
+ * the resource cannot map initial_blocks), LLMEM_ECAPACITY (initial_blocks >
+ * max_blocks). */
 LLMEM_API llmem_status llmem_fixed_create(const llmem_fixed_options *opts, llmem_fixed **out);
 
 /* Unmaps every chunk, live blocks included. Call when no other thread uses

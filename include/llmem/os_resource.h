@@ -12,6 +12,10 @@
  * NUMA binding uses libnuma, loaded at run time when it is installed
  * (LLMEM_ENOTSUP at create when it is not, or when the node does not exist).
  * Uncommitted mappings are PROT_NONE with MAP_NORESERVE; commit is mprotect.
+ * (Explicit huge pages are reserved at map time even for uncommitted
+ * mappings, so a shortage is a map error, never a SIGBUS on first touch.)
+ * unmap, commit and decommit of a range that is not all mapped (a double
+ * unmap, a stale pointer) are refused with LLMEM_EINVAL, and change nothing.
  */
 #ifndef LLMEM_OS_RESOURCE_H
 #define LLMEM_OS_RESOURCE_H

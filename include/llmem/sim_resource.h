@@ -31,8 +31,9 @@ typedef struct llmem_sim_options {
     size_t granularity;        /* mapping granularity, power of two >= page size; default page size */
     uint64_t map_cost_ns;      /* busy-wait per map call; default 0 */
     uint64_t unmap_cost_ns;    /* busy-wait per unmap call; default 0 */
-    unsigned char fill;        /* byte written into fresh mappings (0 = leave zeroed) so
-                                  uninitialised reads show up; costs a page open per map */
+    unsigned char fill;        /* byte written into fresh mappings and into ranges committed
+                                  later (0 = leave zeroed) so uninitialised reads show up;
+                                  costs a page open per map or commit */
 } llmem_sim_options;
 
 typedef struct llmem_sim_stats {

@@ -10,6 +10,10 @@
  *   - chunks[0..cur] are the chunks allocations came from since the reset;
  *     chunks after cur are retained for reuse;
  *   - base(cur) <= ptr <= end(cur);
+ *   - used == chunks[cur].before + (ptr - base(cur)), so a position
+ *     (chunk, offset) alone determines used;
+ *   - for j < cur, [base(j), chunks[j].top) is what was handed out from
+ *     chunk j before the cursor moved on (top == base for a chunk skipped);
  *   - requested <= used;
  *   - on host memory, every byte from ptr to the end of the last chunk is
  *     poisoned for ASan, every byte handed out is not.
@@ -25,6 +29,8 @@ typedef struct arena_chunk {
     uintptr_t base;
     size_t size;   /* usable bytes */
     size_t mapped; /* bytes mapped from the resource (0 for a caller buffer) */
+    size_t before; /* sum of the sizes of the chunks before this one */
+    uintptr_t top; /* end of what was handed out here when the cursor moved on */
 } arena_chunk;
 
 struct llmem_arena {
@@ -64,7 +70,9 @@ static llmem_status add_chunk(llmem_arena *a, size_t need)
 {
     size_t want = need > a->chunk_bytes ? need : a->chunk_bytes, size;
     llmem_status st = llmem_resource_round(a->res, want, &size);
-    if (st) return st;
+    if (st)
+        return llmem__fail(st, "arena '%s': a chunk of %zu bytes overflows when rounded to the resource's granularity",
+                           a->name, want);
     if (a->max_bytes && (size > a->max_bytes || a->st.reserved_bytes > a->max_bytes - size))
         return llmem__fail(LLMEM_ECAPACITY, "arena '%s': growing by %zu bytes would pass max_bytes %zu (%llu held)",
                            a->name, size, a->max_bytes, (unsigned long long)a->st.reserved_bytes);
@@ -79,7 +87,8 @@ static llmem_status add_chunk(llmem_arena *a, size_t need)
     st = llmem_resource_map_tagged(a->res, size, a->align, 0, a->name, &p);
     if (st) return st;
     poison(a, (uintptr_t)p, size);
-    a->chunks[a->nchunks++] = (arena_chunk){(uintptr_t)p, size, size};
+    size_t before = a->nchunks ? a->chunks[a->nchunks - 1].before + a->chunks[a->nchunks - 1].size : 0;
+    a->chunks[a->nchunks++] = (arena_chunk){(uintptr_t)p, size, size, before, (uintptr_t)p};
     a->st.grows_total++;
     update_reserved(a, (int64_t)size);
     return LLMEM_OK;
@@ -144,7 +153,7 @@ llmem_status llmem_arena_create(const llmem_arena_options *opts, llmem_arena **o
         if (!a->chunks) st = llmem__fail(LLMEM_ENOMEM, "arena '%s': out of memory", name);
         else {
             a->cap = a->nchunks = 1;
-            a->chunks[0] = (arena_chunk){(uintptr_t)o.buffer, o.buffer_bytes, 0};
+            a->chunks[0] = (arena_chunk){(uintptr_t)o.buffer, o.buffer_bytes, 0, 0, (uintptr_t)o.buffer};
             poison(a, (uintptr_t)o.buffer, o.buffer_bytes);
             update_reserved(a, (int64_t)o.buffer_bytes);
         }
@@ -191,8 +200,9 @@ static void *fail(llmem_arena *a, llmem_status st, llmem_status *status)
 static uintptr_t advance(llmem_arena *a, size_t size, size_t align, llmem_status *st)
 {
     if (a->fixed) {
-        *st = llmem__fail(LLMEM_ECAPACITY, "arena '%s': %zu bytes do not fit; fixed capacity %llu, %zu used",
-                          a->name, size, (unsigned long long)a->st.reserved_bytes, a->used);
+        *st = llmem__fail(LLMEM_ECAPACITY,
+                          "arena '%s': %zu bytes (alignment %zu) do not fit; fixed capacity %zu, %zu used", a->name,
+                          size, align, a->chunks[0].size, a->used);
         return 0;
     }
     size_t need;
@@ -209,14 +219,16 @@ static uintptr_t advance(llmem_arena *a, size_t size, size_t align, llmem_status
         *st = add_chunk(a, need);
         if (*st) return 0;
     }
-    /* Everything between the cursor and chunk i is passed over. */
-    if (a->nchunks && from > 0) {
-        a->used += a->end - a->ptr;
-        for (size_t j = from; j < i; j++) a->used += a->chunks[j].size;
+    /* Everything between the cursor and chunk i is passed over and counts
+     * as used (waste) until the cursor comes back before it. */
+    if (from > 0) {
+        a->chunks[a->cur].top = a->ptr;
+        for (size_t j = from; j < i; j++) a->chunks[j].top = a->chunks[j].base;
     }
     a->cur = i;
     a->ptr = a->chunks[i].base;
     a->end = a->ptr + a->chunks[i].size;
+    a->used = a->chunks[i].before;
     return llmem__align_ptr(a->ptr, align);
 }
 
@@ -284,10 +296,20 @@ llmem_status llmem_arena_rollback(llmem_arena *a, llmem_arena_mark m)
     if (m.arena_id != a->id) return llmem__fail(LLMEM_EINVAL, "arena '%s': rollback to another arena's mark", a->name);
     if (m.epoch != a->epoch)
         return llmem__fail(LLMEM_ESTATE, "arena '%s': rollback to a mark taken before the last reset", a->name);
-    if (!a->nchunks) return LLMEM_OK; /* mark of an empty arena, nothing allocated since */
+    if (m.requested > m.used)
+        return llmem__fail(LLMEM_EINVAL, "arena '%s': rollback to a damaged mark (requested %zu > used %zu)", a->name,
+                           m.requested, m.used);
+    if (!a->nchunks) {
+        /* No chunk (never grown, or all trimmed): only the origin exists. */
+        if (m.chunk || m.offset || m.used)
+            return llmem__fail(LLMEM_ESTATE,
+                               "arena '%s': rollback to a mark ahead of the cursor (already rolled back past it)",
+                               a->name);
+        a->st.rollbacks_total++;
+        return LLMEM_OK;
+    }
     size_t off = (size_t)(a->ptr - a->chunks[a->cur].base);
-    if (m.chunk > a->cur || (m.chunk == a->cur && m.offset > off) || m.offset > a->chunks[m.chunk].size ||
-        m.used > a->used || m.requested > m.used)
+    if (m.chunk > a->cur || (m.chunk == a->cur && m.offset > off) || m.offset > a->chunks[m.chunk].size)
         return llmem__fail(LLMEM_ESTATE, "arena '%s': rollback to a mark ahead of the cursor (already rolled back past it)",
                            a->name);
     size_t old_cur = a->cur;
@@ -295,8 +317,11 @@ llmem_status llmem_arena_rollback(llmem_arena *a, llmem_arena_mark m)
     a->cur = m.chunk;
     a->ptr = a->chunks[m.chunk].base + m.offset;
     a->end = a->chunks[m.chunk].base + a->chunks[m.chunk].size;
-    a->used = m.used;
-    a->requested = m.requested;
+    /* used follows from the position (chunks before it may have been
+     * trimmed and mapped again with other sizes since the mark was taken);
+     * requested is the mark's figure, never above used. */
+    a->used = a->chunks[m.chunk].before + m.offset;
+    a->requested = m.requested < a->used ? m.requested : a->used;
     poison_back(a, old_cur, old_ptr);
     a->st.rollbacks_total++;
     return LLMEM_OK;
@@ -349,7 +374,7 @@ bool llmem_arena_owns(const llmem_arena *a, const void *ptr)
     if (!a || !ptr || !a->nchunks) return false;
     uintptr_t p = (uintptr_t)ptr;
     for (size_t i = 0; i <= a->cur; i++) {
-        uintptr_t lim = i == a->cur ? a->ptr : a->chunks[i].base + a->chunks[i].size;
+        uintptr_t lim = i == a->cur ? a->ptr : a->chunks[i].top;
         if (p >= a->chunks[i].base && p < lim) return true;
     }
     return false;

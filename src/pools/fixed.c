@@ -92,6 +92,7 @@ struct llmem_fixed {
     llmem_resource *res;
     size_t block_size, align;
     char name[32];
+    uint64_t id;              /* unique for the process's life (thread cache lookup) */
 };
 
 /* ---- chunk lookup ------------------------------------------------------------ */
@@ -179,8 +180,9 @@ static llmem_status publish_index(llmem_fixed *p, fixed_chunk *c)
     return LLMEM_OK;
 }
 
-/* Map a new chunk and make it the carve region. Lock held (thread-safe). */
-static llmem_status grow(llmem_fixed *p)
+/* Map a new chunk of at least min_bytes (0: one block) and make it the
+ * carve region. Lock held (thread-safe). */
+static llmem_status grow(llmem_fixed *p, size_t min_bytes)
 {
     size_t left = p->max_blocks ? p->max_blocks - p->total_blocks : SIZE_MAX;
     if (left == 0)
@@ -188,16 +190,17 @@ static llmem_status grow(llmem_fixed *p)
                            p->max_blocks);
     size_t bytes = p->next_chunk_bytes;
     if (left < bytes / p->stride) bytes = left * p->stride; /* left * stride fits: checked at create */
+    if (min_bytes < p->stride) min_bytes = p->stride;
     void *base;
     llmem_status st;
     /* Out of memory for a big chunk may still leave room for a smaller one:
-     * halve down to one block before giving up, and grow from there next. */
+     * halve down to one block (initial_blocks at create) before giving up,
+     * and grow from there next. */
     while ((st = llmem_resource_map_tagged(p->res, bytes, p->align, 0, p->name, &base)) == LLMEM_ENOMEM &&
-           bytes > p->stride) {
-        bytes = bytes / 2 > p->stride ? bytes / 2 : p->stride;
-        p->next_chunk_bytes = bytes;
-    }
-    if (st) return st;
+           bytes > min_bytes)
+        bytes = bytes / 2 > min_bytes ? bytes / 2 : min_bytes;
+    if (st) return st; /* nothing fit: the next growth starts from the usual size again */
+    if (bytes < p->next_chunk_bytes) p->next_chunk_bytes = bytes; /* doubled below, as usual */
     size_t mapped;
     llmem_resource_round(p->res, bytes, &mapped); /* cannot fail: map succeeded with it */
     size_t blocks = mapped / p->stride;
@@ -254,8 +257,11 @@ static inline void *list_pop(llmem_fixed *p)
     if (p->inband) {
         b = p->free_head;
         if (!b) return NULL;
-        if (p->host) LLMEM_UNPOISON(b, sizeof(void *));
+        /* Open the link word just to read it: the block may go to a thread
+         * cache rather than to a caller, and must stay poisoned there. */
+        LLMEM_UNPOISON(b, sizeof(void *));
         p->free_head = *(void **)b;
+        LLMEM_POISON(b, sizeof(void *));
     } else {
         if (!p->top) return NULL;
         b = p->stack[--p->top];
@@ -283,7 +289,7 @@ static void *take(llmem_fixed *p, llmem_status *st)
     void *b = list_pop(p);
     if (b) return b;
     if (p->bump_end - p->bump < p->stride) {
-        *st = grow(p);
+        *st = grow(p, 0);
         if (*st) return NULL;
     }
     b = (void *)p->bump;
@@ -293,6 +299,18 @@ static void *take(llmem_fixed *p, llmem_status *st)
 }
 
 /* ---- thread caches ------------------------------------------------------------ */
+
+/* The pool this thread used last and its magazine, so the fast path skips
+ * the pthread_getspecific call. Pool ids are unique for the process's life,
+ * so an entry for a destroyed pool whose address was reused never matches;
+ * the thread-exit destructor clears the entry before freeing its magazine. */
+static _Thread_local struct {
+    const llmem_fixed *pool;
+    uint64_t id;
+    magazine *mag;
+} tl_last;
+
+static uint64_t next_pool_id = 1;
 
 static void mag_unlink(llmem_fixed *p, magazine *m)
 {
@@ -306,6 +324,7 @@ static void mag_destructor(void *v)
 {
     magazine *m = v;
     llmem_fixed *p = m->pool;
+    if (tl_last.mag == m) tl_last.pool = NULL;
     pthread_mutex_lock(&p->lock);
     for (uint32_t i = 0; i < m->count; i++) list_push(p, m->items[i]);
     p->allocs += m->allocs;
@@ -317,8 +336,14 @@ static void mag_destructor(void *v)
 
 static magazine *mag_get(llmem_fixed *p)
 {
+    if (LLMEM_LIKELY(tl_last.pool == p && tl_last.id == p->id)) return tl_last.mag;
     magazine *m = pthread_getspecific(p->key);
-    if (LLMEM_LIKELY(m)) return m;
+    if (LLMEM_LIKELY(m)) {
+        tl_last.pool = p;
+        tl_last.id = p->id;
+        tl_last.mag = m;
+        return m;
+    }
     m = calloc(1, sizeof *m + p->mag_cap * sizeof m->items[0]);
     if (!m) return NULL;
     m->pool = p;
@@ -332,6 +357,9 @@ static magazine *mag_get(llmem_fixed *p)
     if (p->mags) p->mags->prev = m;
     p->mags = m;
     pthread_mutex_unlock(&p->lock);
+    tl_last.pool = p;
+    tl_last.id = p->id;
+    tl_last.mag = m;
     return m;
 }
 
@@ -341,6 +369,18 @@ static uint64_t cached_blocks(const llmem_fixed *p)
     uint64_t n = 0;
     for (const magazine *m = p->mags; m; m = m->next) n += __atomic_load_n(&m->count, __ATOMIC_RELAXED);
     return n;
+}
+
+/* Blocks handed out now: carved, less those in the free list, in magazines
+ * and `extra` more about to enter one. Magazine counts change under their
+ * owners while this reads them one by one, so a block that leaves one
+ * thread's cache through the caller's hands into another's can be counted
+ * in both: saturate at zero rather than wrap to 2^64 (which a peak would
+ * keep for good). Lock held. */
+static uint64_t ts_in_use(const llmem_fixed *p, uint64_t extra)
+{
+    uint64_t free_now = (uint64_t)p->global_free + cached_blocks(p) + extra;
+    return p->carved > free_now ? p->carved - free_now : 0;
 }
 
 /* Refill an empty magazine with up to half its capacity; return one block. */
@@ -355,7 +395,7 @@ static void *refill(llmem_fixed *p, magazine *m, llmem_status *st)
     }
     if (got) {
         *st = LLMEM_OK;
-        uint64_t in_use = p->carved - p->global_free - cached_blocks(p) - (got - 1);
+        uint64_t in_use = ts_in_use(p, got - 1);
         if (in_use > p->peak) p->peak = in_use;
     }
     pthread_mutex_unlock(&p->lock);
@@ -411,7 +451,7 @@ void *llmem_fixed_alloc(llmem_fixed *p, llmem_status *status)
         fixed_chunk *c = find_chunk(p, (uintptr_t)b);
         state_set(p, c, ((uintptr_t)b - c->base) / p->stride);
     }
-    if (p->host) LLMEM_UNPOISON(b, p->block_size);
+    if (p->host) LLMEM_UNPOISON(b, p->stride); /* the stride is the usable size (llmem_fixed_block_size) */
     if (status) *status = LLMEM_OK;
     return b;
 }
@@ -543,6 +583,7 @@ llmem_status llmem_fixed_create(const llmem_fixed_options *opts, llmem_fixed **o
         return st;
     }
     pthread_mutex_init(&p->lock, NULL);
+    p->id = __atomic_fetch_add(&next_pool_id, 1, __ATOMIC_RELAXED);
     if (p->thread_safe && pthread_key_create(&p->key, mag_destructor) != 0) {
         pthread_mutex_destroy(&p->lock);
         free(p);
@@ -550,7 +591,8 @@ llmem_status llmem_fixed_create(const llmem_fixed_options *opts, llmem_fixed **o
                            opts->name ? opts->name : "fixed");
     }
     if (opts->initial_blocks) {
-        st = grow(p);
+        /* All of them, or fail: not a smaller chunk (fits: checked in configure). */
+        st = grow(p, opts->initial_blocks * p->stride);
         if (st) {
             llmem_fixed_destroy(p);
             return st;
@@ -605,7 +647,7 @@ llmem_status llmem_fixed_get_stats(const llmem_fixed *cp, llmem_fixed_stats *out
             s.allocs_total += __atomic_load_n(&m->allocs, __ATOMIC_RELAXED);
             s.frees_total += __atomic_load_n(&m->frees, __ATOMIC_RELAXED);
         }
-        s.blocks_in_use = p->carved - p->global_free - cached_blocks(p);
+        s.blocks_in_use = ts_in_use(p, 0);
         s.blocks_in_use_peak = p->peak > s.blocks_in_use ? p->peak : s.blocks_in_use;
     } else {
         s.blocks_in_use = p->in_use;

@@ -6,6 +6,11 @@
  * threads. An injected failure never reaches upstream. The probability
  * trigger draws from splitmix64 seeded by the options, so a seed replays
  * the same failures for the same sequence of calls.
+ *
+ * bytes_total counts what went through: a map or commit claims its bytes
+ * when it is decided (so concurrent callers cannot pass the byte budget
+ * together) and gives them back if upstream then fails. A claim made before
+ * a re-arm is not given back to the new arming's fresh counter.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,6 +25,7 @@ typedef struct fault_resource {
     pthread_mutex_t lock;       /* guards everything below */
     llmem_fault_options opts;
     uint64_t rng;
+    uint64_t arm_gen;           /* bumped by every arm */
     llmem_fault_stats st;
 } fault_resource;
 
@@ -42,10 +48,15 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Decide one call. bytes: what a map/commit would add (0 for others). */
-static llmem_status decide(fault_resource *f, unsigned op, size_t bytes)
+/* Decide one call. bytes: what a map/commit would add (0 for others).
+ * On LLMEM_OK, *claimed is how many bytes were added to bytes_total (0 for
+ * an uncounted call) and *gen the arming they were added under; hand both
+ * to give_back() if upstream fails. */
+static llmem_status decide(fault_resource *f, unsigned op, size_t bytes, size_t *claimed, uint64_t *gen)
 {
+    *claimed = 0;
     pthread_mutex_lock(&f->lock);
+    *gen = f->arm_gen;
     const llmem_fault_options *o = &f->opts;
     if (!(o->ops & op)) {
         pthread_mutex_unlock(&f->lock);
@@ -66,43 +77,70 @@ static llmem_status decide(fault_resource *f, unsigned op, size_t bytes)
                          op_name(op), (unsigned long long)k, llmem_status_name(o->status));
     } else {
         f->st.bytes_total += bytes;
+        *claimed = bytes;
     }
     pthread_mutex_unlock(&f->lock);
     return st;
 }
 
+/* Upstream refused a call decide() let through: its bytes never went through. */
+static void give_back(fault_resource *f, size_t claimed, uint64_t gen)
+{
+    if (!claimed) return;
+    pthread_mutex_lock(&f->lock);
+    if (f->arm_gen == gen) f->st.bytes_total -= claimed;
+    pthread_mutex_unlock(&f->lock);
+}
+
 static llmem_status fault_map(llmem_resource *r, size_t size, size_t align, unsigned flags, const char *tag, void **out)
 {
     fault_resource *f = (fault_resource *)r;
-    llmem_status st = decide(f, LLMEM_FAULT_OP_MAP, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size);
-    return st ? st : llmem_resource_map_tagged(f->up, size, align, flags, tag, out);
+    size_t claimed;
+    uint64_t gen;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_MAP, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size, &claimed, &gen);
+    if (st) return st;
+    st = llmem_resource_map_tagged(f->up, size, align, flags, tag, out);
+    if (st) give_back(f, claimed, gen);
+    return st;
 }
 
 static llmem_status fault_unmap(llmem_resource *r, void *ptr, size_t size, size_t committed)
 {
     fault_resource *f = (fault_resource *)r;
-    llmem_status st = decide(f, LLMEM_FAULT_OP_UNMAP, 0);
-    return st ? st : llmem_resource_unmap(f->up, ptr, size, committed);
+    size_t claimed;
+    uint64_t gen;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_UNMAP, 0, &claimed, &gen);
+    if (st) return st;
+    return llmem_resource_unmap(f->up, ptr, size, committed);
 }
 
 static llmem_status fault_commit(llmem_resource *r, void *ptr, size_t size)
 {
     fault_resource *f = (fault_resource *)r;
-    llmem_status st = decide(f, LLMEM_FAULT_OP_COMMIT, size);
-    return st ? st : llmem_resource_commit(f->up, ptr, size);
+    size_t claimed;
+    uint64_t gen;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_COMMIT, size, &claimed, &gen);
+    if (st) return st;
+    st = llmem_resource_commit(f->up, ptr, size);
+    if (st) give_back(f, claimed, gen);
+    return st;
 }
 
 static llmem_status fault_decommit(llmem_resource *r, void *ptr, size_t size)
 {
     fault_resource *f = (fault_resource *)r;
-    llmem_status st = decide(f, LLMEM_FAULT_OP_DECOMMIT, 0);
+    size_t claimed;
+    uint64_t gen;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_DECOMMIT, 0, &claimed, &gen);
     return st ? st : llmem_resource_decommit(f->up, ptr, size);
 }
 
 static llmem_status fault_copy(llmem_resource *r, void *dst, const void *src, size_t n)
 {
     fault_resource *f = (fault_resource *)r;
-    llmem_status st = decide(f, LLMEM_FAULT_OP_COPY, 0);
+    size_t claimed;
+    uint64_t gen;
+    llmem_status st = decide(f, LLMEM_FAULT_OP_COPY, 0, &claimed, &gen);
     return st ? st : llmem_resource_copy(f->up, dst, src, n);
 }
 
@@ -177,6 +215,7 @@ llmem_status llmem_fault_resource_arm(llmem_resource *r, const llmem_fault_optio
     pthread_mutex_lock(&f->lock);
     f->opts = o;
     f->rng = o.seed;
+    f->arm_gen++;
     f->st.calls_total = f->st.injected_total = f->st.bytes_total = 0;
     pthread_mutex_unlock(&f->lock);
     return LLMEM_OK;

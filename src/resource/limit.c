@@ -45,6 +45,7 @@ static llmem_status limit_map(llmem_resource *r, size_t size, size_t align, unsi
 static llmem_status limit_unmap(llmem_resource *r, void *ptr, size_t size, size_t committed)
 {
     limit_resource *l = (limit_resource *)r;
+    /* The wrapper has rounded committed to whole granules, as commits are. */
     llmem_status st = llmem_resource_unmap(l->up, ptr, size, committed);
     if (!st) llmem__sub(&l->used, l->what == LLMEM_LIMIT_MAPPED ? size : committed);
     return st;

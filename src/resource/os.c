@@ -206,15 +206,20 @@ static bool is_huge(os_resource *o, void *p)
     return found;
 }
 
-/* Try MAP_HUGETLB over an aligned reservation; NULL (errno set) on failure. */
-static void *map_hugetlb(os_resource *o, size_t size, size_t align, bool committed)
+/* Try MAP_HUGETLB over an aligned reservation; NULL (errno set) on failure.
+ * Never MAP_NORESERVE, even for an uncommitted mapping: without a
+ * reservation the kernel hands out hugetlb address space when no huge page
+ * is free, and the first touch after commit dies of SIGBUS. Reserving at
+ * map time makes a shortage fail here, where the fallback (or
+ * LLMEM_ENOHUGE) can deal with it. */
+static void *map_hugetlb(os_resource *o, size_t size, size_t align, bool committed, bool populate)
 {
     if (align < o->huge_size) align = o->huge_size;
     void *res = llmem__mmap_aligned(size, align, o->page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
     if (!res) return NULL;
     int prot = committed ? PROT_READ | PROT_WRITE : PROT_NONE;
-    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | (committed ? 0 : MAP_NORESERVE);
-    if (committed && (o->opts.populate)) flags |= MAP_POPULATE;
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB;
+    if (committed && (populate || o->opts.populate)) flags |= MAP_POPULATE;
     void *p = mmap(res, size, prot, flags, -1, 0);
     if (p == MAP_FAILED) {
         int e = errno;
@@ -251,6 +256,18 @@ static llmem_status on_commit(os_resource *o, void *p, size_t size, bool huge, b
     return LLMEM_OK;
 }
 
+/* Is all of [p, p+size) mapped in this process? msync(MS_ASYNC) does no work
+ * on anonymous memory but fails with ENOMEM when the range has a hole, so a
+ * double unmap, or a commit/decommit outside any mapping, is refused before
+ * munmap (which would succeed silently) or mprotect/madvise (which would
+ * apply to part of the range) runs. */
+static llmem_status check_mapped(os_resource *o, void *p, size_t size, const char *op)
+{
+    if (msync(p, size, MS_ASYNC) == 0 || errno != ENOMEM) return LLMEM_OK;
+    return llmem__fail(LLMEM_EINVAL, "os resource '%s': %s of [%p, +%zu), which is not (all) mapped%s",
+                       o->base.info.name, op, p, size, strcmp(op, "unmap") == 0 ? " (unmapped twice?)" : "");
+}
+
 /* ---- ops ----------------------------------------------------------------- */
 
 static llmem_status os_map(llmem_resource *r, size_t size, size_t align, unsigned flags, const char *tag, void **out)
@@ -262,7 +279,7 @@ static llmem_status os_map(llmem_resource *r, size_t size, size_t align, unsigne
     void *p = NULL;
 
     if (o->opts.huge == LLMEM_OS_HUGE_HUGETLB) {
-        p = map_hugetlb(o, size, align, committed);
+        p = map_hugetlb(o, size, align, committed, flags & LLMEM_MAP_POPULATE);
         if (p) {
             huge = true;
             if (!huge_remember(o, p, size)) {
@@ -314,6 +331,8 @@ static llmem_status os_map(llmem_resource *r, size_t size, size_t align, unsigne
 static llmem_status os_unmap(llmem_resource *r, void *ptr, size_t size, size_t committed)
 {
     os_resource *o = (os_resource *)r;
+    llmem_status st = check_mapped(o, ptr, size, "unmap");
+    if (st) return st;
     if (munmap(ptr, size) != 0) {
         int e = errno;
         return llmem__fail(LLMEM_EINVAL, "os resource '%s': munmap(%p, %zu) failed: %s", r->info.name, ptr, size,
@@ -334,33 +353,55 @@ static llmem_status os_unmap(llmem_resource *r, void *ptr, size_t size, size_t c
 static llmem_status os_commit(llmem_resource *r, void *ptr, size_t size)
 {
     os_resource *o = (os_resource *)r;
+    llmem_status st = check_mapped(o, ptr, size, "commit");
+    if (st) return st;
     if (mprotect(ptr, size, PROT_READ | PROT_WRITE) != 0) {
         int e = errno;
         return llmem__fail(errno_status(e), "os resource '%s': commit (mprotect) of %zu bytes at %p failed: %s",
                            r->info.name, size, ptr, strerror(e));
     }
     bool huge = is_huge(o, ptr);
+    /* Huge pages given back by an earlier decommit may be gone by now: fault
+     * them in here, so a shortage is a status and not a SIGBUS on first
+     * touch. (EINVAL: a kernel before 5.14, the map-time reservation has to
+     * do.) */
+    if (huge && madvise(ptr, size, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+        int e = errno;
+        madvise(ptr, size, MADV_DONTNEED);
+        mprotect(ptr, size, PROT_NONE);
+        return llmem__fail(LLMEM_ENOHUGE,
+                           "os resource '%s': commit of %zu bytes of huge pages at %p failed (%s): %llu huge pages "
+                           "free; reserve more with /proc/sys/vm/nr_hugepages",
+                           r->info.name, size, ptr, strerror(e), (unsigned long long)meminfo_value("HugePages_Free"));
+    }
     bool thp = o->opts.huge != LLMEM_OS_HUGE_NONE;
-    llmem_status st = on_commit(o, ptr, size, huge, thp, false);
-    if (st) mprotect(ptr, size, PROT_NONE); /* stay uncommitted, as the wrapper counts it */
+    st = on_commit(o, ptr, size, huge, thp, false);
+    if (st) {
+        /* Stay uncommitted, as the wrapper counts it, and give back any
+         * pages the populate option faulted in. */
+        madvise(ptr, size, MADV_DONTNEED);
+        mprotect(ptr, size, PROT_NONE);
+    }
     return st;
 }
 
 static llmem_status os_decommit(llmem_resource *r, void *ptr, size_t size)
 {
     os_resource *o = (os_resource *)r;
-    if (o->opts.mlock) {
-        munlock(ptr, size);
-        llmem__sub(&o->st.mlocked_bytes, size);
-    }
+    llmem_status st = check_mapped(o, ptr, size, "decommit");
+    if (st) return st;
+    if (o->opts.mlock) munlock(ptr, size); /* madvise refuses locked pages */
     int advice = o->opts.decommit == LLMEM_OS_DECOMMIT_FREE ? MADV_FREE : MADV_DONTNEED;
     if (advice == MADV_FREE && is_huge(o, ptr)) advice = MADV_DONTNEED; /* hugetlb has no MADV_FREE */
-    if (madvise(ptr, size, advice) != 0) {
+    if (madvise(ptr, size, advice) != 0 && !(advice == MADV_FREE && madvise(ptr, size, MADV_DONTNEED) == 0)) {
         int e = errno;
-        if (advice == MADV_FREE && madvise(ptr, size, MADV_DONTNEED) == 0) return LLMEM_OK;
+        /* The range stays committed (the wrapper counts it so): lock it
+         * again, or stop counting it as locked if that fails. */
+        if (o->opts.mlock && mlock(ptr, size) != 0) llmem__sub(&o->st.mlocked_bytes, size);
         return llmem__fail(errno_status(e), "os resource '%s': decommit (madvise) of %zu bytes at %p failed: %s",
                            r->info.name, size, ptr, strerror(e));
     }
+    if (o->opts.mlock) llmem__sub(&o->st.mlocked_bytes, size);
     return LLMEM_OK;
 }
 
@@ -404,7 +445,8 @@ static llmem_status os_init(os_resource *o, const llmem_os_options *opts)
             return llmem__fail(LLMEM_ENOTSUP,
                                "os resource: NUMA binding asked for, but libnuma (libnuma.so.1) is not installed or "
                                "the kernel has no NUMA support");
-        if (o->opts.numa_node < 0 || o->opts.numa_node > numa.max_node || o->opts.numa_node >= NUMA_MASK_WORDS * 64)
+        if (o->opts.numa_node < 0 || o->opts.numa_node > numa.max_node ||
+            o->opts.numa_node >= NUMA_MASK_WORDS * 8 * (int)sizeof(unsigned long))
             return llmem__fail(LLMEM_ENOTSUP, "os resource: NUMA node %d does not exist (nodes 0..%d)",
                                o->opts.numa_node, numa.max_node);
     }
@@ -418,7 +460,8 @@ static llmem_status os_init(os_resource *o, const llmem_os_options *opts)
     }
     pthread_mutex_init(&o->lock, NULL);
     o->st.struct_size = sizeof o->st;
-    llmem_resource_init(&o->base, &os_ops, o->opts.name, LLMEM_MEM_HOST, gran, gran, LLMEM_MAX_ALIGN,
+    const char *name = o->opts.name && *o->opts.name ? o->opts.name : "os"; /* zeroed options: defaults */
+    llmem_resource_init(&o->base, &os_ops, name, LLMEM_MEM_HOST, gran, gran, LLMEM_MAX_ALIGN,
                         LLMEM_RES_CAP_DECOMMIT | LLMEM_RES_CAP_RESERVE | LLMEM_RES_CAP_COPY);
     return LLMEM_OK;
 }

@@ -79,7 +79,8 @@ llmem_status llmem_resource_map_tagged(llmem_resource *r, size_t size, size_t al
                                        void **out)
 {
     if (out) *out = NULL;
-    if (!r || !out) return llmem__fail(LLMEM_EINVAL, "resource: null %s passed to map", r ? "out" : "resource");
+    if (!r) return llmem__fail(LLMEM_EINVAL, "resource: null resource passed to map");
+    if (!out) return failed(r, llmem__fail(LLMEM_EINVAL, "resource '%s': null out passed to map", r->info.name), "map");
     if (size == 0) return failed(r, llmem__fail(LLMEM_EINVAL, "resource '%s': map of size 0", r->info.name), "map");
     if (flags & ~(unsigned)(LLMEM_MAP_UNCOMMITTED | LLMEM_MAP_POPULATE))
         return failed(r, llmem__fail(LLMEM_EINVAL, "resource '%s': unknown map flags 0x%x", r->info.name, flags),
@@ -129,10 +130,15 @@ llmem_status llmem_resource_unmap(llmem_resource *r, void *ptr, size_t size, siz
                       llmem__fail(LLMEM_EINVAL, "resource '%s': unmap of %zu bytes claims %zu committed",
                                   r->info.name, rounded, committed),
                       "unmap");
-    if (r->info.kind == LLMEM_MEM_HOST) LLMEM_UNPOISON(ptr, rounded);
+    /* Committed bytes are whole granules, like the size: a caller passing
+     * the size it asked map for means "all of it". Cannot wrap (<= rounded). */
+    llmem__align_up(committed, r->info.granularity, &committed);
     uint64_t seq = llmem__error_seq();
     st = r->ops->unmap(r, ptr, rounded, committed);
     if (st) return failed_since(r, st, "unmap", seq);
+    /* Only now that the pages are gone: a refused unmap must not wipe the
+     * poisoning of memory that still belongs to someone. */
+    if (r->info.kind == LLMEM_MEM_HOST) LLMEM_UNPOISON(ptr, rounded);
     llmem_resource_stats *c = C(r);
     llmem__sub(&c->mapped_bytes, rounded);
     llmem__sub(&c->committed_bytes, committed);
@@ -165,10 +171,10 @@ llmem_status llmem_resource_decommit(llmem_resource *r, void *ptr, size_t size)
     if (st) return st;
     if (!(r->info.caps & LLMEM_RES_CAP_DECOMMIT) || !r->ops->decommit)
         return failed(r, llmem__fail(LLMEM_ENOTSUP, "resource '%s' cannot decommit", r->info.name), "decommit");
-    if (r->info.kind == LLMEM_MEM_HOST) LLMEM_UNPOISON(ptr, rounded);
     uint64_t seq = llmem__error_seq();
     st = r->ops->decommit(r, ptr, rounded);
     if (st) return failed_since(r, st, "decommit", seq);
+    if (r->info.kind == LLMEM_MEM_HOST) LLMEM_UNPOISON(ptr, rounded); /* the pages are fresh now */
     llmem_resource_stats *c = C(r);
     llmem__sub(&c->committed_bytes, rounded);
     llmem__add(&c->decommit_calls_total, 1);

@@ -227,8 +227,8 @@ static llmem_status change_commit(sim_resource *s, void *ptr, size_t size, bool 
     } else {
         size_t a = granule(s, m, (uintptr_t)ptr), b = a + size / s->base.info.granularity;
         if (!all_bits(m, a, b, !commit))
-            st = llmem__fail(LLMEM_EINVAL, "sim-device '%s': %s of [%p, +%zu), part of which is already %sed",
-                             s->base.info.name, op, ptr, size, op);
+            st = llmem__fail(LLMEM_EINVAL, "sim-device '%s': %s of [%p, +%zu), part of which is %s", s->base.info.name,
+                             op, ptr, size, commit ? "already committed" : "not committed");
         else if (commit)
             st = check_capacity(s, size);
         if (!st) {
@@ -236,6 +236,11 @@ static llmem_status change_commit(sim_resource *s, void *ptr, size_t size, bool 
             if (commit) {
                 m->committed += size;
                 use(s, size);
+                if (s->opts.fill) { /* freshly committed memory is as uninitialised as a fresh mapping */
+                    window(s, (uintptr_t)ptr, size, true);
+                    memset(ptr, s->opts.fill, size);
+                    window(s, (uintptr_t)ptr, size, false);
+                }
             } else {
                 m->committed -= size;
                 s->st.used_bytes -= size;
@@ -382,7 +387,8 @@ bool llmem_sim_resource_contains(const llmem_resource *r, const void *ptr, size_
     sim_resource *s = (sim_resource *)(uintptr_t)r;
     pthread_mutex_lock(&s->lock);
     ptrdiff_t i = find(s, (uintptr_t)ptr);
-    bool ok = i >= 0 && (uintptr_t)ptr + n <= s->maps[i].start + s->maps[i].size;
+    /* n may be anything: compare against the room left, never form ptr + n. */
+    bool ok = i >= 0 && n <= s->maps[i].start + s->maps[i].size - (uintptr_t)ptr;
     pthread_mutex_unlock(&s->lock);
     return ok;
 }

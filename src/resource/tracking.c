@@ -30,6 +30,8 @@ typedef struct tracking_resource {
     pthread_mutex_t lock;  /* guards everything below */
     track_entry *v;        /* sorted by ptr */
     size_t count, cap;
+    size_t pending;        /* unmaps taken out of v and not yet answered upstream;
+                              count + pending <= cap, so each can be put back */
     uint64_t next_seq;
     llmem_tracking_stats st;
 } tracking_resource;
@@ -68,7 +70,7 @@ static llmem_status tr_map(llmem_resource *r, size_t size, size_t align, unsigne
     llmem_status st = llmem_resource_map_tagged(t->up, size, align, flags, tag, &p);
     if (st) return st;
     pthread_mutex_lock(&t->lock);
-    if (t->count == t->cap) {
+    if (t->count + t->pending >= t->cap) {
         size_t ncap = t->cap ? t->cap * 2 : 32;
         track_entry *n = realloc(t->v, ncap * sizeof *n);
         if (!n) {
@@ -111,21 +113,25 @@ static llmem_status tr_unmap(llmem_resource *r, void *ptr, size_t size, size_t c
                                      "tracking '%s': unmap of %p (tag '%s') claims %zu committed bytes, %zu are",
                                      r->info.name, ptr, e.tag, committed, e.committed));
     /* Take it out first so a concurrent map that reuses the address can
-     * insert; put it back if upstream refuses. */
+     * insert; put it back if upstream refuses. The figures follow the
+     * array, so a snapshot (stats, report) always agrees with itself. */
     memmove(&t->v[i], &t->v[i + 1], (t->count - i - 1) * sizeof *t->v);
     t->count--;
+    t->pending++;
+    t->st.live_mappings = t->count;
+    t->st.live_bytes -= size;
     pthread_mutex_unlock(&t->lock);
     llmem_status st = llmem_resource_unmap(t->up, ptr, size, committed);
     pthread_mutex_lock(&t->lock);
+    t->pending--;
     if (st) {
         i = lower(t, e.ptr);
         memmove(&t->v[i + 1], &t->v[i], (t->count - i) * sizeof *t->v);
         t->v[i] = e;
         t->count++;
-    } else {
-        t->st.live_bytes -= size;
+        t->st.live_mappings = t->count;
+        t->st.live_bytes += size;
     }
-    t->st.live_mappings = t->count;
     pthread_mutex_unlock(&t->lock);
     return st;
 }
@@ -220,53 +226,59 @@ static int by_seq(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The live entries, oldest first, in a malloc'ed array (NULL when there are
+ * none). Lock held. */
+static llmem_status copy_by_age(const tracking_resource *t, track_entry **out, size_t *n)
+{
+    *out = NULL;
+    *n = t->count;
+    if (!t->count) return LLMEM_OK;
+    track_entry *copy = malloc(t->count * sizeof *copy);
+    if (!copy) return llmem__fail(LLMEM_ENOMEM, "tracking '%s': out of memory for a snapshot", t->base.info.name);
+    memcpy(copy, t->v, t->count * sizeof *copy);
+    qsort(copy, t->count, sizeof *copy, by_seq);
+    *out = copy;
+    return LLMEM_OK;
+}
+
 llmem_status llmem_tracking_resource_foreach(const llmem_resource *r,
                                              bool (*fn)(void *user, const llmem_tracking_entry *e), void *user)
 {
     tracking_resource *t = as_tracking(r);
     if (!t || !fn) return llmem__fail(LLMEM_EINVAL, "tracking foreach: not a tracking resource or null callback");
     pthread_mutex_lock(&t->lock);
-    track_entry *copy = t->count ? malloc(t->count * sizeof *copy) : NULL;
-    if (t->count && !copy) {
-        pthread_mutex_unlock(&t->lock);
-        return llmem__fail(LLMEM_ENOMEM, "tracking foreach: out of memory");
-    }
-    size_t n = t->count;
-    if (n) memcpy(copy, t->v, n * sizeof *copy);
-    qsort(copy, n, sizeof *copy, by_seq);
-    for (size_t i = 0; i < n; i++) {
+    track_entry *copy;
+    size_t n;
+    llmem_status st = copy_by_age(t, &copy, &n);
+    for (size_t i = 0; !st && i < n; i++) {
         llmem_tracking_entry e = {(void *)copy[i].ptr, copy[i].size, copy[i].committed, copy[i].tag, copy[i].seq};
         if (!fn(user, &e)) break;
     }
     pthread_mutex_unlock(&t->lock);
     free(copy);
-    return LLMEM_OK;
-}
-
-typedef struct report_ctx {
-    FILE *f;
-    const char *name;
-} report_ctx;
-
-static bool report_one(void *user, const llmem_tracking_entry *e)
-{
-    report_ctx *c = user;
-    fprintf(c->f, "llmem: leak in '%s': %zu bytes at %p (tag '%s', map #%llu, %zu committed)\n", c->name, e->size,
-            e->ptr, *e->tag ? e->tag : "-", (unsigned long long)e->seq, e->committed);
-    return true;
+    return st;
 }
 
 llmem_status llmem_tracking_resource_report(const llmem_resource *r, FILE *f, size_t *leaks)
 {
     tracking_resource *t = as_tracking(r);
     if (!t || !f) return llmem__fail(LLMEM_EINVAL, "tracking report: not a tracking resource or null stream");
-    report_ctx c = {f, r->info.name};
-    llmem_status st = llmem_tracking_resource_foreach(r, report_one, &c);
+    /* One snapshot of the entries and the figures, so the lines and the
+     * summary agree even while other threads map; written without the lock. */
+    pthread_mutex_lock(&t->lock);
+    track_entry *copy;
+    size_t n;
+    llmem_status st = copy_by_age(t, &copy, &n);
+    llmem_tracking_stats s = t->st;
+    pthread_mutex_unlock(&t->lock);
     if (st) return st;
-    llmem_tracking_stats s = {0};
-    llmem_tracking_resource_get_stats(r, &s);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "llmem: leak in '%s': %zu bytes at %p (tag '%s', map #%llu, %zu committed)\n", r->info.name,
+                copy[i].size, (void *)copy[i].ptr, copy[i].tag[0] ? copy[i].tag : "-",
+                (unsigned long long)copy[i].seq, copy[i].committed);
     fprintf(f, "llmem: '%s': %llu live mappings, %llu bytes (peak %llu bytes)\n", r->info.name,
             (unsigned long long)s.live_mappings, (unsigned long long)s.live_bytes, (unsigned long long)s.peak_bytes);
+    free(copy);
     if (leaks) *leaks = (size_t)s.live_mappings;
     return LLMEM_OK;
 }

@@ -1,0 +1,42 @@
+#!/bin/sh
+# deps.sh GROUP... - install the Debian packages a make target needs, only
+# those missing, quietly when nothing is. Groups: build, test, bench.
+# Runs apt-get as root (directly, or through sudo when not root).
+set -eu
+
+pkgs_build="cmake make gcc libc6-dev pkgconf binutils"
+pkgs_test="libcmocka-dev libnuma1"
+pkgs_bench=""
+
+want=""
+for g in "$@"; do
+    case "$g" in
+        build) want="$want $pkgs_build" ;;
+        test) want="$want $pkgs_build $pkgs_test" ;;
+        bench) want="$want $pkgs_build $pkgs_bench" ;;
+        *) echo "deps.sh: unknown group '$g' (build, test, bench)" >&2; exit 2 ;;
+    esac
+done
+
+missing=""
+for p in $want; do
+    case " $missing " in *" $p "*) continue ;; esac
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "llmem: installing Debian packages:$missing"
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+else
+    echo "llmem: missing packages:$missing; run as root: apt-get install$missing" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
