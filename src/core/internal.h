@@ -11,8 +11,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "llmem/resource_impl.h"
+#include "llmem/stats.h"
 #include "llmem/status.h"
 
 #define LLMEM_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -71,6 +73,18 @@ void llmem__log(llmem_log_level level, const char *fmt, ...) __attribute__((form
 /* Record the error and log it at `level` in one go (checked-mode detections). */
 llmem_status llmem__fail_log(llmem_log_level level, llmem_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Hand a filled stats struct (whose first field is size_t struct_size) to a
+ * caller: copy as much as the caller's struct_size allows (see
+ * llmem_stats_fill_size) and record that size in it. */
+static inline void llmem__stats_out(void *out, void *filled, size_t size)
+{
+    size_t caller, n;
+    memcpy(&caller, out, sizeof caller);
+    n = llmem_stats_fill_size(caller, size);
+    memcpy(filled, &n, sizeof n);
+    memcpy(out, filled, n);
+}
 
 /* Number of errors recorded in this thread so far: compare before and after
  * a call to know whether it left its own message. */

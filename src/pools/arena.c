@@ -388,8 +388,7 @@ llmem_status llmem_arena_get_stats(const llmem_arena *a, llmem_arena_stats *out)
     s.requested_bytes = a->requested;
     s.waste_bytes = a->used - a->requested;
     s.chunks = a->nchunks;
-    s.struct_size = llmem_stats_fill_size(out->struct_size, sizeof s);
-    memcpy(out, &s, s.struct_size);
+    llmem__stats_out(out, &s, sizeof s);
     return LLMEM_OK;
 }
 

@@ -657,8 +657,7 @@ llmem_status llmem_fixed_get_stats(const llmem_fixed *cp, llmem_fixed_stats *out
     s.failures_total = llmem__ld(&p->failures);
     s.double_frees_total = llmem__ld(&p->double_frees);
     s.foreign_frees_total = llmem__ld(&p->foreign_frees);
-    s.struct_size = llmem_stats_fill_size(out->struct_size, sizeof s);
-    memcpy(out, &s, s.struct_size);
+    llmem__stats_out(out, &s, sizeof s);
     return LLMEM_OK;
 }
 

@@ -228,7 +228,6 @@ llmem_status llmem_fault_resource_get_stats(const llmem_resource *r, llmem_fault
     pthread_mutex_lock(&f->lock);
     llmem_fault_stats s = f->st;
     pthread_mutex_unlock(&f->lock);
-    s.struct_size = llmem_stats_fill_size(out->struct_size, sizeof s);
-    memcpy(out, &s, s.struct_size);
+    llmem__stats_out(out, &s, sizeof s);
     return LLMEM_OK;
 }

@@ -224,8 +224,7 @@ llmem_status llmem_resource_get_stats(const llmem_resource *r, llmem_resource_st
     uint64_t *dst = (uint64_t *)((char *)&s + offsetof(llmem_resource_stats, mapped_bytes));
     size_t n = (sizeof s - offsetof(llmem_resource_stats, mapped_bytes)) / sizeof(uint64_t);
     for (size_t i = 0; i < n; i++) dst[i] = llmem__ld(&src[i]);
-    s.struct_size = llmem_stats_fill_size(out->struct_size, sizeof s);
-    memcpy(out, &s, s.struct_size);
+    llmem__stats_out(out, &s, sizeof s);
     return LLMEM_OK;
 }
 

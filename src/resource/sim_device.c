@@ -376,8 +376,7 @@ llmem_status llmem_sim_resource_get_stats(const llmem_resource *r, llmem_sim_sta
     pthread_mutex_lock(&s->lock);
     llmem_sim_stats v = s->st;
     pthread_mutex_unlock(&s->lock);
-    v.struct_size = llmem_stats_fill_size(out->struct_size, sizeof v);
-    memcpy(out, &v, v.struct_size);
+    llmem__stats_out(out, &v, sizeof v);
     return LLMEM_OK;
 }
 

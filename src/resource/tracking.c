@@ -215,8 +215,7 @@ llmem_status llmem_tracking_resource_get_stats(const llmem_resource *r, llmem_tr
     pthread_mutex_lock(&t->lock);
     llmem_tracking_stats s = t->st;
     pthread_mutex_unlock(&t->lock);
-    s.struct_size = llmem_stats_fill_size(out->struct_size, sizeof s);
-    memcpy(out, &s, s.struct_size);
+    llmem__stats_out(out, &s, sizeof s);
     return LLMEM_OK;
 }
 
