@@ -43,6 +43,6 @@ int llmem_cmd_info(int argc, char **argv)
     printf("  NUMA                 %s, %d node(s)\n", c.numa_available ? "libnuma loaded" : "not available",
            c.numa_nodes);
     printf("  resources            %s\n", resources);
-    printf("  pools                arena, fixed\n");
+    printf("  pools                arena, fixed, pool (dynamic)\n");
     return 0;
 }

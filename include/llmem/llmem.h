@@ -20,5 +20,6 @@
 #include "llmem/tracking_resource.h"
 #include "llmem/arena.h"
 #include "llmem/fixed.h"
+#include "llmem/pool.h"
 
 #endif /* LLMEM_LLMEM_H */

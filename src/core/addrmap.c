@@ -1,0 +1,98 @@
+/*
+ * addrmap.c - three-level radix tree from 64 KiB units to owners.
+ *
+ * Key = address >> 16 (32 bits for 48-bit addresses), split 12/10/10:
+ * a static root of 4096 pointers, interior nodes and leaves of 1024
+ * pointers (8 KiB) allocated on first use.
+ */
+#include "addrmap.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define KEY_BITS 32
+#define L1_BITS 12
+#define L2_BITS 10
+#define L3_BITS 10
+#define L2_SIZE ((size_t)1 << L2_BITS)
+#define L3_SIZE ((size_t)1 << L3_BITS)
+
+typedef struct leaf {
+    void *owner[L3_SIZE];
+} leaf;
+
+typedef struct node {
+    leaf *leaves[L2_SIZE];
+} node;
+
+static node *root[(size_t)1 << L1_BITS];
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static inline bool in_range(uintptr_t p) { return (uint64_t)p >> (LLMEM_ADDRMAP_SHIFT + KEY_BITS) == 0; }
+
+void *llmem__addrmap_get(uintptr_t p)
+{
+    if (!in_range(p)) return NULL;
+    uint64_t key = (uint64_t)p >> LLMEM_ADDRMAP_SHIFT;
+    node *n = __atomic_load_n(&root[key >> (L2_BITS + L3_BITS)], __ATOMIC_ACQUIRE);
+    if (!n) return NULL;
+    leaf *l = __atomic_load_n(&n->leaves[(key >> L3_BITS) & (L2_SIZE - 1)], __ATOMIC_ACQUIRE);
+    if (!l) return NULL;
+    return __atomic_load_n(&l->owner[key & (L3_SIZE - 1)], __ATOMIC_ACQUIRE);
+}
+
+/* The leaf for key, created if `create`. Write lock held. */
+static leaf *leaf_for(uint64_t key, bool create)
+{
+    node **np = &root[key >> (L2_BITS + L3_BITS)];
+    node *n = *np;
+    if (!n) {
+        if (!create || !(n = calloc(1, sizeof *n))) return NULL;
+        __atomic_store_n(np, n, __ATOMIC_RELEASE);
+    }
+    leaf **lp = &n->leaves[(key >> L3_BITS) & (L2_SIZE - 1)];
+    leaf *l = *lp;
+    if (!l) {
+        if (!create || !(l = calloc(1, sizeof *l))) return NULL;
+        __atomic_store_n(lp, l, __ATOMIC_RELEASE);
+    }
+    return l;
+}
+
+llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner)
+{
+    if (size == 0) return LLMEM_OK;
+    uintptr_t last = start + size - 1;
+    if (last < start || !in_range(last))
+        return llmem__fail(LLMEM_ENOTSUP, "address map: [%p, +%zu) lies beyond the 48-bit address space",
+                           (void *)start, size);
+    uint64_t k0 = (uint64_t)start >> LLMEM_ADDRMAP_SHIFT, k1 = (uint64_t)last >> LLMEM_ADDRMAP_SHIFT;
+    pthread_mutex_lock(&write_lock);
+    /* Create every node first, so a failure registers nothing. */
+    for (uint64_t k = k0; k <= k1; k = (k | (L3_SIZE - 1)) + 1) {
+        if (!leaf_for(k, true)) {
+            pthread_mutex_unlock(&write_lock);
+            return llmem__fail(LLMEM_ENOMEM, "address map: out of memory for a node");
+        }
+    }
+    for (uint64_t k = k0; k <= k1; k++)
+        __atomic_store_n(&leaf_for(k, false)->owner[k & (L3_SIZE - 1)], owner, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&write_lock);
+    return LLMEM_OK;
+}
+
+void llmem__addrmap_clear(uintptr_t start, size_t size)
+{
+    if (size == 0) return;
+    uintptr_t last = start + size - 1;
+    if (last < start || !in_range(last)) return;
+    uint64_t k0 = (uint64_t)start >> LLMEM_ADDRMAP_SHIFT, k1 = (uint64_t)last >> LLMEM_ADDRMAP_SHIFT;
+    pthread_mutex_lock(&write_lock);
+    for (uint64_t k = k0; k <= k1; k++) {
+        leaf *l = leaf_for(k, false);
+        if (l) __atomic_store_n(&l->owner[k & (L3_SIZE - 1)], NULL, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&write_lock);
+}

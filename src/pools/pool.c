@@ -1,0 +1,1373 @@
+/*
+ * pool.c - the dynamic pool: superblocks, a best-fit page allocator,
+ * size-class slabs.
+ *
+ * Layout. A superblock is one mapping from the resource, aligned to at
+ * least 64 KiB (the address map's unit) and to the resource granularity,
+ * and registered in the process-wide address map, so any pointer finds its
+ * superblock in three loads. A superblock is tiled by blocks: runs of whole
+ * units (U: 4 KiB host, 64 KiB device), each FREE, LARGE (one allocation) or
+ * SLAB (blocks of one size class). Blocks are out-of-band descriptors,
+ * linked in address order (prev/next) so freeing coalesces with free
+ * neighbours; FREE blocks also sit in an AVL tree ordered by (size, address)
+ * for best fit in O(log n). Each superblock has an owner table with one
+ * entry per unit: the first unit of every FREE and LARGE block and every
+ * unit of a SLAB point at their descriptor; other entries are NULL. So free
+ * finds a pointer's block in one more load, and a pointer that is not a
+ * live block start is recognised at once.
+ *
+ * Slabs. A slab carves blocks of its class lazily (a bump index), so a new
+ * slab touches no page until its blocks are used. Free blocks go on a list
+ * threaded through them (plain host pools) or on an index stack in host
+ * memory (device pools, which must not touch their memory, and checked
+ * pools). Slabs with free blocks sit on their class's partial list; a slab
+ * whose last block comes back is kept if it is its class's only empty slab,
+ * otherwise returned to the page allocator.
+ *
+ * Memory going back. A superblock whose blocks are all free is "empty"; it
+ * is unmapped once it has stayed empty for the decay delay (checked on the
+ * pool's slow paths), or at once by shrink/trim. Decommit works on runs of
+ * units aligned to the resource granularity inside free blocks; a bit per
+ * unit records what is decommitted, and taking a block first commits the
+ * runs it covers, so a run is always wholly committed or wholly not.
+ *
+ * Checked mode adds a bit per slab block (allocated or not) and, on the
+ * host, guard canaries: an allocation of n bytes takes a block of G + n + 16
+ * bytes (G = 64, or the alignment if larger), the user pointer is block + G,
+ * the first 16 bytes of the front guard hold a magic word, n and G, and the
+ * rest of both guards hold a fixed pattern, verified on free.
+ *
+ * Locking: one mutex per pool guards everything.
+ *
+ * Invariants (llmem_pool_check verifies them): blocks tile each superblock
+ * in address order; no two FREE blocks are adjacent; the tree holds exactly
+ * the FREE blocks; owner table entries are as described; a slab's used +
+ * free-list length = carved <= nblocks; the figures in the stats equal the
+ * sums over blocks.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "addrmap.h"
+#include "avl.h"
+#include "internal.h"
+#include "llmem/fixed.h"
+#include "llmem/pool.h"
+#include "size_class.h"
+
+enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3 };
+
+#define GUARD_MIN 64u          /* front guard, checked host pools */
+#define GUARD_TAIL 16u         /* at least this much tail guard */
+#define GUARD_MAGIC 0x6c6c6d65u /* "llme" */
+#define GUARD_BYTE 0xFD
+#define MAGIC_SHIFT 40         /* exact division by class size, see slab_index */
+
+typedef struct superblock superblock;
+
+typedef struct pblock {
+    uint8_t kind;
+    uint16_t cls;              /* D_SLAB */
+    uintptr_t start;
+    size_t size;               /* bytes, a multiple of U */
+    superblock *sb;
+    struct pblock *prev, *next; /* address order within the superblock */
+    llmem_avl_node node;        /* D_FREE: in the pool's free tree */
+    uintptr_t user;             /* D_LARGE: the pointer handed out */
+    size_t requested;           /* D_LARGE: bytes asked for */
+} pblock;
+
+typedef struct slab {
+    pblock b;
+    struct slab *lnext, *lprev; /* the class's partial list */
+    uint32_t nblocks, used, carved, nfree;
+    bool listed;
+    void *free_head;            /* in-band free list */
+    uint32_t *free_idx;         /* out-of-band free stack (nfree entries) */
+    uint64_t *bits;             /* checked: 1 = handed out */
+} slab;
+
+struct superblock {
+    uintptr_t base;
+    size_t size;
+    llmem_pool *pool;
+    superblock *next, *prev;    /* all superblocks of the pool */
+    superblock *enext, *eprev;  /* the pool's empty superblocks */
+    pblock **owner;             /* one entry per unit */
+    uint64_t *decommitted;      /* one bit per unit */
+    size_t decommitted_units;
+    size_t used;                /* bytes in LARGE and SLAB blocks */
+    uint64_t empty_since;       /* when used became 0, if listed as empty */
+    bool empty;
+};
+
+typedef struct central {
+    slab *partial;              /* slabs with a free block (or none carved yet) */
+    uint32_t slabs, empty_slabs;
+    uint64_t live, allocs;
+    uint64_t magic;             /* ceil(2^MAGIC_SHIFT / class size) */
+} central;
+
+struct llmem_pool {
+    pthread_mutex_t lock;
+    char name[32];
+    llmem_resource *res;
+    bool host, checked, inband;
+    size_t align;               /* pool minimum alignment */
+    size_t unit;
+    unsigned ushift;
+    size_t run;                 /* commit/decommit run: max(unit, resource granularity) */
+    size_t sb_align;            /* superblock alignment and size multiple */
+    size_t next_sb, max_sb, max_bytes;
+    uint64_t decay_ns;
+    llmem_size_classes cls;
+    central central[LLMEM_MAX_CLASSES];
+    llmem_avl free_tree;
+    superblock *sbs, *empties;
+    llmem_fixed *descs;
+    llmem_pool_stats st;        /* maintained under the lock; derived fields filled by get_stats */
+};
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)
+{
+    return (size_t)(a - sb->base) >> ushift;
+}
+
+static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
+static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }
+static inline void bit_clear(uint64_t *b, size_t i) { b[i / 64] &= ~(1ull << (i % 64)); }
+
+static int free_cmp(const llmem_avl_node *a, const llmem_avl_node *b)
+{
+    const pblock *x = (const pblock *)((const char *)a - offsetof(pblock, node));
+    const pblock *y = (const pblock *)((const char *)b - offsetof(pblock, node));
+    if (x->size != y->size) return x->size < y->size ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Key for lower_bound: the smallest size wanted, lowest address first. */
+static int size_key_cmp(const void *key, const llmem_avl_node *n)
+{
+    size_t want = *(const size_t *)key;
+    const pblock *b = (const pblock *)((const char *)n - offsetof(pblock, node));
+    return want <= b->size ? -1 : 1;
+}
+
+static inline pblock *node_block(llmem_avl_node *n)
+{
+    return n ? (pblock *)((char *)n - offsetof(pblock, node)) : NULL;
+}
+
+static pblock *desc_new(llmem_pool *p)
+{
+    slab *s = llmem_fixed_alloc(p->descs, NULL);
+    if (s) memset(s, 0, sizeof *s);
+    return &s->b;
+}
+
+static void desc_free(llmem_pool *p, pblock *b) { llmem_fixed_free(p->descs, b); }
+
+static void tree_insert(llmem_pool *p, pblock *b)
+{
+    b->kind = D_FREE;
+    llmem__avl_insert(&p->free_tree, &b->node, free_cmp);
+    p->st.free_bytes += b->size;
+}
+
+static void tree_remove(llmem_pool *p, pblock *b)
+{
+    llmem__avl_remove(&p->free_tree, &b->node);
+    p->st.free_bytes -= b->size;
+}
+
+/* ---- superblocks ------------------------------------------------------- */
+
+static void empty_list_add(llmem_pool *p, superblock *sb)
+{
+    sb->empty = true;
+    sb->empty_since = llmem__now_ns();
+    sb->eprev = NULL;
+    sb->enext = p->empties;
+    if (p->empties) p->empties->eprev = sb;
+    p->empties = sb;
+}
+
+static void empty_list_remove(llmem_pool *p, superblock *sb)
+{
+    if (!sb->empty) return;
+    if (sb->eprev) sb->eprev->enext = sb->enext;
+    else p->empties = sb->enext;
+    if (sb->enext) sb->enext->eprev = sb->eprev;
+    sb->empty = false;
+}
+
+static void sb_free_meta(superblock *sb)
+{
+    free(sb->owner);
+    free(sb->decommitted);
+    free(sb);
+}
+
+/* Map a superblock able to hold `need` bytes at `align`; its single FREE
+ * block goes into the tree. Lock held. */
+static llmem_status grow(llmem_pool *p, size_t need, size_t align)
+{
+    size_t want = need, size;
+    if (align > p->unit && !llmem__add_ok(want, align - p->unit, &want))
+        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes at alignment %zu overflow", p->name, need, align);
+    bool dedicated = want > p->max_sb;
+    if (!dedicated && want < p->next_sb) want = p->next_sb;
+    if (!llmem__align_up(want, p->sb_align, &size) || size > (size_t)PTRDIFF_MAX)
+        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': a superblock for %zu bytes overflows", p->name, need);
+    if (p->max_bytes && (size > p->max_bytes || p->st.reserved_bytes > p->max_bytes - size))
+        return llmem__fail(LLMEM_ENOMEM, "pool '%s': a %zu-byte superblock would pass max_bytes %zu (%llu mapped)",
+                           p->name, size, p->max_bytes, (unsigned long long)p->st.reserved_bytes);
+    size_t units = size >> p->ushift;
+    superblock *sb = calloc(1, sizeof *sb);
+    pblock *b = desc_new(p);
+    if (sb) {
+        sb->owner = calloc(units, sizeof *sb->owner);
+        sb->decommitted = calloc((units + 63) / 64, sizeof(uint64_t));
+    }
+    if (!sb || !sb->owner || !sb->decommitted || !b) {
+        if (sb) sb_free_meta(sb);
+        if (b) desc_free(p, b);
+        return llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for superblock metadata", p->name);
+    }
+    void *base;
+    llmem_status st = llmem_resource_map_tagged(p->res, size, p->sb_align, 0, p->name, &base);
+    p->st.resource_calls_total++;
+    if (!st) {
+        st = llmem__addrmap_set((uintptr_t)base, size, sb);
+        if (st) {
+            llmem_resource_unmap(p->res, base, size, size);
+            p->st.resource_calls_total++;
+        }
+    }
+    if (st) {
+        sb_free_meta(sb);
+        desc_free(p, b);
+        return st;
+    }
+    if (p->host) LLMEM_POISON(base, size);
+    sb->base = (uintptr_t)base;
+    sb->size = size;
+    sb->pool = p;
+    sb->next = p->sbs;
+    if (p->sbs) p->sbs->prev = sb;
+    p->sbs = sb;
+    b->start = sb->base;
+    b->size = size;
+    b->sb = sb;
+    sb->owner[0] = b;
+    tree_insert(p, b);
+    empty_list_add(p, sb);
+    p->st.reserved_bytes += size;
+    p->st.committed_bytes += size;
+    if (p->st.reserved_bytes > p->st.reserved_peak_bytes) p->st.reserved_peak_bytes = p->st.reserved_bytes;
+    p->st.superblocks++;
+    p->st.grows_total++;
+    if (!dedicated) p->next_sb = p->next_sb > p->max_sb / 2 ? p->max_sb : p->next_sb * 2;
+    return LLMEM_OK;
+}
+
+/* Unmap an empty superblock. Lock held. */
+static void release_sb(llmem_pool *p, superblock *sb)
+{
+    pblock *b = sb->owner[0];
+    tree_remove(p, b);
+    desc_free(p, b);
+    empty_list_remove(p, sb);
+    if (sb->prev) sb->prev->next = sb->next;
+    else p->sbs = sb->next;
+    if (sb->next) sb->next->prev = sb->prev;
+    llmem__addrmap_clear(sb->base, sb->size);
+    size_t decommitted = sb->decommitted_units << p->ushift;
+    llmem_resource_unmap(p->res, (void *)sb->base, sb->size, sb->size - decommitted);
+    p->st.resource_calls_total++;
+    p->st.reserved_bytes -= sb->size;
+    p->st.committed_bytes -= sb->size - decommitted;
+    p->st.superblocks--;
+    p->st.shrinks_total++;
+    sb_free_meta(sb);
+}
+
+/* Release superblocks empty for longer than the decay delay. Lock held. */
+static void decay(llmem_pool *p)
+{
+    if (!p->empties) return;
+    uint64_t now = llmem__now_ns();
+    for (superblock *sb = p->empties, *n; sb; sb = n) {
+        n = sb->enext;
+        if (now - sb->empty_since >= p->decay_ns) release_sb(p, sb);
+    }
+}
+
+/* ---- commit and decommit inside superblocks ------------------------------ */
+
+/* Set or clear the decommit bits of runs [r0, r1) (addresses). */
+static void mark_runs(llmem_pool *p, superblock *sb, uintptr_t r0, uintptr_t r1, bool decommitted)
+{
+    size_t u0 = unit_of(sb, r0, p->ushift), u1 = unit_of(sb, r1, p->ushift);
+    for (size_t u = u0; u < u1; u++) {
+        if (decommitted) bit_set(sb->decommitted, u);
+        else bit_clear(sb->decommitted, u);
+    }
+    if (decommitted) sb->decommitted_units += u1 - u0;
+    else sb->decommitted_units -= u1 - u0;
+}
+
+/* Commit every decommitted run overlapping [a, a+n), one resource call per
+ * stretch of consecutive decommitted runs. Lock held. */
+static llmem_status commit_range(llmem_pool *p, superblock *sb, uintptr_t a, size_t n)
+{
+    if (!sb->decommitted_units) return LLMEM_OK;
+    uintptr_t r = sb->base + ((a - sb->base) & ~(uintptr_t)(p->run - 1)), end = a + n;
+    while (r < end) {
+        if (!bit_get(sb->decommitted, unit_of(sb, r, p->ushift))) {
+            r += p->run;
+            continue;
+        }
+        uintptr_t r1 = r + p->run;
+        while (r1 < end && bit_get(sb->decommitted, unit_of(sb, r1, p->ushift))) r1 += p->run;
+        llmem_status st = llmem_resource_commit(p->res, (void *)r, r1 - r);
+        p->st.resource_calls_total++;
+        if (st) return st;
+        mark_runs(p, sb, r, r1, false);
+        p->st.committed_bytes += r1 - r;
+        if (p->host) LLMEM_POISON((void *)r, r1 - r);
+        r = r1;
+    }
+    return LLMEM_OK;
+}
+
+/* Decommit the committed runs inside free block b, one resource call per
+ * stretch, until `budget` bytes were released. Returns the bytes released.
+ * Lock held. */
+static size_t decommit_block(llmem_pool *p, pblock *b, size_t budget)
+{
+    superblock *sb = b->sb;
+    uintptr_t r = sb->base + llmem__align_ptr(b->start - sb->base, p->run);
+    uintptr_t hi = sb->base + ((b->start + b->size - sb->base) & ~(uintptr_t)(p->run - 1));
+    size_t released = 0;
+    while (r < hi && released < budget) {
+        if (bit_get(sb->decommitted, unit_of(sb, r, p->ushift))) {
+            r += p->run;
+            continue;
+        }
+        uintptr_t r1 = r + p->run;
+        while (r1 < hi && r1 - r < budget - released && !bit_get(sb->decommitted, unit_of(sb, r1, p->ushift)))
+            r1 += p->run;
+        llmem_status st = llmem_resource_decommit(p->res, (void *)r, r1 - r);
+        p->st.resource_calls_total++;
+        if (st) break; /* e.g. a resource that cannot decommit: nothing more to do here */
+        mark_runs(p, sb, r, r1, true);
+        p->st.committed_bytes -= r1 - r;
+        p->st.decommitted_bytes_total += r1 - r;
+        released += r1 - r;
+        r = r1;
+    }
+    return released;
+}
+
+/* ---- the page allocator ------------------------------------------------ */
+
+/* A FREE block that can hold size bytes at align, or NULL. */
+static pblock *best_fit(llmem_pool *p, size_t size, size_t align)
+{
+    llmem_avl_node *n = llmem__avl_lower_bound(&p->free_tree, &size, size_key_cmp);
+    if (align <= p->unit) return node_block(n);
+    /* Aligned: the smallest candidates first, then one that surely fits. */
+    for (int tries = 0; n && tries < 32; tries++, n = llmem__avl_next(n)) {
+        pblock *b = node_block(n);
+        size_t pad = llmem__align_ptr(b->start, align) - b->start;
+        if (pad <= b->size && size <= b->size - pad) return b;
+    }
+    size_t surely;
+    if (!llmem__add_ok(size, align - p->unit, &surely)) return NULL;
+    return node_block(llmem__avl_lower_bound(&p->free_tree, &surely, size_key_cmp));
+}
+
+/* Split [b.start, b.start+at) off b as a new FREE block before it; b keeps
+ * the rest. Lock held, b not in the tree. */
+static bool split_front(llmem_pool *p, pblock *b, size_t at)
+{
+    pblock *f = desc_new(p);
+    if (!f) return false;
+    f->start = b->start;
+    f->size = at;
+    f->sb = b->sb;
+    f->prev = b->prev;
+    f->next = b;
+    if (b->prev) b->prev->next = f;
+    b->prev = f;
+    b->start += at;
+    b->size -= at;
+    f->sb->owner[unit_of(f->sb, f->start, p->ushift)] = f;
+    tree_insert(p, f);
+    return true;
+}
+
+/* Split everything past `keep` bytes off b as a FREE block after it. */
+static void split_back(llmem_pool *p, pblock *b, size_t keep)
+{
+    pblock *t = desc_new(p);
+    if (!t) return; /* keep the tail inside b: wasted, not lost */
+    t->start = b->start + keep;
+    t->size = b->size - keep;
+    t->sb = b->sb;
+    t->prev = b;
+    t->next = b->next;
+    if (b->next) b->next->prev = t;
+    b->next = t;
+    b->size = keep;
+    t->sb->owner[unit_of(t->sb, t->start, p->ushift)] = t;
+    tree_insert(p, t);
+}
+
+/* Take `size` bytes (a unit multiple) at `align` from the free runs,
+ * growing if needed. The block returned is out of the tree, its units
+ * committed, kind still to be set by the caller. Lock held. */
+static pblock *take_pages(llmem_pool *p, size_t size, size_t align, llmem_status *st)
+{
+    decay(p);
+    pblock *b = best_fit(p, size, align);
+    if (!b) {
+        *st = grow(p, size, align);
+        if (*st) return NULL;
+        b = best_fit(p, size, align);
+        if (!b) {
+            *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': no fit after growing (internal error)", p->name);
+            return NULL;
+        }
+    }
+    size_t pad = llmem__align_ptr(b->start, align > p->unit ? align : p->unit) - b->start;
+    *st = commit_range(p, b->sb, b->start + pad, size);
+    if (*st) return NULL;
+    superblock *sb = b->sb;
+    tree_remove(p, b);
+    if (pad && !split_front(p, b, pad)) {
+        tree_insert(p, b);
+        *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for a block descriptor", p->name);
+        return NULL;
+    }
+    if (b->size > size) split_back(p, b, size);
+    if (sb->used == 0) empty_list_remove(p, sb);
+    sb->used += b->size;
+    return b;
+}
+
+/* Return a block to the free runs, coalescing with free neighbours. */
+static void put_pages(llmem_pool *p, pblock *b)
+{
+    superblock *sb = b->sb;
+    sb->used -= b->size;
+    pblock *prev = b->prev, *next = b->next;
+    if (prev && prev->kind == D_FREE) {
+        tree_remove(p, prev);
+        sb->owner[unit_of(sb, b->start, p->ushift)] = NULL;
+        prev->size += b->size;
+        prev->next = next;
+        if (next) next->prev = prev;
+        desc_free(p, b);
+        b = prev;
+    }
+    if (next && next->kind == D_FREE) {
+        tree_remove(p, next);
+        sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
+        b->size += next->size;
+        b->next = next->next;
+        if (next->next) next->next->prev = b;
+        desc_free(p, next);
+    }
+    sb->owner[unit_of(sb, b->start, p->ushift)] = b;
+    if (p->host) LLMEM_POISON((void *)b->start, b->size);
+    tree_insert(p, b);
+    if (sb->used == 0) empty_list_add(p, sb);
+    if (p->decay_ns == 0) decay(p);
+}
+
+/* ---- guards (checked host pools) ----------------------------------------- */
+
+static inline size_t guard_front(size_t align) { return align > GUARD_MIN ? align : GUARD_MIN; }
+
+/* Write the guards around [user, user+n) inside [block, block+bsize). */
+static void guards_write(uintptr_t block, size_t bsize, uintptr_t user, size_t n)
+{
+    size_t g = user - block;
+    LLMEM_UNPOISON((void *)block, g);
+    uint32_t hdr[4] = {GUARD_MAGIC, (uint32_t)n, (uint32_t)g, (uint32_t)(n >> 32 >> 0)};
+    memset((void *)block, GUARD_BYTE, g);
+    memcpy((void *)block, hdr, sizeof hdr);
+    LLMEM_POISON((void *)block, g);
+    uintptr_t tail = user + n, end = block + bsize;
+    LLMEM_UNPOISON((void *)tail, end - tail);
+    memset((void *)tail, GUARD_BYTE, end - tail);
+    LLMEM_POISON((void *)tail, end - tail);
+}
+
+/* Read the header at block: requested size and front guard. */
+static bool guards_header(uintptr_t block, size_t *n, size_t *g)
+{
+    uint32_t hdr[4];
+    LLMEM_UNPOISON((void *)block, sizeof hdr);
+    memcpy(hdr, (void *)block, sizeof hdr);
+    LLMEM_POISON((void *)block, sizeof hdr);
+    if (hdr[0] != GUARD_MAGIC) return false;
+    *n = (size_t)hdr[1] | ((size_t)hdr[3] << 32);
+    *g = hdr[2];
+    return true;
+}
+
+/* True when both guards are intact. */
+static bool guards_intact(uintptr_t block, size_t bsize, uintptr_t user, size_t n)
+{
+    bool ok = true;
+    LLMEM_UNPOISON((void *)block, user - block);
+    for (uintptr_t a = block + 16; a < user && ok; a++) ok = *(unsigned char *)a == GUARD_BYTE;
+    LLMEM_POISON((void *)block, user - block);
+    uintptr_t tail = user + n, end = block + bsize;
+    LLMEM_UNPOISON((void *)tail, end - tail);
+    for (uintptr_t a = tail; a < end && ok; a++) ok = *(unsigned char *)a == GUARD_BYTE;
+    LLMEM_POISON((void *)tail, end - tail);
+    return ok;
+}
+
+/* ---- slabs ---------------------------------------------------------------- */
+
+static void partial_add(central *c, slab *s)
+{
+    s->listed = true;
+    s->lprev = NULL;
+    s->lnext = c->partial;
+    if (c->partial) c->partial->lprev = s;
+    c->partial = s;
+}
+
+static void partial_remove(central *c, slab *s)
+{
+    if (!s->listed) return;
+    if (s->lprev) s->lprev->lnext = s->lnext;
+    else c->partial = s->lnext;
+    if (s->lnext) s->lnext->lprev = s->lprev;
+    s->listed = false;
+}
+
+static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
+{
+    size_t bytes = p->cls.slab_bytes[cls];
+    pblock *b = take_pages(p, bytes, p->unit, st);
+    if (!b) return NULL;
+    slab *s = (slab *)b;
+    s->nblocks = p->cls.slab_blocks[cls];
+    s->used = s->carved = s->nfree = 0;
+    s->free_head = NULL;
+    s->free_idx = NULL;
+    s->bits = NULL;
+    s->listed = false;
+    if (!p->inband) s->free_idx = malloc(s->nblocks * sizeof *s->free_idx);
+    if (p->checked) s->bits = calloc((s->nblocks + 63) / 64, sizeof *s->bits);
+    if ((!p->inband && !s->free_idx) || (p->checked && !s->bits)) {
+        free(s->free_idx);
+        free(s->bits);
+        put_pages(p, b);
+        *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for slab metadata", p->name);
+        return NULL;
+    }
+    b->kind = D_SLAB;
+    b->cls = (uint16_t)cls;
+    superblock *sb = b->sb;
+    size_t u0 = unit_of(sb, b->start, p->ushift), n = b->size >> p->ushift;
+    for (size_t i = 0; i < n; i++) sb->owner[u0 + i] = b;
+    central *c = &p->central[cls];
+    c->slabs++;
+    c->empty_slabs++;
+    partial_add(c, s);
+    p->st.slab_bytes += b->size;
+    return s;
+}
+
+static void slab_release(llmem_pool *p, slab *s)
+{
+    central *c = &p->central[s->b.cls];
+    partial_remove(c, s);
+    c->slabs--;
+    c->empty_slabs--;
+    free(s->free_idx);
+    free(s->bits);
+    superblock *sb = s->b.sb;
+    size_t u0 = unit_of(sb, s->b.start, p->ushift), n = s->b.size >> p->ushift;
+    for (size_t i = 1; i < n; i++) sb->owner[u0 + i] = NULL;
+    p->st.slab_bytes -= s->b.size;
+    memset((char *)s + sizeof(pblock), 0, sizeof *s - sizeof(pblock));
+    put_pages(p, &s->b);
+}
+
+/* Take one block from a slab with a free or uncarved block. */
+static uintptr_t slab_take(llmem_pool *p, slab *s, size_t csize)
+{
+    uintptr_t b;
+    if (p->inband && s->free_head) {
+        b = (uintptr_t)s->free_head;
+        LLMEM_UNPOISON((void *)b, sizeof(void *));
+        s->free_head = *(void **)b;
+        LLMEM_POISON((void *)b, sizeof(void *));
+        s->nfree--;
+    } else if (!p->inband && s->nfree) {
+        b = s->b.start + (uintptr_t)s->free_idx[--s->nfree] * csize;
+    } else {
+        b = s->b.start + (uintptr_t)s->carved++ * csize;
+    }
+    if (s->used++ == 0) p->central[s->b.cls].empty_slabs--;
+    return b;
+}
+
+static void slab_put(llmem_pool *p, slab *s, uintptr_t b, uint32_t idx)
+{
+    central *c = &p->central[s->b.cls];
+    if (p->inband) {
+        LLMEM_UNPOISON((void *)b, sizeof(void *));
+        *(void **)b = s->free_head;
+        s->free_head = (void *)b;
+    } else {
+        s->free_idx[s->nfree] = idx;
+    }
+    s->nfree++;
+    if (p->host) LLMEM_POISON((void *)b, p->cls.size[s->b.cls]);
+    if (!s->listed) partial_add(c, s);
+    if (--s->used == 0) {
+        c->empty_slabs++;
+        if (c->empty_slabs > 1) slab_release(p, s);
+    }
+}
+
+/* Block index of a pointer at offset off in a slab of class cls, exact:
+ * (off * magic) >> 40 equals off / size for off below 2^24 * 16; false if
+ * off is not a block boundary. */
+static inline bool slab_index(const llmem_pool *p, unsigned cls, size_t off, uint32_t *idx)
+{
+    uint64_t i = ((uint64_t)off * p->central[cls].magic) >> MAGIC_SHIFT;
+    *idx = (uint32_t)i;
+    return i * p->cls.size[cls] == off;
+}
+
+/* ---- allocation --------------------------------------------------------- */
+
+/* The class for n bytes at align (0 = the pool's), or cls.count if none. */
+static unsigned class_for(const llmem_pool *p, size_t n, size_t align)
+{
+    if (n > p->cls.max_small) return p->cls.count;
+    unsigned c = llmem__class_of(&p->cls, n);
+    while (c < p->cls.count && p->cls.size[c] % align) c++;
+    return c;
+}
+
+static void *alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status *st)
+{
+    size_t g = 0, inner = size;
+    if (p->checked && p->host) {
+        g = guard_front(align);
+        if (!llmem__add_ok(size, g + GUARD_TAIL, &inner)) {
+            *st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes overflow with guards", p->name, size);
+            return NULL;
+        }
+    }
+    unsigned cls = align <= p->unit ? class_for(p, inner, align) : p->cls.count;
+    uintptr_t block, user;
+    if (cls < p->cls.count) {
+        central *c = &p->central[cls];
+        slab *s = c->partial;
+        if (!s && !(s = slab_new(p, cls, st))) return NULL;
+        size_t csize = p->cls.size[cls];
+        block = slab_take(p, s, csize);
+        if (s->used == s->nblocks || (s->carved == s->nblocks && s->nfree == 0)) partial_remove(c, s);
+        if (p->checked) {
+            uint32_t idx = (uint32_t)((block - s->b.start) / csize);
+            bit_set(s->bits, idx);
+        }
+        c->live++;
+        c->allocs++;
+        p->st.used_bytes += csize;
+        user = block + g;
+        if (g) guards_write(block, csize, user, size);
+    } else {
+        size_t pages;
+        if (!llmem__align_up(inner, p->unit, &pages) || pages > (size_t)PTRDIFF_MAX) {
+            *st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes overflow when rounded to pages", p->name, size);
+            return NULL;
+        }
+        /* With guards the user pointer must keep the alignment: the block
+         * starts aligned, and g is a multiple of it. */
+        pblock *b = take_pages(p, pages, align, st);
+        if (!b) return NULL;
+        b->kind = D_LARGE;
+        b->requested = size;
+        block = b->start;
+        user = block + g;
+        b->user = user;
+        superblock *sb = b->sb;
+        sb->owner[unit_of(sb, block, p->ushift)] = b;
+        if (g && unit_of(sb, user, p->ushift) != unit_of(sb, block, p->ushift))
+            sb->owner[unit_of(sb, user, p->ushift)] = b;
+        p->st.used_bytes += b->size;
+        if (g) guards_write(block, b->size, user, size);
+    }
+    if (p->host) LLMEM_UNPOISON((void *)user, size);
+    p->st.live_allocations++;
+    p->st.allocs_total++;
+    if (p->st.used_bytes > p->st.used_peak_bytes) p->st.used_peak_bytes = p->st.used_bytes;
+    *st = LLMEM_OK;
+    return (void *)user;
+}
+
+static void *alloc_failed(llmem_status st, llmem_status *status)
+{
+    if (status) *status = st;
+    return NULL;
+}
+
+void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_status *status)
+{
+    if (!p) return alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
+    llmem_status st;
+    if (size == 0) st = llmem__fail(LLMEM_EINVAL, "pool '%s': allocation of 0 bytes", p->name);
+    else if (size > (size_t)PTRDIFF_MAX)
+        st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': allocation of %zu bytes overflows", p->name, size);
+    else if (align && (!llmem__is_pow2(align) || align > p->max_sb))
+        st = llmem__fail(LLMEM_EALIGN, "pool '%s': alignment %zu is not a power of two up to %zu", p->name, align,
+                         p->max_sb);
+    else st = LLMEM_OK;
+    if (st) {
+        pthread_mutex_lock(&p->lock);
+        p->st.failures_total++;
+        pthread_mutex_unlock(&p->lock);
+        return alloc_failed(st, status);
+    }
+    if (align < p->align) align = p->align;
+    pthread_mutex_lock(&p->lock);
+    void *r = alloc_locked(p, size, align, &st);
+    if (!r) p->st.failures_total++;
+    pthread_mutex_unlock(&p->lock);
+    if (status) *status = st;
+    return r;
+}
+
+void *llmem_pool_alloc(llmem_pool *p, size_t size, llmem_status *status)
+{
+    return llmem_pool_alloc_aligned(p, size, 0, status);
+}
+
+void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *status)
+{
+    size_t n;
+    if (!p) return alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
+    if (!p->host)
+        return alloc_failed(llmem__fail(LLMEM_ENOTSUP, "pool '%s': calloc on device memory", p->name), status);
+    if (!llmem__mul_ok(count, size, &n))
+        return alloc_failed(llmem__fail(LLMEM_EOVERFLOW, "pool '%s': calloc of %zu x %zu overflows", p->name,
+                                           count, size),
+                            status);
+    void *r = llmem_pool_alloc(p, n, status);
+    if (r) memset(r, 0, n);
+    return r;
+}
+
+/* ---- free --------------------------------------------------------------- */
+
+/* What a pointer is, found under the lock. */
+typedef struct located {
+    superblock *sb;
+    pblock *b;       /* D_SLAB or D_LARGE descriptor */
+    uint32_t idx;    /* slab block index */
+    uintptr_t block; /* block start */
+    size_t off;      /* offset into the block, when not its start */
+    size_t extent;   /* size of the run or block found, for messages */
+} located;
+
+typedef enum where {
+    AT_BLOCK = 0,    /* the start of a live block */
+    NOT_OURS,        /* not in this pool */
+    IN_FREE_RUN,     /* in a free run: freed already */
+    FREE_SLAB_BLOCK, /* a slab block that is free: freed already */
+    INSIDE_BLOCK,    /* inside a live block, not its start */
+    BAD_HEADER,      /* checked host: the guard header is damaged */
+    NOT_A_BLOCK      /* in a superblock but no block starts there */
+} where;
+
+/* Find the block containing a in a superblock: the nearest owner entry at
+ * or before it. Lock held. */
+static pblock *containing(const llmem_pool *p, const superblock *sb, uintptr_t a)
+{
+    for (size_t u = unit_of(sb, a, p->ushift) + 1; u-- > 0;) {
+        pblock *b = sb->owner[u];
+        if (b) return a < b->start + b->size ? b : NULL;
+    }
+    return NULL;
+}
+
+/* Where ptr lies. No side effect. Lock held. */
+static where find_block(const llmem_pool *p, uintptr_t a, located *l)
+{
+    memset(l, 0, sizeof *l);
+    superblock *sb = llmem__addrmap_get(a);
+    if (!sb || sb->pool != p) return NOT_OURS;
+    l->sb = sb;
+    pblock *b = sb->owner[unit_of(sb, a, p->ushift)];
+    l->b = b;
+    if (b && b->kind == D_SLAB) {
+        slab *s = (slab *)b;
+        size_t csize = p->cls.size[b->cls], off = a - b->start;
+        uint32_t idx = (uint32_t)(off / csize);
+        l->extent = csize;
+        l->idx = idx;
+        l->block = b->start + (uintptr_t)idx * csize;
+        l->off = off % csize;
+        if (p->checked && p->host) {
+            /* The user pointer sits g bytes into its block. */
+            if (idx >= s->carved || !bit_get(s->bits, idx)) return FREE_SLAB_BLOCK;
+            size_t n, g;
+            if (!guards_header(l->block, &n, &g)) return BAD_HEADER;
+            if (l->block + g != a) return INSIDE_BLOCK;
+            return AT_BLOCK;
+        }
+        if (!slab_index(p, b->cls, off, &idx)) return INSIDE_BLOCK;
+        if (idx >= s->carved || (p->checked && !bit_get(s->bits, idx))) return FREE_SLAB_BLOCK;
+        return AT_BLOCK;
+    }
+    if (b && b->kind == D_LARGE && b->user == a) {
+        l->block = b->start;
+        return AT_BLOCK;
+    }
+    pblock *c = containing(p, sb, a);
+    if (!c) return NOT_A_BLOCK;
+    l->b = c;
+    l->extent = c->size;
+    if (c->kind == D_FREE) return IN_FREE_RUN;
+    if (c->kind == D_LARGE) {
+        l->off = a - c->user;
+        return INSIDE_BLOCK;
+    }
+    return NOT_A_BLOCK;
+}
+
+/* Count, log and describe a refused free. Lock held. */
+static llmem_status refuse_free(llmem_pool *p, uintptr_t a, where w, const located *l)
+{
+    p->st.invalid_frees_total++;
+    void *ptr = (void *)a;
+    switch (w) {
+    case NOT_OURS:
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EFOREIGN, "pool '%s': free of %p, which is not from this pool",
+                               p->name, ptr);
+    case IN_FREE_RUN:
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EDOUBLEFREE,
+                               "pool '%s': double free of %p (it lies in a free run of %zu bytes)", p->name, ptr,
+                               l->extent);
+    case FREE_SLAB_BLOCK:
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EDOUBLEFREE,
+                               "pool '%s': double free of %p (block %u of a %zu-byte class slab is free)", p->name,
+                               ptr, l->idx, l->extent);
+    case INSIDE_BLOCK:
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EFOREIGN,
+                               "pool '%s': free of %p, %zu bytes into a live %zu-byte block, not its start", p->name,
+                               ptr, l->off, l->extent);
+    case BAD_HEADER:
+        p->st.corruptions_total++;
+        return llmem__fail_log(LLMEM_LOG_ERROR, LLMEM_ECORRUPT,
+                               "pool '%s': free of %p: the guard header of its %zu-byte block at %p is damaged",
+                               p->name, ptr, l->extent, (void *)l->block);
+    default:
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EFOREIGN,
+                               "pool '%s': free of %p, which is not the start of a live block", p->name, ptr);
+    }
+}
+
+static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
+{
+    llmem_status st = LLMEM_OK;
+    pblock *b = l->b;
+    if (b->kind == D_SLAB) {
+        slab *s = (slab *)b;
+        size_t csize = p->cls.size[b->cls];
+        if (p->checked) {
+            if (p->host) {
+                size_t n = 0, g = 0;
+                if (!guards_header(l->block, &n, &g) || !guards_intact(l->block, csize, a, n)) {
+                    p->st.corruptions_total++;
+                    st = llmem__fail_log(LLMEM_LOG_ERROR, LLMEM_ECORRUPT,
+                                         "pool '%s': guard canary around the %zu-byte block at %p (%zu bytes asked) "
+                                         "is damaged: something wrote out of bounds; the block is freed",
+                                         p->name, csize, (void *)a, n);
+                }
+            }
+            bit_clear(s->bits, l->idx);
+        }
+        central *c = &p->central[b->cls];
+        c->live--;
+        p->st.used_bytes -= csize;
+        slab_put(p, s, l->block, l->idx);
+    } else {
+        if (p->checked && p->host && !guards_intact(b->start, b->size, b->user, b->requested)) {
+            p->st.corruptions_total++;
+            st = llmem__fail_log(LLMEM_LOG_ERROR, LLMEM_ECORRUPT,
+                                 "pool '%s': guard canary around the block at %p (%zu bytes asked) is damaged: "
+                                 "something wrote out of bounds; the block is freed",
+                                 p->name, (void *)a, b->requested);
+        }
+        superblock *sb = l->sb;
+        if (b->user != b->start) sb->owner[unit_of(sb, b->user, p->ushift)] = NULL;
+        p->st.used_bytes -= b->size;
+        put_pages(p, b);
+    }
+    p->st.live_allocations--;
+    p->st.frees_total++;
+    return st;
+}
+
+llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
+{
+    if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
+    if (!ptr) return LLMEM_OK;
+    located l;
+    pthread_mutex_lock(&p->lock);
+    where w = find_block(p, (uintptr_t)ptr, &l);
+    llmem_status st = w == AT_BLOCK ? free_located(p, (uintptr_t)ptr, &l) : refuse_free(p, (uintptr_t)ptr, w, &l);
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+/* Usable bytes at a located block. Lock held. */
+static size_t usable_locked(const llmem_pool *p, uintptr_t a, const located *l)
+{
+    if (l->b->kind == D_SLAB) {
+        size_t csize = p->cls.size[l->b->cls];
+        if (p->checked && p->host) {
+            size_t n, g;
+            return guards_header(l->block, &n, &g) ? n : 0;
+        }
+        return csize;
+    }
+    if (p->checked && p->host) return l->b->requested;
+    return l->b->start + l->b->size - a;
+}
+
+size_t llmem_pool_usable_size(const llmem_pool *cp, const void *ptr)
+{
+    if (!cp || !ptr) return 0;
+    llmem_pool *p = (llmem_pool *)(uintptr_t)cp; /* the lock is internal state */
+    pthread_mutex_lock(&p->lock);
+    located l;
+    size_t n = find_block(p, (uintptr_t)ptr, &l) == AT_BLOCK ? usable_locked(p, (uintptr_t)ptr, &l) : 0;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+void *llmem_pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *status)
+{
+    if (!p) return alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
+    if (!ptr) return llmem_pool_alloc(p, size, status);
+    if (size == 0)
+        return alloc_failed(llmem__fail(LLMEM_EINVAL, "pool '%s': realloc to 0 bytes (free it instead)", p->name),
+                            status);
+    if (size > (size_t)PTRDIFF_MAX)
+        return alloc_failed(llmem__fail(LLMEM_EOVERFLOW, "pool '%s': realloc to %zu bytes overflows", p->name, size),
+                            status);
+    uintptr_t a = (uintptr_t)ptr;
+    pthread_mutex_lock(&p->lock);
+    located l;
+    where w = find_block(p, a, &l);
+    if (w != AT_BLOCK) {
+        llmem_status st = refuse_free(p, a, w, &l);
+        pthread_mutex_unlock(&p->lock);
+        return alloc_failed(st, status);
+    }
+    size_t usable = usable_locked(p, a, &l);
+    bool guarded = p->checked && p->host;
+    /* Fits and does not waste more than half: stay in place. Guarded blocks
+     * only if the guards can be moved within the block. */
+    size_t room = guarded ? (l.b->kind == D_SLAB ? p->cls.size[l.b->cls] : l.b->size) - (a - l.block) - GUARD_TAIL
+                          : usable;
+    if (size <= room && size >= usable / 2) {
+        if (guarded) {
+            size_t bsize = l.b->kind == D_SLAB ? p->cls.size[l.b->cls] : l.b->size;
+            if (l.b->kind == D_LARGE) l.b->requested = size;
+            LLMEM_UNPOISON(ptr, size);
+            guards_write(l.block, bsize, a, size);
+        } else if (p->host) {
+            LLMEM_UNPOISON(ptr, size);
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (status) *status = LLMEM_OK;
+        return ptr;
+    }
+    llmem_status st;
+    void *n = alloc_locked(p, size, p->align, &st);
+    if (!n) {
+        p->st.failures_total++;
+        pthread_mutex_unlock(&p->lock);
+        return alloc_failed(st, status);
+    }
+    size_t keep = usable < size ? usable : size;
+    if (p->host) {
+        LLMEM_UNPOISON(ptr, keep); /* release mode does not know how much of the old block was asked for */
+        memcpy(n, ptr, keep);
+    } else {
+        st = llmem_resource_copy(p->res, n, ptr, keep);
+        if (st) {
+            located nl;
+            find_block(p, (uintptr_t)n, &nl);
+            free_located(p, (uintptr_t)n, &nl);
+            p->st.allocs_total--; /* the move never happened */
+            p->st.frees_total--;
+            p->st.failures_total++;
+            pthread_mutex_unlock(&p->lock);
+            return alloc_failed(st, status);
+        }
+    }
+    free_located(p, a, &l);
+    pthread_mutex_unlock(&p->lock);
+    if (status) *status = LLMEM_OK;
+    return n;
+}
+
+bool llmem_pool_owns(const llmem_pool *cp, const void *ptr)
+{
+    if (!cp || !ptr) return false;
+    llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
+    pthread_mutex_lock(&p->lock);
+    located l;
+    where w = find_block(p, (uintptr_t)ptr, &l);
+    pthread_mutex_unlock(&p->lock);
+    return w == AT_BLOCK || w == INSIDE_BLOCK;
+}
+
+/* ---- control ---------------------------------------------------------------- */
+
+llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes)
+{
+    if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
+    if (bytes == 0) return LLMEM_OK;
+    size_t need;
+    if (!llmem__align_up(bytes, p->unit, &need) || need > (size_t)PTRDIFF_MAX)
+        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': reserve of %zu bytes overflows", p->name, bytes);
+    pthread_mutex_lock(&p->lock);
+    llmem_status st = LLMEM_OK;
+    pblock *b = node_block(llmem__avl_last(&p->free_tree));
+    if (!b || b->size < need) {
+        st = grow(p, need, p->unit);
+        b = node_block(llmem__avl_last(&p->free_tree));
+    }
+    if (!st) {
+        st = commit_range(p, b->sb, b->start, need);
+        if (b->sb->empty) b->sb->empty_since = llmem__now_ns(); /* reserved for use: not decaying yet */
+    }
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+size_t llmem_pool_shrink(llmem_pool *p, size_t target)
+{
+    if (!p) return 0;
+    pthread_mutex_lock(&p->lock);
+    size_t released = 0;
+    /* Cached empty slabs first: returning them may empty whole superblocks. */
+    for (unsigned c = 0; c < p->cls.count && p->st.committed_bytes > target; c++) {
+        for (slab *s = p->central[c].partial, *n; s && p->central[c].empty_slabs; s = n) {
+            n = s->lnext;
+            if (s->used == 0) slab_release(p, s);
+        }
+    }
+    while (p->st.committed_bytes > target && p->empties) {
+        superblock *big = p->empties;
+        for (superblock *sb = p->empties; sb; sb = sb->enext)
+            if (sb->size > big->size) big = sb;
+        released += big->size - (big->decommitted_units << p->ushift);
+        release_sb(p, big);
+    }
+    for (llmem_avl_node *n = llmem__avl_last(&p->free_tree); n && p->st.committed_bytes > target;
+         n = llmem__avl_prev(n))
+        released += decommit_block(p, node_block(n), p->st.committed_bytes - target);
+    pthread_mutex_unlock(&p->lock);
+    return released;
+}
+
+size_t llmem_pool_trim(llmem_pool *p) { return llmem_pool_shrink(p, 0); }
+
+/* ---- invariants ------------------------------------------------------------- */
+
+#define BAD(...)                                                  \
+    do {                                                          \
+        st = llmem__fail(LLMEM_ECORRUPT, __VA_ARGS__);            \
+        goto done;                                                \
+    } while (0)
+
+llmem_status llmem_pool_check(llmem_pool *p)
+{
+    if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
+    llmem_status st = LLMEM_OK;
+    pthread_mutex_lock(&p->lock);
+    uint64_t reserved = 0, committed = 0, used = 0, free_bytes = 0, slab_bytes = 0, live = 0, nsb = 0;
+    size_t free_blocks = 0;
+    uint64_t class_live[LLMEM_MAX_CLASSES] = {0}, class_slabs[LLMEM_MAX_CLASSES] = {0};
+    for (superblock *sb = p->sbs; sb; sb = sb->next) {
+        nsb++;
+        reserved += sb->size;
+        committed += sb->size - (sb->decommitted_units << p->ushift);
+        if (llmem__addrmap_get(sb->base) != sb || llmem__addrmap_get(sb->base + sb->size - 1) != sb)
+            BAD("pool '%s': superblock %p is not in the address map", p->name, (void *)sb->base);
+        uintptr_t at = sb->base;
+        size_t sb_used = 0;
+        pblock *prev = NULL;
+        for (pblock *b = sb->owner[0]; b; prev = b, b = b->next) {
+            if (b->start != at || b->sb != sb || b->prev != prev || b->size == 0 || b->size % p->unit)
+                BAD("pool '%s': block %p breaks the tiling of superblock %p", p->name, (void *)b->start,
+                    (void *)sb->base);
+            size_t u0 = unit_of(sb, b->start, p->ushift), n = b->size >> p->ushift;
+            if (sb->owner[u0] != b) BAD("pool '%s': owner entry of block %p is wrong", p->name, (void *)b->start);
+            for (size_t i = 1; i < n; i++) {
+                pblock *o = sb->owner[u0 + i];
+                bool ok = b->kind == D_SLAB ? o == b
+                                            : o == NULL || (b->kind == D_LARGE && o == b &&
+                                                            unit_of(sb, b->user, p->ushift) == u0 + i);
+                if (!ok) BAD("pool '%s': owner entry %zu of block %p is wrong", p->name, i, (void *)b->start);
+            }
+            if (b->kind == D_FREE) {
+                if (prev && prev->kind == D_FREE)
+                    BAD("pool '%s': free blocks %p and %p are adjacent", p->name, (void *)prev->start,
+                        (void *)b->start);
+                free_bytes += b->size;
+                free_blocks++;
+            } else if (b->kind == D_LARGE) {
+                if (b->user < b->start || b->requested > b->start + b->size - b->user)
+                    BAD("pool '%s': large block %p has a bad user range", p->name, (void *)b->start);
+                for (size_t i = 0; i < n; i++)
+                    if (bit_get(sb->decommitted, u0 + i))
+                        BAD("pool '%s': live block %p has decommitted pages", p->name, (void *)b->start);
+                used += b->size;
+                sb_used += b->size;
+                live++;
+            } else if (b->kind == D_SLAB) {
+                slab *s = (slab *)b;
+                if (b->cls >= p->cls.count || b->size != p->cls.slab_bytes[b->cls] ||
+                    s->nblocks != p->cls.slab_blocks[b->cls] || s->carved > s->nblocks ||
+                    s->used + s->nfree != s->carved)
+                    BAD("pool '%s': slab %p has inconsistent counts", p->name, (void *)b->start);
+                size_t csize = p->cls.size[b->cls];
+                if (p->inband) {
+                    size_t len = 0;
+                    for (void *f = s->free_head; f; len++) {
+                        if ((uintptr_t)f < b->start || (uintptr_t)f >= b->start + (uintptr_t)s->carved * csize ||
+                            ((uintptr_t)f - b->start) % csize || len > s->nfree)
+                            BAD("pool '%s': slab %p has a bad free list", p->name, (void *)b->start);
+                        LLMEM_UNPOISON(f, sizeof(void *));
+                        void *next = *(void **)f;
+                        LLMEM_POISON(f, sizeof(void *));
+                        f = next;
+                    }
+                    if (len != s->nfree) BAD("pool '%s': slab %p free list length", p->name, (void *)b->start);
+                } else {
+                    for (uint32_t i = 0; i < s->nfree; i++)
+                        if (s->free_idx[i] >= s->carved)
+                            BAD("pool '%s': slab %p has a bad free index", p->name, (void *)b->start);
+                }
+                if (p->checked) {
+                    uint32_t set = 0;
+                    for (uint32_t i = 0; i < s->nblocks; i++) set += bit_get(s->bits, i);
+                    if (set != s->used) BAD("pool '%s': slab %p state bits disagree", p->name, (void *)b->start);
+                }
+                used += (uint64_t)s->used * csize;
+                live += s->used;
+                class_live[b->cls] += s->used;
+                class_slabs[b->cls]++;
+                slab_bytes += b->size;
+                sb_used += b->size;
+            } else {
+                BAD("pool '%s': block %p has kind %d", p->name, (void *)b->start, b->kind);
+            }
+            at += b->size;
+        }
+        if (at != sb->base + sb->size) BAD("pool '%s': blocks do not cover superblock %p", p->name, (void *)sb->base);
+        if (sb_used != sb->used) BAD("pool '%s': superblock %p used bytes disagree", p->name, (void *)sb->base);
+        if ((sb->used == 0) != sb->empty) BAD("pool '%s': superblock %p empty flag", p->name, (void *)sb->base);
+    }
+    if (llmem__avl_check(&p->free_tree, free_cmp) != (long)free_blocks)
+        BAD("pool '%s': the free tree does not hold exactly the free blocks", p->name);
+    if (reserved != p->st.reserved_bytes || committed != p->st.committed_bytes || used != p->st.used_bytes ||
+        free_bytes != p->st.free_bytes || slab_bytes != p->st.slab_bytes || live != p->st.live_allocations ||
+        nsb != p->st.superblocks)
+        BAD("pool '%s': stats disagree with the blocks (used %llu vs %llu, live %llu vs %llu)", p->name,
+            (unsigned long long)used, (unsigned long long)p->st.used_bytes, (unsigned long long)live,
+            (unsigned long long)p->st.live_allocations);
+    for (unsigned c = 0; c < p->cls.count; c++)
+        if (class_live[c] != p->central[c].live || class_slabs[c] != p->central[c].slabs)
+            BAD("pool '%s': class %u figures disagree", p->name, c);
+done:
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+#undef BAD
+
+/* ---- stats -------------------------------------------------------------------- */
+
+llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
+{
+    if (!cp || !out) return llmem__fail(LLMEM_EINVAL, "pool stats: null argument");
+    llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
+    pthread_mutex_lock(&p->lock);
+    llmem_pool_stats s = p->st;
+    pblock *big = node_block(llmem__avl_last(&p->free_tree));
+    pthread_mutex_unlock(&p->lock);
+    s.largest_free_bytes = big ? big->size : 0;
+    s.fragmentation = s.free_bytes ? 1.0 - (double)s.largest_free_bytes / (double)s.free_bytes : 0.0;
+    llmem__stats_out(out, &s, sizeof s);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_pool_get_class_stats(const llmem_pool *cp, llmem_pool_class_stats *out, size_t cap, size_t *count)
+{
+    if (!cp || (cap && !out)) return llmem__fail(LLMEM_EINVAL, "pool class stats: null argument");
+    llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
+    pthread_mutex_lock(&p->lock);
+    for (unsigned c = 0; c < p->cls.count && c < cap; c++) {
+        out[c] = (llmem_pool_class_stats){sizeof *out, p->cls.size[c], p->cls.slab_bytes[c], p->central[c].slabs,
+                                          p->central[c].live, p->central[c].allocs};
+    }
+    if (count) *count = p->cls.count;
+    pthread_mutex_unlock(&p->lock);
+    return LLMEM_OK;
+}
+
+#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_pool_stats, name)}
+static const llmem_stat_field pool_fields[] = {
+    F(GAUGE, reserved_bytes, "Bytes mapped in superblocks."),
+    F(GAUGE, reserved_peak_bytes, "Highest reserved_bytes."),
+    F(GAUGE, committed_bytes, "Reserved bytes not decommitted."),
+    F(GAUGE, used_bytes, "Bytes in live blocks (class or page-rounded sizes)."),
+    F(GAUGE, used_peak_bytes, "Highest used_bytes."),
+    F(GAUGE, live_allocations, "Live allocations."),
+    F(GAUGE, free_bytes, "Bytes in free page runs."),
+    F(GAUGE, largest_free_bytes, "The largest free page run."),
+    {"fragmentation", "1 - largest free run / free bytes.", LLMEM_METRIC_GAUGE, LLMEM_VALUE_DOUBLE,
+     offsetof(llmem_pool_stats, fragmentation)},
+    F(GAUGE, slab_bytes, "Bytes in slabs of small blocks."),
+    F(GAUGE, superblocks, "Superblocks mapped."),
+    F(COUNTER, allocs_total, "Allocations served."),
+    F(COUNTER, frees_total, "Blocks freed."),
+    F(COUNTER, grows_total, "Superblocks mapped."),
+    F(COUNTER, shrinks_total, "Superblocks unmapped."),
+    F(COUNTER, decommitted_bytes_total, "Bytes decommitted inside superblocks."),
+    F(COUNTER, resource_calls_total, "Map, unmap, commit and decommit calls made."),
+    F(COUNTER, failures_total, "Allocations refused."),
+    F(COUNTER, invalid_frees_total, "Foreign and double frees refused."),
+    F(COUNTER, corruptions_total, "Damaged guard canaries found."),
+};
+#undef F
+static const llmem_stats_schema pool_schema = {"pool", sizeof(llmem_pool_stats), LLMEM_ARRAY_LEN(pool_fields),
+                                               pool_fields};
+const llmem_stats_schema *llmem_pool_stats_schema(void) { return &pool_schema; }
+
+#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_pool_class_stats, name)}
+static const llmem_stat_field class_fields[] = {
+    F(GAUGE, class_bytes, "Block size of the class."),
+    F(GAUGE, slab_bytes, "Bytes per slab."),
+    F(GAUGE, slabs, "Slabs held."),
+    F(GAUGE, live_blocks, "Live blocks."),
+    F(COUNTER, allocs_total, "Blocks allocated."),
+};
+#undef F
+static const llmem_stats_schema class_schema = {"pool_class", sizeof(llmem_pool_class_stats),
+                                                LLMEM_ARRAY_LEN(class_fields), class_fields};
+const llmem_stats_schema *llmem_pool_class_stats_schema(void) { return &class_schema; }
+
+/* ---- create / destroy ----------------------------------------------------------- */
+
+llmem_pool_options llmem_pool_options_default(void)
+{
+    llmem_pool_options o;
+    memset(&o, 0, sizeof o);
+    o.name = "pool";
+    o.decay_ms = 1000;
+    return o;
+}
+
+static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
+{
+    llmem__copy_name(p->name, sizeof p->name, o->name, "pool");
+    p->res = o->resource ? o->resource : llmem_resource_default();
+    p->host = llmem_resource_kind(p->res) == LLMEM_MEM_HOST;
+    size_t page = llmem__page_size();
+    p->unit = p->host ? (page > 4096 ? page : 4096) : ((size_t)64 << 10);
+    p->ushift = (unsigned)__builtin_ctzll(p->unit);
+    size_t min_align = p->unit / 512 > 8 ? p->unit / 512 : 8, max_align = p->unit / 16;
+    p->align = o->align ? o->align : (p->host ? 16 : LLMEM_DEVICE_ALIGN);
+    if (!llmem__is_pow2(p->align) || p->align < min_align || p->align > max_align)
+        return llmem__fail(LLMEM_EALIGN,
+                           "pool '%s': align %zu must be a power of two from %zu to %zu (use "
+                           "llmem_pool_alloc_aligned for more)",
+                           p->name, p->align, min_align, max_align);
+    size_t gran = llmem_resource_granularity(p->res);
+    p->run = gran > p->unit ? gran : p->unit;
+    p->sb_align = p->run > LLMEM_ADDRMAP_UNIT ? p->run : LLMEM_ADDRMAP_UNIT;
+    size_t first = o->first_superblock_bytes ? o->first_superblock_bytes
+                                             : (p->host ? (size_t)4 << 20 : (size_t)32 << 20);
+    size_t max = o->max_superblock_bytes ? o->max_superblock_bytes : (p->host ? (size_t)64 << 20 : (size_t)512 << 20);
+    if (!llmem__align_up(first, p->sb_align, &p->next_sb) || !llmem__align_up(max, p->sb_align, &p->max_sb) ||
+        p->next_sb > (size_t)PTRDIFF_MAX / 2 || p->max_sb > (size_t)PTRDIFF_MAX / 2)
+        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': superblock sizes overflow", p->name);
+    if (p->max_sb < p->next_sb) p->max_sb = p->next_sb;
+    p->max_bytes = o->max_bytes;
+    p->decay_ns = (uint64_t)(o->decay_ms ? o->decay_ms : 1000) * 1000000u;
+    p->checked = o->checked;
+    p->inband = p->host && !p->checked;
+    llmem__classes_init(&p->cls, p->align, p->unit);
+    for (unsigned c = 0; c < p->cls.count; c++)
+        p->central[c].magic = (((uint64_t)1 << MAGIC_SHIFT) + p->cls.size[c] - 1) / p->cls.size[c];
+    return LLMEM_OK;
+}
+
+llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
+{
+    if (!out) return llmem__fail(LLMEM_EINVAL, "pool: null out");
+    *out = NULL;
+    llmem_pool_options o = opts ? *opts : llmem_pool_options_default();
+    llmem_pool *p = calloc(1, sizeof *p);
+    if (!p) return llmem__fail(LLMEM_ENOMEM, "pool: out of memory");
+    llmem_status st = configure(p, &o);
+    if (!st) {
+        llmem_fixed_options fo = llmem_fixed_options_default();
+        fo.name = "pool-metadata";
+        fo.block_size = sizeof(slab);
+        st = llmem_fixed_create(&fo, &p->descs);
+    }
+    if (st) {
+        free(p);
+        return st;
+    }
+    pthread_mutex_init(&p->lock, NULL);
+    p->st.struct_size = sizeof p->st;
+    *out = p;
+    return LLMEM_OK;
+}
+
+void llmem_pool_destroy(llmem_pool *p)
+{
+    if (!p) return;
+    for (superblock *sb = p->sbs, *n; sb; sb = n) {
+        n = sb->next;
+        for (pblock *b = sb->owner[0]; b; b = b->next) {
+            if (b->kind != D_SLAB) continue;
+            free(((slab *)b)->free_idx);
+            free(((slab *)b)->bits);
+        }
+        llmem__addrmap_clear(sb->base, sb->size);
+        llmem_resource_unmap(p->res, (void *)sb->base, sb->size, sb->size - (sb->decommitted_units << p->ushift));
+        sb_free_meta(sb);
+    }
+    llmem_fixed_destroy(p->descs);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}

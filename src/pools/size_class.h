@@ -1,0 +1,45 @@
+/*
+ * size_class.h - the size classes of the dynamic pool. Not installed.
+ *
+ * With A the pool's minimum alignment (16 on the host, 256 on a device)
+ * and U its unit (the page of its large-block allocator: 4 KiB host, 64 KiB
+ * device): classes are the multiples of A up to 16A, then eight classes per
+ * power of two up to 8U. So waste (block - request) is at most 1/9 of the
+ * block, 12.5% of the request, from 8A (128 B on the host) up; below that
+ * the A-step bounds it (a 65 B request takes 80 B). Requests above 8U go to
+ * the large-block allocator at unit granularity, again within 1/9.
+ *
+ * Each class has a slab size: the smallest multiple of U that holds at
+ * least 8 blocks and 4 units, and wastes at most 1/16 of itself at the
+ * tail. A byte table maps a size to its class in one load.
+ */
+#ifndef LLMEM_SIZE_CLASS_H
+#define LLMEM_SIZE_CLASS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LLMEM_MAX_CLASSES 96
+
+typedef struct llmem_size_classes {
+    size_t align;       /* A */
+    size_t unit;        /* U */
+    size_t max_small;   /* largest class size (8U) */
+    unsigned count;
+    uint32_t size[LLMEM_MAX_CLASSES];
+    uint32_t slab_bytes[LLMEM_MAX_CLASSES];
+    uint32_t slab_blocks[LLMEM_MAX_CLASSES];
+    uint8_t lookup[4096 + 1]; /* (size + A - 1) / A -> class, for size <= max_small */
+} llmem_size_classes;
+
+/* Build the table. align and unit are powers of two with unit >= 16 * align
+ * and 8 * unit / align <= 4096. */
+void llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit);
+
+/* Class of a size in 1..max_small. */
+static inline unsigned llmem__class_of(const llmem_size_classes *c, size_t size)
+{
+    return c->lookup[(size + c->align - 1) / c->align];
+}
+
+#endif

@@ -1,0 +1,528 @@
+/*
+ * test_pool.c - the dynamic pool: classes, large blocks, alignment,
+ * ownership, checked mode, shrink and decay, reserve, realloc, device
+ * pools, and a shadow-model property test over host and sim-device.
+ */
+#include "test_util.h"
+
+static llmem_pool *new_pool(llmem_resource *r, bool checked)
+{
+    llmem_pool_options o = llmem_pool_options_default();
+    o.resource = r;
+    o.checked = checked;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(&o, &p));
+    return p;
+}
+
+static llmem_pool_stats pstats(const llmem_pool *p)
+{
+    llmem_pool_stats s = {0};
+    assert_ok(llmem_pool_get_stats(p, &s));
+    return s;
+}
+
+/* ---- shadow model ---------------------------------------------------------- */
+
+typedef struct live {
+    unsigned char *p;
+    size_t size;
+    size_t align;
+    unsigned char tag;
+} live;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Log-uniform size in [1, max]. */
+static size_t rand_size(uint64_t *s, size_t max)
+{
+    unsigned bits = 1 + (unsigned)(rng_next(s) % 63);
+    size_t cap = bits >= 63 ? max : ((size_t)1 << (bits % 23));
+    if (cap > max) cap = max;
+    return 1 + (size_t)(rng_next(s) % cap);
+}
+
+static void fill(llmem_resource *dev, unsigned char *p, size_t n, unsigned char tag)
+{
+    unsigned char buf[4096];
+    for (size_t off = 0; off < n; off += sizeof buf) {
+        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
+        for (size_t i = 0; i < k; i++) buf[i] = (unsigned char)(tag + (off + i) * 7);
+        if (dev) assert_ok(llmem_resource_copy(dev, p + off, buf, k));
+        else memcpy(p + off, buf, k);
+    }
+}
+
+static void verify(llmem_resource *dev, const unsigned char *p, size_t n, unsigned char tag)
+{
+    unsigned char buf[4096];
+    for (size_t off = 0; off < n; off += sizeof buf) {
+        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
+        if (dev) assert_ok(llmem_resource_copy(dev, buf, p + off, k));
+        else memcpy(buf, p + off, k);
+        for (size_t i = 0; i < k; i++)
+            if (buf[i] != (unsigned char)(tag + (off + i) * 7))
+                fail_msg("block %p byte %zu: %u, expected %u", (void *)p, off + i, buf[i],
+                         (unsigned char)(tag + (off + i) * 7));
+    }
+}
+
+static int by_addr(const void *a, const void *b)
+{
+    const live *x = a, *y = b;
+    return x->p < y->p ? -1 : x->p > y->p;
+}
+
+static void no_overlap(live *v, size_t n)
+{
+    live *c = malloc(n * sizeof *c + 1);
+    memcpy(c, v, n * sizeof *c);
+    qsort(c, n, sizeof *c, by_addr);
+    for (size_t i = 1; i < n; i++)
+        if (c[i - 1].p + c[i - 1].size > c[i].p)
+            fail_msg("blocks overlap: %p+%zu and %p", (void *)c[i - 1].p, c[i - 1].size, (void *)c[i].p);
+    free(c);
+}
+
+/* Random alloc / aligned alloc / realloc / free against a shadow. */
+static void property_run(llmem_resource *res, bool checked, uint64_t seed, int ops, size_t max_size)
+{
+    llmem_resource *dev = res && llmem_resource_kind(res) == LLMEM_MEM_DEVICE ? res : NULL;
+    llmem_pool *p = new_pool(res, checked);
+    size_t cap = 512, n = 0;
+    live *v = calloc(cap, sizeof *v);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    unsigned char tag = 1;
+    for (int op = 0; op < ops; op++) {
+        uint64_t r = rng_next(&s) % 100;
+        if ((r < 55 || n == 0) && n < cap) {
+            size_t size = rand_size(&s, max_size);
+            size_t align = 0;
+            if (rng_next(&s) % 4 == 0) align = (size_t)1 << (rng_next(&s) % 17);
+            llmem_status st;
+            unsigned char *q = align ? llmem_pool_alloc_aligned(p, size, align, &st) : llmem_pool_alloc(p, size, &st);
+            if (!q) fail_msg("alloc %zu align %zu: %s", size, align, llmem_last_error());
+            size_t want = align > (dev ? 256u : 16u) ? align : (dev ? 256u : 16u);
+            if ((uintptr_t)q % want) fail_msg("alloc %zu: %p not aligned to %zu", size, (void *)q, want);
+            assert_true(llmem_pool_owns(p, q));
+            assert_true(llmem_pool_usable_size(p, q) >= size);
+            fill(dev, q, size, tag);
+            v[n++] = (live){q, size, align, tag++};
+        } else if (r < 70 && n) {
+            size_t i = rng_next(&s) % n;
+            size_t size = rand_size(&s, max_size);
+            llmem_status st;
+            unsigned char *q = llmem_pool_realloc(p, v[i].p, size, &st);
+            if (!q) fail_msg("realloc %zu: %s", size, llmem_last_error());
+            size_t keep = size < v[i].size ? size : v[i].size;
+            verify(dev, q, keep, v[i].tag);
+            fill(dev, q, size, tag);
+            v[i] = (live){q, size, 0, tag++};
+        } else if (n) {
+            size_t i = rng_next(&s) % n;
+            verify(dev, v[i].p, v[i].size, v[i].tag);
+            assert_ok(llmem_pool_free(p, v[i].p));
+            v[i] = v[--n];
+        }
+        if (op % 97 == 0) {
+            no_overlap(v, n);
+            assert_ok(llmem_pool_check(p));
+            llmem_pool_stats st = pstats(p);
+            assert_int_equal(st.live_allocations, n);
+        }
+        if (op % 500 == 250) llmem_pool_shrink(p, pstats(p).committed_bytes / 2);
+    }
+    for (size_t i = 0; i < n; i++) verify(dev, v[i].p, v[i].size, v[i].tag);
+    no_overlap(v, n);
+    assert_ok(llmem_pool_check(p));
+    for (size_t i = 0; i < n; i++) assert_ok(llmem_pool_free(p, v[i].p));
+    assert_int_equal(pstats(p).live_allocations, 0);
+    assert_int_equal(pstats(p).used_bytes, 0);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_trim(p);
+    assert_int_equal(pstats(p).reserved_bytes, 0);
+    llmem_pool_destroy(p);
+    free(v);
+}
+
+static void property_host(void **state)
+{
+    (void)state;
+    for (uint64_t seed = 1; seed <= 4; seed++) property_run(NULL, false, seed, 3000, (size_t)4 << 20);
+}
+
+static void property_host_checked(void **state)
+{
+    (void)state;
+    for (uint64_t seed = 11; seed <= 13; seed++) property_run(NULL, true, seed, 2000, (size_t)2 << 20);
+}
+
+static void property_sim_device(void **state)
+{
+    (void)state;
+    llmem_sim_options so = llmem_sim_options_default();
+    so.capacity = (size_t)2 << 30;
+    llmem_resource *sim;
+    assert_ok(llmem_sim_resource_create(&so, &sim));
+    for (uint64_t seed = 21; seed <= 23; seed++) property_run(sim, seed == 23, seed, 1500, (size_t)8 << 20);
+    llmem_sim_stats ss = {0};
+    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
+    assert_int_equal(ss.used_bytes, 0);
+    assert_int_equal(ss.bad_copies_total, 0);
+    llmem_resource_destroy(sim);
+}
+
+/* ---- classes and waste ---------------------------------------------------- */
+
+static void waste_is_bounded(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, false);
+    for (size_t n = 1; n <= 300000; n += n < 4096 ? 1 : 97) {
+        void *q = llmem_pool_alloc(p, n, NULL);
+        assert_non_null(q);
+        size_t u = llmem_pool_usable_size(p, q);
+        assert_true(u >= n);
+        if (n >= 128 && (u - n) * 8 > n) fail_msg("request %zu got %zu usable: waste above 12.5%%", n, u);
+        if (n < 128 && u - n >= 16) fail_msg("request %zu got %zu usable", n, u);
+        assert_ok(llmem_pool_free(p, q));
+    }
+    llmem_pool_destroy(p);
+}
+
+static void alignment_and_bad_alignment(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, false);
+    size_t aligns[] = {1, 8, 16, 32, 64, 128, 256, 4096, 65536, (size_t)1 << 20, (size_t)4 << 20};
+    for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
+        size_t sizes[] = {1, 100, 5000, 100000};
+        for (size_t j = 0; j < 4; j++) {
+            char *q = llmem_pool_alloc_aligned(p, sizes[j], aligns[i], NULL);
+            assert_non_null(q);
+            assert_int_equal((uintptr_t)q % (aligns[i] > 16 ? aligns[i] : 16), 0);
+            memset(q, 1, sizes[j]);
+            assert_ok(llmem_pool_free(p, q));
+        }
+    }
+    llmem_status st;
+    assert_null(llmem_pool_alloc_aligned(p, 8, 3, &st));
+    assert_int_equal(st, LLMEM_EALIGN);
+    assert_null(llmem_pool_alloc_aligned(p, 8, (size_t)1 << 30, &st));
+    assert_int_equal(st, LLMEM_EALIGN);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+/* ---- bad input ------------------------------------------------------------ */
+
+static void bad_input(void **state)
+{
+    (void)state;
+    llmem_status st;
+    assert_null(llmem_pool_alloc(NULL, 8, &st));
+    assert_int_equal(st, LLMEM_EINVAL);
+    assert_status(llmem_pool_free(NULL, &st), LLMEM_EINVAL);
+    llmem_pool *p = new_pool(NULL, false);
+    assert_null(llmem_pool_alloc(p, 0, &st));
+    assert_int_equal(st, LLMEM_EINVAL);
+    assert_null(llmem_pool_alloc(p, SIZE_MAX, &st));
+    assert_int_equal(st, LLMEM_EOVERFLOW);
+    assert_null(llmem_pool_alloc(p, SIZE_MAX / 2 + 1, &st));
+    assert_int_equal(st, LLMEM_EOVERFLOW);
+    assert_null(llmem_pool_calloc(p, SIZE_MAX / 2, 3, &st));
+    assert_int_equal(st, LLMEM_EOVERFLOW);
+    assert_ok(llmem_pool_free(p, NULL));
+    int on_stack;
+    assert_status(llmem_pool_free(p, &on_stack), LLMEM_EFOREIGN);
+    void *m = malloc(64);
+    assert_status(llmem_pool_free(p, m), LLMEM_EFOREIGN);
+    free(m);
+    llmem_pool *other = new_pool(NULL, false);
+    void *o = llmem_pool_alloc(other, 100, NULL);
+    assert_status(llmem_pool_free(p, o), LLMEM_EFOREIGN);
+    assert_ok(llmem_pool_free(other, o));
+    llmem_pool_destroy(other);
+    /* Large blocks: double and interior frees are caught in release mode. */
+    char *big = llmem_pool_alloc(p, 1 << 20, NULL);
+    assert_status(llmem_pool_free(p, big + 4096), LLMEM_EFOREIGN);
+    assert_status(llmem_pool_free(p, big + 1), LLMEM_EFOREIGN);
+    assert_ok(llmem_pool_free(p, big));
+    assert_status(llmem_pool_free(p, big), LLMEM_EDOUBLEFREE);
+    /* Small blocks: interior pointers are caught in release mode. */
+    char *small = llmem_pool_alloc(p, 100, NULL);
+    assert_status(llmem_pool_free(p, small + 8), LLMEM_EFOREIGN);
+    assert_ok(llmem_pool_free(p, small));
+    assert_int_equal(pstats(p).invalid_frees_total, 7);
+    assert_int_equal(pstats(p).live_allocations, 0);
+    assert_ok(llmem_pool_check(p));
+    assert_null(llmem_pool_realloc(p, &on_stack, 10, &st));
+    assert_int_equal(st, LLMEM_EFOREIGN);
+    llmem_pool_destroy(p);
+    llmem_pool_destroy(NULL);
+    llmem_pool_options po = llmem_pool_options_default();
+    po.align = 3;
+    assert_status(llmem_pool_create(&po, &p), LLMEM_EALIGN);
+    po.align = 4096;
+    assert_status(llmem_pool_create(&po, &p), LLMEM_EALIGN);
+    assert_status(llmem_pool_create(NULL, NULL), LLMEM_EINVAL);
+}
+
+/* ---- checked mode -------------------------------------------------------- */
+
+static void checked_mode_catches_misuse(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, true);
+    size_t sizes[] = {24, 100, 3000, 40000, 1 << 20};
+    for (size_t i = 0; i < 5; i++) {
+        size_t n = sizes[i];
+        char *a = llmem_pool_alloc(p, n, NULL);
+        assert_non_null(a);
+        assert_int_equal(llmem_pool_usable_size(p, a), n);
+        memset(a, 0x5A, n);
+        assert_ok(llmem_pool_free(p, a));
+        assert_status(llmem_pool_free(p, a), LLMEM_EDOUBLEFREE);
+        /* Overflow by one byte: detected, and the block is still freed. */
+        char *b = llmem_pool_alloc(p, n, NULL);
+#ifndef TEST_ASAN
+        b[n] = 1;
+        assert_status(llmem_pool_free(p, b), LLMEM_ECORRUPT);
+        assert_error_mentions("canary");
+#else
+        assert_ok(llmem_pool_free(p, b)); /* ASan itself catches the write */
+#endif
+        char *c = llmem_pool_alloc(p, n, NULL);
+        assert_status(llmem_pool_free(p, c + 16), LLMEM_EFOREIGN);
+        assert_ok(llmem_pool_free(p, c));
+    }
+    assert_int_equal(pstats(p).live_allocations, 0);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+/* ---- memory going back ------------------------------------------------------ */
+
+static void trim_and_shrink_return_memory(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, false);
+    enum { N = 64 };
+    char *b[N];
+    size_t rss0 = test_rss_bytes();
+    for (int i = 0; i < N; i++) {
+        b[i] = llmem_pool_alloc(p, 1 << 20, NULL);
+        assert_non_null(b[i]);
+        memset(b[i], i, 1 << 20);
+    }
+    size_t rss1 = test_rss_bytes();
+    assert_true(rss1 - rss0 > (size_t)48 << 20);
+    /* Free every other block: nothing wholly free, shrink decommits. */
+    for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_free(p, b[i]));
+    size_t committed = pstats(p).committed_bytes;
+    size_t released = llmem_pool_shrink(p, 0);
+    assert_true(released >= (size_t)24 << 20);
+    assert_int_equal(pstats(p).committed_bytes, committed - released);
+    size_t rss2 = test_rss_bytes();
+    assert_true(rss1 - rss2 >= (size_t)24 << 20);
+    for (int i = 1; i < N; i += 2)
+        for (size_t k = 0; k < (1 << 20); k += 4096) assert_int_equal((unsigned char)b[i][k], (unsigned char)i);
+    assert_ok(llmem_pool_check(p));
+    /* Decommitted pages come back on allocation. */
+    for (int i = 0; i < N; i += 2) {
+        b[i] = llmem_pool_alloc(p, 1 << 20, NULL);
+        assert_non_null(b[i]);
+        memset(b[i], i, 1 << 20);
+    }
+    assert_ok(llmem_pool_check(p));
+    for (int i = 0; i < N; i++) assert_ok(llmem_pool_free(p, b[i]));
+    released = llmem_pool_trim(p);
+    assert_true(released >= (size_t)64 << 20);
+    llmem_pool_stats s = pstats(p);
+    assert_int_equal(s.reserved_bytes, 0);
+    assert_int_equal(s.superblocks, 0);
+    assert_true(test_rss_bytes() < rss1 - ((size_t)48 << 20));
+    llmem_pool_destroy(p);
+}
+
+static void empty_superblocks_decay(void **state)
+{
+    (void)state;
+    llmem_pool_options o = llmem_pool_options_default();
+    o.decay_ms = 30;
+    o.first_superblock_bytes = 1 << 20;
+    o.max_superblock_bytes = 1 << 20;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(&o, &p));
+    void *a = llmem_pool_alloc(p, 512 << 10, NULL), *b = llmem_pool_alloc(p, 800 << 10, NULL);
+    assert_int_equal(pstats(p).superblocks, 2);
+    assert_ok(llmem_pool_free(p, b));
+    /* Within the delay it stays: a burst of frees then allocations does not thrash. */
+    b = llmem_pool_alloc(p, 800 << 10, NULL);
+    assert_int_equal(pstats(p).grows_total, 2);
+    assert_ok(llmem_pool_free(p, b));
+    usleep(60 * 1000);
+    void *c = llmem_pool_alloc(p, 256 << 10, NULL); /* the next slow path releases it */
+    assert_int_equal(pstats(p).superblocks, 1);
+    assert_int_equal(pstats(p).shrinks_total, 1);
+    assert_ok(llmem_pool_free(p, a));
+    assert_ok(llmem_pool_free(p, c));
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+static void reserve_avoids_resource_calls(void **state)
+{
+    (void)state;
+    llmem_resource *t;
+    assert_ok(llmem_tracking_resource_create(llmem_resource_default(), &t));
+    llmem_pool *p = new_pool(t, false);
+    assert_ok(llmem_pool_reserve(p, (size_t)40 << 20));
+    llmem_resource_stats before = {0}, after = {0};
+    assert_ok(llmem_resource_get_stats(t, &before));
+    void *b[40];
+    for (int i = 0; i < 40; i++) assert_non_null(b[i] = llmem_pool_alloc(p, (1 << 20) - 4096, NULL));
+    assert_ok(llmem_resource_get_stats(t, &after));
+    assert_int_equal(after.map_calls_total, before.map_calls_total);
+    assert_int_equal(after.commit_calls_total, before.commit_calls_total);
+    for (int i = 0; i < 40; i++) assert_ok(llmem_pool_free(p, b[i]));
+    llmem_pool_destroy(p);
+    llmem_tracking_stats ts = {0};
+    assert_ok(llmem_tracking_resource_get_stats(t, &ts));
+    assert_int_equal(ts.live_mappings, 0);
+    llmem_resource_destroy(t);
+}
+
+static void max_bytes_caps_growth(void **state)
+{
+    (void)state;
+    llmem_pool_options o = llmem_pool_options_default();
+    o.max_bytes = 8 << 20;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(&o, &p));
+    void *a = llmem_pool_alloc(p, 3 << 20, NULL);
+    assert_non_null(a);
+    llmem_status st;
+    assert_null(llmem_pool_alloc(p, 6 << 20, &st));
+    assert_int_equal(st, LLMEM_ENOMEM);
+    assert_error_mentions("max_bytes");
+    assert_int_equal(pstats(p).failures_total, 1);
+    assert_ok(llmem_pool_free(p, a));
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+static void fault_campaign(void **state)
+{
+    (void)state;
+    llmem_resource *track, *fault;
+    assert_ok(llmem_tracking_resource_create(llmem_resource_default(), &track));
+    assert_ok(llmem_fault_resource_create(track, NULL, &fault));
+    /* A scenario: small and large allocations, frees, a trim, more. */
+    uint64_t calls = 0;
+    for (uint64_t k = 0;; k++) {
+        llmem_fault_options fo = llmem_fault_options_default();
+        fo.fail_nth = k;
+        fo.ops = LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT;
+        assert_ok(llmem_fault_resource_arm(fault, k ? &fo : NULL));
+        llmem_pool_options o = llmem_pool_options_default();
+        o.resource = fault;
+        o.first_superblock_bytes = 1 << 20;
+        llmem_pool *p;
+        assert_ok(llmem_pool_create(&o, &p));
+        void *v[64] = {0};
+        int failed = 0;
+        for (int i = 0; i < 64; i++) {
+            llmem_status st;
+            v[i] = llmem_pool_alloc(p, i % 3 ? (size_t)(100 + i * 10) : (size_t)(i + 1) << 16, &st);
+            if (!v[i]) {
+                assert_int_equal(st, LLMEM_ENOMEM);
+                failed++;
+            } else {
+                memset(v[i], i, 100);
+            }
+            if (i == 40) {
+                for (int j = 0; j < 40; j += 2) {
+                    assert_ok(llmem_pool_free(p, v[j]));
+                    v[j] = NULL;
+                }
+                llmem_pool_trim(p);
+            }
+        }
+        assert_ok(llmem_pool_check(p));
+        for (int i = 0; i < 64; i++)
+            if (v[i]) {
+                assert_int_equal(((unsigned char *)v[i])[0], (unsigned char)i);
+                assert_ok(llmem_pool_free(p, v[i]));
+            }
+        llmem_pool_destroy(p);
+        llmem_tracking_stats ts = {0};
+        assert_ok(llmem_tracking_resource_get_stats(track, &ts));
+        assert_int_equal(ts.live_mappings, 0);
+        llmem_fault_stats fs = {0};
+        assert_ok(llmem_fault_resource_get_stats(fault, &fs));
+        if (k == 0) {
+            calls = fs.calls_total;
+            assert_true(calls > 3);
+        } else {
+            assert_int_equal(fs.injected_total, 1);
+            assert_true(failed >= 1 || k > calls);
+        }
+        if (k >= calls) break;
+    }
+    llmem_resource_destroy(fault);
+    llmem_resource_destroy(track);
+}
+
+static void stats_export(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, false);
+    void *a = llmem_pool_alloc(p, 100, NULL), *b = llmem_pool_alloc(p, 100000, NULL);
+    llmem_pool_stats s = pstats(p);
+    assert_int_equal(s.live_allocations, 2);
+    assert_int_equal(s.used_bytes, 112 + 102400);
+    assert_true(s.largest_free_bytes > 0 && s.largest_free_bytes <= s.free_bytes);
+    size_t count = 0;
+    llmem_pool_class_stats cs[96];
+    assert_ok(llmem_pool_get_class_stats(p, cs, 96, &count));
+    assert_true(count >= 64 && count <= 96);
+    size_t live_blocks = 0;
+    for (size_t i = 0; i < count; i++) {
+        live_blocks += cs[i].live_blocks;
+        if (i) assert_true(cs[i].class_bytes > cs[i - 1].class_bytes);
+    }
+    assert_int_equal(live_blocks, 1);
+    char buf[8192];
+    assert_ok(llmem_stats_to_json(llmem_pool_stats_schema(), &s, NULL, 0, buf, sizeof buf, NULL));
+    assert_non_null(strstr(buf, "\"live_allocations\":2"));
+    assert_ok(llmem_pool_free(p, a));
+    assert_ok(llmem_pool_free(p, b));
+    llmem_pool_destroy(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(waste_is_bounded),
+        cmocka_unit_test(alignment_and_bad_alignment),
+        cmocka_unit_test_setup(bad_input, test_quiet_logs),
+        cmocka_unit_test_setup(checked_mode_catches_misuse, test_quiet_logs),
+        cmocka_unit_test(trim_and_shrink_return_memory),
+        cmocka_unit_test(empty_superblocks_decay),
+        cmocka_unit_test(reserve_avoids_resource_calls),
+        cmocka_unit_test(max_bytes_caps_growth),
+        cmocka_unit_test_setup(fault_campaign, test_quiet_logs),
+        cmocka_unit_test(stats_export),
+        cmocka_unit_test(property_host),
+        cmocka_unit_test_setup(property_host_checked, test_quiet_logs),
+        cmocka_unit_test(property_sim_device),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
