@@ -40,8 +40,10 @@
  * Ownership: free() of a pointer this pool did not hand out, or of a large
  * block already freed, is always refused (LLMEM_EFOREIGN, LLMEM_EDOUBLEFREE):
  * the page owner table makes that check free. For small blocks, release
- * mode checks only that the pointer is a block boundary of one of its slabs;
- * checked mode keeps a bit per block and catches every double free, writes
+ * mode checks only that the pointer is a block boundary of one of its slabs
+ * (a small block freed twice is handed out twice later: the price of a free
+ * that touches nothing but the thread's cache); checked mode keeps a bit
+ * per block, takes the lock on every call, and catches every double free, writes
  * guard canaries around every host block and verifies them on free
  * (LLMEM_ECORRUPT, the block is still freed). Freed host memory is poisoned
  * for AddressSanitizer in every mode when the library is built with it.
@@ -52,7 +54,14 @@
  * superblocks. reserve() maps and commits ahead, so the next allocations up
  * to that many bytes make no resource call.
  *
- * Threads: a pool is safe to share between threads.
+ * Threads: a pool is safe to share between threads. Each thread keeps a
+ * small cache of free small blocks per pool (not in checked mode), so
+ * small allocations and frees take no lock and no atomic read-modify-write;
+ * a block may be freed by any thread. Blocks in a thread's cache count as
+ * free in the stats but stay in their slabs until that thread refills,
+ * flushes (llmem_pool_flush_thread_cache, shrink, trim) or exits. With
+ * threads running, the stats are a snapshot: the in-use peak is sampled
+ * when caches refill.
  */
 #ifndef LLMEM_POOL_H
 #define LLMEM_POOL_H
@@ -164,6 +173,10 @@ LLMEM_API llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes);
  * unmap wholly free superblocks (largest first), then decommit free pages.
  * Returns the bytes released. Never touches live blocks. */
 LLMEM_API size_t llmem_pool_shrink(llmem_pool *p, size_t target_bytes);
+
+/* Return the calling thread's cached free blocks to the pool now (before a
+ * long idle, or for exact stats). shrink() and trim() do it too. */
+LLMEM_API void llmem_pool_flush_thread_cache(llmem_pool *p);
 
 /* shrink(p, 0): everything free goes back. */
 LLMEM_API size_t llmem_pool_trim(llmem_pool *p);

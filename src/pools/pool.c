@@ -127,6 +127,13 @@ struct llmem_pool {
     superblock *sbs, *empties;
     llmem_fixed *descs;
     llmem_pool_stats st;        /* maintained under the lock; derived fields filled by get_stats */
+    /* thread caches */
+    uint64_t id;                /* unique for the process's life */
+    bool tcache_on;
+    pthread_key_t tkey;
+    struct tcache *tcaches;
+    size_t tcache_slots;
+    uint32_t tcache_cap[LLMEM_MAX_CLASSES];
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -656,6 +663,200 @@ static inline bool slab_index(const llmem_pool *p, unsigned cls, size_t off, uin
 
 /* ---- allocation --------------------------------------------------------- */
 
+/* ---- thread caches -------------------------------------------------------
+ *
+ * Each thread that uses a pool gets a cache per pool: for every class a
+ * small stack of free block pointers (capacity: about 32 units' worth of
+ * blocks, 4 to 128). Allocation pops and free pushes with no lock and no
+ * atomic read-modify-write: the counters are plain stores by the owning
+ * thread, made with relaxed atomic stores so that stats (which read them
+ * under the pool lock) never race. An empty stack is refilled with half its
+ * capacity from the slabs, a full one flushes half back, both under the
+ * lock. A block freed by another thread joins that thread's cache: blocks
+ * of a class are interchangeable. The cache is found through a one-entry
+ * thread-local memo in front of a pthread key; the key's destructor flushes
+ * it when its thread exits. From the slabs' point of view cached blocks are
+ * handed out; the stats subtract them.
+ *
+ * Checked pools have no thread caches: their per-block state must change
+ * at every free, under the lock.
+ */
+typedef struct tcache {
+    llmem_pool *pool;
+    struct tcache *next, *prev;         /* the pool's caches, under its lock */
+    uint64_t frees;                     /* owner: relaxed stores */
+    uint32_t count[LLMEM_MAX_CLASSES];  /* owner: relaxed stores */
+    uint32_t cap[LLMEM_MAX_CLASSES];
+    uint64_t allocs[LLMEM_MAX_CLASSES]; /* owner: relaxed stores */
+    void **items[LLMEM_MAX_CLASSES];
+    void *storage[];
+} tcache;
+
+static _Thread_local struct {
+    const llmem_pool *pool;
+    uint64_t id;
+    tcache *tc;
+} tl_last;
+
+static uint64_t next_pool_id = 1;
+
+static inline void st_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+/* Bytes and blocks sitting in every thread cache. Lock held. */
+static void cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class)
+{
+    *bytes = *blocks = 0;
+    for (const tcache *t = p->tcaches; t; t = t->next) {
+        for (unsigned c = 0; c < p->cls.count; c++) {
+            uint32_t n = ld_u32(&t->count[c]);
+            *blocks += n;
+            *bytes += (uint64_t)n * p->cls.size[c];
+            if (per_class) per_class[c] += n;
+        }
+    }
+}
+
+/* Record a new peak of used bytes (those in thread caches not counted). */
+static void note_peak(llmem_pool *p)
+{
+    uint64_t used = p->st.used_bytes;
+    if (used <= p->st.used_peak_bytes) return;
+    if (p->tcaches) {
+        uint64_t bytes, blocks;
+        cached_totals(p, &bytes, &blocks, NULL);
+        used -= bytes;
+    }
+    if (used > p->st.used_peak_bytes) p->st.used_peak_bytes = used;
+}
+
+/* A block of class cls out of the slabs (counted as handed out). Lock held. */
+static uintptr_t small_take(llmem_pool *p, unsigned cls, llmem_status *st)
+{
+    central *c = &p->central[cls];
+    slab *s = c->partial;
+    if (!s && !(s = slab_new(p, cls, st))) return 0;
+    size_t csize = p->cls.size[cls];
+    uintptr_t block = slab_take(p, s, csize);
+    if (s->used == s->nblocks) partial_remove(c, s);
+    if (p->checked) bit_set(s->bits, (uint32_t)((block - s->b.start) / csize));
+    c->live++;
+    p->st.used_bytes += csize;
+    p->st.live_allocations++;
+    note_peak(p);
+    return block;
+}
+
+/* Give a slab block back. Lock held. */
+static void small_put(llmem_pool *p, slab *s, uintptr_t block, uint32_t idx)
+{
+    p->central[s->b.cls].live--;
+    p->st.used_bytes -= p->cls.size[s->b.cls];
+    p->st.live_allocations--;
+    slab_put(p, s, block, idx);
+}
+
+/* Flush cached blocks of class c down to `keep`. Lock held. */
+static void tcache_flush_class(llmem_pool *p, tcache *t, unsigned c, uint32_t keep)
+{
+    uint32_t n = t->count[c];
+    size_t csize = p->cls.size[c];
+    while (n > keep) {
+        uintptr_t b = (uintptr_t)t->items[c][--n];
+        superblock *sb = llmem__addrmap_get(b);
+        slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
+        uint32_t idx = (uint32_t)((b - s->b.start) / csize);
+        if (idx >= s->carved) { /* a bogus free of a never-carved block slipped through release mode */
+            llmem__log(LLMEM_LOG_ERROR, "pool '%s': dropped %p from a thread cache: not a carved block", p->name,
+                       (void *)b);
+            continue;
+        }
+        small_put(p, s, b, idx);
+    }
+    st_u32(&t->count[c], n);
+}
+
+static void tcache_flush_all(llmem_pool *p, tcache *t)
+{
+    for (unsigned c = 0; c < p->cls.count; c++)
+        if (t->count[c]) tcache_flush_class(p, t, c, 0);
+}
+
+/* Thread exit: return the cache's blocks and fold its counters in. */
+static void tcache_destructor(void *v)
+{
+    tcache *t = v;
+    llmem_pool *p = t->pool;
+    if (tl_last.tc == t) tl_last.pool = NULL;
+    pthread_mutex_lock(&p->lock);
+    tcache_flush_all(p, t);
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        p->st.allocs_total += t->allocs[c];
+        p->central[c].allocs += t->allocs[c];
+    }
+    p->st.frees_total += t->frees;
+    if (t->prev) t->prev->next = t->next;
+    else p->tcaches = t->next;
+    if (t->next) t->next->prev = t->prev;
+    pthread_mutex_unlock(&p->lock);
+    free(t);
+}
+
+/* This thread's cache for p, created on first use; NULL when the pool has
+ * none or memory for one is short (then the locked path serves). */
+static tcache *tcache_get(llmem_pool *p)
+{
+    if (LLMEM_LIKELY(tl_last.pool == p && tl_last.id == p->id)) return tl_last.tc;
+    if (!p->tcache_on) return NULL;
+    tcache *t = pthread_getspecific(p->tkey);
+    if (!t) {
+        t = calloc(1, sizeof *t + p->tcache_slots * sizeof(void *));
+        if (!t) return NULL;
+        t->pool = p;
+        size_t at = 0;
+        for (unsigned c = 0; c < p->cls.count; c++) {
+            t->cap[c] = p->tcache_cap[c];
+            t->items[c] = &t->storage[at];
+            at += t->cap[c];
+        }
+        if (pthread_setspecific(p->tkey, t) != 0) {
+            free(t);
+            return NULL;
+        }
+        pthread_mutex_lock(&p->lock);
+        t->next = p->tcaches;
+        if (p->tcaches) p->tcaches->prev = t;
+        p->tcaches = t;
+        pthread_mutex_unlock(&p->lock);
+    }
+    tl_last.pool = p;
+    tl_last.id = p->id;
+    tl_last.tc = t;
+    return t;
+}
+
+/* Refill the empty stack of class c with half its capacity; one block
+ * goes to the caller. */
+static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *st)
+{
+    uint32_t want = t->cap[c] / 2 ? t->cap[c] / 2 : 1, got = 0;
+    pthread_mutex_lock(&p->lock);
+    while (got < want) {
+        uintptr_t b = small_take(p, c, st);
+        if (!b) break;
+        t->items[c][got++] = (void *)b;
+    }
+    if (got) *st = LLMEM_OK;
+    else p->st.failures_total++;
+    pthread_mutex_unlock(&p->lock);
+    if (!got) return NULL;
+    st_u32(&t->count[c], got - 1);
+    return t->items[c][got - 1];
+}
+
+
+
 /* The class for n bytes at align (0 = the pool's), or cls.count if none. */
 static unsigned class_for(const llmem_pool *p, size_t n, size_t align)
 {
@@ -678,21 +879,11 @@ static void *alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status
     unsigned cls = align <= p->unit ? class_for(p, inner, align) : p->cls.count;
     uintptr_t block, user;
     if (cls < p->cls.count) {
-        central *c = &p->central[cls];
-        slab *s = c->partial;
-        if (!s && !(s = slab_new(p, cls, st))) return NULL;
-        size_t csize = p->cls.size[cls];
-        block = slab_take(p, s, csize);
-        if (s->used == s->nblocks || (s->carved == s->nblocks && s->nfree == 0)) partial_remove(c, s);
-        if (p->checked) {
-            uint32_t idx = (uint32_t)((block - s->b.start) / csize);
-            bit_set(s->bits, idx);
-        }
-        c->live++;
-        c->allocs++;
-        p->st.used_bytes += csize;
+        block = small_take(p, cls, st);
+        if (!block) return NULL;
+        p->central[cls].allocs++;
         user = block + g;
-        if (g) guards_write(block, csize, user, size);
+        if (g) guards_write(block, p->cls.size[cls], user, size);
     } else {
         size_t pages;
         if (!llmem__align_up(inner, p->unit, &pages) || pages > (size_t)PTRDIFF_MAX) {
@@ -713,12 +904,12 @@ static void *alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status
         if (g && unit_of(sb, user, p->ushift) != unit_of(sb, block, p->ushift))
             sb->owner[unit_of(sb, user, p->ushift)] = b;
         p->st.used_bytes += b->size;
+        p->st.live_allocations++;
+        note_peak(p);
         if (g) guards_write(block, b->size, user, size);
     }
     if (p->host) LLMEM_UNPOISON((void *)user, size);
-    p->st.live_allocations++;
     p->st.allocs_total++;
-    if (p->st.used_bytes > p->st.used_peak_bytes) p->st.used_peak_bytes = p->st.used_bytes;
     *st = LLMEM_OK;
     return (void *)user;
 }
@@ -731,6 +922,27 @@ static void *alloc_failed(llmem_status st, llmem_status *status)
 
 void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_status *status)
 {
+    /* Fast path: a small block from this thread's cache. */
+    if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && align <= p->align && !(align & (align - 1)))) {
+        tcache *t = tcache_get(p);
+        if (LLMEM_LIKELY(t)) {
+            unsigned c = llmem__class_of(&p->cls, size);
+            uint32_t n = t->count[c];
+            void *b;
+            if (LLMEM_LIKELY(n)) {
+                b = t->items[c][n - 1];
+                st_u32(&t->count[c], n - 1);
+            } else {
+                llmem_status st;
+                b = tcache_refill(p, t, c, &st);
+                if (!b) return alloc_failed(st, status);
+            }
+            st_u64(&t->allocs[c], t->allocs[c] + 1);
+            if (p->host) LLMEM_UNPOISON(b, size);
+            if (status) *status = LLMEM_OK;
+            return b;
+        }
+    }
     if (!p) return alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
     llmem_status st;
     if (size == 0) st = llmem__fail(LLMEM_EINVAL, "pool '%s': allocation of 0 bytes", p->name);
@@ -905,10 +1117,7 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
             }
             bit_clear(s->bits, l->idx);
         }
-        central *c = &p->central[b->cls];
-        c->live--;
-        p->st.used_bytes -= csize;
-        slab_put(p, s, l->block, l->idx);
+        small_put(p, s, l->block, l->idx);
     } else {
         if (p->checked && p->host && !guards_intact(b->start, b->size, b->user, b->requested)) {
             p->st.corruptions_total++;
@@ -920,9 +1129,9 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
         superblock *sb = l->sb;
         if (b->user != b->start) sb->owner[unit_of(sb, b->user, p->ushift)] = NULL;
         p->st.used_bytes -= b->size;
+        p->st.live_allocations--;
         put_pages(p, b);
     }
-    p->st.live_allocations--;
     p->st.frees_total++;
     return st;
 }
@@ -931,6 +1140,31 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
 {
     if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
     if (!ptr) return LLMEM_OK;
+    /* Fast path: a small block goes to this thread's cache. The slab cannot
+     * change under us: it holds this live block. */
+    if (LLMEM_LIKELY(p->tcache_on)) {
+        uintptr_t a = (uintptr_t)ptr;
+        superblock *sb = llmem__addrmap_get(a);
+        pblock *b = sb && sb->pool == p ? sb->owner[unit_of(sb, a, p->ushift)] : NULL;
+        uint32_t idx;
+        tcache *t;
+        if (LLMEM_LIKELY(b && b->kind == D_SLAB && slab_index(p, b->cls, a - b->start, &idx) &&
+                         (t = tcache_get(p)) != NULL)) {
+            unsigned c = b->cls;
+            uint32_t n = t->count[c];
+            if (LLMEM_UNLIKELY(n == t->cap[c])) {
+                pthread_mutex_lock(&p->lock);
+                tcache_flush_class(p, t, c, t->cap[c] / 2);
+                pthread_mutex_unlock(&p->lock);
+                n = t->count[c];
+            }
+            t->items[c][n] = ptr;
+            st_u32(&t->count[c], n + 1);
+            st_u64(&t->frees, t->frees + 1);
+            if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+            return LLMEM_OK;
+        }
+    }
     located l;
     pthread_mutex_lock(&p->lock);
     where w = find_block(p, (uintptr_t)ptr, &l);
@@ -1071,7 +1305,9 @@ llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes)
 size_t llmem_pool_shrink(llmem_pool *p, size_t target)
 {
     if (!p) return 0;
+    tcache *t = tcache_get(p);
     pthread_mutex_lock(&p->lock);
+    if (t) tcache_flush_all(p, t); /* other threads' caches stay theirs */
     size_t released = 0;
     /* Cached empty slabs first: returning them may empty whole superblocks. */
     for (unsigned c = 0; c < p->cls.count && p->st.committed_bytes > target; c++) {
@@ -1220,8 +1456,19 @@ llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
     pthread_mutex_lock(&p->lock);
     llmem_pool_stats s = p->st;
     pblock *big = node_block(llmem__avl_last(&p->free_tree));
-    pthread_mutex_unlock(&p->lock);
+    /* Blocks in thread caches are free to the user; their owners' counters
+     * are read as they are now, so with threads running the figures are a
+     * snapshot, clamped so that they never wrap. */
+    uint64_t bytes, blocks;
+    cached_totals(p, &bytes, &blocks, NULL);
+    s.used_bytes = s.used_bytes > bytes ? s.used_bytes - bytes : 0;
+    s.live_allocations = s.live_allocations > blocks ? s.live_allocations - blocks : 0;
+    for (const tcache *t = p->tcaches; t; t = t->next) {
+        for (unsigned c = 0; c < p->cls.count; c++) s.allocs_total += __atomic_load_n(&t->allocs[c], __ATOMIC_RELAXED);
+        s.frees_total += __atomic_load_n(&t->frees, __ATOMIC_RELAXED);
+    }
     s.largest_free_bytes = big ? big->size : 0;
+    pthread_mutex_unlock(&p->lock);
     s.fragmentation = s.free_bytes ? 1.0 - (double)s.largest_free_bytes / (double)s.free_bytes : 0.0;
     llmem__stats_out(out, &s, sizeof s);
     return LLMEM_OK;
@@ -1232,9 +1479,13 @@ llmem_status llmem_pool_get_class_stats(const llmem_pool *cp, llmem_pool_class_s
     if (!cp || (cap && !out)) return llmem__fail(LLMEM_EINVAL, "pool class stats: null argument");
     llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
     pthread_mutex_lock(&p->lock);
+    uint64_t cached[LLMEM_MAX_CLASSES] = {0}, bytes, blocks;
+    cached_totals(p, &bytes, &blocks, cached);
     for (unsigned c = 0; c < p->cls.count && c < cap; c++) {
+        uint64_t allocs = p->central[c].allocs, live = p->central[c].live;
+        for (const tcache *t = p->tcaches; t; t = t->next) allocs += __atomic_load_n(&t->allocs[c], __ATOMIC_RELAXED);
         out[c] = (llmem_pool_class_stats){sizeof *out, p->cls.size[c], p->cls.slab_bytes[c], p->central[c].slabs,
-                                          p->central[c].live, p->central[c].allocs};
+                                          live > cached[c] ? live - cached[c] : 0, allocs};
     }
     if (count) *count = p->cls.count;
     pthread_mutex_unlock(&p->lock);
@@ -1349,6 +1600,15 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     }
     pthread_mutex_init(&p->lock, NULL);
     p->st.struct_size = sizeof p->st;
+    p->id = __atomic_fetch_add(&next_pool_id, 1, __ATOMIC_RELAXED);
+    /* Thread caches, unless checked; without a pthread key left (over a
+     * thousand pools alive) the pool simply runs on its lock. */
+    p->tcache_on = !p->checked && pthread_key_create(&p->tkey, tcache_destructor) == 0;
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        size_t cap = 8 * p->unit / p->cls.size[c];
+        p->tcache_cap[c] = (uint32_t)(cap < 4 ? 4 : cap > 128 ? 128 : cap);
+        p->tcache_slots += p->tcache_cap[c];
+    }
     *out = p;
     return LLMEM_OK;
 }
@@ -1356,6 +1616,14 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
 void llmem_pool_destroy(llmem_pool *p)
 {
     if (!p) return;
+    if (p->tcache_on) {
+        pthread_key_delete(p->tkey);
+        for (tcache *t = p->tcaches, *n; t; t = n) {
+            n = t->next;
+            free(t);
+        }
+        if (tl_last.pool == p) tl_last.pool = NULL;
+    }
     for (superblock *sb = p->sbs, *n; sb; sb = n) {
         n = sb->next;
         for (pblock *b = sb->owner[0]; b; b = b->next) {
@@ -1370,4 +1638,14 @@ void llmem_pool_destroy(llmem_pool *p)
     llmem_fixed_destroy(p->descs);
     pthread_mutex_destroy(&p->lock);
     free(p);
+}
+
+void llmem_pool_flush_thread_cache(llmem_pool *p)
+{
+    if (!p) return;
+    tcache *t = tcache_get(p);
+    if (!t) return;
+    pthread_mutex_lock(&p->lock);
+    tcache_flush_all(p, t);
+    pthread_mutex_unlock(&p->lock);
 }

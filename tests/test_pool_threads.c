@@ -1,0 +1,220 @@
+/*
+ * test_pool_threads.c - the dynamic pool shared by many threads: thread
+ * caches, cross-thread frees, concurrent large allocations, stats readers,
+ * shrink while others allocate, and thread exit returning caches. Runs
+ * under TSan in `make check`.
+ */
+#include <pthread.h>
+
+#include "test_util.h"
+
+enum { THREADS = 8, OPS = 20000, QUEUE = 256 };
+
+typedef struct item {
+    unsigned char *p;
+    size_t size;
+    unsigned char tag;
+} item;
+
+/* A mutex-protected ring per thread: others push blocks for it to free. */
+typedef struct inbox {
+    pthread_mutex_t lock;
+    item q[QUEUE];
+    size_t head, count;
+} inbox;
+
+typedef struct shared {
+    llmem_pool *pool;
+    inbox boxes[THREADS];
+    pthread_barrier_t done_producing;
+    uint64_t allocs[THREADS], frees[THREADS];
+    bool with_large;
+} shared;
+
+typedef struct targ {
+    shared *sh;
+    int id;
+} targ;
+
+static uint64_t xs(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void check_item(const item *it)
+{
+    for (size_t i = 0; i < it->size; i += 61)
+        if (it->p[i] != (unsigned char)(it->tag + i)) fail_msg("block %p corrupted at %zu", (void *)it->p, i);
+}
+
+static void release(shared *sh, int id, item *it)
+{
+    check_item(it);
+    assert_ok(llmem_pool_free(sh->pool, it->p));
+    sh->frees[id]++;
+}
+
+static bool push(inbox *b, item it)
+{
+    pthread_mutex_lock(&b->lock);
+    bool ok = b->count < QUEUE;
+    if (ok) b->q[(b->head + b->count++) % QUEUE] = it;
+    pthread_mutex_unlock(&b->lock);
+    return ok;
+}
+
+static bool pop(inbox *b, item *it)
+{
+    pthread_mutex_lock(&b->lock);
+    bool ok = b->count > 0;
+    if (ok) {
+        *it = b->q[b->head];
+        b->head = (b->head + 1) % QUEUE;
+        b->count--;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return ok;
+}
+
+static void *worker(void *arg)
+{
+    targ *a = arg;
+    shared *sh = a->sh;
+    uint64_t s = 0x1234567ull * (uint64_t)(a->id + 1);
+    item mine[64];
+    size_t n = 0;
+    for (int op = 0; op < OPS; op++) {
+        item it;
+        while (pop(&sh->boxes[a->id], &it)) release(sh, a->id, &it);
+        uint64_t r = xs(&s) % 100;
+        if (r < 50 && n < 64) {
+            size_t size = 1 + xs(&s) % (r < 2 && sh->with_large ? (300 << 10) : 2048);
+            unsigned char *p = llmem_pool_alloc(sh->pool, size, NULL);
+            if (!p) fail_msg("alloc %zu: %s", size, llmem_last_error());
+            unsigned char tag = (unsigned char)xs(&s);
+            for (size_t i = 0; i < size; i += 61) p[i] = (unsigned char)(tag + i);
+            mine[n++] = (item){p, size, tag};
+            sh->allocs[a->id]++;
+        } else if (n) {
+            size_t k = xs(&s) % n;
+            item it2 = mine[k];
+            mine[k] = mine[--n];
+            /* Half go to the next thread to free. */
+            if (r % 2 == 0 && push(&sh->boxes[(a->id + 1) % THREADS], it2)) continue;
+            release(sh, a->id, &it2);
+        }
+        if (op % 5000 == 0 && a->id == 0) {
+            llmem_pool_stats st = {0};
+            assert_ok(llmem_pool_get_stats(sh->pool, &st));
+            assert_true(st.live_allocations < (uint64_t)THREADS * (64 + QUEUE) + 1);
+        }
+        if (op % 7000 == 0 && a->id == 1) llmem_pool_shrink(sh->pool, 0);
+    }
+    for (size_t k = 0; k < n; k++) release(sh, a->id, &mine[k]);
+    pthread_barrier_wait(&sh->done_producing);
+    item it;
+    while (pop(&sh->boxes[a->id], &it)) release(sh, a->id, &it);
+    return NULL;
+}
+
+static void run(bool checked, bool with_large)
+{
+    shared *sh = calloc(1, sizeof *sh);
+    llmem_pool_options o = llmem_pool_options_default();
+    o.checked = checked;
+    assert_ok(llmem_pool_create(&o, &sh->pool));
+    sh->with_large = with_large;
+    for (int i = 0; i < THREADS; i++) pthread_mutex_init(&sh->boxes[i].lock, NULL);
+    pthread_barrier_init(&sh->done_producing, NULL, THREADS);
+    pthread_t t[THREADS];
+    targ args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (targ){sh, i};
+        assert_int_equal(pthread_create(&t[i], NULL, worker, &args[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    uint64_t allocs = 0, frees = 0;
+    for (int i = 0; i < THREADS; i++) {
+        allocs += sh->allocs[i];
+        frees += sh->frees[i];
+    }
+    assert_int_equal(allocs, frees);
+    /* The workers exited: their caches came back through the key destructor. */
+    llmem_pool_stats st = {0};
+    assert_ok(llmem_pool_get_stats(sh->pool, &st));
+    assert_int_equal(st.live_allocations, 0);
+    assert_int_equal(st.used_bytes, 0);
+    assert_int_equal(st.allocs_total, allocs);
+    assert_int_equal(st.frees_total, frees);
+    assert_ok(llmem_pool_check(sh->pool));
+    llmem_pool_trim(sh->pool);
+    assert_ok(llmem_pool_get_stats(sh->pool, &st));
+    assert_int_equal(st.reserved_bytes, 0);
+    pthread_barrier_destroy(&sh->done_producing);
+    for (int i = 0; i < THREADS; i++) pthread_mutex_destroy(&sh->boxes[i].lock);
+    llmem_pool_destroy(sh->pool);
+    free(sh);
+}
+
+static void cross_thread_small(void **state)
+{
+    (void)state;
+    run(false, false);
+}
+
+static void cross_thread_mixed(void **state)
+{
+    (void)state;
+    run(false, true);
+}
+
+static void cross_thread_checked(void **state)
+{
+    (void)state;
+    run(true, true);
+}
+
+/* Many short-lived threads: each exit returns its cache; the pool does
+ * not grow without bound. */
+static void *short_lived(void *arg)
+{
+    llmem_pool *p = arg;
+    void *v[200];
+    for (int i = 0; i < 200; i++) v[i] = llmem_pool_alloc(p, 16 + (size_t)i * 8, NULL);
+    for (int i = 0; i < 200; i++) llmem_pool_free(p, v[i]);
+    return NULL;
+}
+
+static void thread_exit_returns_cache(void **state)
+{
+    (void)state;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(NULL, &p));
+    uint64_t reserved_after_first = 0;
+    for (int round = 0; round < 40; round++) {
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, short_lived, p), 0);
+        pthread_join(t, NULL);
+        llmem_pool_stats st = {0};
+        assert_ok(llmem_pool_get_stats(p, &st));
+        assert_int_equal(st.live_allocations, 0);
+        if (round == 0) reserved_after_first = st.reserved_bytes;
+        assert_int_equal(st.reserved_bytes, reserved_after_first);
+    }
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(cross_thread_small),
+        cmocka_unit_test(cross_thread_mixed),
+        cmocka_unit_test(cross_thread_checked),
+        cmocka_unit_test(thread_exit_returns_cache),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
