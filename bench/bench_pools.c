@@ -250,10 +250,12 @@ int llmem_cmd_bench(int argc, char **argv)
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc < 2 ? stderr : stdout;
         fprintf(f, "usage: llmem bench <benchmark> [options]\n\nbenchmarks:\n"
+                   "  alloc   the dynamic pool against glibc, jemalloc, mimalloc, tcmalloc\n"
                    "  pools   fixed pool and arena against glibc malloc/free\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "pools")) return bench_pools(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "alloc")) return llmem_bench_alloc(argc - 1, argv + 1);
     fprintf(stderr, "llmem bench: unknown benchmark '%s'\n", argv[1]);
     return 2;
 }

@@ -6,7 +6,7 @@ set -eu
 
 pkgs_build="cmake make gcc libc6-dev pkgconf binutils"
 pkgs_test="libcmocka-dev libnuma1"
-pkgs_bench=""
+pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
 
 want=""
 for g in "$@"; do

@@ -19,29 +19,16 @@
 #define L2_SIZE ((size_t)1 << L2_BITS)
 #define L3_SIZE ((size_t)1 << L3_BITS)
 
-typedef struct leaf {
-    void *owner[L3_SIZE];
-} leaf;
+typedef llmem__addrmap_leaf leaf;
+typedef llmem__addrmap_node node;
+_Static_assert(sizeof(leaf) == L3_SIZE * sizeof(void *), "leaf size");
+_Static_assert(sizeof(node) == L2_SIZE * sizeof(void *), "node size");
 
-typedef struct node {
-    leaf *leaves[L2_SIZE];
-} node;
-
-static node *root[(size_t)1 << L1_BITS];
+node *llmem__addrmap_root[(size_t)1 << L1_BITS];
+#define root llmem__addrmap_root
 static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline bool in_range(uintptr_t p) { return (uint64_t)p >> (LLMEM_ADDRMAP_SHIFT + KEY_BITS) == 0; }
-
-void *llmem__addrmap_get(uintptr_t p)
-{
-    if (!in_range(p)) return NULL;
-    uint64_t key = (uint64_t)p >> LLMEM_ADDRMAP_SHIFT;
-    node *n = __atomic_load_n(&root[key >> (L2_BITS + L3_BITS)], __ATOMIC_ACQUIRE);
-    if (!n) return NULL;
-    leaf *l = __atomic_load_n(&n->leaves[(key >> L3_BITS) & (L2_SIZE - 1)], __ATOMIC_ACQUIRE);
-    if (!l) return NULL;
-    return __atomic_load_n(&l->owner[key & (L3_SIZE - 1)], __ATOMIC_ACQUIRE);
-}
 
 /* The leaf for key, created if `create`. Write lock held. */
 static leaf *leaf_for(uint64_t key, bool create)

@@ -34,7 +34,26 @@ llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner);
 /* Forget [start, start+size). */
 void llmem__addrmap_clear(uintptr_t start, size_t size);
 
-/* The owner of the unit holding p, or NULL. Lock-free. */
-void *llmem__addrmap_get(uintptr_t p);
+/* The tree, for the inline lookup below; written only by addrmap.c. */
+typedef struct llmem__addrmap_leaf {
+    void *owner[1024];
+} llmem__addrmap_leaf;
+typedef struct llmem__addrmap_node {
+    llmem__addrmap_leaf *leaves[1024];
+} llmem__addrmap_node;
+extern llmem__addrmap_node *llmem__addrmap_root[4096];
+
+/* The owner of the unit holding p, or NULL. Lock-free: three dependent
+ * acquire loads (plain moves on x86). */
+static inline void *llmem__addrmap_get(uintptr_t p)
+{
+    uint64_t key = (uint64_t)p >> LLMEM_ADDRMAP_SHIFT;
+    if (key >> 32) return NULL;
+    llmem__addrmap_node *n = __atomic_load_n(&llmem__addrmap_root[key >> 20], __ATOMIC_ACQUIRE);
+    if (!n) return NULL;
+    llmem__addrmap_leaf *l = __atomic_load_n(&n->leaves[(key >> 10) & 1023], __ATOMIC_ACQUIRE);
+    if (!l) return NULL;
+    return __atomic_load_n(&l->owner[key & 1023], __ATOMIC_ACQUIRE);
+}
 
 #endif

@@ -95,6 +95,7 @@ struct superblock {
     superblock *next, *prev;    /* all superblocks of the pool */
     superblock *enext, *eprev;  /* the pool's empty superblocks */
     pblock **owner;             /* one entry per unit */
+    uint32_t *slab_info;        /* per unit of a slab: (class + 1) << 24 | units from the slab's start */
     uint64_t *decommitted;      /* one bit per unit */
     size_t decommitted_units;
     size_t used;                /* bytes in LARGE and SLAB blocks */
@@ -105,35 +106,43 @@ struct superblock {
 typedef struct central {
     slab *partial;              /* slabs with a free block (or none carved yet) */
     uint32_t slabs, empty_slabs;
-    uint64_t live, allocs;
-    uint64_t magic;             /* ceil(2^MAGIC_SHIFT / class size) */
+    uint64_t live, allocs;      /* live: blocks out of the slabs (caches included) */
+    void **xfer;                /* transfer cache: free blocks passed between threads */
+    uint32_t xcount, xcap;
 } central;
 
+/* Fields read by every fast path come first and are only written at
+ * create; what the lock guards starts on its own cache line, so refills in
+ * one thread do not evict the configuration other threads are reading. */
 struct llmem_pool {
-    pthread_mutex_t lock;
-    char name[32];
-    llmem_resource *res;
-    bool host, checked, inband;
-    size_t align;               /* pool minimum alignment */
+    /* read-mostly */
+    uint64_t id;                /* unique for the process's life */
+    bool host, checked, inband, tcache_on;
     size_t unit;
     unsigned ushift;
+    size_t align;               /* pool minimum alignment */
+    uint64_t magic[LLMEM_MAX_CLASSES]; /* ceil(2^MAGIC_SHIFT / class size) */
+    llmem_size_classes cls;
+    uint32_t tcache_cap[LLMEM_MAX_CLASSES];
+    size_t tcache_slots;
+    pthread_key_t tkey;
+    char name[32];
+    llmem_resource *res;
     size_t run;                 /* commit/decommit run: max(unit, resource granularity) */
     size_t sb_align;            /* superblock alignment and size multiple */
-    size_t next_sb, max_sb, max_bytes;
+    size_t max_sb, max_bytes;
     uint64_t decay_ns;
-    llmem_size_classes cls;
+    void **xfer_storage;
+    llmem_fixed *descs;
+    /* guarded by the lock */
+    _Alignas(64) pthread_mutex_t lock;
+    size_t next_sb;
     central central[LLMEM_MAX_CLASSES];
     llmem_avl free_tree;
     superblock *sbs, *empties;
-    llmem_fixed *descs;
-    llmem_pool_stats st;        /* maintained under the lock; derived fields filled by get_stats */
-    /* thread caches */
-    uint64_t id;                /* unique for the process's life */
-    bool tcache_on;
-    pthread_key_t tkey;
+    llmem_pool_stats st;        /* derived fields are filled by get_stats */
     struct tcache *tcaches;
-    size_t tcache_slots;
-    uint32_t tcache_cap[LLMEM_MAX_CLASSES];
+    uint64_t xfer_bytes, xfer_blocks; /* in transfer caches */
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -214,6 +223,7 @@ static void empty_list_remove(llmem_pool *p, superblock *sb)
 static void sb_free_meta(superblock *sb)
 {
     free(sb->owner);
+    free(sb->slab_info);
     free(sb->decommitted);
     free(sb);
 }
@@ -238,8 +248,9 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
     if (sb) {
         sb->owner = calloc(units, sizeof *sb->owner);
         sb->decommitted = calloc((units + 63) / 64, sizeof(uint64_t));
+        sb->slab_info = calloc(units, sizeof *sb->slab_info);
     }
-    if (!sb || !sb->owner || !sb->decommitted || !b) {
+    if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b) {
         if (sb) sb_free_meta(sb);
         if (b) desc_free(p, b);
         return llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for superblock metadata", p->name);
@@ -588,7 +599,10 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     b->cls = (uint16_t)cls;
     superblock *sb = b->sb;
     size_t u0 = unit_of(sb, b->start, p->ushift), n = b->size >> p->ushift;
-    for (size_t i = 0; i < n; i++) sb->owner[u0 + i] = b;
+    for (size_t i = 0; i < n; i++) {
+        sb->owner[u0 + i] = b;
+        sb->slab_info[u0 + i] = (uint32_t)(cls + 1) << 24 | (uint32_t)i;
+    }
     central *c = &p->central[cls];
     c->slabs++;
     c->empty_slabs++;
@@ -608,6 +622,7 @@ static void slab_release(llmem_pool *p, slab *s)
     superblock *sb = s->b.sb;
     size_t u0 = unit_of(sb, s->b.start, p->ushift), n = s->b.size >> p->ushift;
     for (size_t i = 1; i < n; i++) sb->owner[u0 + i] = NULL;
+    for (size_t i = 0; i < n; i++) sb->slab_info[u0 + i] = 0;
     p->st.slab_bytes -= s->b.size;
     memset((char *)s + sizeof(pblock), 0, sizeof *s - sizeof(pblock));
     put_pages(p, &s->b);
@@ -656,7 +671,7 @@ static void slab_put(llmem_pool *p, slab *s, uintptr_t b, uint32_t idx)
  * off is not a block boundary. */
 static inline bool slab_index(const llmem_pool *p, unsigned cls, size_t off, uint32_t *idx)
 {
-    uint64_t i = ((uint64_t)off * p->central[cls].magic) >> MAGIC_SHIFT;
+    uint64_t i = ((uint64_t)off * p->magic[cls]) >> MAGIC_SHIFT;
     *idx = (uint32_t)i;
     return i * p->cls.size[cls] == off;
 }
@@ -704,10 +719,13 @@ static inline void st_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __AT
 static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
-/* Bytes and blocks sitting in every thread cache. Lock held. */
+/* Bytes and blocks sitting in thread and transfer caches. Lock held. */
 static void cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class)
 {
-    *bytes = *blocks = 0;
+    *bytes = p->xfer_bytes;
+    *blocks = p->xfer_blocks;
+    if (per_class)
+        for (unsigned c = 0; c < p->cls.count; c++) per_class[c] += p->central[c].xcount;
     for (const tcache *t = p->tcaches; t; t = t->next) {
         for (unsigned c = 0; c < p->cls.count; c++) {
             uint32_t n = ld_u32(&t->count[c]);
@@ -723,7 +741,7 @@ static void note_peak(llmem_pool *p)
 {
     uint64_t used = p->st.used_bytes;
     if (used <= p->st.used_peak_bytes) return;
-    if (p->tcaches) {
+    if (p->tcaches || p->xfer_blocks) {
         uint64_t bytes, blocks;
         cached_totals(p, &bytes, &blocks, NULL);
         used -= bytes;
@@ -744,7 +762,6 @@ static uintptr_t small_take(llmem_pool *p, unsigned cls, llmem_status *st)
     c->live++;
     p->st.used_bytes += csize;
     p->st.live_allocations++;
-    note_peak(p);
     return block;
 }
 
@@ -762,6 +779,17 @@ static void tcache_flush_class(llmem_pool *p, tcache *t, unsigned c, uint32_t ke
 {
     uint32_t n = t->count[c];
     size_t csize = p->cls.size[c];
+    /* Into the transfer cache while it has room: another thread's refill
+     * takes the batch as it is, no slab touched. */
+    central *x = &p->central[c];
+    uint32_t room = x->xcap - x->xcount, move = n - keep < room ? n - keep : room;
+    if (move && keep) {
+        memcpy(&x->xfer[x->xcount], &t->items[c][n - move], move * sizeof(void *));
+        x->xcount += move;
+        p->xfer_blocks += move;
+        p->xfer_bytes += (uint64_t)move * csize;
+        n -= move;
+    }
     while (n > keep) {
         uintptr_t b = (uintptr_t)t->items[c][--n];
         superblock *sb = llmem__addrmap_get(b);
@@ -775,6 +803,21 @@ static void tcache_flush_class(llmem_pool *p, tcache *t, unsigned c, uint32_t ke
         small_put(p, s, b, idx);
     }
     st_u32(&t->count[c], n);
+}
+
+/* Return a class's transfer cache to its slabs. Lock held. */
+static void xfer_drain(llmem_pool *p, unsigned c)
+{
+    central *x = &p->central[c];
+    size_t csize = p->cls.size[c];
+    while (x->xcount) {
+        uintptr_t b = (uintptr_t)x->xfer[--x->xcount];
+        superblock *sb = llmem__addrmap_get(b);
+        slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
+        p->xfer_blocks--;
+        p->xfer_bytes -= csize;
+        small_put(p, s, b, (uint32_t)((b - s->b.start) / csize));
+    }
 }
 
 static void tcache_flush_all(llmem_pool *p, tcache *t)
@@ -842,6 +885,14 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
 {
     uint32_t want = t->cap[c] / 2 ? t->cap[c] / 2 : 1, got = 0;
     pthread_mutex_lock(&p->lock);
+    central *x = &p->central[c];
+    if (x->xcount) {
+        got = x->xcount < want ? x->xcount : want;
+        x->xcount -= got;
+        memcpy(t->items[c], &x->xfer[x->xcount], got * sizeof(void *));
+        p->xfer_blocks -= got;
+        p->xfer_bytes -= (uint64_t)got * p->cls.size[c];
+    }
     while (got < want) {
         uintptr_t b = small_take(p, c, st);
         if (!b) break;
@@ -849,6 +900,7 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
     }
     if (got) *st = LLMEM_OK;
     else p->st.failures_total++;
+    note_peak(p);
     pthread_mutex_unlock(&p->lock);
     if (!got) return NULL;
     st_u32(&t->count[c], got - 1);
@@ -905,11 +957,11 @@ static void *alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status
             sb->owner[unit_of(sb, user, p->ushift)] = b;
         p->st.used_bytes += b->size;
         p->st.live_allocations++;
-        note_peak(p);
         if (g) guards_write(block, b->size, user, size);
     }
     if (p->host) LLMEM_UNPOISON((void *)user, size);
     p->st.allocs_total++;
+    note_peak(p);
     *st = LLMEM_OK;
     return (void *)user;
 }
@@ -920,16 +972,17 @@ static void *alloc_failed(llmem_status st, llmem_status *status)
     return NULL;
 }
 
-void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_status *status)
+/* Everything but a thread-cache hit: the cache's first use and refills,
+ * bad input, large and aligned requests, checked pools. */
+static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, size_t align, llmem_status *status)
 {
-    /* Fast path: a small block from this thread's cache. */
-    if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && align <= p->align && !(align & (align - 1)))) {
+    if (p && size - 1 < p->cls.max_small && align <= p->align && !(align & (align - 1))) {
         tcache *t = tcache_get(p);
-        if (LLMEM_LIKELY(t)) {
+        if (t) {
             unsigned c = llmem__class_of(&p->cls, size);
-            uint32_t n = t->count[c];
             void *b;
-            if (LLMEM_LIKELY(n)) {
+            uint32_t n = t->count[c];
+            if (n) {
                 b = t->items[c][n - 1];
                 st_u32(&t->count[c], n - 1);
             } else {
@@ -967,10 +1020,33 @@ void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_s
     return r;
 }
 
-void *llmem_pool_alloc(llmem_pool *p, size_t size, llmem_status *status)
+/* The fast path: a small block popped from this thread's cache, found
+ * through the thread-local memo. Anything else goes to alloc_slow. */
+static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
 {
-    return llmem_pool_alloc_aligned(p, size, 0, status);
+    if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && tl_last.pool == p && tl_last.id == p->id)) {
+        tcache *t = tl_last.tc;
+        unsigned c = llmem__class_of(&p->cls, size);
+        uint32_t n = t->count[c];
+        if (LLMEM_LIKELY(n)) {
+            void *b = t->items[c][n - 1];
+            st_u32(&t->count[c], n - 1);
+            st_u64(&t->allocs[c], t->allocs[c] + 1);
+            if (p->host) LLMEM_UNPOISON(b, size);
+            if (status) *status = LLMEM_OK;
+            return b;
+        }
+    }
+    return alloc_slow(p, size, 0, status);
 }
+
+void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_status *status)
+{
+    if (LLMEM_LIKELY(p && align <= p->align && !(align & (align - 1)))) return alloc_fast(p, size, status);
+    return alloc_slow(p, size, align, status);
+}
+
+void *llmem_pool_alloc(llmem_pool *p, size_t size, llmem_status *status) { return alloc_fast(p, size, status); }
 
 void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *status)
 {
@@ -1136,25 +1212,37 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
     return st;
 }
 
-llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
+/* The slab block a pointer starts, read from the superblock's slab table
+ * without touching the slab descriptor: its class, or -1 if it is not a
+ * block boundary of a slab of this pool (then the slow path explains). */
+static inline int small_class_of(const llmem_pool *p, uintptr_t a)
+{
+    superblock *sb = llmem__addrmap_get(a);
+    if (!sb || sb->pool != p) return -1;
+    size_t u = unit_of(sb, a, p->ushift);
+    uint32_t info = sb->slab_info[u];
+    if (!info) return -1;
+    unsigned c = (info >> 24) - 1;
+    /* Offset into the slab: into this unit, plus the units before it. */
+    size_t off = ((a - sb->base) & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
+    uint32_t idx;
+    return slab_index(p, c, off, &idx) ? (int)c : -1;
+}
+
+/* Everything but a push onto a thread cache with room: the cache's first
+ * use and flushes, large blocks, checked pools, bad pointers. */
+static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr)
 {
     if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
     if (!ptr) return LLMEM_OK;
-    /* Fast path: a small block goes to this thread's cache. The slab cannot
-     * change under us: it holds this live block. */
-    if (LLMEM_LIKELY(p->tcache_on)) {
-        uintptr_t a = (uintptr_t)ptr;
-        superblock *sb = llmem__addrmap_get(a);
-        pblock *b = sb && sb->pool == p ? sb->owner[unit_of(sb, a, p->ushift)] : NULL;
-        uint32_t idx;
-        tcache *t;
-        if (LLMEM_LIKELY(b && b->kind == D_SLAB && slab_index(p, b->cls, a - b->start, &idx) &&
-                         (t = tcache_get(p)) != NULL)) {
-            unsigned c = b->cls;
+    if (p->tcache_on) {
+        int c = small_class_of(p, (uintptr_t)ptr);
+        tcache *t = c >= 0 ? tcache_get(p) : NULL;
+        if (t) {
             uint32_t n = t->count[c];
-            if (LLMEM_UNLIKELY(n == t->cap[c])) {
+            if (n == t->cap[c]) {
                 pthread_mutex_lock(&p->lock);
-                tcache_flush_class(p, t, c, t->cap[c] / 2);
+                tcache_flush_class(p, t, (unsigned)c, t->cap[c] / 2);
                 pthread_mutex_unlock(&p->lock);
                 n = t->count[c];
             }
@@ -1171,6 +1259,27 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
     llmem_status st = w == AT_BLOCK ? free_located(p, (uintptr_t)ptr, &l) : refuse_free(p, (uintptr_t)ptr, w, &l);
     pthread_mutex_unlock(&p->lock);
     return st;
+}
+
+/* The fast path: a small block pushed onto this thread's cache. The slab
+ * cannot change under us: it holds this live block. */
+llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
+{
+    if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id)) {
+        int c = small_class_of(p, (uintptr_t)ptr);
+        tcache *t = tl_last.tc;
+        if (LLMEM_LIKELY(c >= 0)) {
+            uint32_t n = t->count[c];
+            if (LLMEM_LIKELY(n < t->cap[c])) {
+                t->items[c][n] = ptr;
+                st_u32(&t->count[c], n + 1);
+                st_u64(&t->frees, t->frees + 1);
+                if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+                return LLMEM_OK;
+            }
+        }
+    }
+    return free_slow(p, ptr);
 }
 
 /* Usable bytes at a located block. Lock held. */
@@ -1308,6 +1417,7 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
     tcache *t = tcache_get(p);
     pthread_mutex_lock(&p->lock);
     if (t) tcache_flush_all(p, t); /* other threads' caches stay theirs */
+    for (unsigned c = 0; c < p->cls.count; c++) xfer_drain(p, c);
     size_t released = 0;
     /* Cached empty slabs first: returning them may empty whole superblocks. */
     for (unsigned c = 0; c < p->cls.count && p->st.committed_bytes > target; c++) {
@@ -1576,7 +1686,7 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     p->inband = p->host && !p->checked;
     llmem__classes_init(&p->cls, p->align, p->unit);
     for (unsigned c = 0; c < p->cls.count; c++)
-        p->central[c].magic = (((uint64_t)1 << MAGIC_SHIFT) + p->cls.size[c] - 1) / p->cls.size[c];
+        p->magic[c] = (((uint64_t)1 << MAGIC_SHIFT) + p->cls.size[c] - 1) / p->cls.size[c];
     return LLMEM_OK;
 }
 
@@ -1585,8 +1695,10 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     if (!out) return llmem__fail(LLMEM_EINVAL, "pool: null out");
     *out = NULL;
     llmem_pool_options o = opts ? *opts : llmem_pool_options_default();
-    llmem_pool *p = calloc(1, sizeof *p);
+    size_t bytes = (sizeof(llmem_pool) + 63) & ~(size_t)63;
+    llmem_pool *p = aligned_alloc(64, bytes);
     if (!p) return llmem__fail(LLMEM_ENOMEM, "pool: out of memory");
+    memset(p, 0, bytes);
     llmem_status st = configure(p, &o);
     if (!st) {
         llmem_fixed_options fo = llmem_fixed_options_default();
@@ -1604,10 +1716,22 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     /* Thread caches, unless checked; without a pthread key left (over a
      * thousand pools alive) the pool simply runs on its lock. */
     p->tcache_on = !p->checked && pthread_key_create(&p->tkey, tcache_destructor) == 0;
+    size_t xslots = 0;
     for (unsigned c = 0; c < p->cls.count; c++) {
         size_t cap = 8 * p->unit / p->cls.size[c];
         p->tcache_cap[c] = (uint32_t)(cap < 4 ? 4 : cap > 128 ? 128 : cap);
         p->tcache_slots += p->tcache_cap[c];
+        p->central[c].xcap = p->tcache_on ? 4 * p->tcache_cap[c] : 0;
+        xslots += p->central[c].xcap;
+    }
+    if (xslots) {
+        p->xfer_storage = malloc(xslots * sizeof(void *));
+        size_t at = 0;
+        for (unsigned c = 0; c < p->cls.count; c++) {
+            p->central[c].xfer = p->xfer_storage ? &p->xfer_storage[at] : NULL;
+            if (!p->xfer_storage) p->central[c].xcap = 0; /* no room: flush straight to slabs */
+            at += p->central[c].xcap;
+        }
     }
     *out = p;
     return LLMEM_OK;
@@ -1636,6 +1760,7 @@ void llmem_pool_destroy(llmem_pool *p)
         sb_free_meta(sb);
     }
     llmem_fixed_destroy(p->descs);
+    free(p->xfer_storage);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }

@@ -8,6 +8,7 @@
 void llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit)
 {
     c->align = align;
+    c->align_shift = (unsigned)__builtin_ctzll(align);
     c->unit = unit;
     c->max_small = 8 * unit;
     unsigned n = 0;

@@ -23,6 +23,7 @@
 
 typedef struct llmem_size_classes {
     size_t align;       /* A */
+    unsigned align_shift; /* log2(A) */
     size_t unit;        /* U */
     size_t max_small;   /* largest class size (8U) */
     unsigned count;
@@ -39,7 +40,7 @@ void llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit);
 /* Class of a size in 1..max_small. */
 static inline unsigned llmem__class_of(const llmem_size_classes *c, size_t size)
 {
-    return c->lookup[(size + c->align - 1) / c->align];
+    return c->lookup[(size + c->align - 1) >> c->align_shift];
 }
 
 #endif
