@@ -10,6 +10,7 @@ static llmem_pool *new_pool(llmem_resource *r, bool checked)
     llmem_pool_options o = llmem_pool_options_default();
     o.resource = r;
     o.checked = checked;
+    o.purge = LLMEM_POOL_PURGE_MANUAL; /* exact figures: no thread changes them under the test */
     llmem_pool *p;
     assert_ok(llmem_pool_create(&o, &p));
     return p;
@@ -356,6 +357,7 @@ static void empty_superblocks_decay(void **state)
     (void)state;
     llmem_pool_options o = llmem_pool_options_default();
     o.decay_ms = 30;
+    o.purge = LLMEM_POOL_PURGE_MANUAL;
     o.first_superblock_bytes = 1 << 20;
     o.max_superblock_bytes = 1 << 20;
     llmem_pool *p;
@@ -404,6 +406,7 @@ static void max_bytes_caps_growth(void **state)
     (void)state;
     llmem_pool_options o = llmem_pool_options_default();
     o.max_bytes = 8 << 20;
+    o.purge = LLMEM_POOL_PURGE_MANUAL;
     llmem_pool *p;
     assert_ok(llmem_pool_create(&o, &p));
     void *a = llmem_pool_alloc(p, 3 << 20, NULL);
@@ -435,6 +438,7 @@ static void fault_campaign(void **state)
         assert_ok(llmem_fault_resource_arm(fault, k ? &fo : NULL));
         llmem_pool_options o = llmem_pool_options_default();
         o.resource = fault;
+        o.purge = LLMEM_POOL_PURGE_MANUAL; /* the same calls in every run */
         o.first_superblock_bytes = 1 << 20;
         llmem_pool *p;
         assert_ok(llmem_pool_create(&o, &p));

@@ -2,7 +2,8 @@
  * test_pool_threads.c - the dynamic pool shared by many threads: thread
  * caches, cross-thread frees, concurrent large allocations, stats readers,
  * shrink while others allocate, and thread exit returning caches. Runs
- * under TSan in `make check`.
+ * under TSan in `make check`. Also the background purger, the one thread
+ * llmem starts itself.
  */
 #include <pthread.h>
 
@@ -191,8 +192,10 @@ static void *short_lived(void *arg)
 static void thread_exit_returns_cache(void **state)
 {
     (void)state;
+    llmem_pool_options o = llmem_pool_options_default();
+    o.purge = LLMEM_POOL_PURGE_MANUAL; /* reserved bytes must only move with the threads */
     llmem_pool *p;
-    assert_ok(llmem_pool_create(NULL, &p));
+    assert_ok(llmem_pool_create(&o, &p));
     uint64_t reserved_after_first = 0;
     for (int round = 0; round < 40; round++) {
         pthread_t t;
@@ -208,6 +211,63 @@ static void thread_exit_returns_cache(void **state)
     llmem_pool_destroy(p);
 }
 
+static llmem_pool_stats pool_stats(const llmem_pool *p)
+{
+    llmem_pool_stats s = {0};
+    assert_ok(llmem_pool_get_stats(p, &s));
+    return s;
+}
+
+/* Without any call into the pool, the background purger gives back free
+ * runs and empty superblocks once they have waited the decay delay. */
+static void background_purge_returns_idle_memory(void **state)
+{
+    (void)state;
+    llmem_pool_options o = llmem_pool_options_default();
+    o.decay_ms = 40;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(&o, &p));
+    enum { N = 48 };
+    char *b[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = llmem_pool_alloc(p, 1 << 20, NULL);
+        assert_non_null(b[i]);
+        memset(b[i], 7, 1 << 20);
+    }
+    size_t rss_full = test_rss_bytes();
+    for (int i = 0; i < N; i++)
+        if (i % 4) assert_ok(llmem_pool_free(p, b[i]));
+    llmem_pool_stats before = pool_stats(p);
+    /* Within the delay, nothing goes. */
+    assert_int_equal(before.decommitted_bytes_total, 0);
+    uint64_t deadline = 0;
+    llmem_pool_stats after = before;
+    for (int ms = 0; ms < 3000; ms += 20) {
+        usleep(20 * 1000);
+        after = pool_stats(p);
+        if (after.committed_bytes <= before.committed_bytes - ((size_t)30 << 20)) {
+            deadline = (uint64_t)ms;
+            break;
+        }
+    }
+    if (!deadline) fail_msg("the purger gave back %llu of %llu free bytes in 3 s",
+                            (unsigned long long)(before.committed_bytes - after.committed_bytes),
+                            (unsigned long long)before.free_bytes);
+    assert_true(test_rss_bytes() < rss_full - ((size_t)24 << 20));
+    for (int i = 0; i < N; i += 4)
+        for (size_t k = 0; k < (1 << 20); k += 4096) assert_int_equal(b[i][k], 7);
+    for (int i = 0; i < N; i += 4) assert_ok(llmem_pool_free(p, b[i]));
+    for (int ms = 0; ms < 3000 && pool_stats(p).reserved_bytes; ms += 20) usleep(20 * 1000);
+    assert_int_equal(pool_stats(p).reserved_bytes, 0);
+    assert_ok(llmem_pool_check(p));
+    /* Memory given back comes back on demand. */
+    void *again = llmem_pool_alloc(p, 8 << 20, NULL);
+    assert_non_null(again);
+    memset(again, 1, 8 << 20);
+    assert_ok(llmem_pool_free(p, again));
+    llmem_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +275,7 @@ int main(void)
         cmocka_unit_test(cross_thread_mixed),
         cmocka_unit_test(cross_thread_checked),
         cmocka_unit_test(thread_exit_returns_cache),
+        cmocka_unit_test(background_purge_returns_idle_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,11 +48,17 @@
  * (LLMEM_ECORRUPT, the block is still freed). Freed host memory is poisoned
  * for AddressSanitizer in every mode when the library is built with it.
  *
- * Memory goes back: wholly free superblocks are unmapped after the decay
- * delay (on the next pool call after it), or at once by shrink() and
- * trim(); shrink() and trim() also decommit the free pages of partly used
- * superblocks. reserve() maps and commits ahead, so the next allocations up
- * to that many bytes make no resource call.
+ * Memory goes back: a free page run or a wholly free superblock that has
+ * stayed free for the decay delay (250 ms by default, long enough that a
+ * burst of frees followed by a burst of allocations does not thrash the
+ * resource) is decommitted or unmapped by a process-wide background thread
+ * (one for all pools; it takes pool locks with trylock only and sleeps when
+ * nothing is pending). With LLMEM_POOL_PURGE_MANUAL there is no thread:
+ * empty superblocks go on the pool's next slow path after the delay, and
+ * shrink() and trim() do the rest at once. Small blocks freed inside slabs
+ * that still hold live blocks keep their pages. reserve() maps and commits
+ * ahead, so the next allocations up to that many bytes make no resource
+ * call.
  *
  * Threads: a pool is safe to share between threads. Each thread keeps a
  * small cache of free small blocks per pool (not in checked mode), so
@@ -80,6 +86,12 @@ extern "C" {
 
 typedef struct llmem_pool llmem_pool;
 
+typedef enum llmem_pool_purge {
+    LLMEM_POOL_PURGE_DEFAULT = 0,    /* = BACKGROUND */
+    LLMEM_POOL_PURGE_BACKGROUND = 1, /* a process-wide thread gives memory back after the decay delay */
+    LLMEM_POOL_PURGE_MANUAL = 2      /* only shrink/trim, and empty superblocks on the pool's slow paths */
+} llmem_pool_purge;
+
 typedef struct llmem_pool_options {
     const char *name;              /* shown in messages and stats; default "pool" */
     llmem_resource *resource;      /* borrowed; default llmem_resource_default() */
@@ -87,7 +99,8 @@ typedef struct llmem_pool_options {
     size_t max_superblock_bytes;   /* growth cap per superblock; default 64 MiB host, 512 MiB device */
     size_t max_bytes;              /* cap on mapped bytes; 0 = none (LLMEM_ENOMEM past it) */
     size_t align;                  /* minimum alignment of every block; default 16 host, 256 device */
-    uint32_t decay_ms;             /* how long a wholly free superblock is kept; default 1000 */
+    uint32_t decay_ms;             /* how long free memory is kept before it goes back; default 250 */
+    llmem_pool_purge purge;        /* default LLMEM_POOL_PURGE_BACKGROUND */
     bool checked;                  /* double-free bits, canaries; see above */
 } llmem_pool_options;
 

@@ -76,6 +76,8 @@ typedef struct pblock {
     llmem_avl_node node;        /* D_FREE: in the pool's free tree */
     uintptr_t user;             /* D_LARGE: the pointer handed out */
     size_t requested;           /* D_LARGE: bytes asked for */
+    uint64_t free_since;        /* D_FREE: when it became a free run (ns) */
+    bool purged;                /* D_FREE: its pages were decommitted by the purger */
 } pblock;
 
 typedef struct slab {
@@ -132,6 +134,8 @@ struct llmem_pool {
     size_t sb_align;            /* superblock alignment and size multiple */
     size_t max_sb, max_bytes;
     uint64_t decay_ns;
+    bool purge_background;
+    struct llmem_pool *purge_next; /* the purger's list, under its lock */
     void **xfer_storage;
     llmem_fixed *descs;
     /* guarded by the lock */
@@ -189,6 +193,8 @@ static void desc_free(llmem_pool *p, pblock *b) { llmem_fixed_free(p->descs, b);
 static void tree_insert(llmem_pool *p, pblock *b)
 {
     b->kind = D_FREE;
+    b->free_since = llmem__now_ns();
+    b->purged = false;
     llmem__avl_insert(&p->free_tree, &b->node, free_cmp);
     p->st.free_bytes += b->size;
 }
@@ -322,6 +328,135 @@ static void decay(llmem_pool *p)
         n = sb->enext;
         if (now - sb->empty_since >= p->decay_ns) release_sb(p, sb);
     }
+}
+
+/* ---- the background purger ---------------------------------------------
+ *
+ * One thread for the process, started with the first pool that wants it.
+ * It sleeps until the oldest pending item of any registered pool (an empty
+ * superblock, a free run not yet decommitted) has waited the pool's decay
+ * delay, then unmaps or decommits it; with nothing pending it sleeps until
+ * a pool kicks it. It takes pool locks with trylock only, so it never makes
+ * an application thread wait, and retries a busy pool shortly after. Lock
+ * order: a pool's lock, then the purger's (kick); the purger holds its own
+ * and only tries pool locks.
+ */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    llmem_pool *pools;
+    bool started, sleeping;
+} purger = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false};
+
+static size_t decommit_block(llmem_pool *p, pblock *b, size_t budget);
+static void release_sb(llmem_pool *p, superblock *sb);
+
+/* Something became free: wake the purger if it sleeps with nothing to do. */
+static void purger_kick(const llmem_pool *p)
+{
+    if (!p->purge_background || !__atomic_load_n(&purger.sleeping, __ATOMIC_RELAXED)) return;
+    pthread_mutex_lock(&purger.lock);
+    pthread_cond_signal(&purger.wake);
+    pthread_mutex_unlock(&purger.lock);
+}
+
+/* Give back what has waited the decay delay; return when the next pending
+ * item will have, or UINT64_MAX. Pool lock held. */
+static uint64_t purge_pass(llmem_pool *p, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (superblock *sb = p->empties, *n; sb; sb = n) {
+        n = sb->enext;
+        if (now - sb->empty_since >= p->decay_ns) release_sb(p, sb);
+        else if (sb->empty_since + p->decay_ns < next) next = sb->empty_since + p->decay_ns;
+    }
+    for (llmem_avl_node *x = llmem__avl_first(&p->free_tree); x; x = llmem__avl_next(x)) {
+        pblock *b = (pblock *)((char *)x - offsetof(pblock, node));
+        if (b->purged) continue;
+        if (now - b->free_since >= p->decay_ns) {
+            decommit_block(p, b, SIZE_MAX);
+            b->purged = true;
+        } else if (b->free_since + p->decay_ns < next) {
+            next = b->free_since + p->decay_ns;
+        }
+    }
+    return next;
+}
+
+static void *purger_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&purger.lock);
+    for (;;) {
+        uint64_t now = llmem__now_ns(), next = UINT64_MAX;
+        for (llmem_pool *p = purger.pools; p; p = p->purge_next) {
+            if (pthread_mutex_trylock(&p->lock) == 0) {
+                uint64_t t = purge_pass(p, now);
+                pthread_mutex_unlock(&p->lock);
+                if (t < next) next = t;
+            } else if (now + 10000000u < next) {
+                next = now + 10000000u; /* busy: look again in 10 ms */
+            }
+        }
+        if (next == UINT64_MAX) {
+            __atomic_store_n(&purger.sleeping, true, __ATOMIC_RELAXED);
+            pthread_cond_wait(&purger.wake, &purger.lock);
+            __atomic_store_n(&purger.sleeping, false, __ATOMIC_RELAXED);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t wait = next > now ? next - now : 0;
+            wait += 1000000u; /* a little past the deadline, so it has passed */
+            ts.tv_sec += (time_t)(wait / 1000000000u);
+            ts.tv_nsec += (long)(wait % 1000000000u);
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&purger.wake, &purger.lock, &ts);
+        }
+    }
+    return NULL;
+}
+
+static llmem_status purger_register(llmem_pool *p)
+{
+    pthread_mutex_lock(&purger.lock);
+    if (!purger.started) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_destroy(&purger.wake);
+        pthread_cond_init(&purger.wake, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        bool ok = pthread_create(&t, &a, purger_main, NULL) == 0;
+        pthread_attr_destroy(&a);
+        if (!ok) {
+            pthread_mutex_unlock(&purger.lock);
+            return llmem__fail(LLMEM_EOS, "pool '%s': cannot start the background purge thread", p->name);
+        }
+        purger.started = true;
+    }
+    p->purge_next = purger.pools;
+    purger.pools = p;
+    pthread_cond_signal(&purger.wake);
+    pthread_mutex_unlock(&purger.lock);
+    return LLMEM_OK;
+}
+
+static void purger_unregister(llmem_pool *p)
+{
+    pthread_mutex_lock(&purger.lock); /* waits for a pass over p to end */
+    for (llmem_pool **q = &purger.pools; *q; q = &(*q)->purge_next)
+        if (*q == p) {
+            *q = p->purge_next;
+            break;
+        }
+    pthread_mutex_unlock(&purger.lock);
 }
 
 /* ---- commit and decommit inside superblocks ------------------------------ */
@@ -505,7 +640,7 @@ static void put_pages(llmem_pool *p, pblock *b)
     if (p->host) LLMEM_POISON((void *)b->start, b->size);
     tree_insert(p, b);
     if (sb->used == 0) empty_list_add(p, sb);
-    if (p->decay_ns == 0) decay(p);
+    purger_kick(p);
 }
 
 /* ---- guards (checked host pools) ----------------------------------------- */
@@ -1405,7 +1540,10 @@ llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes)
     }
     if (!st) {
         st = commit_range(p, b->sb, b->start, need);
-        if (b->sb->empty) b->sb->empty_since = llmem__now_ns(); /* reserved for use: not decaying yet */
+        /* Reserved for use: not decaying yet. */
+        if (b->sb->empty) b->sb->empty_since = llmem__now_ns();
+        b->free_since = llmem__now_ns();
+        b->purged = false;
     }
     pthread_mutex_unlock(&p->lock);
     return st;
@@ -1651,7 +1789,7 @@ llmem_pool_options llmem_pool_options_default(void)
     llmem_pool_options o;
     memset(&o, 0, sizeof o);
     o.name = "pool";
-    o.decay_ms = 1000;
+    o.decay_ms = 250;
     return o;
 }
 
@@ -1681,7 +1819,10 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
         return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': superblock sizes overflow", p->name);
     if (p->max_sb < p->next_sb) p->max_sb = p->next_sb;
     p->max_bytes = o->max_bytes;
-    p->decay_ns = (uint64_t)(o->decay_ms ? o->decay_ms : 1000) * 1000000u;
+    p->decay_ns = (uint64_t)(o->decay_ms ? o->decay_ms : 250) * 1000000u;
+    if ((unsigned)o->purge > LLMEM_POOL_PURGE_MANUAL)
+        return llmem__fail(LLMEM_EINVAL, "pool '%s': unknown purge mode %d", p->name, (int)o->purge);
+    p->purge_background = o->purge != LLMEM_POOL_PURGE_MANUAL;
     p->checked = o->checked;
     p->inband = p->host && !p->checked;
     llmem__classes_init(&p->cls, p->align, p->unit);
@@ -1733,6 +1874,13 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
             at += p->central[c].xcap;
         }
     }
+    if (p->purge_background) {
+        st = purger_register(p);
+        if (st) {
+            llmem_pool_destroy(p);
+            return st;
+        }
+    }
     *out = p;
     return LLMEM_OK;
 }
@@ -1740,6 +1888,7 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
 void llmem_pool_destroy(llmem_pool *p)
 {
     if (!p) return;
+    if (p->purge_background) purger_unregister(p);
     if (p->tcache_on) {
         pthread_key_delete(p->tkey);
         for (tcache *t = p->tcaches, *n; t; t = n) {
