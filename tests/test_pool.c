@@ -515,6 +515,157 @@ static void stats_export(void **state)
     llmem_pool_destroy(p);
 }
 
+/* ---- handles and compaction ------------------------------------------------ */
+
+static void handles_misuse_is_refused(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, false);
+    llmem_handle h;
+    assert_status(llmem_pool_halloc(p, 0, &h), LLMEM_EINVAL);
+    assert_int_equal(h, LLMEM_HANDLE_NULL);
+    assert_status(llmem_pool_halloc(p, SIZE_MAX, &h), LLMEM_EOVERFLOW);
+    assert_status(llmem_pool_halloc(NULL, 10, &h), LLMEM_EINVAL);
+    assert_ok(llmem_pool_halloc(p, 10000, &h));
+    assert_int_equal(llmem_pool_hsize(p, h), 10000);
+    char *a = llmem_pool_pin(p, h, NULL);
+    assert_non_null(a);
+    memset(a, 3, 10000);
+    assert_true(llmem_pool_owns(p, a));
+    assert_status(llmem_pool_free(p, a), LLMEM_EINVAL);
+    assert_error_mentions("hfree");
+    llmem_status st;
+    assert_null(llmem_pool_realloc(p, a, 20000, &st));
+    assert_int_equal(st, LLMEM_EINVAL);
+    assert_status(llmem_pool_hfree(p, h), LLMEM_EBUSY);
+    char *b = llmem_pool_pin(p, h, NULL); /* pins nest */
+    assert_ptr_equal(a, b);
+    assert_ok(llmem_pool_unpin(p, h));
+    assert_ok(llmem_pool_unpin(p, h));
+    assert_status(llmem_pool_unpin(p, h), LLMEM_ESTATE);
+    assert_ok(llmem_pool_hfree(p, h));
+    /* Stale now, even once its entry is reused. */
+    assert_status(llmem_pool_hfree(p, h), LLMEM_EINVAL);
+    assert_null(llmem_pool_pin(p, h, &st));
+    assert_int_equal(st, LLMEM_EINVAL);
+    llmem_handle h2;
+    assert_ok(llmem_pool_halloc(p, 100, &h2));
+    assert_true(h2 != h);
+    assert_status(llmem_pool_unpin(p, h), LLMEM_EINVAL);
+    assert_int_equal(llmem_pool_hsize(p, h), 0);
+    assert_status(llmem_pool_unpin(p, 12345), LLMEM_EINVAL);
+    assert_ok(llmem_pool_hfree(p, LLMEM_HANDLE_NULL));
+    assert_ok(llmem_pool_hfree(p, h2));
+    assert_int_equal(pstats(p).handles, 0);
+    assert_int_equal(pstats(p).live_allocations, 0);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+static void fill_h(llmem_resource *dev, llmem_pool *p, llmem_handle h, size_t n, unsigned char tag)
+{
+    unsigned char *a = llmem_pool_pin(p, h, NULL);
+    assert_non_null(a);
+    fill(dev, a, n, tag);
+    assert_ok(llmem_pool_unpin(p, h));
+}
+
+static void verify_h(llmem_resource *dev, llmem_pool *p, llmem_handle h, size_t n, unsigned char tag)
+{
+    unsigned char *a = llmem_pool_pin(p, h, NULL);
+    assert_non_null(a);
+    verify(dev, a, n, tag);
+    assert_ok(llmem_pool_unpin(p, h));
+}
+
+/* Sparse superblocks of handle blocks: compaction moves the survivors
+ * together, unmaps what emptied, keeps every byte, never moves pinned
+ * blocks or raw allocations. */
+static void compaction_run(llmem_resource *res, size_t budget)
+{
+    llmem_resource *dev = res && llmem_resource_kind(res) == LLMEM_MEM_DEVICE ? res : NULL;
+    llmem_pool_options o = llmem_pool_options_default();
+    o.resource = res;
+    o.purge = LLMEM_POOL_PURGE_MANUAL;
+    o.first_superblock_bytes = dev ? 4 << 20 : 1 << 20;
+    o.max_superblock_bytes = o.first_superblock_bytes;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(&o, &p));
+    size_t unit = dev ? 65536 : 4096, hs = o.first_superblock_bytes / 16 - unit;
+    enum { N = 96 };
+    llmem_handle h[N];
+    void *raw = llmem_pool_alloc(p, 50000, NULL);
+    assert_non_null(raw);
+    fill(dev, raw, 50000, 99);
+    for (int i = 0; i < N; i++) {
+        assert_ok(llmem_pool_halloc(p, hs, &h[i]));
+        fill_h(dev, p, h[i], hs, (unsigned char)i);
+    }
+    /* Pin two, free three quarters of the rest, scattered. */
+    unsigned char *pinned5 = llmem_pool_pin(p, h[5], NULL), *pinned50 = llmem_pool_pin(p, h[50], NULL);
+    bool alive[N];
+    for (int i = 0; i < N; i++) {
+        alive[i] = i % 4 == 0 || i == 5 || i == 50;
+        if (!alive[i]) {
+            assert_ok(llmem_pool_hfree(p, h[i]));
+            h[i] = LLMEM_HANDLE_NULL;
+        }
+    }
+    llmem_pool_stats before = pstats(p);
+    llmem_pool_compact_report r = {0};
+    assert_ok(llmem_pool_compact(p, budget, &r));
+    llmem_pool_stats after = pstats(p);
+    assert_ok(llmem_pool_check(p));
+    assert_true(r.blocks_moved > 0);
+    if (budget) {
+        assert_true(r.bytes_moved <= budget + hs + unit);
+    } else {
+        assert_true(r.superblocks_released > 0);
+        assert_int_equal(after.reserved_bytes, before.reserved_bytes - r.bytes_released);
+        assert_true(r.fragmentation_after <= r.fragmentation_before);
+    }
+    assert_int_equal(after.moved_bytes_total, r.bytes_moved);
+    assert_int_equal(after.live_allocations, before.live_allocations);
+    assert_ptr_equal(llmem_pool_pin(p, h[5], NULL), pinned5);
+    assert_ptr_equal(llmem_pool_pin(p, h[50], NULL), pinned50);
+    for (int i = 0; i < N; i++)
+        if (alive[i]) verify_h(dev, p, h[i], hs, (unsigned char)i);
+    verify(dev, raw, 50000, 99);
+    for (int k = 0; k < 2; k++) {
+        assert_ok(llmem_pool_unpin(p, h[5]));
+        assert_ok(llmem_pool_unpin(p, h[50]));
+    }
+    for (int i = 0; i < N; i++) assert_ok(llmem_pool_hfree(p, h[i]));
+    assert_ok(llmem_pool_free(p, raw));
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+static void compaction_host(void **state)
+{
+    (void)state;
+    compaction_run(NULL, 0);
+}
+
+static void compaction_budget(void **state)
+{
+    (void)state;
+    compaction_run(NULL, 100000);
+}
+
+static void compaction_sim_device(void **state)
+{
+    (void)state;
+    llmem_resource *sim;
+    assert_ok(llmem_sim_resource_create(NULL, &sim));
+    compaction_run(sim, 0);
+    llmem_sim_stats ss = {0};
+    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
+    assert_int_equal(ss.used_bytes, 0);
+    assert_int_equal(ss.bad_copies_total, 0);
+    llmem_resource_destroy(sim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -528,6 +679,10 @@ int main(void)
         cmocka_unit_test(max_bytes_caps_growth),
         cmocka_unit_test_setup(fault_campaign, test_quiet_logs),
         cmocka_unit_test(stats_export),
+        cmocka_unit_test_setup(handles_misuse_is_refused, test_quiet_logs),
+        cmocka_unit_test(compaction_host),
+        cmocka_unit_test(compaction_budget),
+        cmocka_unit_test(compaction_sim_device),
         cmocka_unit_test(property_host),
         cmocka_unit_test_setup(property_host_checked, test_quiet_logs),
         cmocka_unit_test(property_sim_device),

@@ -126,6 +126,9 @@ typedef struct llmem_pool_stats {
     uint64_t failures_total;          /* allocations refused */
     uint64_t invalid_frees_total;     /* foreign and double frees refused */
     uint64_t corruptions_total;       /* damaged canaries found (checked mode) */
+    uint64_t handles;                 /* live movable allocations */
+    uint64_t compactions_total;
+    uint64_t moved_bytes_total;       /* bytes moved by compaction */
 } llmem_pool_stats;
 
 /* Per size class figures, from llmem_pool_get_class_stats. */
@@ -198,6 +201,59 @@ LLMEM_API size_t llmem_pool_trim(llmem_pool *p);
  * (expensive; for tests and debugging). LLMEM_ECORRUPT with a message
  * naming the first violation. */
 LLMEM_API llmem_status llmem_pool_check(llmem_pool *p);
+
+/* ---- movable allocations ------------------------------------------------
+ *
+ * A handle names an allocation the pool may move to fight fragmentation:
+ * pin it to get its current address, unpin it when done. Only unpinned
+ * blocks move, and only during llmem_pool_compact(); raw allocations from
+ * llmem_pool_alloc never move. Handle blocks are whole pages (4 KiB host,
+ * 64 KiB device): use them for tensors and KV slabs, not small objects.
+ *
+ *     llmem_handle h;
+ *     llmem_pool_halloc(p, bytes, &h);
+ *     float *x = llmem_pool_pin(p, h, NULL);  ... use x ...
+ *     llmem_pool_unpin(p, h);                  // x may move from now on
+ *     llmem_pool_compact(p, 0, &report);       // when idle
+ *     llmem_pool_hfree(p, h);
+ */
+typedef uint64_t llmem_handle;
+#define LLMEM_HANDLE_NULL ((llmem_handle)0)
+
+typedef struct llmem_pool_compact_report {
+    size_t struct_size;
+    uint64_t bytes_moved;
+    uint64_t blocks_moved;
+    uint64_t bytes_released;          /* superblocks unmapped */
+    uint64_t superblocks_released;
+    double fragmentation_before;      /* 1 - largest free run / free bytes */
+    double fragmentation_after;
+} llmem_pool_compact_report;
+
+/* A movable allocation of size bytes. LLMEM_EINVAL, LLMEM_EOVERFLOW,
+ * LLMEM_ENOMEM. */
+LLMEM_API llmem_status llmem_pool_halloc(llmem_pool *p, size_t size, llmem_handle *out);
+
+/* Its address, which stays valid until the matching unpin. Pins nest.
+ * NULL with LLMEM_EINVAL for a stale or foreign handle. */
+LLMEM_API void *llmem_pool_pin(llmem_pool *p, llmem_handle h, llmem_status *status);
+
+/* LLMEM_ESTATE if not pinned, LLMEM_EINVAL for a stale handle. */
+LLMEM_API llmem_status llmem_pool_unpin(llmem_pool *p, llmem_handle h);
+
+/* Free it. LLMEM_EBUSY while pinned; LLMEM_EINVAL for a stale handle;
+ * LLMEM_HANDLE_NULL is a no-op. (llmem_pool_free on its address is
+ * refused with LLMEM_EINVAL.) */
+LLMEM_API llmem_status llmem_pool_hfree(llmem_pool *p, llmem_handle h);
+
+/* The size it was allocated with, 0 for a stale handle. */
+LLMEM_API size_t llmem_pool_hsize(const llmem_pool *p, llmem_handle h);
+
+/* Move unpinned handle blocks, at most budget_bytes (0 = no limit): empty
+ * sparse superblocks into the others and unmap them, then slide blocks
+ * down into holes so free space coalesces. The pool is locked meanwhile.
+ * out (optional) reports what moved and what was released. */
+LLMEM_API llmem_status llmem_pool_compact(llmem_pool *p, size_t budget_bytes, llmem_pool_compact_report *out);
 
 LLMEM_API llmem_status llmem_pool_get_stats(const llmem_pool *p, llmem_pool_stats *out);
 LLMEM_API const llmem_stats_schema *llmem_pool_stats_schema(void);

@@ -50,115 +50,7 @@
 #include <string.h>
 
 #include "addrmap.h"
-#include "avl.h"
-#include "internal.h"
-#include "llmem/fixed.h"
-#include "llmem/pool.h"
-#include "size_class.h"
-
-enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3 };
-
-#define GUARD_MIN 64u          /* front guard, checked host pools */
-#define GUARD_TAIL 16u         /* at least this much tail guard */
-#define GUARD_MAGIC 0x6c6c6d65u /* "llme" */
-#define GUARD_BYTE 0xFD
-#define MAGIC_SHIFT 40         /* exact division by class size, see slab_index */
-
-typedef struct superblock superblock;
-
-typedef struct pblock {
-    uint8_t kind;
-    uint16_t cls;              /* D_SLAB */
-    uintptr_t start;
-    size_t size;               /* bytes, a multiple of U */
-    superblock *sb;
-    struct pblock *prev, *next; /* address order within the superblock */
-    llmem_avl_node node;        /* D_FREE: in the pool's free tree */
-    uintptr_t user;             /* D_LARGE: the pointer handed out */
-    size_t requested;           /* D_LARGE: bytes asked for */
-    uint64_t free_since;        /* D_FREE: when it became a free run (ns) */
-    bool purged;                /* D_FREE: its pages were decommitted by the purger */
-} pblock;
-
-typedef struct slab {
-    pblock b;
-    struct slab *lnext, *lprev; /* the class's partial list */
-    uint32_t nblocks, used, carved, nfree;
-    bool listed;
-    void *free_head;            /* in-band free list */
-    uint32_t *free_idx;         /* out-of-band free stack (nfree entries) */
-    uint64_t *bits;             /* checked: 1 = handed out */
-} slab;
-
-struct superblock {
-    uintptr_t base;
-    size_t size;
-    llmem_pool *pool;
-    superblock *next, *prev;    /* all superblocks of the pool */
-    superblock *enext, *eprev;  /* the pool's empty superblocks */
-    pblock **owner;             /* one entry per unit */
-    uint32_t *slab_info;        /* per unit of a slab: (class + 1) << 24 | units from the slab's start */
-    uint64_t *decommitted;      /* one bit per unit */
-    size_t decommitted_units;
-    size_t used;                /* bytes in LARGE and SLAB blocks */
-    uint64_t empty_since;       /* when used became 0, if listed as empty */
-    bool empty;
-};
-
-typedef struct central {
-    slab *partial;              /* slabs with a free block (or none carved yet) */
-    uint32_t slabs, empty_slabs;
-    uint64_t live, allocs;      /* live: blocks out of the slabs (caches included) */
-    void **xfer;                /* transfer cache: free blocks passed between threads */
-    uint32_t xcount, xcap;
-} central;
-
-/* Fields read by every fast path come first and are only written at
- * create; what the lock guards starts on its own cache line, so refills in
- * one thread do not evict the configuration other threads are reading. */
-struct llmem_pool {
-    /* read-mostly */
-    uint64_t id;                /* unique for the process's life */
-    bool host, checked, inband, tcache_on;
-    size_t unit;
-    unsigned ushift;
-    size_t align;               /* pool minimum alignment */
-    uint64_t magic[LLMEM_MAX_CLASSES]; /* ceil(2^MAGIC_SHIFT / class size) */
-    llmem_size_classes cls;
-    uint32_t tcache_cap[LLMEM_MAX_CLASSES];
-    size_t tcache_slots;
-    pthread_key_t tkey;
-    char name[32];
-    llmem_resource *res;
-    size_t run;                 /* commit/decommit run: max(unit, resource granularity) */
-    size_t sb_align;            /* superblock alignment and size multiple */
-    size_t max_sb, max_bytes;
-    uint64_t decay_ns;
-    bool purge_background;
-    struct llmem_pool *purge_next; /* the purger's list, under its lock */
-    void **xfer_storage;
-    llmem_fixed *descs;
-    /* guarded by the lock */
-    _Alignas(64) pthread_mutex_t lock;
-    size_t next_sb;
-    central central[LLMEM_MAX_CLASSES];
-    llmem_avl free_tree;
-    superblock *sbs, *empties;
-    llmem_pool_stats st;        /* derived fields are filled by get_stats */
-    struct tcache *tcaches;
-    uint64_t xfer_bytes, xfer_blocks; /* in transfer caches */
-};
-
-/* ---- small helpers ------------------------------------------------------- */
-
-static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)
-{
-    return (size_t)(a - sb->base) >> ushift;
-}
-
-static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
-static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }
-static inline void bit_clear(uint64_t *b, size_t i) { b[i / 64] &= ~(1ull << (i % 64)); }
+#include "pool_internal.h"
 
 static int free_cmp(const llmem_avl_node *a, const llmem_avl_node *b)
 {
@@ -169,28 +61,25 @@ static int free_cmp(const llmem_avl_node *a, const llmem_avl_node *b)
 }
 
 /* Key for lower_bound: the smallest size wanted, lowest address first. */
-static int size_key_cmp(const void *key, const llmem_avl_node *n)
+int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n)
 {
     size_t want = *(const size_t *)key;
     const pblock *b = (const pblock *)((const char *)n - offsetof(pblock, node));
     return want <= b->size ? -1 : 1;
 }
 
-static inline pblock *node_block(llmem_avl_node *n)
-{
-    return n ? (pblock *)((char *)n - offsetof(pblock, node)) : NULL;
-}
+/* ---- small helpers ------------------------------------------------------- */
 
-static pblock *desc_new(llmem_pool *p)
+pblock *llmem__pool_desc_new(llmem_pool *p)
 {
     slab *s = llmem_fixed_alloc(p->descs, NULL);
     if (s) memset(s, 0, sizeof *s);
     return &s->b;
 }
 
-static void desc_free(llmem_pool *p, pblock *b) { llmem_fixed_free(p->descs, b); }
+void llmem__pool_desc_free(llmem_pool *p, pblock *b) { llmem_fixed_free(p->descs, b); }
 
-static void tree_insert(llmem_pool *p, pblock *b)
+void llmem__pool_tree_insert(llmem_pool *p, pblock *b)
 {
     b->kind = D_FREE;
     b->free_since = llmem__now_ns();
@@ -199,7 +88,7 @@ static void tree_insert(llmem_pool *p, pblock *b)
     p->st.free_bytes += b->size;
 }
 
-static void tree_remove(llmem_pool *p, pblock *b)
+void llmem__pool_tree_remove(llmem_pool *p, pblock *b)
 {
     llmem__avl_remove(&p->free_tree, &b->node);
     p->st.free_bytes -= b->size;
@@ -250,7 +139,7 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
                            p->name, size, p->max_bytes, (unsigned long long)p->st.reserved_bytes);
     size_t units = size >> p->ushift;
     superblock *sb = calloc(1, sizeof *sb);
-    pblock *b = desc_new(p);
+    pblock *b = llmem__pool_desc_new(p);
     if (sb) {
         sb->owner = calloc(units, sizeof *sb->owner);
         sb->decommitted = calloc((units + 63) / 64, sizeof(uint64_t));
@@ -258,7 +147,7 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
     }
     if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b) {
         if (sb) sb_free_meta(sb);
-        if (b) desc_free(p, b);
+        if (b) llmem__pool_desc_free(p, b);
         return llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for superblock metadata", p->name);
     }
     void *base;
@@ -273,7 +162,7 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
     }
     if (st) {
         sb_free_meta(sb);
-        desc_free(p, b);
+        llmem__pool_desc_free(p, b);
         return st;
     }
     if (p->host) LLMEM_POISON(base, size);
@@ -287,7 +176,7 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
     b->size = size;
     b->sb = sb;
     sb->owner[0] = b;
-    tree_insert(p, b);
+    llmem__pool_tree_insert(p, b);
     empty_list_add(p, sb);
     p->st.reserved_bytes += size;
     p->st.committed_bytes += size;
@@ -299,11 +188,11 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
 }
 
 /* Unmap an empty superblock. Lock held. */
-static void release_sb(llmem_pool *p, superblock *sb)
+void llmem__pool_release_sb(llmem_pool *p, superblock *sb)
 {
     pblock *b = sb->owner[0];
-    tree_remove(p, b);
-    desc_free(p, b);
+    llmem__pool_tree_remove(p, b);
+    llmem__pool_desc_free(p, b);
     empty_list_remove(p, sb);
     if (sb->prev) sb->prev->next = sb->next;
     else p->sbs = sb->next;
@@ -326,7 +215,7 @@ static void decay(llmem_pool *p)
     uint64_t now = llmem__now_ns();
     for (superblock *sb = p->empties, *n; sb; sb = n) {
         n = sb->enext;
-        if (now - sb->empty_since >= p->decay_ns) release_sb(p, sb);
+        if (now - sb->empty_since >= p->decay_ns) llmem__pool_release_sb(p, sb);
     }
 }
 
@@ -349,7 +238,7 @@ static struct {
 } purger = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false};
 
 static size_t decommit_block(llmem_pool *p, pblock *b, size_t budget);
-static void release_sb(llmem_pool *p, superblock *sb);
+void llmem__pool_release_sb(llmem_pool *p, superblock *sb);
 
 /* Something became free: wake the purger if it sleeps with nothing to do. */
 static void purger_kick(const llmem_pool *p)
@@ -367,7 +256,7 @@ static uint64_t purge_pass(llmem_pool *p, uint64_t now)
     uint64_t next = UINT64_MAX;
     for (superblock *sb = p->empties, *n; sb; sb = n) {
         n = sb->enext;
-        if (now - sb->empty_since >= p->decay_ns) release_sb(p, sb);
+        if (now - sb->empty_since >= p->decay_ns) llmem__pool_release_sb(p, sb);
         else if (sb->empty_since + p->decay_ns < next) next = sb->empty_since + p->decay_ns;
     }
     for (llmem_avl_node *x = llmem__avl_first(&p->free_tree); x; x = llmem__avl_next(x)) {
@@ -475,7 +364,7 @@ static void mark_runs(llmem_pool *p, superblock *sb, uintptr_t r0, uintptr_t r1,
 
 /* Commit every decommitted run overlapping [a, a+n), one resource call per
  * stretch of consecutive decommitted runs. Lock held. */
-static llmem_status commit_range(llmem_pool *p, superblock *sb, uintptr_t a, size_t n)
+llmem_status llmem__pool_commit_range(llmem_pool *p, superblock *sb, uintptr_t a, size_t n)
 {
     if (!sb->decommitted_units) return LLMEM_OK;
     uintptr_t r = sb->base + ((a - sb->base) & ~(uintptr_t)(p->run - 1)), end = a + n;
@@ -531,7 +420,7 @@ static size_t decommit_block(llmem_pool *p, pblock *b, size_t budget)
 /* A FREE block that can hold size bytes at align, or NULL. */
 static pblock *best_fit(llmem_pool *p, size_t size, size_t align)
 {
-    llmem_avl_node *n = llmem__avl_lower_bound(&p->free_tree, &size, size_key_cmp);
+    llmem_avl_node *n = llmem__avl_lower_bound(&p->free_tree, &size, llmem__pool_size_key_cmp);
     if (align <= p->unit) return node_block(n);
     /* Aligned: the smallest candidates first, then one that surely fits. */
     for (int tries = 0; n && tries < 32; tries++, n = llmem__avl_next(n)) {
@@ -541,14 +430,14 @@ static pblock *best_fit(llmem_pool *p, size_t size, size_t align)
     }
     size_t surely;
     if (!llmem__add_ok(size, align - p->unit, &surely)) return NULL;
-    return node_block(llmem__avl_lower_bound(&p->free_tree, &surely, size_key_cmp));
+    return node_block(llmem__avl_lower_bound(&p->free_tree, &surely, llmem__pool_size_key_cmp));
 }
 
 /* Split [b.start, b.start+at) off b as a new FREE block before it; b keeps
  * the rest. Lock held, b not in the tree. */
 static bool split_front(llmem_pool *p, pblock *b, size_t at)
 {
-    pblock *f = desc_new(p);
+    pblock *f = llmem__pool_desc_new(p);
     if (!f) return false;
     f->start = b->start;
     f->size = at;
@@ -560,14 +449,14 @@ static bool split_front(llmem_pool *p, pblock *b, size_t at)
     b->start += at;
     b->size -= at;
     f->sb->owner[unit_of(f->sb, f->start, p->ushift)] = f;
-    tree_insert(p, f);
+    llmem__pool_tree_insert(p, f);
     return true;
 }
 
 /* Split everything past `keep` bytes off b as a FREE block after it. */
-static void split_back(llmem_pool *p, pblock *b, size_t keep)
+void llmem__pool_split_back(llmem_pool *p, pblock *b, size_t keep)
 {
-    pblock *t = desc_new(p);
+    pblock *t = llmem__pool_desc_new(p);
     if (!t) return; /* keep the tail inside b: wasted, not lost */
     t->start = b->start + keep;
     t->size = b->size - keep;
@@ -578,13 +467,31 @@ static void split_back(llmem_pool *p, pblock *b, size_t keep)
     b->next = t;
     b->size = keep;
     t->sb->owner[unit_of(t->sb, t->start, p->ushift)] = t;
-    tree_insert(p, t);
+    llmem__pool_tree_insert(p, t);
 }
 
 /* Take `size` bytes (a unit multiple) at `align` from the free runs,
  * growing if needed. The block returned is out of the tree, its units
  * committed, kind still to be set by the caller. Lock held. */
-static pblock *take_pages(llmem_pool *p, size_t size, size_t align, llmem_status *st)
+pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align, llmem_status *st)
+{
+    size_t pad = llmem__align_ptr(b->start, align > p->unit ? align : p->unit) - b->start;
+    *st = llmem__pool_commit_range(p, b->sb, b->start + pad, size);
+    if (*st) return NULL;
+    superblock *sb = b->sb;
+    llmem__pool_tree_remove(p, b);
+    if (pad && !split_front(p, b, pad)) {
+        llmem__pool_tree_insert(p, b);
+        *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for a block descriptor", p->name);
+        return NULL;
+    }
+    if (b->size > size) llmem__pool_split_back(p, b, size);
+    if (sb->used == 0) empty_list_remove(p, sb);
+    sb->used += b->size;
+    return b;
+}
+
+pblock *llmem__pool_take_pages(llmem_pool *p, size_t size, size_t align, llmem_status *st)
 {
     decay(p);
     pblock *b = best_fit(p, size, align);
@@ -597,48 +504,35 @@ static pblock *take_pages(llmem_pool *p, size_t size, size_t align, llmem_status
             return NULL;
         }
     }
-    size_t pad = llmem__align_ptr(b->start, align > p->unit ? align : p->unit) - b->start;
-    *st = commit_range(p, b->sb, b->start + pad, size);
-    if (*st) return NULL;
-    superblock *sb = b->sb;
-    tree_remove(p, b);
-    if (pad && !split_front(p, b, pad)) {
-        tree_insert(p, b);
-        *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for a block descriptor", p->name);
-        return NULL;
-    }
-    if (b->size > size) split_back(p, b, size);
-    if (sb->used == 0) empty_list_remove(p, sb);
-    sb->used += b->size;
-    return b;
+    return llmem__pool_take_run(p, b, size, align, st);
 }
 
 /* Return a block to the free runs, coalescing with free neighbours. */
-static void put_pages(llmem_pool *p, pblock *b)
+void llmem__pool_put_pages(llmem_pool *p, pblock *b)
 {
     superblock *sb = b->sb;
     sb->used -= b->size;
     pblock *prev = b->prev, *next = b->next;
     if (prev && prev->kind == D_FREE) {
-        tree_remove(p, prev);
+        llmem__pool_tree_remove(p, prev);
         sb->owner[unit_of(sb, b->start, p->ushift)] = NULL;
         prev->size += b->size;
         prev->next = next;
         if (next) next->prev = prev;
-        desc_free(p, b);
+        llmem__pool_desc_free(p, b);
         b = prev;
     }
     if (next && next->kind == D_FREE) {
-        tree_remove(p, next);
+        llmem__pool_tree_remove(p, next);
         sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
         b->size += next->size;
         b->next = next->next;
         if (next->next) next->next->prev = b;
-        desc_free(p, next);
+        llmem__pool_desc_free(p, next);
     }
     sb->owner[unit_of(sb, b->start, p->ushift)] = b;
     if (p->host) LLMEM_POISON((void *)b->start, b->size);
-    tree_insert(p, b);
+    llmem__pool_tree_insert(p, b);
     if (sb->used == 0) empty_list_add(p, sb);
     purger_kick(p);
 }
@@ -712,7 +606,7 @@ static void partial_remove(central *c, slab *s)
 static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
 {
     size_t bytes = p->cls.slab_bytes[cls];
-    pblock *b = take_pages(p, bytes, p->unit, st);
+    pblock *b = llmem__pool_take_pages(p, bytes, p->unit, st);
     if (!b) return NULL;
     slab *s = (slab *)b;
     s->nblocks = p->cls.slab_blocks[cls];
@@ -726,7 +620,7 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     if ((!p->inband && !s->free_idx) || (p->checked && !s->bits)) {
         free(s->free_idx);
         free(s->bits);
-        put_pages(p, b);
+        llmem__pool_put_pages(p, b);
         *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for slab metadata", p->name);
         return NULL;
     }
@@ -760,7 +654,7 @@ static void slab_release(llmem_pool *p, slab *s)
     for (size_t i = 0; i < n; i++) sb->slab_info[u0 + i] = 0;
     p->st.slab_bytes -= s->b.size;
     memset((char *)s + sizeof(pblock), 0, sizeof *s - sizeof(pblock));
-    put_pages(p, &s->b);
+    llmem__pool_put_pages(p, &s->b);
 }
 
 /* Take one block from a slab with a free or uncarved block. */
@@ -872,7 +766,7 @@ static void cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks
 }
 
 /* Record a new peak of used bytes (those in thread caches not counted). */
-static void note_peak(llmem_pool *p)
+void llmem__pool_note_peak(llmem_pool *p)
 {
     uint64_t used = p->st.used_bytes;
     if (used <= p->st.used_peak_bytes) return;
@@ -1035,7 +929,7 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
     }
     if (got) *st = LLMEM_OK;
     else p->st.failures_total++;
-    note_peak(p);
+    llmem__pool_note_peak(p);
     pthread_mutex_unlock(&p->lock);
     if (!got) return NULL;
     st_u32(&t->count[c], got - 1);
@@ -1079,7 +973,7 @@ static void *alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status
         }
         /* With guards the user pointer must keep the alignment: the block
          * starts aligned, and g is a multiple of it. */
-        pblock *b = take_pages(p, pages, align, st);
+        pblock *b = llmem__pool_take_pages(p, pages, align, st);
         if (!b) return NULL;
         b->kind = D_LARGE;
         b->requested = size;
@@ -1096,7 +990,7 @@ static void *alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status
     }
     if (p->host) LLMEM_UNPOISON((void *)user, size);
     p->st.allocs_total++;
-    note_peak(p);
+    llmem__pool_note_peak(p);
     *st = LLMEM_OK;
     return (void *)user;
 }
@@ -1341,7 +1235,7 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
         if (b->user != b->start) sb->owner[unit_of(sb, b->user, p->ushift)] = NULL;
         p->st.used_bytes -= b->size;
         p->st.live_allocations--;
-        put_pages(p, b);
+        llmem__pool_put_pages(p, b);
     }
     p->st.frees_total++;
     return st;
@@ -1391,7 +1285,14 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     located l;
     pthread_mutex_lock(&p->lock);
     where w = find_block(p, (uintptr_t)ptr, &l);
-    llmem_status st = w == AT_BLOCK ? free_located(p, (uintptr_t)ptr, &l) : refuse_free(p, (uintptr_t)ptr, w, &l);
+    llmem_status st;
+    if (w == AT_BLOCK && l.b->kind == D_LARGE && l.b->handle) {
+        p->st.invalid_frees_total++;
+        st = llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EINVAL,
+                             "pool '%s': free of %p, which belongs to a handle: use llmem_pool_hfree", p->name, ptr);
+    } else {
+        st = w == AT_BLOCK ? free_located(p, (uintptr_t)ptr, &l) : refuse_free(p, (uintptr_t)ptr, w, &l);
+    }
     pthread_mutex_unlock(&p->lock);
     return st;
 }
@@ -1457,8 +1358,10 @@ void *llmem_pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *st
     pthread_mutex_lock(&p->lock);
     located l;
     where w = find_block(p, a, &l);
-    if (w != AT_BLOCK) {
-        llmem_status st = refuse_free(p, a, w, &l);
+    if (w != AT_BLOCK || (l.b->kind == D_LARGE && l.b->handle)) {
+        llmem_status st = w != AT_BLOCK ? refuse_free(p, a, w, &l)
+                                        : llmem__fail(LLMEM_EINVAL, "pool '%s': realloc of %p, which belongs to a handle",
+                                                      p->name, ptr);
         pthread_mutex_unlock(&p->lock);
         return alloc_failed(st, status);
     }
@@ -1539,7 +1442,7 @@ llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes)
         b = node_block(llmem__avl_last(&p->free_tree));
     }
     if (!st) {
-        st = commit_range(p, b->sb, b->start, need);
+        st = llmem__pool_commit_range(p, b->sb, b->start, need);
         /* Reserved for use: not decaying yet. */
         if (b->sb->empty) b->sb->empty_since = llmem__now_ns();
         b->free_since = llmem__now_ns();
@@ -1569,7 +1472,7 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
         for (superblock *sb = p->empties; sb; sb = sb->enext)
             if (sb->size > big->size) big = sb;
         released += big->size - (big->decommitted_units << p->ushift);
-        release_sb(p, big);
+        llmem__pool_release_sb(p, big);
     }
     for (llmem_avl_node *n = llmem__avl_last(&p->free_tree); n && p->st.committed_bytes > target;
          n = llmem__avl_prev(n))
@@ -1677,6 +1580,15 @@ llmem_status llmem_pool_check(llmem_pool *p)
         if (sb_used != sb->used) BAD("pool '%s': superblock %p used bytes disagree", p->name, (void *)sb->base);
         if ((sb->used == 0) != sb->empty) BAD("pool '%s': superblock %p empty flag", p->name, (void *)sb->base);
     }
+    uint64_t live_handles = 0;
+    for (uint32_t i = 0; i < p->hcount; i++) {
+        pblock *b = p->handles[i].b;
+        if (!b) continue;
+        live_handles++;
+        if (b->kind != D_LARGE || b->handle != i + 1 || b->user != b->start)
+            BAD("pool '%s': handle %u does not match its block", p->name, i + 1);
+    }
+    if (live_handles != p->st.handles) BAD("pool '%s': handle count disagrees", p->name);
     if (llmem__avl_check(&p->free_tree, free_cmp) != (long)free_blocks)
         BAD("pool '%s': the free tree does not hold exactly the free blocks", p->name);
     if (reserved != p->st.reserved_bytes || committed != p->st.committed_bytes || used != p->st.used_bytes ||
@@ -1763,6 +1675,9 @@ static const llmem_stat_field pool_fields[] = {
     F(COUNTER, failures_total, "Allocations refused."),
     F(COUNTER, invalid_frees_total, "Foreign and double frees refused."),
     F(COUNTER, corruptions_total, "Damaged guard canaries found."),
+    F(GAUGE, handles, "Live movable allocations (handles)."),
+    F(COUNTER, compactions_total, "Compactions run."),
+    F(COUNTER, moved_bytes_total, "Bytes moved by compaction."),
 };
 #undef F
 static const llmem_stats_schema pool_schema = {"pool", sizeof(llmem_pool_stats), LLMEM_ARRAY_LEN(pool_fields),
@@ -1910,6 +1825,7 @@ void llmem_pool_destroy(llmem_pool *p)
     }
     llmem_fixed_destroy(p->descs);
     free(p->xfer_storage);
+    free(p->handles);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
