@@ -85,6 +85,7 @@ llmem_status llmem_pool_halloc(llmem_pool *p, size_t size, llmem_handle *out)
     b->user = b->start;
     b->handle = i + 1;
     b->sb->owner[unit_of(b->sb, b->start, p->ushift)] = b;
+    if (p->host) LLMEM_UNPOISON((void *)b->start, size);
     p->st.used_bytes += b->size;
     p->st.live_allocations++;
     p->st.allocs_total++;
@@ -190,6 +191,7 @@ static bool move_block(llmem_pool *p, pblock *b, pblock *dest, llmem_pool_compac
         LLMEM_UNPOISON((void *)d->start, b->size);
         LLMEM_UNPOISON((void *)b->start, b->size);
         memmove((void *)d->start, (const void *)b->start, b->size);
+        LLMEM_POISON((void *)(d->start + b->requested), b->size - b->requested);
     } else if (llmem_resource_copy(p->res, (void *)d->start, (const void *)b->start, b->size) != LLMEM_OK) {
         d->kind = D_LARGE; /* put_pages expects a live block */
         llmem__pool_put_pages(p, d);
