@@ -39,6 +39,7 @@
 #include "bench_util.h"
 #include "commands.h"
 #include "llmem/llmem.h"
+#include "tensor_mix.h"
 
 #ifndef LLMEM_MULTIARCH
 #define LLMEM_MULTIARCH ""
@@ -97,62 +98,25 @@ static size_t log_uniform(uint64_t *s, size_t lo, size_t hi)
     return n < lo ? lo : n > hi ? hi : n;
 }
 
-/* llama-2-7b shapes (published config). */
-enum { DIM = 4096, FFN = 11008, HEADS = 32, VOCAB = 32000, LAYERS = 32 };
+static void *mix_alloc(void *ctx, size_t n)
+{
+    (void)ctx;
+    return must(A_alloc(n), n);
+}
+
+static void mix_free(void *ctx, void *p, size_t n)
+{
+    (void)ctx;
+    (void)n;
+    A_free(p);
+}
 
 static result w_tensor_mix(bool quick)
 {
-    uint64_t s = 7, ops = 0;
-    int steps = quick ? 60 : 300;
-    void *req[64] = {0};
-    size_t req_size[64] = {0};
+    tensor_mix_ops ops = {mix_alloc, mix_free, NULL};
     uint64_t t0 = bench_now_ns();
-    for (int step = 0; step < steps; step++) {
-        bool prefill = step % 8 == 0;
-        size_t t = prefill ? log_uniform(&s, 16, 512) : 1 + bench_rand(&s) % 8;
-        size_t ctx = prefill ? t : 128 + bench_rand(&s) % 1024;
-        /* Request objects: a few come and go each step. */
-        for (int k = 0; k < 4; k++) {
-            unsigned i = (unsigned)(bench_rand(&s) % 64);
-            if (req[i]) A_free(req[i]);
-            req_size[i] = 16 + bench_rand(&s) % 1008;
-            req[i] = must(A_alloc(req_size[i]), req_size[i]);
-            *(volatile char *)req[i] = 1;
-            ops++;
-        }
-        size_t act = t * DIM * 4;
-        void *x = must(A_alloc(act), act);
-        *(volatile char *)x = 1;
-        ops++;
-        for (int l = 0; l < LAYERS; l++) {
-            void *xb = must(A_alloc(act), act), *q = must(A_alloc(act), act);
-            void *k = must(A_alloc(act), act), *v = must(A_alloc(act), act);
-            size_t att_n = (size_t)HEADS * t * (prefill ? t : ctx) * 4;
-            void *att = must(A_alloc(att_n), att_n);
-            *(volatile char *)xb = *(volatile char *)q = *(volatile char *)k = *(volatile char *)v = 1;
-            *(volatile char *)att = 1;
-            A_free(att);
-            A_free(q);
-            A_free(k);
-            A_free(v);
-            size_t hid = t * FFN * 4;
-            void *hb = must(A_alloc(hid), hid), *hb2 = must(A_alloc(hid), hid);
-            *(volatile char *)hb = *(volatile char *)hb2 = 1;
-            A_free(hb2);
-            A_free(hb);
-            A_free(xb);
-            ops += 7;
-        }
-        size_t lg = (prefill ? 1 : t) * VOCAB * 4;
-        void *logits = must(A_alloc(lg), lg);
-        *(volatile char *)logits = 1;
-        A_free(logits);
-        A_free(x);
-        ops++;
-    }
-    for (int i = 0; i < 64; i++)
-        if (req[i]) A_free(req[i]);
-    return (result){ops, (double)(bench_now_ns() - t0) / 1e9, 0, 0};
+    uint64_t n = tensor_mix_run(quick ? 60 : 300, 7, &tensor_mix_llama2_7b, &ops);
+    return (result){n, (double)(bench_now_ns() - t0) / 1e9, 0, 0};
 }
 
 static result w_small(bool quick)

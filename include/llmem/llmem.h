@@ -21,5 +21,7 @@
 #include "llmem/arena.h"
 #include "llmem/fixed.h"
 #include "llmem/pool.h"
+#include "llmem/profile.h"
+#include "llmem/multipool.h"
 
 #endif /* LLMEM_LLMEM_H */

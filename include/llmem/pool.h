@@ -102,7 +102,12 @@ typedef struct llmem_pool_options {
     uint32_t decay_ms;             /* how long free memory is kept before it goes back; default 250 */
     llmem_pool_purge purge;        /* default LLMEM_POOL_PURGE_BACKGROUND */
     bool checked;                  /* double-free bits, canaries; see above */
+    struct llmem_profile *profile; /* borrowed; record every allocation's size and lifetime (profile.h) */
+    const uint32_t *extra_classes; /* sizes that get an exact class of their own (from a profile) */
+    size_t extra_class_count;      /* at most LLMEM_POOL_MAX_EXTRA_CLASSES */
 } llmem_pool_options;
+
+#define LLMEM_POOL_MAX_EXTRA_CLASSES 24
 
 typedef struct llmem_pool_stats {
     size_t struct_size;

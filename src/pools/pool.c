@@ -1071,11 +1071,18 @@ static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
 
 void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_status *status)
 {
-    if (LLMEM_LIKELY(p && align <= p->align && !(align & (align - 1)))) return alloc_fast(p, size, status);
-    return alloc_slow(p, size, align, status);
+    void *r = LLMEM_LIKELY(p && align <= p->align && !(align & (align - 1))) ? alloc_fast(p, size, status)
+                                                                               : alloc_slow(p, size, align, status);
+    if (LLMEM_UNLIKELY(p && p->profile) && r) llmem_profile_record_alloc(p->profile, size, r);
+    return r;
 }
 
-void *llmem_pool_alloc(llmem_pool *p, size_t size, llmem_status *status) { return alloc_fast(p, size, status); }
+void *llmem_pool_alloc(llmem_pool *p, size_t size, llmem_status *status)
+{
+    void *r = alloc_fast(p, size, status);
+    if (LLMEM_UNLIKELY(p && p->profile) && r) llmem_profile_record_alloc(p->profile, size, r);
+    return r;
+}
 
 void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *status)
 {
@@ -1301,6 +1308,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
  * cannot change under us: it holds this live block. */
 llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
 {
+    if (LLMEM_UNLIKELY(p && p->profile)) llmem_profile_record_free(p->profile, ptr);
     if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id)) {
         int c = small_class_of(p, (uintptr_t)ptr);
         tcache *t = tl_last.tc;
@@ -1740,7 +1748,12 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     p->purge_background = o->purge != LLMEM_POOL_PURGE_MANUAL;
     p->checked = o->checked;
     p->inband = p->host && !p->checked;
-    llmem__classes_init(&p->cls, p->align, p->unit);
+    if (o->extra_class_count && !o->extra_classes)
+        return llmem__fail(LLMEM_EINVAL, "pool '%s': extra_class_count without extra_classes", p->name);
+    if (o->extra_class_count > LLMEM_POOL_MAX_EXTRA_CLASSES ||
+        !llmem__classes_init(&p->cls, p->align, p->unit, o->extra_classes, o->extra_class_count))
+        return llmem__fail(LLMEM_EINVAL, "pool '%s': at most %d extra classes", p->name, LLMEM_POOL_MAX_EXTRA_CLASSES);
+    p->profile = o->profile;
     for (unsigned c = 0; c < p->cls.count; c++)
         p->magic[c] = (((uint64_t)1 << MAGIC_SHIFT) + p->cls.size[c] - 1) / p->cls.size[c];
     return LLMEM_OK;

@@ -15,6 +15,7 @@
 #include "internal.h"
 #include "llmem/fixed.h"
 #include "llmem/pool.h"
+#include "llmem/profile.h"
 #include "size_class.h"
 
 enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3 };
@@ -108,6 +109,7 @@ struct llmem_pool {
     struct llmem_pool *purge_next; /* the purger's list, under its lock */
     void **xfer_storage;
     llmem_fixed *descs;
+    llmem_profile *profile;     /* borrowed; records every allocation when set */
     /* guarded by the lock */
     _Alignas(64) pthread_mutex_t lock;
     size_t next_sb;

@@ -4,8 +4,15 @@
 #include "size_class.h"
 
 #include <assert.h>
+#include <stdlib.h>
 
-void llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit)
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+bool llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit, const uint32_t *extra, size_t n_extra)
 {
     c->align = align;
     c->align_shift = (unsigned)__builtin_ctzll(align);
@@ -23,8 +30,18 @@ void llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit)
             s += pow / 8;
         }
     }
-    c->count = n;
     assert(c->size[n - 1] == c->max_small);
+    for (size_t e = 0; e < n_extra; e++) {
+        size_t x = ((size_t)extra[e] + align - 1) & ~(align - 1);
+        if (x == 0 || x > c->max_small) continue;
+        bool dup = false;
+        for (unsigned i = 0; i < n && !dup; i++) dup = c->size[i] == x;
+        if (dup) continue;
+        if (n == LLMEM_MAX_CLASSES) return false;
+        c->size[n++] = (uint32_t)x;
+    }
+    qsort(c->size, n, sizeof c->size[0], cmp_u32);
+    c->count = n;
     for (unsigned i = 0; i < n; i++) {
         size_t b = c->size[i];
         size_t min = 8 * b > 4 * unit ? 8 * b : 4 * unit;
@@ -38,4 +55,5 @@ void llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit)
         while (c->size[cls] < k * align) cls++;
         c->lookup[k] = (uint8_t)cls;
     }
+    return true;
 }

@@ -16,6 +16,7 @@
 #ifndef LLMEM_SIZE_CLASS_H
 #define LLMEM_SIZE_CLASS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,8 +35,11 @@ typedef struct llmem_size_classes {
 } llmem_size_classes;
 
 /* Build the table. align and unit are powers of two with unit >= 16 * align
- * and 8 * unit / align <= 4096. */
-void llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit);
+ * and 8 * unit / align <= 4096. `extra` sizes (n of them, profile-chosen)
+ * become classes of their own, rounded up to align; sizes above the largest
+ * class are ignored. False if the classes would be more than
+ * LLMEM_MAX_CLASSES. */
+bool llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit, const uint32_t *extra, size_t n);
 
 /* Class of a size in 1..max_small. */
 static inline unsigned llmem__class_of(const llmem_size_classes *c, size_t size)
