@@ -235,15 +235,20 @@ static struct {
     pthread_cond_t wake;
     llmem_pool *pools;
     bool started, sleeping;
-} purger = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false};
+    uint64_t kicks; /* bumped by every kick; the purger rescans if it moved */
+} purger = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false, 0};
 
 static size_t decommit_block(llmem_pool *p, pblock *b, size_t budget);
 void llmem__pool_release_sb(llmem_pool *p, superblock *sb);
 
-/* Something became free: wake the purger if it sleeps with nothing to do. */
+/* Something became free: make sure the purger sees it. Either the purger
+ * reads the new kick count before it sleeps, or this reads its sleeping
+ * flag and signals (both sides use sequentially consistent order). */
 static void purger_kick(const llmem_pool *p)
 {
-    if (!p->purge_background || !__atomic_load_n(&purger.sleeping, __ATOMIC_RELAXED)) return;
+    if (!p->purge_background) return;
+    __atomic_add_fetch(&purger.kicks, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&purger.sleeping, __ATOMIC_SEQ_CST)) return;
     pthread_mutex_lock(&purger.lock);
     pthread_cond_signal(&purger.wake);
     pthread_mutex_unlock(&purger.lock);
@@ -277,6 +282,7 @@ static void *purger_main(void *arg)
     (void)arg;
     pthread_mutex_lock(&purger.lock);
     for (;;) {
+        uint64_t seen = __atomic_load_n(&purger.kicks, __ATOMIC_SEQ_CST);
         uint64_t now = llmem__now_ns(), next = UINT64_MAX;
         for (llmem_pool *p = purger.pools; p; p = p->purge_next) {
             if (pthread_mutex_trylock(&p->lock) == 0) {
@@ -288,9 +294,9 @@ static void *purger_main(void *arg)
             }
         }
         if (next == UINT64_MAX) {
-            __atomic_store_n(&purger.sleeping, true, __ATOMIC_RELAXED);
-            pthread_cond_wait(&purger.wake, &purger.lock);
-            __atomic_store_n(&purger.sleeping, false, __ATOMIC_RELAXED);
+            __atomic_store_n(&purger.sleeping, true, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&purger.kicks, __ATOMIC_SEQ_CST) == seen) pthread_cond_wait(&purger.wake, &purger.lock);
+            __atomic_store_n(&purger.sleeping, false, __ATOMIC_SEQ_CST);
         } else {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
