@@ -156,6 +156,9 @@ LLMEM_API llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_p
 /* Unmaps every superblock, live blocks included. NULL is a no-op. */
 LLMEM_API void llmem_pool_destroy(llmem_pool *p);
 
+/* The resource the pool takes its memory from (NULL for a NULL pool). */
+LLMEM_API llmem_resource *llmem_pool_get_resource(const llmem_pool *p);
+
 /* size bytes, aligned to the pool's alignment. NULL on failure with
  * *status (optional): LLMEM_EINVAL (null pool, size 0), LLMEM_EOVERFLOW,
  * LLMEM_ENOMEM (the resource, or max_bytes). */

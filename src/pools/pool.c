@@ -1858,3 +1858,5 @@ void llmem_pool_flush_thread_cache(llmem_pool *p)
     tcache_flush_all(p, t);
     pthread_mutex_unlock(&p->lock);
 }
+
+llmem_resource *llmem_pool_get_resource(const llmem_pool *p) { return p ? p->res : NULL; }
