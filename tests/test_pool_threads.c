@@ -268,6 +268,93 @@ static void background_purge_returns_idle_memory(void **state)
     llmem_pool_destroy(p);
 }
 
+/* Shadow model per thread on one shared pool, under TSan: alloc, realloc,
+ * aligned alloc and free with random sizes; each thread checks that its own
+ * blocks keep their bytes, are aligned and never overlap. */
+typedef struct pm_arg {
+    llmem_pool *pool;
+    uint64_t seed;
+} pm_arg;
+
+typedef struct pm_live {
+    unsigned char *p;
+    size_t n;
+    unsigned char tag;
+} pm_live;
+
+static int pm_by_addr(const void *a, const void *b)
+{
+    const pm_live *x = a, *y = b;
+    return x->p < y->p ? -1 : x->p > y->p;
+}
+
+static void *property_worker(void *arg)
+{
+    pm_arg *a = arg;
+    uint64_t s = a->seed;
+    enum { CAP = 128 };
+    pm_live v[CAP];
+    size_t n = 0;
+    for (int op = 0; op < 3000; op++) {
+        uint64_t r = xs(&s) % 100;
+        if ((r < 50 || n == 0) && n < CAP) {
+            size_t size = 1 + (size_t)(xs(&s) % (xs(&s) % 8 == 0 ? 262144 : 2048));
+            size_t align = xs(&s) % 5 == 0 ? (size_t)1 << (4 + xs(&s) % 9) : 0;
+            unsigned char *q = align ? llmem_pool_alloc_aligned(a->pool, size, align, NULL) : llmem_pool_alloc(a->pool, size, NULL);
+            if (!q) fail_msg("alloc %zu: %s", size, llmem_last_error());
+            if (align && (uintptr_t)q % align) fail_msg("%p not aligned to %zu", (void *)q, align);
+            unsigned char tag = (unsigned char)xs(&s);
+            memset(q, tag, size);
+            v[n++] = (pm_live){q, size, tag};
+        } else if (r < 65 && n) {
+            size_t i = xs(&s) % n, size = 1 + (size_t)(xs(&s) % 70000);
+            unsigned char *q = llmem_pool_realloc(a->pool, v[i].p, size, NULL);
+            if (!q) fail_msg("realloc %zu: %s", size, llmem_last_error());
+            size_t keep = size < v[i].n ? size : v[i].n;
+            for (size_t k = 0; k < keep; k += 97)
+                if (q[k] != v[i].tag) fail_msg("realloc lost byte %zu", k);
+            memset(q, v[i].tag, size);
+            v[i].p = q;
+            v[i].n = size;
+        } else if (n) {
+            size_t i = xs(&s) % n;
+            for (size_t k = 0; k < v[i].n; k += 89)
+                if (v[i].p[k] != v[i].tag) fail_msg("block %p lost byte %zu", (void *)v[i].p, k);
+            assert_ok(llmem_pool_free(a->pool, v[i].p));
+            v[i] = v[--n];
+        }
+        if (op % 250 == 0 && n > 1) {
+            pm_live c[CAP];
+            memcpy(c, v, n * sizeof *c);
+            qsort(c, n, sizeof *c, pm_by_addr);
+            for (size_t k = 1; k < n; k++)
+                if (c[k - 1].p + c[k - 1].n > c[k].p) fail_msg("blocks overlap");
+        }
+    }
+    for (size_t i = 0; i < n; i++) assert_ok(llmem_pool_free(a->pool, v[i].p));
+    return NULL;
+}
+
+static void property_per_thread(void **state)
+{
+    (void)state;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(NULL, &p));
+    enum { T = 4 };
+    pthread_t t[T];
+    pm_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (pm_arg){p, 0x9e3779b97f4a7c15ull * (uint64_t)(i + 3)};
+        assert_int_equal(pthread_create(&t[i], NULL, property_worker, &args[i]), 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
+    llmem_pool_stats st = pool_stats(p);
+    assert_int_equal(st.live_allocations, 0);
+    assert_int_equal(st.used_bytes, 0);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +363,7 @@ int main(void)
         cmocka_unit_test(cross_thread_checked),
         cmocka_unit_test(thread_exit_returns_cache),
         cmocka_unit_test(background_purge_returns_idle_memory),
+        cmocka_unit_test(property_per_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

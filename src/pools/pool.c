@@ -188,8 +188,20 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
 }
 
 /* Unmap an empty superblock. Lock held. */
-void llmem__pool_release_sb(llmem_pool *p, superblock *sb)
+bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
 {
+    /* Out of the address map first: once unmapped, the range may be mapped
+     * again for someone else, whose entries we must not clear. */
+    llmem__addrmap_clear(sb->base, sb->size);
+    size_t decommitted = sb->decommitted_units << p->ushift;
+    p->st.resource_calls_total++;
+    if (llmem_resource_unmap(p->res, (void *)sb->base, sb->size, sb->size - decommitted) != LLMEM_OK) {
+        llmem__addrmap_set(sb->base, sb->size, sb); /* its nodes exist: cannot fail */
+        sb->empty_since = llmem__now_ns();          /* try again after another delay */
+        llmem__log(LLMEM_LOG_WARN, "pool '%s': superblock %p kept: %s", p->name, (void *)sb->base,
+                   llmem_last_error());
+        return false;
+    }
     pblock *b = sb->owner[0];
     llmem__pool_tree_remove(p, b);
     llmem__pool_desc_free(p, b);
@@ -197,15 +209,12 @@ void llmem__pool_release_sb(llmem_pool *p, superblock *sb)
     if (sb->prev) sb->prev->next = sb->next;
     else p->sbs = sb->next;
     if (sb->next) sb->next->prev = sb->prev;
-    llmem__addrmap_clear(sb->base, sb->size);
-    size_t decommitted = sb->decommitted_units << p->ushift;
-    llmem_resource_unmap(p->res, (void *)sb->base, sb->size, sb->size - decommitted);
-    p->st.resource_calls_total++;
     p->st.reserved_bytes -= sb->size;
     p->st.committed_bytes -= sb->size - decommitted;
     p->st.superblocks--;
     p->st.shrinks_total++;
     sb_free_meta(sb);
+    return true;
 }
 
 /* Release superblocks empty for longer than the decay delay. Lock held. */
@@ -239,7 +248,7 @@ static struct {
 } purger = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false, 0};
 
 static size_t decommit_block(llmem_pool *p, pblock *b, size_t budget);
-void llmem__pool_release_sb(llmem_pool *p, superblock *sb);
+bool llmem__pool_release_sb(llmem_pool *p, superblock *sb);
 
 /* Something became free: make sure the purger sees it. Either the purger
  * reads the new kick count before it sleeps, or this reads its sleeping
@@ -734,7 +743,6 @@ static inline bool slab_index(const llmem_pool *p, unsigned cls, size_t off, uin
 typedef struct tcache {
     llmem_pool *pool;
     struct tcache *next, *prev;         /* the pool's caches, under its lock */
-    uint64_t frees;                     /* owner: relaxed stores */
     uint32_t count[LLMEM_MAX_CLASSES];  /* owner: relaxed stores */
     uint32_t cap[LLMEM_MAX_CLASSES];
     uint64_t allocs[LLMEM_MAX_CLASSES]; /* owner: relaxed stores */
@@ -873,7 +881,6 @@ static void tcache_destructor(void *v)
         p->st.allocs_total += t->allocs[c];
         p->central[c].allocs += t->allocs[c];
     }
-    p->st.frees_total += t->frees;
     if (t->prev) t->prev->next = t->next;
     else p->tcaches = t->next;
     if (t->next) t->next->prev = t->prev;
@@ -1250,7 +1257,6 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
         p->st.live_allocations--;
         llmem__pool_put_pages(p, b);
     }
-    p->st.frees_total++;
     return st;
 }
 
@@ -1277,6 +1283,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
 {
     if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
     if (!ptr) return LLMEM_OK;
+    if (p->profile) llmem_profile_record_free(p->profile, ptr);
     if (p->tcache_on) {
         int c = small_class_of(p, (uintptr_t)ptr);
         tcache *t = c >= 0 ? tcache_get(p) : NULL;
@@ -1290,7 +1297,6 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
             }
             t->items[c][n] = ptr;
             st_u32(&t->count[c], n + 1);
-            st_u64(&t->frees, t->frees + 1);
             if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
             return LLMEM_OK;
         }
@@ -1314,8 +1320,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
  * cannot change under us: it holds this live block. */
 llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
 {
-    if (LLMEM_UNLIKELY(p && p->profile)) llmem_profile_record_free(p->profile, ptr);
-    if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id)) {
+    if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id && !p->profile)) {
         int c = small_class_of(p, (uintptr_t)ptr);
         tcache *t = tl_last.tc;
         if (LLMEM_LIKELY(c >= 0)) {
@@ -1323,8 +1328,7 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
             if (LLMEM_LIKELY(n < t->cap[c])) {
                 t->items[c][n] = ptr;
                 st_u32(&t->count[c], n + 1);
-                st_u64(&t->frees, t->frees + 1);
-                if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+                    if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
                 return LLMEM_OK;
             }
         }
@@ -1416,7 +1420,6 @@ void *llmem_pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *st
             find_block(p, (uintptr_t)n, &nl);
             free_located(p, (uintptr_t)n, &nl);
             p->st.allocs_total--; /* the move never happened */
-            p->st.frees_total--;
             p->st.failures_total++;
             pthread_mutex_unlock(&p->lock);
             return alloc_failed(st, status);
@@ -1466,6 +1469,12 @@ llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes)
     return st;
 }
 
+static int by_size_desc(const void *a, const void *b)
+{
+    const superblock *x = *(superblock *const *)a, *y = *(superblock *const *)b;
+    return x->size > y->size ? -1 : x->size < y->size;
+}
+
 size_t llmem_pool_shrink(llmem_pool *p, size_t target)
 {
     if (!p) return 0;
@@ -1481,12 +1490,20 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
             if (s->used == 0) slab_release(p, s);
         }
     }
-    while (p->st.committed_bytes > target && p->empties) {
-        superblock *big = p->empties;
-        for (superblock *sb = p->empties; sb; sb = sb->enext)
-            if (sb->size > big->size) big = sb;
-        released += big->size - (big->decommitted_units << p->ushift);
-        llmem__pool_release_sb(p, big);
+    /* Empty superblocks, largest first; one the resource refuses to take
+     * back is skipped. */
+    size_t nempty = 0;
+    for (superblock *sb = p->empties; sb; sb = sb->enext) nempty++;
+    superblock **order = nempty ? malloc(nempty * sizeof *order) : NULL;
+    if (order) {
+        size_t k = 0;
+        for (superblock *sb = p->empties; sb; sb = sb->enext) order[k++] = sb;
+        qsort(order, nempty, sizeof *order, by_size_desc);
+        for (size_t i = 0; i < nempty && p->st.committed_bytes > target; i++) {
+            size_t held = order[i]->size - (order[i]->decommitted_units << p->ushift);
+            if (llmem__pool_release_sb(p, order[i])) released += held;
+        }
+        free(order);
     }
     for (llmem_avl_node *n = llmem__avl_last(&p->free_tree); n && p->st.committed_bytes > target;
          n = llmem__avl_prev(n))
@@ -1637,10 +1654,11 @@ llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
     cached_totals(p, &bytes, &blocks, NULL);
     s.used_bytes = s.used_bytes > bytes ? s.used_bytes - bytes : 0;
     s.live_allocations = s.live_allocations > blocks ? s.live_allocations - blocks : 0;
-    for (const tcache *t = p->tcaches; t; t = t->next) {
+    for (const tcache *t = p->tcaches; t; t = t->next)
         for (unsigned c = 0; c < p->cls.count; c++) s.allocs_total += __atomic_load_n(&t->allocs[c], __ATOMIC_RELAXED);
-        s.frees_total += __atomic_load_n(&t->frees, __ATOMIC_RELAXED);
-    }
+    /* Every free ends an allocation: counting them would cost the free path
+     * a store it does not need. */
+    s.frees_total = s.allocs_total > s.live_allocations ? s.allocs_total - s.live_allocations : 0;
     s.largest_free_bytes = big ? big->size : 0;
     pthread_mutex_unlock(&p->lock);
     s.fragmentation = s.free_bytes ? 1.0 - (double)s.largest_free_bytes / (double)s.free_bytes : 0.0;

@@ -148,7 +148,6 @@ llmem_status llmem_pool_hfree(llmem_pool *p, llmem_handle h)
         b->handle = 0;
         p->st.used_bytes -= b->size;
         p->st.live_allocations--;
-        p->st.frees_total++;
         p->st.handles--;
         llmem__pool_put_pages(p, b);
         uint32_t i = (uint32_t)(e - p->handles);
@@ -256,9 +255,11 @@ static void evacuate(llmem_pool *p, size_t budget, llmem_pool_compact_report *r)
             while (next && next->kind == D_FREE) next = next->next;
         }
         if (sb->used == 0) {
-            r->bytes_released += sb->size;
-            r->superblocks_released++;
-            llmem__pool_release_sb(p, sb);
+            size_t size = sb->size;
+            if (llmem__pool_release_sb(p, sb)) {
+                r->bytes_released += size;
+                r->superblocks_released++;
+            }
         }
     }
     free(v);
@@ -307,9 +308,11 @@ llmem_status llmem_pool_compact(llmem_pool *p, size_t budget, llmem_pool_compact
     /* Whatever emptied goes now: that is what compaction is for. */
     for (superblock *sb = p->empties, *n; sb; sb = n) {
         n = sb->enext;
-        r.bytes_released += sb->size;
-        r.superblocks_released++;
-        llmem__pool_release_sb(p, sb);
+        size_t size = sb->size;
+        if (llmem__pool_release_sb(p, sb)) {
+            r.bytes_released += size;
+            r.superblocks_released++;
+        }
     }
     r.fragmentation_after = fragmentation(p);
     p->st.compactions_total++;

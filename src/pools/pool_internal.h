@@ -155,7 +155,8 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
 /* Back to the free runs, coalescing; the caller has fixed the owner table. */
 void llmem__pool_put_pages(llmem_pool *p, pblock *b);
 llmem_status llmem__pool_commit_range(llmem_pool *p, superblock *sb, uintptr_t a, size_t n);
-void llmem__pool_release_sb(llmem_pool *p, superblock *sb);
+/* Unmap an empty superblock; false (and kept) if the resource refuses. */
+bool llmem__pool_release_sb(llmem_pool *p, superblock *sb);
 void llmem__pool_note_peak(llmem_pool *p);
 /* Free-tree search key: the smallest size wanted. */
 int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n);
