@@ -1,9 +1,10 @@
 /*
- * addrmap.c - three-level radix tree from 64 KiB units to owners.
+ * addrmap.c - two-level radix tree from 64 KiB units to owners.
  *
- * Key = address >> 16 (32 bits for 48-bit addresses), split 12/10/10:
- * a static root of 4096 pointers, interior nodes and leaves of 1024
- * pointers (8 KiB) allocated on first use.
+ * Key = address >> 16 (32 bits for 48-bit addresses), split 16/16: a
+ * static root of 65536 leaf pointers, leaves of 65536 owner pointers
+ * mapped zeroed on first use (calloc of 512 KiB: fresh pages, touched only
+ * where entries are written).
  */
 #include "addrmap.h"
 
@@ -13,18 +14,13 @@
 #include "internal.h"
 
 #define KEY_BITS 32
-#define L1_BITS 12
-#define L2_BITS 10
-#define L3_BITS 10
-#define L2_SIZE ((size_t)1 << L2_BITS)
-#define L3_SIZE ((size_t)1 << L3_BITS)
+#define LEAF_BITS 16
+#define LEAF_SIZE ((uint64_t)1 << LEAF_BITS)
 
 typedef llmem__addrmap_leaf leaf;
-typedef llmem__addrmap_node node;
-_Static_assert(sizeof(leaf) == L3_SIZE * sizeof(void *), "leaf size");
-_Static_assert(sizeof(node) == L2_SIZE * sizeof(void *), "node size");
+_Static_assert(sizeof(leaf) == LEAF_SIZE * sizeof(void *), "leaf size");
 
-node *llmem__addrmap_root[(size_t)1 << L1_BITS];
+leaf *llmem__addrmap_root[(size_t)1 << (KEY_BITS - LEAF_BITS)];
 #define root llmem__addrmap_root
 static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -33,13 +29,7 @@ static inline bool in_range(uintptr_t p) { return (uint64_t)p >> (LLMEM_ADDRMAP_
 /* The leaf for key, created if `create`. Write lock held. */
 static leaf *leaf_for(uint64_t key, bool create)
 {
-    node **np = &root[key >> (L2_BITS + L3_BITS)];
-    node *n = *np;
-    if (!n) {
-        if (!create || !(n = calloc(1, sizeof *n))) return NULL;
-        __atomic_store_n(np, n, __ATOMIC_RELEASE);
-    }
-    leaf **lp = &n->leaves[(key >> L3_BITS) & (L2_SIZE - 1)];
+    leaf **lp = &root[key >> LEAF_BITS];
     leaf *l = *lp;
     if (!l) {
         if (!create || !(l = calloc(1, sizeof *l))) return NULL;
@@ -57,15 +47,15 @@ llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner)
                            (void *)start, size);
     uint64_t k0 = (uint64_t)start >> LLMEM_ADDRMAP_SHIFT, k1 = (uint64_t)last >> LLMEM_ADDRMAP_SHIFT;
     pthread_mutex_lock(&write_lock);
-    /* Create every node first, so a failure registers nothing. */
-    for (uint64_t k = k0; k <= k1; k = (k | (L3_SIZE - 1)) + 1) {
+    /* Create every leaf first, so a failure registers nothing. */
+    for (uint64_t k = k0; k <= k1; k = (k | (LEAF_SIZE - 1)) + 1) {
         if (!leaf_for(k, true)) {
             pthread_mutex_unlock(&write_lock);
-            return llmem__fail(LLMEM_ENOMEM, "address map: out of memory for a node");
+            return llmem__fail(LLMEM_ENOMEM, "address map: out of memory for a leaf");
         }
     }
     for (uint64_t k = k0; k <= k1; k++)
-        __atomic_store_n(&leaf_for(k, false)->owner[k & (L3_SIZE - 1)], owner, __ATOMIC_RELEASE);
+        __atomic_store_n(&leaf_for(k, false)->owner[k & (LEAF_SIZE - 1)], owner, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&write_lock);
     return LLMEM_OK;
 }
@@ -79,7 +69,7 @@ void llmem__addrmap_clear(uintptr_t start, size_t size)
     pthread_mutex_lock(&write_lock);
     for (uint64_t k = k0; k <= k1; k++) {
         leaf *l = leaf_for(k, false);
-        if (l) __atomic_store_n(&l->owner[k & (L3_SIZE - 1)], NULL, __ATOMIC_RELEASE);
+        if (l) __atomic_store_n(&l->owner[k & (LEAF_SIZE - 1)], NULL, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&write_lock);
 }

@@ -2,14 +2,15 @@
  * addrmap.h - the process-wide address map: which superblock owns an
  * address. Not installed.
  *
- * A three-level radix tree over 64 KiB units of the low 48 bits of the
+ * A two-level radix tree over 64 KiB units of the low 48 bits of the
  * address space (tcmalloc's pagemap idea): free(ptr) finds its superblock
- * with three dependent loads, for host and device memory alike (device
+ * with two dependent loads, for host and device memory alike (device
  * pointers live in the same virtual address space under CUDA's unified
  * addressing, and sim-device memory is host address space). Readers take no
  * lock; writers (superblock map and unmap, rare) serialise on one mutex and
- * publish nodes with release stores. Nodes are never freed: the map only
- * grows with the address space ever used, 8 KiB per 64 MiB touched.
+ * publish leaves with release stores. Leaves are never freed: the map only
+ * grows with the address space ever used, 8 KiB resident per 64 MiB of
+ * superblocks (a leaf's untouched pages stay unbacked).
  *
  * Owners must cover whole units: a registered range starts and ends on a
  * 64 KiB boundary, so two owners never share a unit.
@@ -34,26 +35,24 @@ llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner);
 /* Forget [start, start+size). */
 void llmem__addrmap_clear(uintptr_t start, size_t size);
 
-/* The tree, for the inline lookup below; written only by addrmap.c. */
+/* The tree, for the inline lookup below; written only by addrmap.c. Two
+ * levels of 2^16 entries: the root is a static array (untouched pages of it
+ * cost nothing), leaves (512 KiB of address space each, only the pages
+ * holding entries ever touched) are allocated on first use. */
 typedef struct llmem__addrmap_leaf {
-    void *owner[1024];
+    void *owner[65536];
 } llmem__addrmap_leaf;
-typedef struct llmem__addrmap_node {
-    llmem__addrmap_leaf *leaves[1024];
-} llmem__addrmap_node;
-extern llmem__addrmap_node *llmem__addrmap_root[4096];
+extern llmem__addrmap_leaf *llmem__addrmap_root[65536];
 
-/* The owner of the unit holding p, or NULL. Lock-free: three dependent
+/* The owner of the unit holding p, or NULL. Lock-free: two dependent
  * acquire loads (plain moves on x86). */
 static inline void *llmem__addrmap_get(uintptr_t p)
 {
     uint64_t key = (uint64_t)p >> LLMEM_ADDRMAP_SHIFT;
     if (key >> 32) return NULL;
-    llmem__addrmap_node *n = __atomic_load_n(&llmem__addrmap_root[key >> 20], __ATOMIC_ACQUIRE);
-    if (!n) return NULL;
-    llmem__addrmap_leaf *l = __atomic_load_n(&n->leaves[(key >> 10) & 1023], __ATOMIC_ACQUIRE);
+    llmem__addrmap_leaf *l = __atomic_load_n(&llmem__addrmap_root[key >> 16], __ATOMIC_ACQUIRE);
     if (!l) return NULL;
-    return __atomic_load_n(&l->owner[key & 1023], __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&l->owner[key & 65535], __ATOMIC_ACQUIRE);
 }
 
 #endif
