@@ -94,7 +94,9 @@ typedef enum llmem_pool_purge {
 
 typedef struct llmem_pool_options {
     const char *name;              /* shown in messages and stats; default "pool" */
-    llmem_resource *resource;      /* borrowed; default llmem_resource_default() */
+    llmem_resource *resource;      /* borrowed; default: the os resource with transparent huge
+                                      pages advised for superblocks (pass llmem_resource_default()
+                                      for plain pages) */
     size_t first_superblock_bytes; /* default 4 MiB host, 32 MiB device */
     size_t max_superblock_bytes;   /* growth cap per superblock; default 64 MiB host, 512 MiB device */
     size_t max_bytes;              /* cap on mapped bytes; 0 = none (LLMEM_ENOMEM past it) */

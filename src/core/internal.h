@@ -100,6 +100,10 @@ size_t llmem__page_size(void);
  * when above the page size). NULL with errno set on failure. (os.c) */
 void *llmem__mmap_aligned(size_t size, size_t align, size_t page, int prot, int flags);
 
+/* The os resource with transparent huge pages advised, the dynamic pool's
+ * default (os.c). Never destroyed. */
+llmem_resource *llmem__resource_default_thp(void);
+
 /* Copy a name into a fixed buffer, NUL-terminated, truncating. */
 void llmem__copy_name(char *dst, size_t cap, const char *src, const char *fallback);
 

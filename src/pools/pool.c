@@ -725,8 +725,8 @@ static inline bool slab_index(const llmem_pool *p, unsigned cls, size_t off, uin
 /* ---- thread caches -------------------------------------------------------
  *
  * Each thread that uses a pool gets a cache per pool: for every class a
- * small stack of free block pointers (capacity: about 32 units' worth of
- * blocks, 4 to 128). Allocation pops and free pushes with no lock and no
+ * small stack of free block pointers (capacity: 16 units' worth of blocks,
+ * 64 KiB on the host, 4 to 256 blocks). Allocation pops and free pushes with no lock and no
  * atomic read-modify-write: the counters are plain stores by the owning
  * thread, made with relaxed atomic stores so that stats (which read them
  * under the pool lock) never race. An empty stack is refilled with half its
@@ -1743,7 +1743,7 @@ llmem_pool_options llmem_pool_options_default(void)
 static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
 {
     llmem__copy_name(p->name, sizeof p->name, o->name, "pool");
-    p->res = o->resource ? o->resource : llmem_resource_default();
+    p->res = o->resource ? o->resource : llmem__resource_default_thp();
     p->host = llmem_resource_kind(p->res) == LLMEM_MEM_HOST;
     size_t page = llmem__page_size();
     p->unit = p->host ? (page > 4096 ? page : 4096) : ((size_t)64 << 10);
@@ -1811,8 +1811,8 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     p->tcache_on = !p->checked && pthread_key_create(&p->tkey, tcache_destructor) == 0;
     size_t xslots = 0;
     for (unsigned c = 0; c < p->cls.count; c++) {
-        size_t cap = 8 * p->unit / p->cls.size[c];
-        p->tcache_cap[c] = (uint32_t)(cap < 4 ? 4 : cap > 128 ? 128 : cap);
+        size_t cap = 16 * p->unit / p->cls.size[c];
+        p->tcache_cap[c] = (uint32_t)(cap < 4 ? 4 : cap > 256 ? 256 : cap);
         p->tcache_slots += p->tcache_cap[c];
         p->central[c].xcap = p->tcache_on ? 4 * p->tcache_cap[c] : 0;
         xslots += p->central[c].xcap;

@@ -496,6 +496,25 @@ llmem_resource *llmem_resource_default(void)
     return &default_os.base;
 }
 
+/* The dynamic pool's default: the same, with transparent huge pages advised
+ * for mappings of 2 MiB and more (superblocks), which spares the TLB. */
+static os_resource default_thp;
+static pthread_once_t default_thp_once = PTHREAD_ONCE_INIT;
+
+static void default_thp_init(void)
+{
+    llmem_os_options o = llmem_os_options_default();
+    o.name = "os-thp";
+    o.huge = LLMEM_OS_HUGE_THP;
+    os_init(&default_thp, &o); /* cannot fail */
+}
+
+llmem_resource *llmem__resource_default_thp(void)
+{
+    pthread_once(&default_thp_once, default_thp_init);
+    return &default_thp.base;
+}
+
 llmem_status llmem_os_resource_get_stats(const llmem_resource *r, llmem_os_stats *out)
 {
     if (!r || !out || r->ops != &os_ops) return llmem__fail(LLMEM_EINVAL, "os resource stats: not an os resource");

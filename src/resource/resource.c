@@ -253,6 +253,6 @@ const llmem_stats_schema *llmem_resource_stats_schema(void) { return &resource_s
 
 void llmem_resource_destroy(llmem_resource *r)
 {
-    if (!r || r == llmem_resource_default()) return;
+    if (!r || r == llmem_resource_default() || r == llmem__resource_default_thp()) return;
     if (r->ops->destroy) r->ops->destroy(r);
 }
