@@ -405,18 +405,6 @@ static bool spawn(const char *self, const workload *w, const allocator *a, const
     return true;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_of(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: llmem bench alloc [--json] [--quick] [--rounds N]\n\n"
@@ -493,7 +481,7 @@ int llmem_bench_alloc(int argc, char **argv)
         for (size_t a = 0; a < NA; a++) {
             double v[50];
             for (int r = 0; r < rounds; r++) v[r] = ops[w * (size_t)rounds + (size_t)r][a];
-            med[w][a] = have[a] ? median_of(v, rounds) : 0;
+            med[w][a] = have[a] ? bench_median(v, (size_t)rounds) : 0;
         }
     free(ops);
     if (json) {
