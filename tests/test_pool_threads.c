@@ -274,7 +274,34 @@ static void background_purge_returns_idle_memory(void **state)
 typedef struct pm_arg {
     llmem_pool *pool;
     uint64_t seed;
+    llmem_resource *dev; /* non-NULL: the pool is on this device, bytes move through copy */
 } pm_arg;
+
+/* Write n bytes of tag at q, or check them (stride 97), directly on the
+ * host or through the device's copy. */
+static void pm_fill(llmem_resource *dev, unsigned char *q, size_t n, unsigned char tag)
+{
+    if (!dev) {
+        memset(q, tag, n);
+        return;
+    }
+    unsigned char buf[4096];
+    memset(buf, tag, sizeof buf);
+    for (size_t off = 0; off < n; off += sizeof buf)
+        assert_ok(llmem_resource_copy(dev, q + off, buf, n - off < sizeof buf ? n - off : sizeof buf));
+}
+
+static void pm_check(llmem_resource *dev, const unsigned char *q, size_t n, unsigned char tag)
+{
+    unsigned char buf[4096];
+    for (size_t off = 0; off < n; off += sizeof buf) {
+        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
+        if (dev) assert_ok(llmem_resource_copy(dev, buf, q + off, k));
+        else memcpy(buf, q + off, k);
+        for (size_t i = 0; i < k; i += 97)
+            if (buf[i] != tag) fail_msg("block %p lost byte %zu", (void *)q, off + i);
+    }
+}
 
 typedef struct pm_live {
     unsigned char *p;
@@ -295,31 +322,30 @@ static void *property_worker(void *arg)
     enum { CAP = 128 };
     pm_live v[CAP];
     size_t n = 0;
-    for (int op = 0; op < 3000; op++) {
+    size_t min_align = a->dev ? 256 : 16;
+    for (int op = 0; op < (a->dev ? 1200 : 3000); op++) {
         uint64_t r = xs(&s) % 100;
         if ((r < 50 || n == 0) && n < CAP) {
             size_t size = 1 + (size_t)(xs(&s) % (xs(&s) % 8 == 0 ? 262144 : 2048));
             size_t align = xs(&s) % 5 == 0 ? (size_t)1 << (4 + xs(&s) % 9) : 0;
             unsigned char *q = align ? llmem_pool_alloc_aligned(a->pool, size, align, NULL) : llmem_pool_alloc(a->pool, size, NULL);
             if (!q) fail_msg("alloc %zu: %s", size, llmem_last_error());
-            if (align && (uintptr_t)q % align) fail_msg("%p not aligned to %zu", (void *)q, align);
+            size_t want = align > min_align ? align : min_align;
+            if ((uintptr_t)q % want) fail_msg("%p not aligned to %zu", (void *)q, want);
             unsigned char tag = (unsigned char)xs(&s);
-            memset(q, tag, size);
+            pm_fill(a->dev, q, size, tag);
             v[n++] = (pm_live){q, size, tag};
         } else if (r < 65 && n) {
             size_t i = xs(&s) % n, size = 1 + (size_t)(xs(&s) % 70000);
             unsigned char *q = llmem_pool_realloc(a->pool, v[i].p, size, NULL);
             if (!q) fail_msg("realloc %zu: %s", size, llmem_last_error());
-            size_t keep = size < v[i].n ? size : v[i].n;
-            for (size_t k = 0; k < keep; k += 97)
-                if (q[k] != v[i].tag) fail_msg("realloc lost byte %zu", k);
-            memset(q, v[i].tag, size);
+            pm_check(a->dev, q, size < v[i].n ? size : v[i].n, v[i].tag);
+            pm_fill(a->dev, q, size, v[i].tag);
             v[i].p = q;
             v[i].n = size;
         } else if (n) {
             size_t i = xs(&s) % n;
-            for (size_t k = 0; k < v[i].n; k += 89)
-                if (v[i].p[k] != v[i].tag) fail_msg("block %p lost byte %zu", (void *)v[i].p, k);
+            pm_check(a->dev, v[i].p, v[i].n, v[i].tag);
             assert_ok(llmem_pool_free(a->pool, v[i].p));
             v[i] = v[--n];
         }
@@ -335,16 +361,17 @@ static void *property_worker(void *arg)
     return NULL;
 }
 
-static void property_per_thread(void **state)
+static void property_run(llmem_resource *dev)
 {
-    (void)state;
+    llmem_pool_options o = llmem_pool_options_default();
+    o.resource = dev;
     llmem_pool *p;
-    assert_ok(llmem_pool_create(NULL, &p));
+    assert_ok(llmem_pool_create(&o, &p));
     enum { T = 4 };
     pthread_t t[T];
     pm_arg args[T];
     for (int i = 0; i < T; i++) {
-        args[i] = (pm_arg){p, 0x9e3779b97f4a7c15ull * (uint64_t)(i + 3)};
+        args[i] = (pm_arg){p, 0x9e3779b97f4a7c15ull * (uint64_t)(i + 3), dev};
         assert_int_equal(pthread_create(&t[i], NULL, property_worker, &args[i]), 0);
     }
     for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
@@ -353,6 +380,25 @@ static void property_per_thread(void **state)
     assert_int_equal(st.used_bytes, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
+}
+
+static void property_per_thread(void **state)
+{
+    (void)state;
+    property_run(NULL);
+}
+
+static void property_per_thread_sim_device(void **state)
+{
+    (void)state;
+    llmem_resource *sim;
+    assert_ok(llmem_sim_resource_create(NULL, &sim));
+    property_run(sim);
+    llmem_sim_stats ss = {0};
+    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
+    assert_int_equal(ss.used_bytes, 0);
+    assert_int_equal(ss.bad_copies_total, 0);
+    llmem_resource_destroy(sim);
 }
 
 int main(void)
@@ -364,6 +410,7 @@ int main(void)
         cmocka_unit_test(thread_exit_returns_cache),
         cmocka_unit_test(background_purge_returns_idle_memory),
         cmocka_unit_test(property_per_thread),
+        cmocka_unit_test(property_per_thread_sim_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
