@@ -23,5 +23,6 @@
 #include "llmem/pool.h"
 #include "llmem/profile.h"
 #include "llmem/multipool.h"
+#include "llmem/kv.h"
 
 #endif /* LLMEM_LLMEM_H */

@@ -1,0 +1,199 @@
+/*
+ * llmem/kv.h - the KV cache manager.
+ *
+ * The KV cache grows one slot per token per sequence and dies with the
+ * request. llmem_kv hands an engine the memory for it, from a pool over any
+ * resource, host or device (it never touches device memory itself: copies
+ * go through the resource). Three strategies behind one interface, so they
+ * can be compared on equal terms:
+ *  - PAGED (default): fixed blocks of block_tokens tokens. One block id space
+ *    is shared by all layers; each layer's storage grows in slabs of many
+ *    blocks taken from the pool and goes back when a slab is wholly free.
+ *    Sequences hold a table of block ids. Forks share full blocks (reference
+ *    counts) and copy a shared partial block when it is written
+ *    (copy-on-write). A prefix cache indexes full blocks by a hash of every
+ *    token up to and including them: a new sequence whose prompt starts with
+ *    a cached prefix reuses those blocks, and blocks no sequence uses stay
+ *    cached until memory is needed (then least recently used goes first).
+ *    A sequence with a window (rounded up to whole blocks) always holds its
+ *    last window_tokens tokens and at most one block more, and reuses its
+ *    oldest block once that has wholly left the window (sliding-window
+ *    attention).
+ *  - STATIC: every sequence reserves max_seq_len tokens contiguously at
+ *    creation, as llama2.c does.
+ *  - BUCKETS: a contiguous buffer per sequence from capacity classes (powers
+ *    of two from one block to max_seq_len), reused across requests, grown by
+ *    copying into the next class when outgrown.
+ *
+ * Layout: for every layer, a block holds K for block_tokens tokens, then V
+ * for them; a token's K (or V) is kv_heads * head_dim elements, head-major.
+ * In STATIC and BUCKETS a sequence's buffer is a run of such blocks, so an
+ * engine addresses every strategy the same way:
+ *
+ *     llmem_kv_seq s;
+ *     llmem_kv_seq_create(kv, 0, &s);
+ *     size_t reused = 0;
+ *     llmem_kv_seq_match_prefix(kv, s, prompt, n, &reused);   // skip those
+ *     llmem_kv_seq_append(kv, s, n - reused, prompt + reused, NULL);
+ *     for (pos ...) { void *k, *v; llmem_kv_seq_token(kv, s, layer, pos, &k, &v); ... }
+ *     llmem_kv_seq_table(kv, s, layer, kptr, vptr, cap, &nblocks); // attention
+ *     llmem_kv_seq_free(kv, s);
+ *
+ * Appending when no block can be had returns LLMEM_ENOMEM and changes
+ * nothing, so a scheduler can preempt; no other sequence is touched.
+ * Threads: every call takes the manager's lock; a sequence should be driven
+ * by one thread at a time.
+ */
+#ifndef LLMEM_KV_H
+#define LLMEM_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmem/pool.h"
+#include "llmem/resource.h"
+#include "llmem/stats.h"
+#include "llmem/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmem_kv llmem_kv;
+typedef uint64_t llmem_kv_seq; /* 0 is never a sequence */
+
+typedef enum llmem_kv_strategy {
+    LLMEM_KV_PAGED = 0,
+    LLMEM_KV_STATIC = 1,
+    LLMEM_KV_BUCKETS = 2
+} llmem_kv_strategy;
+
+typedef enum llmem_kv_dtype {
+    LLMEM_KV_F16 = 0, /* default */
+    LLMEM_KV_F32 = 1,
+    LLMEM_KV_BF16 = 2,
+    LLMEM_KV_I8 = 3   /* one byte per element (per-block scales are the engine's) */
+} llmem_kv_dtype;
+
+typedef struct llmem_kv_options {
+    const char *name;             /* default "kv" */
+    llmem_kv_strategy strategy;   /* default PAGED */
+    uint32_t layers;              /* required */
+    uint32_t kv_heads;            /* required */
+    uint32_t head_dim;            /* required */
+    llmem_kv_dtype dtype;         /* default F16 */
+    uint32_t block_tokens;        /* tokens per block; default 16 */
+    uint32_t max_seq_len;         /* longest sequence (STATIC reserves it); required */
+    size_t budget_bytes;          /* cap on KV storage held; 0 = none */
+    llmem_pool *pool;             /* borrowed; default: a pool of the manager's own over `resource` */
+    llmem_resource *resource;     /* for the manager's own pool; default the os resource */
+    size_t slab_bytes;            /* PAGED: bytes per layer per slab; default 2 MiB host, 16 MiB device */
+    bool prefix_cache;            /* PAGED: index full blocks by prefix hash */
+} llmem_kv_options;
+
+typedef struct llmem_kv_stats {
+    size_t struct_size;
+    uint64_t sequences;               /* live */
+    uint64_t blocks_total;            /* PAGED: blocks in all slabs */
+    uint64_t blocks_used;             /* held by at least one sequence */
+    uint64_t blocks_cached;           /* held by no sequence, kept for the prefix cache */
+    uint64_t blocks_free;
+    uint64_t tokens_written;          /* token slots holding data, over all sequences */
+    uint64_t tokens_reserved;         /* token slots of storage held (blocks, reservations, buckets) */
+    uint64_t bytes_reserved;          /* KV storage held, all layers */
+    uint64_t bytes_reserved_peak;
+    uint64_t cow_copies_total;        /* shared partial blocks copied on write */
+    uint64_t prefix_hit_tokens_total; /* prompt tokens found in the prefix cache */
+    uint64_t prefix_miss_tokens_total;
+    uint64_t evictions_total;         /* cached blocks reused for new data */
+    uint64_t preemptions_total;       /* creates and appends refused for memory */
+    uint64_t grows_total;             /* slabs or buffers taken from the pool */
+    uint64_t shrinks_total;           /* slabs or buffers given back */
+    uint64_t bucket_copies_total;     /* BUCKETS: buffers outgrown and copied */
+} llmem_kv_stats;
+
+/* What a sequence holds. */
+typedef struct llmem_kv_seq_info {
+    size_t length;           /* tokens appended over its life (positions 0..length-1) */
+    size_t first;            /* first position still held (> 0 once a window dropped some) */
+    size_t blocks;           /* blocks in its table */
+    size_t window;           /* 0 = no window */
+    size_t capacity;         /* tokens it can hold without taking memory */
+} llmem_kv_seq_info;
+
+LLMEM_API llmem_kv_options llmem_kv_options_default(void);
+
+/* Errors: LLMEM_EINVAL (missing geometry, unknown enum), LLMEM_EOVERFLOW
+ * (a block or sequence whose size overflows), LLMEM_ENOMEM. */
+LLMEM_API llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out);
+LLMEM_API void llmem_kv_destroy(llmem_kv *kv);
+
+/* A new empty sequence. window_tokens > 0 gives it a sliding window (PAGED
+ * only; LLMEM_ENOTSUP otherwise). STATIC reserves its max_seq_len here:
+ * LLMEM_ENOMEM when the budget is full. */
+LLMEM_API llmem_status llmem_kv_seq_create(llmem_kv *kv, size_t window_tokens, llmem_kv_seq *out);
+
+/* Free a sequence (0 is a no-op). Its blocks go back, or into the prefix
+ * cache. */
+LLMEM_API llmem_status llmem_kv_seq_free(llmem_kv *kv, llmem_kv_seq s);
+
+/* A child holding the same tokens: PAGED shares every block (a shared
+ * partial block is copied when either side writes it); STATIC and BUCKETS
+ * copy. */
+LLMEM_API llmem_status llmem_kv_seq_fork(llmem_kv *kv, llmem_kv_seq parent, llmem_kv_seq *child);
+
+/* For an empty sequence: attach the longest run of cached full blocks
+ * matching the start of tokens[0..n). *matched gets the tokens covered (a
+ * multiple of block_tokens; 0 without a prefix cache); the engine appends
+ * the rest. */
+LLMEM_API llmem_status llmem_kv_seq_match_prefix(llmem_kv *kv, llmem_kv_seq s, const int32_t *tokens, size_t n,
+                                                 size_t *matched);
+
+/* Append n token slots (tokens may be NULL; the prefix cache needs them).
+ * first_pos (optional) gets the position of the first new token. All or
+ * nothing: LLMEM_ENOMEM (no block, budget full: preempt), LLMEM_ERANGE
+ * (past max_seq_len without a window). */
+LLMEM_API llmem_status llmem_kv_seq_append(llmem_kv *kv, llmem_kv_seq s, size_t n, const int32_t *tokens,
+                                           size_t *first_pos);
+
+/* Keep positions [first, new_length); LLMEM_ERANGE if new_length is beyond
+ * the sequence or before what a window dropped. */
+LLMEM_API llmem_status llmem_kv_seq_truncate(llmem_kv *kv, llmem_kv_seq s, size_t new_length);
+
+/* Where position pos of layer `layer` lives: K and V for that token
+ * (kv_heads * head_dim elements each). Either out may be NULL. */
+LLMEM_API llmem_status llmem_kv_seq_token(llmem_kv *kv, llmem_kv_seq s, uint32_t layer, size_t pos, void **k,
+                                          void **v);
+
+/* The block table for attention: the K and V base of each block of layer
+ * `layer`, oldest first (the first block starts at info.first rounded down
+ * to a block). Fills up to cap entries of each non-NULL array; *n gets the
+ * number of blocks. */
+LLMEM_API llmem_status llmem_kv_seq_table(llmem_kv *kv, llmem_kv_seq s, uint32_t layer, void **k, void **v,
+                                          size_t cap, size_t *n);
+
+LLMEM_API llmem_status llmem_kv_seq_get_info(llmem_kv *kv, llmem_kv_seq s, llmem_kv_seq_info *out);
+
+/* Bytes of one token's K (or V) in one layer, of a block in one layer (K and
+ * V), and per token over all layers (K and V). */
+LLMEM_API size_t llmem_kv_token_bytes(const llmem_kv *kv);
+LLMEM_API size_t llmem_kv_block_bytes(const llmem_kv *kv);
+LLMEM_API size_t llmem_kv_bytes_per_token(const llmem_kv *kv);
+
+/* Give back storage nothing holds: cached blocks (if evict_cached), then
+ * wholly free slabs (PAGED) or idle buffers (BUCKETS). Returns bytes. */
+LLMEM_API size_t llmem_kv_trim(llmem_kv *kv, bool evict_cached);
+
+/* Verify the manager's invariants (reference counts, free lists, cache,
+ * tables); LLMEM_ECORRUPT naming the first violation. */
+LLMEM_API llmem_status llmem_kv_check(llmem_kv *kv);
+
+LLMEM_API llmem_status llmem_kv_get_stats(const llmem_kv *kv, llmem_kv_stats *out);
+LLMEM_API const llmem_stats_schema *llmem_kv_stats_schema(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMEM_KV_H */

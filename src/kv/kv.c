@@ -1,0 +1,1258 @@
+/*
+ * kv.c - the KV cache manager: paged blocks with prefix sharing and
+ * windows, and the static and bucket baselines, behind one interface.
+ *
+ * PAGED. Blocks are numbered 0..; block b lives in slab b / S at index
+ * b % S, and every layer has its own slab storage (S * block_bytes from the
+ * pool). A block is ABSENT (its slab was given back), FREE (on its slab's
+ * free stack), USED (ref > 0 sequences hold it) or CACHED (ref 0, but
+ * registered in the prefix cache and on the LRU list). A new block comes
+ * from the lowest slab with a free one (so high slabs drain and can go),
+ * else from a new slab if the budget allows, else by evicting the least
+ * recently used cached block. A slab that becomes wholly free goes back to
+ * the pool when at least a slab's worth of free blocks remains elsewhere.
+ *
+ * Sequences hold block ids in position order from block first/B. An append
+ * first works out exactly how many blocks it needs - new positions, less
+ * the oldest blocks a window lets it recycle, plus one if the partial last
+ * block is shared (referenced twice, or registered in the prefix cache) and
+ * must be copied - and takes them all before changing anything, so it
+ * either succeeds whole or fails with nothing changed.
+ *
+ * Prefix cache: a full block is registered under the hash of every token up
+ * to and including it (a chain: the previous block's hash mixed with this
+ * block's tokens); the block keeps its tokens and its parent's hash, so a
+ * lookup compares them exactly and a hash collision cannot hand out the
+ * wrong data. Open addressing with backward-shift deletion.
+ *
+ * STATIC and BUCKETS keep, per sequence, one buffer per layer laid out as a
+ * run of blocks; BUCKETS keeps idle buffers per capacity class for reuse.
+ *
+ * All state is guarded by one mutex. Device memory is only ever touched
+ * through the resource's copy.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "llmem/kv.h"
+
+enum { B_ABSENT = 0, B_FREE = 1, B_USED = 2, B_CACHED = 3 };
+#define NONE UINT32_MAX
+
+typedef struct kv_block {
+    uint32_t ref;
+    uint8_t state;
+    bool hashed;            /* registered in the prefix cache */
+    uint32_t fill;          /* tokens written into it */
+    uint32_t lru_prev, lru_next;
+    uint64_t hash, parent;  /* prefix cache key, and the hash before this block */
+} kv_block;
+
+typedef struct kv_slab {
+    void **base;            /* per layer; NULL when the slab is absent */
+    uint32_t nfree;
+    uint32_t *free;         /* stack of free block ids */
+} kv_slab;
+
+typedef struct kv_buf {     /* STATIC / BUCKETS: one buffer per layer */
+    void **base;
+    size_t capacity;        /* tokens */
+    int cls;                /* BUCKETS class */
+    struct kv_buf *next;    /* idle list of its class */
+} kv_buf;
+
+typedef struct kv_seq {
+    uint32_t gen;
+    bool live;
+    size_t length, first, window;
+    uint32_t *blocks;
+    size_t nblocks, cap;
+    bool hashable;          /* every token so far was given: blocks can be registered */
+    uint64_t chain;         /* hash of every token of the full blocks so far */
+    int32_t *partial;       /* tokens of the current partial block (prefix cache) */
+    kv_buf *buf;            /* STATIC / BUCKETS */
+    uint32_t next_free;
+} kv_seq;
+
+struct llmem_kv {
+    pthread_mutex_t lock;
+    char name[32];
+    llmem_kv_strategy strategy;
+    uint32_t layers, heads, dim, B, max_len;
+    size_t elem, token_bytes, block_bytes, budget;
+    llmem_pool *pool;
+    bool own_pool;
+    llmem_resource *res;
+    bool host, prefix;
+    /* PAGED */
+    uint32_t S;             /* blocks per slab */
+    kv_slab *slabs;
+    uint32_t nslabs;        /* slots, live or absent */
+    kv_block *blocks;       /* nslabs * S */
+    int32_t *btokens;       /* prefix cache: B tokens per block */
+    uint32_t lru_head, lru_tail;
+    uint64_t *ht_hash;      /* prefix table */
+    uint32_t *ht_block;     /* NONE = empty */
+    size_t ht_cap, ht_count;
+    /* BUCKETS */
+    int nclasses;
+    kv_buf *idle[40];
+    /* sequences */
+    kv_seq *seqs;
+    uint32_t nseqs, seq_cap, seq_free;
+    llmem_kv_stats st;
+};
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static uint64_t hash_block(uint64_t parent, const int32_t *t, uint32_t n)
+{
+    uint64_t h = mix64(parent ^ 0x6b76636163686521ull);
+    for (uint32_t i = 0; i < n; i++) h = mix64(h ^ ((uint64_t)(uint32_t)t[i] + 0x9e3779b97f4a7c15ull * (i + 1)));
+    return h ? h : 1;
+}
+
+static size_t dtype_size(llmem_kv_dtype d)
+{
+    switch (d) {
+    case LLMEM_KV_F16: case LLMEM_KV_BF16: return 2;
+    case LLMEM_KV_F32: return 4;
+    case LLMEM_KV_I8: return 1;
+    default: return 0;
+    }
+}
+
+static llmem_status copy_bytes(llmem_kv *kv, void *dst, const void *src, size_t n)
+{
+    if (!n) return LLMEM_OK;
+    if (kv->host) {
+        memcpy(dst, src, n);
+        return LLMEM_OK;
+    }
+    return llmem_resource_copy(kv->res, dst, src, n);
+}
+
+static void note_reserved(llmem_kv *kv, int64_t delta)
+{
+    kv->st.bytes_reserved = (uint64_t)((int64_t)kv->st.bytes_reserved + delta);
+    if (kv->st.bytes_reserved > kv->st.bytes_reserved_peak) kv->st.bytes_reserved_peak = kv->st.bytes_reserved;
+}
+
+static bool budget_allows(const llmem_kv *kv, size_t more)
+{
+    return !kv->budget || (more <= kv->budget && kv->st.bytes_reserved <= kv->budget - more);
+}
+
+/* ---- sequences table ----------------------------------------------------------- */
+
+static kv_seq *seq_of(llmem_kv *kv, llmem_kv_seq h)
+{
+    uint32_t i = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
+    if (!i || i > kv->nseqs || !kv->seqs[i - 1].live || kv->seqs[i - 1].gen != gen) {
+        llmem__fail(LLMEM_EINVAL, "kv '%s': sequence 0x%llx is not live", kv->name, (unsigned long long)h);
+        return NULL;
+    }
+    return &kv->seqs[i - 1];
+}
+
+static llmem_status seq_new(llmem_kv *kv, kv_seq **out, llmem_kv_seq *h)
+{
+    uint32_t i;
+    if (kv->seq_free) {
+        i = kv->seq_free - 1;
+        kv->seq_free = kv->seqs[i].next_free;
+    } else {
+        if (kv->nseqs == kv->seq_cap) {
+            uint32_t ncap = kv->seq_cap ? kv->seq_cap * 2 : 64;
+            kv_seq *n = realloc(kv->seqs, (size_t)ncap * sizeof *n);
+            if (!n) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of memory for sequences", kv->name);
+            kv->seqs = n;
+            kv->seq_cap = ncap;
+        }
+        i = kv->nseqs++;
+        kv->seqs[i].gen = 0;
+    }
+    kv_seq *s = &kv->seqs[i];
+    uint32_t gen = s->gen + 1 ? s->gen + 1 : 1;
+    memset(s, 0, sizeof *s);
+    s->gen = gen;
+    s->live = true;
+    s->hashable = true;
+    *out = s;
+    *h = (uint64_t)gen << 32 | (i + 1);
+    return LLMEM_OK;
+}
+
+static void seq_release_slot(llmem_kv *kv, kv_seq *s)
+{
+    free(s->blocks);
+    free(s->partial);
+    s->blocks = NULL;
+    s->partial = NULL;
+    s->live = false;
+    uint32_t i = (uint32_t)(s - kv->seqs);
+    s->next_free = kv->seq_free;
+    kv->seq_free = i + 1;
+}
+
+/* ---- PAGED: slabs and blocks ------------------------------------------------------- */
+
+static void lru_remove(llmem_kv *kv, uint32_t b)
+{
+    kv_block *x = &kv->blocks[b];
+    if (x->lru_prev != NONE) kv->blocks[x->lru_prev].lru_next = x->lru_next;
+    else kv->lru_head = x->lru_next;
+    if (x->lru_next != NONE) kv->blocks[x->lru_next].lru_prev = x->lru_prev;
+    else kv->lru_tail = x->lru_prev;
+    x->lru_prev = x->lru_next = NONE;
+}
+
+static void lru_push(llmem_kv *kv, uint32_t b)
+{
+    kv_block *x = &kv->blocks[b];
+    x->lru_next = NONE;
+    x->lru_prev = kv->lru_tail;
+    if (kv->lru_tail != NONE) kv->blocks[kv->lru_tail].lru_next = b;
+    else kv->lru_head = b;
+    kv->lru_tail = b;
+}
+
+static size_t ht_slot(const llmem_kv *kv, uint64_t h) { return (size_t)mix64(h) & (kv->ht_cap - 1); }
+
+/* The cached block registered under hash h whose tokens and parent match. */
+static uint32_t ht_find(const llmem_kv *kv, uint64_t h, uint64_t parent, const int32_t *tokens)
+{
+    if (!kv->ht_cap) return NONE;
+    for (size_t i = ht_slot(kv, h);; i = (i + 1) & (kv->ht_cap - 1)) {
+        uint32_t b = kv->ht_block[i];
+        if (b == NONE) return NONE;
+        if (kv->ht_hash[i] == h && kv->blocks[b].parent == parent &&
+            !memcmp(&kv->btokens[(size_t)b * kv->B], tokens, kv->B * sizeof *tokens))
+            return b;
+    }
+}
+
+static bool ht_grow(llmem_kv *kv)
+{
+    size_t ncap = kv->ht_cap ? kv->ht_cap * 2 : 1024;
+    uint64_t *nh = malloc(ncap * sizeof *nh);
+    uint32_t *nb = malloc(ncap * sizeof *nb);
+    if (!nh || !nb) {
+        free(nh);
+        free(nb);
+        return false;
+    }
+    for (size_t i = 0; i < ncap; i++) nb[i] = NONE;
+    for (size_t i = 0; i < kv->ht_cap; i++) {
+        if (kv->ht_block[i] == NONE) continue;
+        size_t j = (size_t)mix64(kv->ht_hash[i]) & (ncap - 1);
+        while (nb[j] != NONE) j = (j + 1) & (ncap - 1);
+        nh[j] = kv->ht_hash[i];
+        nb[j] = kv->ht_block[i];
+    }
+    free(kv->ht_hash);
+    free(kv->ht_block);
+    kv->ht_hash = nh;
+    kv->ht_block = nb;
+    kv->ht_cap = ncap;
+    return true;
+}
+
+static void ht_insert(llmem_kv *kv, uint32_t b)
+{
+    if ((kv->ht_count + 1) * 2 > kv->ht_cap && !ht_grow(kv)) return; /* no room: simply not cached */
+    size_t i = ht_slot(kv, kv->blocks[b].hash);
+    while (kv->ht_block[i] != NONE) i = (i + 1) & (kv->ht_cap - 1);
+    kv->ht_hash[i] = kv->blocks[b].hash;
+    kv->ht_block[i] = b;
+    kv->ht_count++;
+    kv->blocks[b].hashed = true;
+}
+
+static void ht_remove(llmem_kv *kv, uint32_t b)
+{
+    size_t i = ht_slot(kv, kv->blocks[b].hash);
+    while (kv->ht_block[i] != b) i = (i + 1) & (kv->ht_cap - 1);
+    for (size_t j = i;;) { /* backward-shift delete */
+        j = (j + 1) & (kv->ht_cap - 1);
+        if (kv->ht_block[j] == NONE) break;
+        size_t home = ht_slot(kv, kv->ht_hash[j]);
+        if (((j - home) & (kv->ht_cap - 1)) >= ((j - i) & (kv->ht_cap - 1))) {
+            kv->ht_hash[i] = kv->ht_hash[j];
+            kv->ht_block[i] = kv->ht_block[j];
+            i = j;
+        }
+    }
+    kv->ht_block[i] = NONE;
+    kv->ht_count--;
+    kv->blocks[b].hashed = false;
+}
+
+/* Map a slab for every layer into slot i. */
+static llmem_status slab_add(llmem_kv *kv, uint32_t i)
+{
+    size_t bytes = (size_t)kv->S * kv->block_bytes;
+    kv_slab *sl = &kv->slabs[i];
+    sl->base = calloc(kv->layers, sizeof *sl->base);
+    sl->free = malloc(kv->S * sizeof *sl->free);
+    if (!sl->base || !sl->free) {
+        free(sl->base);
+        free(sl->free);
+        sl->base = NULL;
+        sl->free = NULL;
+        return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for slab metadata", kv->name);
+    }
+    for (uint32_t l = 0; l < kv->layers; l++) {
+        sl->base[l] = llmem_pool_alloc_aligned(kv->pool, bytes, kv->host ? 64 : LLMEM_DEVICE_ALIGN, NULL);
+        if (!sl->base[l]) {
+            llmem_status st = llmem_last_status();
+            for (uint32_t k = 0; k < l; k++) llmem_pool_free(kv->pool, sl->base[k]);
+            free(sl->base);
+            free(sl->free);
+            sl->base = NULL;
+            sl->free = NULL;
+            return st ? st : LLMEM_ENOMEM;
+        }
+    }
+    sl->nfree = kv->S;
+    for (uint32_t k = 0; k < kv->S; k++) {
+        uint32_t b = i * kv->S + (kv->S - 1 - k); /* lowest id on top */
+        sl->free[k] = b;
+        kv->blocks[b] = (kv_block){0, B_FREE, false, 0, NONE, NONE, 0, 0};
+    }
+    kv->st.blocks_total += kv->S;
+    kv->st.grows_total++;
+    note_reserved(kv, (int64_t)(bytes * kv->layers));
+    return LLMEM_OK;
+}
+
+static void slab_remove(llmem_kv *kv, uint32_t i)
+{
+    kv_slab *sl = &kv->slabs[i];
+    for (uint32_t l = 0; l < kv->layers; l++) llmem_pool_free(kv->pool, sl->base[l]);
+    free(sl->base);
+    free(sl->free);
+    sl->base = NULL;
+    sl->free = NULL;
+    sl->nfree = 0;
+    for (uint32_t k = 0; k < kv->S; k++) kv->blocks[i * kv->S + k].state = B_ABSENT;
+    kv->st.blocks_total -= kv->S;
+    kv->st.shrinks_total++;
+    note_reserved(kv, -(int64_t)((size_t)kv->S * kv->block_bytes * kv->layers));
+}
+
+/* One more slab, reusing an absent slot or adding one. */
+static llmem_status grow(llmem_kv *kv)
+{
+    size_t bytes = (size_t)kv->S * kv->block_bytes * kv->layers;
+    if (!budget_allows(kv, bytes))
+        return llmem__fail(LLMEM_ENOMEM, "kv '%s': another slab (%zu bytes) would pass the budget (%llu of %zu held)",
+                           kv->name, bytes, (unsigned long long)kv->st.bytes_reserved, kv->budget);
+    uint32_t i = 0;
+    while (i < kv->nslabs && kv->slabs[i].base) i++;
+    if (i == kv->nslabs) {
+        if ((uint64_t)(kv->nslabs + 1) * kv->S > NONE - 1)
+            return llmem__fail(LLMEM_ENOMEM, "kv '%s': block ids exhausted", kv->name);
+        kv_slab *ns = realloc(kv->slabs, (kv->nslabs + 1) * sizeof *ns);
+        if (!ns) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+        kv->slabs = ns;
+        kv_block *nb = realloc(kv->blocks, (size_t)(kv->nslabs + 1) * kv->S * sizeof *nb);
+        if (!nb) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+        kv->blocks = nb;
+        if (kv->prefix) {
+            int32_t *nt = realloc(kv->btokens, (size_t)(kv->nslabs + 1) * kv->S * kv->B * sizeof *nt);
+            if (!nt) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+            kv->btokens = nt;
+        }
+        memset(&kv->slabs[kv->nslabs], 0, sizeof kv->slabs[0]);
+        for (uint32_t k = 0; k < kv->S; k++) kv->blocks[(size_t)kv->nslabs * kv->S + k].state = B_ABSENT;
+        kv->nslabs++;
+    }
+    return slab_add(kv, i);
+}
+
+/* Take a block for new data (ref 1, fill 0). */
+static llmem_status block_take(llmem_kv *kv, uint32_t *out)
+{
+    for (uint32_t i = 0; i < kv->nslabs; i++) {
+        kv_slab *sl = &kv->slabs[i];
+        if (sl->base && sl->nfree) {
+            *out = sl->free[--sl->nfree];
+            goto got;
+        }
+    }
+    if (grow(kv) == LLMEM_OK) return block_take(kv, out);
+    if (kv->lru_head != NONE) { /* memory is needed: evict the least recently used cached block */
+        uint32_t b = kv->lru_head;
+        lru_remove(kv, b);
+        ht_remove(kv, b);
+        kv->st.evictions_total++;
+        *out = b;
+        goto got;
+    }
+    return llmem_last_status() == LLMEM_ENOMEM ? LLMEM_ENOMEM
+                                               : llmem__fail(LLMEM_ENOMEM, "kv '%s': no block left", kv->name);
+got:
+    kv->blocks[*out] = (kv_block){1, B_USED, false, 0, NONE, NONE, 0, 0};
+    return LLMEM_OK;
+}
+
+/* A sequence lets go of block b. */
+static void block_put(llmem_kv *kv, uint32_t b)
+{
+    kv_block *x = &kv->blocks[b];
+    if (--x->ref) return;
+    if (x->hashed) {
+        x->state = B_CACHED;
+        lru_push(kv, b);
+        return;
+    }
+    x->state = B_FREE;
+    x->fill = 0;
+    uint32_t si = b / kv->S;
+    kv_slab *sl = &kv->slabs[si];
+    sl->free[sl->nfree++] = b;
+    /* A wholly free slab goes back while a slab's worth stays free elsewhere. */
+    if (sl->nfree == kv->S) {
+        size_t elsewhere = 0;
+        for (uint32_t i = 0; i < kv->nslabs; i++)
+            if (i != si && kv->slabs[i].base) elsewhere += kv->slabs[i].nfree;
+        if (elsewhere >= kv->S) slab_remove(kv, si);
+    }
+}
+
+static void *block_k(const llmem_kv *kv, uint32_t layer, uint32_t b)
+{
+    return (char *)kv->slabs[b / kv->S].base[layer] + (size_t)(b % kv->S) * kv->block_bytes;
+}
+
+/* Copy the first n tokens of block src into dst, every layer, K and V. */
+static llmem_status block_copy(llmem_kv *kv, uint32_t dst, uint32_t src, size_t n)
+{
+    for (uint32_t l = 0; l < kv->layers; l++) {
+        char *d = block_k(kv, l, dst), *s = block_k(kv, l, src);
+        llmem_status st = copy_bytes(kv, d, s, n * kv->token_bytes);
+        if (!st) st = copy_bytes(kv, d + (size_t)kv->B * kv->token_bytes, s + (size_t)kv->B * kv->token_bytes,
+                                 n * kv->token_bytes);
+        if (st) return st;
+    }
+    return LLMEM_OK;
+}
+
+static bool seq_reserve(llmem_kv *kv, kv_seq *s, size_t n)
+{
+    if (s->cap >= n) return true;
+    size_t ncap = s->cap ? s->cap * 2 : 16;
+    while (ncap < n) ncap *= 2;
+    uint32_t *nb = realloc(s->blocks, ncap * sizeof *nb);
+    if (!nb) return false;
+    (void)kv;
+    s->blocks = nb;
+    s->cap = ncap;
+    return true;
+}
+
+/* ---- PAGED append ------------------------------------------------------------- */
+
+/* How many blocks an append of n tokens must take from the allocator:
+ * one per new block position, less the oldest blocks a full window lets it
+ * recycle (held once and not in the prefix cache; a window keeps window/B
+ * + 1 blocks, so the last window_tokens tokens are always held), plus one
+ * to copy a
+ * shared partial last block. Blocks this append itself fills and then
+ * recycles (n longer than the window) are not counted, so the figure may
+ * be high, never low; the extra blocks go back at the end. */
+static size_t plan_append(const llmem_kv *kv, const kv_seq *s, size_t n, bool hashing, bool *cow)
+{
+    size_t B = kv->B, L = s->length;
+    size_t new_positions = (L + n - 1) / B + 1 - (L ? (L - 1) / B + 1 : 0);
+    bool partial = L % B != 0 && s->nblocks;
+    *cow = false;
+    if (partial) {
+        const kv_block *x = &kv->blocks[s->blocks[s->nblocks - 1]];
+        *cow = x->ref > 1 || x->hashed;
+    }
+    size_t recycle = 0;
+    if (s->window) {
+        size_t wb = s->window / B + 1;
+        size_t drops = s->nblocks + new_positions > wb ? s->nblocks + new_positions - wb : 0;
+        if (drops > s->nblocks) drops = s->nblocks;
+        for (size_t i = 0; i < drops; i++) {
+            bool last_partial = partial && i == s->nblocks - 1;
+            if (last_partial && (*cow || hashing)) continue; /* replaced, or registered once full */
+            const kv_block *x = &kv->blocks[s->blocks[i]];
+            if (x->ref == 1 && !x->hashed) recycle++;
+        }
+    }
+    return new_positions - recycle + (*cow ? 1 : 0);
+}
+
+/* Register block b (full) in the prefix cache under the sequence's chain. */
+static void register_block(llmem_kv *kv, kv_seq *s, uint32_t b)
+{
+    uint64_t h = hash_block(s->chain, s->partial, kv->B);
+    if (ht_find(kv, h, s->chain, s->partial) == NONE && !kv->blocks[b].hashed) {
+        kv->blocks[b].hash = h;
+        kv->blocks[b].parent = s->chain;
+        memcpy(&kv->btokens[(size_t)b * kv->B], s->partial, kv->B * sizeof *s->partial);
+        ht_insert(kv, b);
+    }
+    s->chain = h;
+}
+
+static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_t *tokens)
+{
+    size_t B = kv->B;
+    if (!s->window && s->length + n > kv->max_len)
+        return llmem__fail(LLMEM_ERANGE, "kv '%s': %zu more tokens pass max_seq_len %u (sequence holds %zu)",
+                           kv->name, n, kv->max_len, s->length);
+    bool hashing = tokens && kv->prefix && s->hashable;
+    bool cow;
+    size_t need = plan_append(kv, s, n, hashing, &cow);
+    uint32_t got[64], *fresh = need <= 64 ? got : malloc(need * sizeof *fresh);
+    if (!fresh) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+    size_t k = 0;
+    llmem_status st = LLMEM_OK;
+    while (k < need && !(st = block_take(kv, &fresh[k]))) k++;
+    size_t most = s->window ? s->window / B + 2 : s->nblocks + need + 1;
+    if (!st && !seq_reserve(kv, s, most))
+        st = llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for a block table", kv->name);
+    if (!st && hashing && !s->partial && !(s->partial = malloc(B * sizeof *s->partial)))
+        st = llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+    if (st) { /* nothing changed yet: give the blocks back */
+        while (k) block_put(kv, fresh[--k]);
+        if (fresh != got) free(fresh);
+        if (st == LLMEM_ENOMEM) kv->st.preemptions_total++;
+        return st;
+    }
+    size_t used = 0;
+    if (cow) { /* the shared partial last block is copied before it is written */
+        uint32_t old = s->blocks[s->nblocks - 1], nb = fresh[used++];
+        size_t fill = s->length % B;
+        st = block_copy(kv, nb, old, fill);
+        if (st) {
+            while (k) block_put(kv, fresh[--k]);
+            if (fresh != got) free(fresh);
+            return st;
+        }
+        kv->blocks[nb].fill = (uint32_t)fill;
+        s->blocks[s->nblocks - 1] = nb;
+        block_put(kv, old);
+        kv->st.cow_copies_total++;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t pos = s->length;
+        if (pos % B == 0) { /* a new block for this position */
+            uint32_t b;
+            if (s->window && s->nblocks == s->window / B + 1) { /* the oldest block left the window */
+                uint32_t old = s->blocks[0];
+                memmove(s->blocks, s->blocks + 1, (s->nblocks - 1) * sizeof *s->blocks);
+                s->nblocks--;
+                s->first += B;
+                if (kv->blocks[old].ref == 1 && !kv->blocks[old].hashed) {
+                    b = old;
+                    kv->blocks[b].fill = 0;
+                } else {
+                    block_put(kv, old);
+                    b = fresh[used++];
+                }
+            } else {
+                b = fresh[used++];
+            }
+            s->blocks[s->nblocks++] = b;
+        }
+        uint32_t b = s->blocks[s->nblocks - 1];
+        kv->blocks[b].fill = (uint32_t)(pos % B + 1);
+        if (hashing) {
+            s->partial[pos % B] = tokens[i];
+            if (pos % B == B - 1) register_block(kv, s, b);
+        }
+        s->length++;
+    }
+    if (!tokens) s->hashable = false;
+    while (used < need) block_put(kv, fresh[used++]); /* recycled more than planned */
+    if (fresh != got) free(fresh);
+    return LLMEM_OK;
+}
+
+/* ---- STATIC and BUCKETS buffers ---------------------------------------------------- */
+
+static size_t buf_bytes(const llmem_kv *kv, size_t capacity)
+{
+    return (capacity + kv->B - 1) / kv->B * kv->block_bytes;
+}
+
+static void buf_release(llmem_kv *kv, kv_buf *b)
+{
+    for (uint32_t l = 0; l < kv->layers; l++) llmem_pool_free(kv->pool, b->base[l]);
+    note_reserved(kv, -(int64_t)(buf_bytes(kv, b->capacity) * kv->layers));
+    kv->st.shrinks_total++;
+    free(b->base);
+    free(b);
+}
+
+/* Give back idle bucket buffers until `want` more bytes fit the budget. */
+static void idle_release(llmem_kv *kv, size_t want)
+{
+    for (int c = kv->nclasses - 1; c >= 0 && !budget_allows(kv, want); c--)
+        while (kv->idle[c] && !budget_allows(kv, want)) {
+            kv_buf *b = kv->idle[c];
+            kv->idle[c] = b->next;
+            buf_release(kv, b);
+        }
+}
+
+static llmem_status buf_new(llmem_kv *kv, size_t capacity, int cls, kv_buf **out)
+{
+    size_t per = buf_bytes(kv, capacity), all;
+    if (!llmem__mul_ok(per, kv->layers, &all))
+        return llmem__fail(LLMEM_EOVERFLOW, "kv '%s': a buffer of %zu tokens overflows", kv->name, capacity);
+    if (cls >= 0 && kv->idle[cls]) {
+        *out = kv->idle[cls];
+        kv->idle[cls] = (*out)->next;
+        (*out)->next = NULL;
+        return LLMEM_OK;
+    }
+    idle_release(kv, all);
+    if (!budget_allows(kv, all))
+        return llmem__fail(LLMEM_ENOMEM, "kv '%s': %zu bytes for %zu tokens would pass the budget (%llu of %zu held)",
+                           kv->name, all, capacity, (unsigned long long)kv->st.bytes_reserved, kv->budget);
+    kv_buf *b = calloc(1, sizeof *b);
+    if (b) b->base = calloc(kv->layers, sizeof *b->base);
+    if (!b || !b->base) {
+        if (b) free(b);
+        return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+    }
+    for (uint32_t l = 0; l < kv->layers; l++) {
+        b->base[l] = llmem_pool_alloc_aligned(kv->pool, per, kv->host ? 64 : LLMEM_DEVICE_ALIGN, NULL);
+        if (!b->base[l]) {
+            llmem_status st = llmem_last_status();
+            for (uint32_t k = 0; k < l; k++) llmem_pool_free(kv->pool, b->base[k]);
+            free(b->base);
+            free(b);
+            return st ? st : LLMEM_ENOMEM;
+        }
+    }
+    b->capacity = capacity;
+    b->cls = cls;
+    kv->st.grows_total++;
+    note_reserved(kv, (int64_t)all);
+    *out = b;
+    return LLMEM_OK;
+}
+
+static void buf_done(llmem_kv *kv, kv_buf *b)
+{
+    if (!b) return;
+    if (kv->strategy == LLMEM_KV_BUCKETS) {
+        b->next = kv->idle[b->cls];
+        kv->idle[b->cls] = b;
+    } else {
+        buf_release(kv, b);
+    }
+}
+
+/* Bucket class for n tokens: capacity B * 2^c, the last one max_seq_len. */
+static int bucket_for(const llmem_kv *kv, size_t n, size_t *capacity)
+{
+    size_t cap = kv->B;
+    int c = 0;
+    while (cap < n && cap < kv->max_len) {
+        cap *= 2;
+        c++;
+    }
+    if (cap > kv->max_len) cap = kv->max_len;
+    *capacity = cap;
+    return c;
+}
+
+/* Copy the first n tokens of one buffer into another, every layer. */
+static llmem_status buf_copy(llmem_kv *kv, kv_buf *dst, const kv_buf *src, size_t n)
+{
+    size_t blocks = (n + kv->B - 1) / kv->B;
+    for (uint32_t l = 0; l < kv->layers; l++) {
+        llmem_status st = copy_bytes(kv, dst->base[l], src->base[l], blocks * kv->block_bytes);
+        if (st) return st;
+    }
+    return LLMEM_OK;
+}
+
+static llmem_status contig_append(llmem_kv *kv, kv_seq *s, size_t n)
+{
+    size_t want = s->length + n;
+    if (want > kv->max_len)
+        return llmem__fail(LLMEM_ERANGE, "kv '%s': %zu more tokens pass max_seq_len %u (sequence holds %zu)",
+                           kv->name, n, kv->max_len, s->length);
+    if (s->buf && want <= s->buf->capacity) {
+        s->length = want;
+        return LLMEM_OK;
+    }
+    /* BUCKETS only (STATIC reserved everything at create): the next class. */
+    size_t capacity;
+    int c = bucket_for(kv, want, &capacity);
+    kv_buf *nb;
+    llmem_status st = buf_new(kv, capacity, c, &nb);
+    if (st) {
+        kv->st.preemptions_total++;
+        return st;
+    }
+    if (s->buf) {
+        st = buf_copy(kv, nb, s->buf, s->length);
+        if (st) {
+            buf_done(kv, nb);
+            return st;
+        }
+        kv->st.bucket_copies_total++;
+        buf_done(kv, s->buf);
+    }
+    s->buf = nb;
+    s->length = want;
+    return LLMEM_OK;
+}
+
+/* ---- public API --------------------------------------------------------------------- */
+
+llmem_kv_options llmem_kv_options_default(void)
+{
+    llmem_kv_options o;
+    memset(&o, 0, sizeof o);
+    o.name = "kv";
+    o.block_tokens = 16;
+    return o;
+}
+
+llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
+{
+    if (!out) return llmem__fail(LLMEM_EINVAL, "kv: null out");
+    *out = NULL;
+    if (!opts) return llmem__fail(LLMEM_EINVAL, "kv: null options (the geometry is required)");
+    llmem_kv_options o = *opts;
+    const char *name = o.name && *o.name ? o.name : "kv";
+    if (!o.layers || !o.kv_heads || !o.head_dim || !o.max_seq_len)
+        return llmem__fail(LLMEM_EINVAL, "kv '%s': layers, kv_heads, head_dim and max_seq_len are required", name);
+    if ((unsigned)o.strategy > LLMEM_KV_BUCKETS) return llmem__fail(LLMEM_EINVAL, "kv '%s': unknown strategy", name);
+    size_t elem = dtype_size(o.dtype);
+    if (!elem) return llmem__fail(LLMEM_EINVAL, "kv '%s': unknown dtype %d", name, (int)o.dtype);
+    if (!o.block_tokens) o.block_tokens = 16;
+    size_t token_bytes, block_bytes, tmp;
+    if (!llmem__mul_ok((size_t)o.kv_heads * o.head_dim, elem, &token_bytes) ||
+        !llmem__mul_ok(token_bytes, 2 * (size_t)o.block_tokens, &block_bytes) ||
+        !llmem__mul_ok(block_bytes, ((size_t)o.max_seq_len + o.block_tokens - 1) / o.block_tokens, &tmp) ||
+        !llmem__mul_ok(tmp, o.layers, &tmp) || tmp > (size_t)PTRDIFF_MAX)
+        return llmem__fail(LLMEM_EOVERFLOW, "kv '%s': the geometry overflows", name);
+    if (o.prefix_cache && o.strategy != LLMEM_KV_PAGED)
+        return llmem__fail(LLMEM_ENOTSUP, "kv '%s': the prefix cache needs the PAGED strategy", name);
+    llmem_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of memory", name);
+    llmem__copy_name(kv->name, sizeof kv->name, name, "kv");
+    kv->strategy = o.strategy;
+    kv->layers = o.layers;
+    kv->heads = o.kv_heads;
+    kv->dim = o.head_dim;
+    kv->B = o.block_tokens;
+    kv->max_len = o.max_seq_len;
+    kv->elem = elem;
+    kv->token_bytes = token_bytes;
+    kv->block_bytes = block_bytes;
+    kv->budget = o.budget_bytes;
+    kv->prefix = o.prefix_cache;
+    kv->lru_head = kv->lru_tail = NONE;
+    llmem_status st = LLMEM_OK;
+    if (o.pool) {
+        kv->pool = o.pool;
+    } else {
+        llmem_pool_options po = llmem_pool_options_default();
+        po.name = kv->name;
+        po.resource = o.resource;
+        st = llmem_pool_create(&po, &kv->pool);
+        kv->own_pool = true;
+    }
+    if (!st) {
+        kv->res = llmem_pool_get_resource(kv->pool);
+        kv->host = llmem_resource_kind(kv->res) == LLMEM_MEM_HOST;
+        size_t slab = o.slab_bytes ? o.slab_bytes : (kv->host ? (size_t)2 << 20 : (size_t)16 << 20);
+        size_t S = slab / block_bytes;
+        kv->S = (uint32_t)(S < 1 ? 1 : S > 65536 ? 65536 : S);
+        size_t cap;
+        kv->nclasses = bucket_for(kv, kv->max_len, &cap) + 1;
+    }
+    if (st) {
+        free(kv);
+        return st;
+    }
+    pthread_mutex_init(&kv->lock, NULL);
+    kv->st.struct_size = sizeof kv->st;
+    *out = kv;
+    return LLMEM_OK;
+}
+
+void llmem_kv_destroy(llmem_kv *kv)
+{
+    if (!kv) return;
+    for (uint32_t i = 0; i < kv->nseqs; i++) {
+        kv_seq *s = &kv->seqs[i];
+        if (!s->live) continue;
+        if (s->buf) buf_release(kv, s->buf);
+        free(s->blocks);
+        free(s->partial);
+    }
+    for (int c = 0; c < kv->nclasses; c++)
+        while (kv->idle[c]) {
+            kv_buf *b = kv->idle[c];
+            kv->idle[c] = b->next;
+            buf_release(kv, b);
+        }
+    for (uint32_t i = 0; i < kv->nslabs; i++)
+        if (kv->slabs[i].base) slab_remove(kv, i);
+    free(kv->slabs);
+    free(kv->blocks);
+    free(kv->btokens);
+    free(kv->ht_hash);
+    free(kv->ht_block);
+    free(kv->seqs);
+    if (kv->own_pool) llmem_pool_destroy(kv->pool);
+    pthread_mutex_destroy(&kv->lock);
+    free(kv);
+}
+
+#define LOCKED(kv, expr)                   \
+    do {                                   \
+        pthread_mutex_lock(&(kv)->lock);   \
+        llmem_status st_ = (expr);         \
+        pthread_mutex_unlock(&(kv)->lock); \
+        return st_;                        \
+    } while (0)
+
+static llmem_status seq_create_locked(llmem_kv *kv, size_t window, llmem_kv_seq *out)
+{
+    if (window && kv->strategy != LLMEM_KV_PAGED)
+        return llmem__fail(LLMEM_ENOTSUP, "kv '%s': windows need the PAGED strategy", kv->name);
+    kv_seq *s;
+    llmem_status st = seq_new(kv, &s, out);
+    if (st) return st;
+    s->window = window ? (window + kv->B - 1) / kv->B * kv->B : 0;
+    if (kv->strategy == LLMEM_KV_STATIC) {
+        st = buf_new(kv, kv->max_len, -1, &s->buf);
+        if (st) {
+            kv->st.preemptions_total++;
+            seq_release_slot(kv, s);
+            *out = 0;
+            return st;
+        }
+    }
+    kv->st.sequences++;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_create(llmem_kv *kv, size_t window_tokens, llmem_kv_seq *out)
+{
+    if (out) *out = 0;
+    if (!kv || !out) return llmem__fail(LLMEM_EINVAL, "kv: null %s", kv ? "out" : "kv");
+    LOCKED(kv, seq_create_locked(kv, window_tokens, out));
+}
+
+static void seq_drop_blocks(llmem_kv *kv, kv_seq *s)
+{
+    for (size_t i = 0; i < s->nblocks; i++) block_put(kv, s->blocks[i]);
+    s->nblocks = 0;
+}
+
+static llmem_status seq_free_locked(llmem_kv *kv, llmem_kv_seq h)
+{
+    kv_seq *s = seq_of(kv, h);
+    if (!s) return LLMEM_EINVAL;
+    seq_drop_blocks(kv, s);
+    buf_done(kv, s->buf);
+    s->buf = NULL;
+    seq_release_slot(kv, s);
+    kv->st.sequences--;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_free(llmem_kv *kv, llmem_kv_seq s)
+{
+    if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
+    if (!s) return LLMEM_OK;
+    LOCKED(kv, seq_free_locked(kv, s));
+}
+
+static llmem_status fork_locked(llmem_kv *kv, llmem_kv_seq ph, llmem_kv_seq *out)
+{
+    kv_seq *p = seq_of(kv, ph);
+    if (!p) return LLMEM_EINVAL;
+    uint32_t pi = (uint32_t)(p - kv->seqs);
+    kv_seq *c;
+    llmem_status st = seq_new(kv, &c, out);
+    if (st) return st;
+    p = &kv->seqs[pi]; /* the table may have moved */
+    if (kv->strategy == LLMEM_KV_PAGED) {
+        if (!seq_reserve(kv, c, p->nblocks ? p->nblocks : 1) ||
+            (p->partial && !(c->partial = malloc(kv->B * sizeof *c->partial)))) {
+            seq_release_slot(kv, c);
+            *out = 0;
+            return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+        }
+        memcpy(c->blocks, p->blocks, p->nblocks * sizeof *c->blocks);
+        for (size_t i = 0; i < p->nblocks; i++) kv->blocks[p->blocks[i]].ref++;
+        c->nblocks = p->nblocks;
+        if (p->partial) memcpy(c->partial, p->partial, kv->B * sizeof *c->partial);
+    } else if (p->buf) {
+        size_t cap = p->buf->capacity;
+        int cls = kv->strategy == LLMEM_KV_BUCKETS ? bucket_for(kv, p->length ? p->length : 1, &cap) : -1;
+        st = buf_new(kv, cap, cls, &c->buf);
+        if (!st) st = buf_copy(kv, c->buf, p->buf, p->length);
+        if (st) {
+            if (c->buf) buf_done(kv, c->buf);
+            seq_release_slot(kv, c);
+            *out = 0;
+            kv->st.preemptions_total++;
+            return st;
+        }
+    }
+    c->length = p->length;
+    c->first = p->first;
+    c->window = p->window;
+    c->hashable = p->hashable;
+    c->chain = p->chain;
+    kv->st.sequences++;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_fork(llmem_kv *kv, llmem_kv_seq parent, llmem_kv_seq *child)
+{
+    if (child) *child = 0;
+    if (!kv || !child) return llmem__fail(LLMEM_EINVAL, "kv: null %s", kv ? "child" : "kv");
+    LOCKED(kv, fork_locked(kv, parent, child));
+}
+
+static llmem_status match_locked(llmem_kv *kv, llmem_kv_seq h, const int32_t *tokens, size_t n, size_t *matched)
+{
+    kv_seq *s = seq_of(kv, h);
+    if (!s) return LLMEM_EINVAL;
+    if (s->length) return llmem__fail(LLMEM_ESTATE, "kv '%s': prefix matching needs an empty sequence", kv->name);
+    if (!kv->prefix) return LLMEM_OK;
+    size_t full = n / kv->B, k = 0;
+    uint64_t chain = 0;
+    if (full && !seq_reserve(kv, s, full)) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+    for (; k < full; k++) {
+        const int32_t *t = tokens + k * kv->B;
+        uint64_t hsh = hash_block(chain, t, kv->B);
+        uint32_t b = ht_find(kv, hsh, chain, t);
+        if (b == NONE) break;
+        kv_block *x = &kv->blocks[b];
+        if (x->state == B_CACHED) {
+            lru_remove(kv, b);
+            x->state = B_USED;
+        }
+        x->ref++;
+        s->blocks[s->nblocks++] = b;
+        chain = hsh;
+    }
+    s->chain = chain;
+    s->length = k * kv->B;
+    *matched = s->length;
+    kv->st.prefix_hit_tokens_total += s->length;
+    kv->st.prefix_miss_tokens_total += n - s->length;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_match_prefix(llmem_kv *kv, llmem_kv_seq s, const int32_t *tokens, size_t n, size_t *matched)
+{
+    if (matched) *matched = 0;
+    if (!kv || !matched || (n && !tokens)) return llmem__fail(LLMEM_EINVAL, "kv: null argument to match_prefix");
+    LOCKED(kv, match_locked(kv, s, tokens, n, matched));
+}
+
+static llmem_status append_locked(llmem_kv *kv, llmem_kv_seq h, size_t n, const int32_t *tokens, size_t *first_pos)
+{
+    kv_seq *s = seq_of(kv, h);
+    if (!s) return LLMEM_EINVAL;
+    if (first_pos) *first_pos = s->length;
+    if (n == 0) return LLMEM_OK;
+    if (n > (size_t)PTRDIFF_MAX / 2 || s->length > SIZE_MAX - n)
+        return llmem__fail(LLMEM_EOVERFLOW, "kv '%s': append of %zu tokens overflows", kv->name, n);
+    return kv->strategy == LLMEM_KV_PAGED ? paged_append(kv, s, n, tokens) : contig_append(kv, s, n);
+}
+
+llmem_status llmem_kv_seq_append(llmem_kv *kv, llmem_kv_seq s, size_t n, const int32_t *tokens, size_t *first_pos)
+{
+    if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
+    LOCKED(kv, append_locked(kv, s, n, tokens, first_pos));
+}
+
+static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len)
+{
+    kv_seq *s = seq_of(kv, h);
+    if (!s) return LLMEM_EINVAL;
+    if (len > s->length || len < s->first)
+        return llmem__fail(LLMEM_ERANGE, "kv '%s': truncate to %zu outside the held positions [%zu, %zu]", kv->name,
+                           len, s->first, s->length);
+    if (kv->strategy == LLMEM_KV_PAGED) {
+        size_t keep = len > s->first ? (len - 1) / kv->B - s->first / kv->B + 1 : 0;
+        while (s->nblocks > keep) block_put(kv, s->blocks[--s->nblocks]);
+        if (s->nblocks && len % kv->B) {
+            kv_block *x = &kv->blocks[s->blocks[s->nblocks - 1]];
+            if (x->ref == 1 && !x->hashed) x->fill = (uint32_t)(len % kv->B);
+        }
+    }
+    if (len < s->length) s->hashable = false; /* the chain hash is not kept per block */
+    s->length = len;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_truncate(llmem_kv *kv, llmem_kv_seq s, size_t new_length)
+{
+    if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
+    LOCKED(kv, truncate_locked(kv, s, new_length));
+}
+
+/* The K base of the block holding position pos (held). */
+static char *block_base(const llmem_kv *kv, const kv_seq *s, uint32_t layer, size_t pos)
+{
+    size_t bi = pos / kv->B;
+    if (kv->strategy == LLMEM_KV_PAGED) return block_k(kv, layer, s->blocks[bi - s->first / kv->B]);
+    return (char *)s->buf->base[layer] + bi * kv->block_bytes;
+}
+
+static llmem_status token_locked(llmem_kv *kv, llmem_kv_seq h, uint32_t layer, size_t pos, void **k, void **v)
+{
+    kv_seq *s = seq_of(kv, h);
+    if (!s) return LLMEM_EINVAL;
+    if (layer >= kv->layers) return llmem__fail(LLMEM_ERANGE, "kv '%s': layer %u of %u", kv->name, layer, kv->layers);
+    if (pos >= s->length || pos < s->first)
+        return llmem__fail(LLMEM_ERANGE, "kv '%s': position %zu outside the held [%zu, %zu)", kv->name, pos, s->first,
+                           s->length);
+    char *base = block_base(kv, s, layer, pos) + (pos % kv->B) * kv->token_bytes;
+    if (k) *k = base;
+    if (v) *v = base + (size_t)kv->B * kv->token_bytes;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_token(llmem_kv *kv, llmem_kv_seq s, uint32_t layer, size_t pos, void **k, void **v)
+{
+    if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
+    LOCKED(kv, token_locked(kv, s, layer, pos, k, v));
+}
+
+static llmem_status table_locked(llmem_kv *kv, llmem_kv_seq h, uint32_t layer, void **k, void **v, size_t cap,
+                                 size_t *n)
+{
+    kv_seq *s = seq_of(kv, h);
+    if (!s) return LLMEM_EINVAL;
+    if (layer >= kv->layers) return llmem__fail(LLMEM_ERANGE, "kv '%s': layer %u of %u", kv->name, layer, kv->layers);
+    size_t first_blk = s->first / kv->B;
+    size_t nb = s->length > s->first ? (s->length - 1) / kv->B - first_blk + 1 : 0;
+    *n = nb;
+    for (size_t i = 0; i < nb && i < cap; i++) {
+        char *base = block_base(kv, s, layer, (first_blk + i) * kv->B);
+        if (k) k[i] = base;
+        if (v) v[i] = base + (size_t)kv->B * kv->token_bytes;
+    }
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_table(llmem_kv *kv, llmem_kv_seq s, uint32_t layer, void **k, void **v, size_t cap, size_t *n)
+{
+    if (!kv || !n || (cap && !k && !v)) return llmem__fail(LLMEM_EINVAL, "kv: null argument to seq_table");
+    LOCKED(kv, table_locked(kv, s, layer, k, v, cap, n));
+}
+
+static llmem_status info_locked(llmem_kv *kv, llmem_kv_seq h, llmem_kv_seq_info *out)
+{
+    kv_seq *s = seq_of(kv, h);
+    if (!s) return LLMEM_EINVAL;
+    out->length = s->length;
+    out->first = s->first;
+    out->window = s->window;
+    if (kv->strategy == LLMEM_KV_PAGED) {
+        out->blocks = s->nblocks;
+        out->capacity = s->first / kv->B * kv->B + s->nblocks * kv->B;
+    } else {
+        out->capacity = s->buf ? s->buf->capacity : 0;
+        out->blocks = (out->capacity + kv->B - 1) / kv->B;
+    }
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_get_info(llmem_kv *kv, llmem_kv_seq s, llmem_kv_seq_info *out)
+{
+    if (!kv || !out) return llmem__fail(LLMEM_EINVAL, "kv: null argument to seq_get_info");
+    LOCKED(kv, info_locked(kv, s, out));
+}
+
+size_t llmem_kv_token_bytes(const llmem_kv *kv) { return kv ? kv->token_bytes : 0; }
+size_t llmem_kv_block_bytes(const llmem_kv *kv) { return kv ? kv->block_bytes : 0; }
+size_t llmem_kv_bytes_per_token(const llmem_kv *kv) { return kv ? 2 * kv->token_bytes * kv->layers : 0; }
+
+size_t llmem_kv_trim(llmem_kv *kv, bool evict_cached)
+{
+    if (!kv) return 0;
+    pthread_mutex_lock(&kv->lock);
+    uint64_t before = kv->st.bytes_reserved;
+    if (evict_cached) {
+        while (kv->lru_head != NONE) {
+            uint32_t b = kv->lru_head;
+            lru_remove(kv, b);
+            ht_remove(kv, b);
+            kv->blocks[b].ref = 1; /* block_put turns it FREE */
+            kv->blocks[b].state = B_USED;
+            block_put(kv, b);
+            kv->st.evictions_total++;
+        }
+    }
+    for (uint32_t i = 0; i < kv->nslabs; i++)
+        if (kv->slabs[i].base && kv->slabs[i].nfree == kv->S) slab_remove(kv, i);
+    for (int c = 0; c < kv->nclasses; c++)
+        while (kv->idle[c]) {
+            kv_buf *b = kv->idle[c];
+            kv->idle[c] = b->next;
+            buf_release(kv, b);
+        }
+    size_t released = (size_t)(before - kv->st.bytes_reserved);
+    pthread_mutex_unlock(&kv->lock);
+    return released;
+}
+
+/* ---- invariants and stats ----------------------------------------------------------- */
+
+#define BAD(...)                                       \
+    do {                                               \
+        st = llmem__fail(LLMEM_ECORRUPT, __VA_ARGS__); \
+        goto done;                                     \
+    } while (0)
+
+llmem_status llmem_kv_check(llmem_kv *kv)
+{
+    if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
+    llmem_status st = LLMEM_OK;
+    pthread_mutex_lock(&kv->lock);
+    size_t nb = (size_t)kv->nslabs * kv->S;
+    uint32_t *refs = nb ? calloc(nb, sizeof *refs) : NULL;
+    if (nb && !refs) BAD("kv '%s': out of memory for the check", kv->name);
+    for (uint32_t i = 0; i < kv->nseqs; i++) {
+        kv_seq *s = &kv->seqs[i];
+        if (!s->live) continue;
+        if (s->first > s->length || s->first % kv->B) BAD("kv '%s': sequence %u has bad positions", kv->name, i);
+        if (kv->strategy != LLMEM_KV_PAGED) {
+            if ((s->length && !s->buf) || (s->buf && s->length > s->buf->capacity))
+                BAD("kv '%s': sequence %u overflows its buffer", kv->name, i);
+            continue;
+        }
+        size_t want = s->length > s->first ? (s->length - 1) / kv->B - s->first / kv->B + 1 : 0;
+        if (s->nblocks != want) BAD("kv '%s': sequence %u has %zu blocks for %zu tokens", kv->name, i, s->nblocks,
+                                    s->length - s->first);
+        if (s->window && s->length - s->first > s->window + kv->B)
+            BAD("kv '%s': sequence %u holds more than its window", kv->name, i);
+        for (size_t j = 0; j < s->nblocks; j++) {
+            uint32_t b = s->blocks[j];
+            if (b >= nb || kv->blocks[b].state != B_USED) BAD("kv '%s': sequence %u holds a block not in use", kv->name, i);
+            refs[b]++;
+        }
+    }
+    size_t used = 0, cached = 0, freeb = 0, lru = 0;
+    for (size_t b = 0; b < nb; b++) {
+        kv_block *x = &kv->blocks[b];
+        if (x->state == B_USED) {
+            used++;
+            if (x->ref != refs[b]) BAD("kv '%s': block %zu ref %u, held %u times", kv->name, b, x->ref, refs[b]);
+        } else if (refs[b]) {
+            BAD("kv '%s': block %zu held but not in use", kv->name, b);
+        }
+        if (x->state == B_CACHED) {
+            cached++;
+            if (!x->hashed || x->ref) BAD("kv '%s': cached block %zu not hashed or referenced", kv->name, b);
+        }
+        if (x->state == B_FREE) freeb++;
+        if (x->hashed && ht_find(kv, x->hash, x->parent, &kv->btokens[b * kv->B]) != b)
+            BAD("kv '%s': block %zu not found under its hash", kv->name, b);
+    }
+    for (uint32_t b = kv->lru_head; b != NONE; b = kv->blocks[b].lru_next) {
+        if (kv->blocks[b].state != B_CACHED || ++lru > cached) BAD("kv '%s': LRU list is broken", kv->name);
+    }
+    if (lru != cached) BAD("kv '%s': LRU holds %zu of %zu cached blocks", kv->name, lru, cached);
+    size_t onstacks = 0;
+    for (uint32_t i = 0; i < kv->nslabs; i++) {
+        for (uint32_t k = 0; k < kv->slabs[i].nfree; k++) {
+            uint32_t b = kv->slabs[i].free[k];
+            if (b / kv->S != i || kv->blocks[b].state != B_FREE) BAD("kv '%s': bad free stack in slab %u", kv->name, i);
+        }
+        onstacks += kv->slabs[i].nfree;
+    }
+    if (onstacks != freeb) BAD("kv '%s': %zu free blocks, %zu on free stacks", kv->name, freeb, onstacks);
+    if (used + cached + freeb != kv->st.blocks_total) BAD("kv '%s': block counts disagree", kv->name);
+done:
+    free(refs);
+    pthread_mutex_unlock(&kv->lock);
+    return st;
+}
+
+#undef BAD
+
+llmem_status llmem_kv_get_stats(const llmem_kv *ckv, llmem_kv_stats *out)
+{
+    if (!ckv || !out) return llmem__fail(LLMEM_EINVAL, "kv stats: null argument");
+    llmem_kv *kv = (llmem_kv *)(uintptr_t)ckv;
+    pthread_mutex_lock(&kv->lock);
+    llmem_kv_stats s = kv->st;
+    s.blocks_used = s.blocks_cached = s.blocks_free = 0;
+    uint64_t written = 0;
+    if (kv->strategy == LLMEM_KV_PAGED) {
+        size_t nb = (size_t)kv->nslabs * kv->S;
+        for (size_t b = 0; b < nb; b++) {
+            const kv_block *x = &kv->blocks[b];
+            if (x->state == B_USED) {
+                s.blocks_used++;
+                written += x->fill;
+            } else if (x->state == B_CACHED) {
+                s.blocks_cached++;
+            } else if (x->state == B_FREE) {
+                s.blocks_free++;
+            }
+        }
+    } else {
+        for (uint32_t i = 0; i < kv->nseqs; i++)
+            if (kv->seqs[i].live) written += kv->seqs[i].length;
+        s.blocks_total = s.bytes_reserved / kv->block_bytes / kv->layers;
+        s.blocks_used = s.blocks_total;
+    }
+    s.tokens_written = written;
+    s.tokens_reserved = s.bytes_reserved / (2 * kv->token_bytes * kv->layers);
+    pthread_mutex_unlock(&kv->lock);
+    llmem__stats_out(out, &s, sizeof s);
+    return LLMEM_OK;
+}
+
+#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_kv_stats, name)}
+static const llmem_stat_field kv_fields[] = {
+    F(GAUGE, sequences, "Live sequences."),
+    F(GAUGE, blocks_total, "Blocks in all slabs."),
+    F(GAUGE, blocks_used, "Blocks held by a sequence."),
+    F(GAUGE, blocks_cached, "Blocks kept only for the prefix cache."),
+    F(GAUGE, blocks_free, "Free blocks."),
+    F(GAUGE, tokens_written, "Token slots holding data."),
+    F(GAUGE, tokens_reserved, "Token slots of storage held."),
+    F(GAUGE, bytes_reserved, "KV storage held, all layers."),
+    F(GAUGE, bytes_reserved_peak, "Highest bytes_reserved."),
+    F(COUNTER, cow_copies_total, "Shared partial blocks copied on write."),
+    F(COUNTER, prefix_hit_tokens_total, "Prompt tokens found in the prefix cache."),
+    F(COUNTER, prefix_miss_tokens_total, "Prompt tokens not found in the prefix cache."),
+    F(COUNTER, evictions_total, "Cached blocks reused for new data."),
+    F(COUNTER, preemptions_total, "Creates and appends refused for memory."),
+    F(COUNTER, grows_total, "Slabs or buffers taken from the pool."),
+    F(COUNTER, shrinks_total, "Slabs or buffers given back."),
+    F(COUNTER, bucket_copies_total, "Buffers outgrown and copied."),
+};
+#undef F
+static const llmem_stats_schema kv_schema = {"kv", sizeof(llmem_kv_stats), LLMEM_ARRAY_LEN(kv_fields), kv_fields};
+const llmem_stats_schema *llmem_kv_stats_schema(void) { return &kv_schema; }
