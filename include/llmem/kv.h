@@ -7,14 +7,20 @@
  * go through the resource). Three strategies behind one interface, so they
  * can be compared on equal terms:
  *  - PAGED (default): fixed blocks of block_tokens tokens. One block id space
- *    is shared by all layers; each layer's storage grows in slabs of many
+ *    is shared by all layers; each layer's storage grows in slabs of a few
  *    blocks taken from the pool and goes back when a slab is wholly free.
+ *    A sequence's blocks come from slabs of its own while the budget allows
+ *    new slabs (then from the fullest slab), so its slabs go back when it
+ *    ends; the slab size bounds the waste: about half a slab per sequence.
  *    Sequences hold a table of block ids. Forks share full blocks (reference
  *    counts) and copy a shared partial block when it is written
  *    (copy-on-write). A prefix cache indexes full blocks by a hash of every
  *    token up to and including them: a new sequence whose prompt starts with
  *    a cached prefix reuses those blocks, and blocks no sequence uses stay
- *    cached until memory is needed (then least recently used goes first).
+ *    cached until memory is needed (then least recently used goes first,
+ *    and of one sequence's blocks the last first). A block is registered
+ *    when an append given the tokens fills it, and only if the sequence
+ *    still holds it when the append returns (so the engine writes it).
  *    A sequence with a window (rounded up to whole blocks) always holds its
  *    last window_tokens tokens and at most one block more, and reuses its
  *    oldest block once that has wholly left the window (sliding-window
@@ -40,9 +46,14 @@
  *     llmem_kv_seq_free(kv, s);
  *
  * Appending when no block can be had returns LLMEM_ENOMEM and changes
- * nothing, so a scheduler can preempt; no other sequence is touched.
+ * nothing, so a scheduler can preempt; no other sequence is touched. When
+ * the budget refuses, the prefix cache loses nothing either (a failing
+ * resource may have cost it the blocks evicted before the failure).
  * Threads: every call takes the manager's lock; a sequence should be driven
- * by one thread at a time.
+ * by one thread at a time. A block an append registers can be matched by
+ * other threads as soon as the append returns, before its K/V are written:
+ * an engine sharing prompts between threads writes a block before another
+ * thread may match it.
  */
 #ifndef LLMEM_KV_H
 #define LLMEM_KV_H
@@ -88,7 +99,7 @@ typedef struct llmem_kv_options {
     size_t budget_bytes;          /* cap on KV storage held; 0 = none */
     llmem_pool *pool;             /* borrowed; default: a pool of the manager's own over `resource` */
     llmem_resource *resource;     /* for the manager's own pool; default the os resource */
-    size_t slab_bytes;            /* PAGED: bytes per layer per slab; default 2 MiB host, 16 MiB device */
+    size_t slab_bytes;            /* PAGED: bytes per layer per slab; default 2 blocks, at least 64 KiB */
     bool prefix_cache;            /* PAGED: index full blocks by prefix hash */
 } llmem_kv_options;
 
@@ -96,10 +107,10 @@ typedef struct llmem_kv_stats {
     size_t struct_size;
     uint64_t sequences;               /* live */
     uint64_t blocks_total;            /* PAGED: blocks in all slabs */
-    uint64_t blocks_used;             /* held by at least one sequence */
+    uint64_t blocks_used;             /* held by at least one sequence (STATIC, BUCKETS: in their buffers) */
     uint64_t blocks_cached;           /* held by no sequence, kept for the prefix cache */
-    uint64_t blocks_free;
-    uint64_t tokens_written;          /* token slots holding data, over all sequences */
+    uint64_t blocks_free;             /* (BUCKETS: in idle buffers) */
+    uint64_t tokens_written;          /* token slots holding data held by a sequence (a shared block's once) */
     uint64_t tokens_reserved;         /* token slots of storage held (blocks, reservations, buckets) */
     uint64_t bytes_reserved;          /* KV storage held, all layers */
     uint64_t bytes_reserved_peak;
@@ -117,7 +128,7 @@ typedef struct llmem_kv_stats {
 typedef struct llmem_kv_seq_info {
     size_t length;           /* tokens appended over its life (positions 0..length-1) */
     size_t first;            /* first position still held (> 0 once a window dropped some) */
-    size_t blocks;           /* blocks in its table */
+    size_t blocks;           /* blocks in its table (as llmem_kv_seq_table reports) */
     size_t window;           /* 0 = no window */
     size_t capacity;         /* tokens it can hold without taking memory */
 } llmem_kv_seq_info;
@@ -144,9 +155,11 @@ LLMEM_API llmem_status llmem_kv_seq_free(llmem_kv *kv, llmem_kv_seq s);
 LLMEM_API llmem_status llmem_kv_seq_fork(llmem_kv *kv, llmem_kv_seq parent, llmem_kv_seq *child);
 
 /* For an empty sequence: attach the longest run of cached full blocks
- * matching the start of tokens[0..n). *matched gets the tokens covered (a
- * multiple of block_tokens; 0 without a prefix cache); the engine appends
- * the rest. */
+ * matching the start of tokens[0..n), at most max_seq_len tokens without a
+ * window. *matched gets the tokens covered (a multiple of block_tokens; 0
+ * without a prefix cache); the engine appends the rest. A sequence with a
+ * window keeps only the last blocks its window holds (info.first moves
+ * up). LLMEM_ESTATE if the sequence holds tokens. */
 LLMEM_API llmem_status llmem_kv_seq_match_prefix(llmem_kv *kv, llmem_kv_seq s, const int32_t *tokens, size_t n,
                                                  size_t *matched);
 

@@ -45,7 +45,7 @@ typedef struct kv_block {
     uint32_t ref;
     uint8_t state;
     bool hashed;            /* registered in the prefix cache */
-    uint32_t fill;          /* tokens written into it */
+    uint32_t fill;          /* positions held in it; worked out by get_stats */
     uint32_t lru_prev, lru_next;
     uint64_t hash, parent;  /* prefix cache key, and the hash before this block */
 } kv_block;
@@ -93,6 +93,7 @@ struct llmem_kv {
     kv_block *blocks;       /* nslabs * S */
     int32_t *btokens;       /* prefix cache: B tokens per block */
     uint32_t lru_head, lru_tail;
+    size_t lru_count;       /* cached blocks */
     uint64_t *ht_hash;      /* prefix table */
     uint32_t *ht_block;     /* NONE = empty */
     size_t ht_cap, ht_count;
@@ -216,6 +217,7 @@ static void lru_remove(llmem_kv *kv, uint32_t b)
     if (x->lru_next != NONE) kv->blocks[x->lru_next].lru_prev = x->lru_prev;
     else kv->lru_tail = x->lru_prev;
     x->lru_prev = x->lru_next = NONE;
+    kv->lru_count--;
 }
 
 static void lru_push(llmem_kv *kv, uint32_t b)
@@ -226,6 +228,7 @@ static void lru_push(llmem_kv *kv, uint32_t b)
     if (kv->lru_tail != NONE) kv->blocks[kv->lru_tail].lru_next = b;
     else kv->lru_head = b;
     kv->lru_tail = b;
+    kv->lru_count++;
 }
 
 static size_t ht_slot(const llmem_kv *kv, uint64_t h) { return (size_t)mix64(h) & (kv->ht_cap - 1); }
@@ -352,8 +355,8 @@ static void slab_remove(llmem_kv *kv, uint32_t i)
     note_reserved(kv, -(int64_t)((size_t)kv->S * kv->block_bytes * kv->layers));
 }
 
-/* One more slab, reusing an absent slot or adding one. */
-static llmem_status grow(llmem_kv *kv)
+/* One more slab, reusing an absent slot or adding one; *slab gets its index. */
+static llmem_status grow(llmem_kv *kv, uint32_t *slab)
 {
     size_t bytes = (size_t)kv->S * kv->block_bytes * kv->layers;
     if (!budget_allows(kv, bytes))
@@ -376,23 +379,37 @@ static llmem_status grow(llmem_kv *kv)
             kv->btokens = nt;
         }
         memset(&kv->slabs[kv->nslabs], 0, sizeof kv->slabs[0]);
-        for (uint32_t k = 0; k < kv->S; k++) kv->blocks[(size_t)kv->nslabs * kv->S + k].state = B_ABSENT;
+        for (uint32_t k = 0; k < kv->S; k++) /* every field: check() and stats read absent blocks too */
+            kv->blocks[(size_t)kv->nslabs * kv->S + k] = (kv_block){0, B_ABSENT, false, 0, NONE, NONE, 0, 0};
         kv->nslabs++;
     }
+    *slab = i;
     return slab_add(kv, i);
 }
 
-/* Take a block for new data (ref 1, fill 0). */
-static llmem_status block_take(llmem_kv *kv, uint32_t *out)
+/* Take a block for new data (ref 1, fill 0). Placement gives each
+ * sequence slabs of its own, so that its slabs are wholly free when it ends
+ * and go back to the pool: first the slab `hint` (the one holding the
+ * sequence's previous block), else a new slab, and only when no new slab
+ * can be had the fullest slab with a free block (filling the tails of other
+ * sequences' slabs), then the least recently used cached block. Filling
+ * tails first instead left 3.5% of the replay's KV memory in holes. */
+static llmem_status block_take(llmem_kv *kv, uint32_t hint, uint32_t *out)
 {
-    for (uint32_t i = 0; i < kv->nslabs; i++) {
-        kv_slab *sl = &kv->slabs[i];
-        if (sl->base && sl->nfree) {
-            *out = sl->free[--sl->nfree];
-            goto got;
+    uint32_t pick = NONE;
+    if (hint < kv->nslabs && kv->slabs[hint].base && kv->slabs[hint].nfree) pick = hint;
+    if (pick == NONE && grow(kv, &pick) != LLMEM_OK) {
+        pick = NONE;
+        for (uint32_t i = 0; i < kv->nslabs; i++) {
+            const kv_slab *sl = &kv->slabs[i];
+            if (sl->base && sl->nfree && (pick == NONE || sl->nfree < kv->slabs[pick].nfree)) pick = i;
         }
     }
-    if (grow(kv) == LLMEM_OK) return block_take(kv, out);
+    if (pick != NONE) {
+        kv_slab *sl = &kv->slabs[pick];
+        *out = sl->free[--sl->nfree];
+        goto got;
+    }
     if (kv->lru_head != NONE) { /* memory is needed: evict the least recently used cached block */
         uint32_t b = kv->lru_head;
         lru_remove(kv, b);
@@ -408,6 +425,21 @@ got:
     return LLMEM_OK;
 }
 
+/* Whether n blocks can be had (free, in new slabs the budget allows, or by
+ * evicting cached ones), so that an append that cannot succeed fails
+ * before it evicts anything. Growth past the budget's room is left to the
+ * pool to refuse. */
+static bool blocks_available(const llmem_kv *kv, size_t n)
+{
+    size_t have = kv->lru_count;
+    for (uint32_t i = 0; i < kv->nslabs && have < n; i++)
+        if (kv->slabs[i].base) have += kv->slabs[i].nfree;
+    if (have >= n || !kv->budget) return true;
+    size_t slab = (size_t)kv->S * kv->block_bytes * kv->layers;
+    size_t room = kv->budget > kv->st.bytes_reserved ? kv->budget - (size_t)kv->st.bytes_reserved : 0;
+    return have + room / slab * kv->S >= n;
+}
+
 /* A sequence lets go of block b. */
 static void block_put(llmem_kv *kv, uint32_t b)
 {
@@ -419,17 +451,15 @@ static void block_put(llmem_kv *kv, uint32_t b)
         return;
     }
     x->state = B_FREE;
-    x->fill = 0;
     uint32_t si = b / kv->S;
     kv_slab *sl = &kv->slabs[si];
     sl->free[sl->nfree++] = b;
-    /* A wholly free slab goes back while a slab's worth stays free elsewhere. */
-    if (sl->nfree == kv->S) {
-        size_t elsewhere = 0;
-        for (uint32_t i = 0; i < kv->nslabs; i++)
-            if (i != si && kv->slabs[i].base) elsewhere += kv->slabs[i].nfree;
-        if (elsewhere >= kv->S) slab_remove(kv, si);
-    }
+    /* A wholly free slab goes back to the pool at once: the pool, not the
+     * manager, keeps memory for the next growth (its superblocks stay until
+     * its purge policy returns them), so freed KV memory is free for
+     * activations too. Keeping a spare slab here cost 0.3-0.7 points of
+     * utilisation in the replay and saved nothing measurable. */
+    if (sl->nfree == kv->S) slab_remove(kv, si);
 }
 
 static void *block_k(const llmem_kv *kv, uint32_t layer, uint32_t b)
@@ -465,15 +495,25 @@ static bool seq_reserve(llmem_kv *kv, kv_seq *s, size_t n)
 
 /* ---- PAGED append ------------------------------------------------------------- */
 
+/* The first block index a window sequence still holds once it is `length`
+ * tokens long (a window keeps window/B + 1 blocks, so the last
+ * window_tokens tokens are always held); 0 without a window. */
+static size_t window_keep_from(const llmem_kv *kv, const kv_seq *s, size_t length)
+{
+    if (!s->window) return 0;
+    size_t wb = s->window / kv->B + 1, blocks = (length + kv->B - 1) / kv->B, from = s->first / kv->B;
+    return blocks > wb && blocks - wb > from ? blocks - wb : from;
+}
+
 /* How many blocks an append of n tokens must take from the allocator:
  * one per new block position, less the oldest blocks a full window lets it
- * recycle (held once and not in the prefix cache; a window keeps window/B
- * + 1 blocks, so the last window_tokens tokens are always held), plus one
- * to copy a
- * shared partial last block. Blocks this append itself fills and then
- * recycles (n longer than the window) are not counted, so the figure may
- * be high, never low; the extra blocks go back at the end. */
-static size_t plan_append(const llmem_kv *kv, const kv_seq *s, size_t n, bool hashing, bool *cow)
+ * recycle, plus one to copy a shared partial last block. A block can be
+ * recycled when this sequence alone holds it and it is not in the prefix
+ * cache: an old block held once and not registered; the partial last block
+ * (or its copy); and blocks this append fills and drops again (n longer
+ * than the window), which are never registered because the engine never
+ * gets to write them. The figure is exact. */
+static size_t plan_append(const llmem_kv *kv, const kv_seq *s, size_t n, bool *cow)
 {
     size_t B = kv->B, L = s->length;
     size_t new_positions = (L + n - 1) / B + 1 - (L ? (L - 1) / B + 1 : 0);
@@ -487,22 +527,22 @@ static size_t plan_append(const llmem_kv *kv, const kv_seq *s, size_t n, bool ha
     if (s->window) {
         size_t wb = s->window / B + 1;
         size_t drops = s->nblocks + new_positions > wb ? s->nblocks + new_positions - wb : 0;
-        if (drops > s->nblocks) drops = s->nblocks;
-        for (size_t i = 0; i < drops; i++) {
-            bool last_partial = partial && i == s->nblocks - 1;
-            if (last_partial && (*cow || hashing)) continue; /* replaced, or registered once full */
+        for (size_t i = 0; i < drops && i < s->nblocks; i++) {
             const kv_block *x = &kv->blocks[s->blocks[i]];
-            if (x->ref == 1 && !x->hashed) recycle++;
+            if ((partial && i == s->nblocks - 1) || (x->ref == 1 && !x->hashed)) recycle++;
         }
+        if (drops > s->nblocks) recycle += drops - s->nblocks;
     }
     return new_positions - recycle + (*cow ? 1 : 0);
 }
 
-/* Register block b (full) in the prefix cache under the sequence's chain. */
-static void register_block(llmem_kv *kv, kv_seq *s, uint32_t b)
+/* Block b (full) ends the sequence's next chain link; it is registered in
+ * the prefix cache only if `keep` (the sequence still holds it when the
+ * append returns, so the engine writes it). */
+static void register_block(llmem_kv *kv, kv_seq *s, uint32_t b, bool keep)
 {
     uint64_t h = hash_block(s->chain, s->partial, kv->B);
-    if (ht_find(kv, h, s->chain, s->partial) == NONE && !kv->blocks[b].hashed) {
+    if (keep && ht_find(kv, h, s->chain, s->partial) == NONE && !kv->blocks[b].hashed) {
         kv->blocks[b].hash = h;
         kv->blocks[b].parent = s->chain;
         memcpy(&kv->btokens[(size_t)b * kv->B], s->partial, kv->B * sizeof *s->partial);
@@ -519,12 +559,17 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
                            kv->name, n, kv->max_len, s->length);
     bool hashing = tokens && kv->prefix && s->hashable;
     bool cow;
-    size_t need = plan_append(kv, s, n, hashing, &cow);
+    size_t need = plan_append(kv, s, n, &cow);
+    size_t keep_from = window_keep_from(kv, s, s->length + n);
     uint32_t got[64], *fresh = need <= 64 ? got : malloc(need * sizeof *fresh);
     if (!fresh) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
     size_t k = 0;
     llmem_status st = LLMEM_OK;
-    while (k < need && !(st = block_take(kv, &fresh[k]))) k++;
+    if (!blocks_available(kv, need))
+        st = llmem__fail(LLMEM_ENOMEM, "kv '%s': %zu tokens need %zu more blocks, fewer can be had (budget %zu)",
+                         kv->name, n, need, kv->budget);
+    uint32_t hint = s->nblocks ? s->blocks[s->nblocks - 1] / kv->S : NONE;
+    while (!st && k < need && !(st = block_take(kv, hint, &fresh[k]))) hint = fresh[k++] / kv->S;
     size_t most = s->window ? s->window / B + 2 : s->nblocks + need + 1;
     if (!st && !seq_reserve(kv, s, most))
         st = llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for a block table", kv->name);
@@ -546,7 +591,6 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
             if (fresh != got) free(fresh);
             return st;
         }
-        kv->blocks[nb].fill = (uint32_t)fill;
         s->blocks[s->nblocks - 1] = nb;
         block_put(kv, old);
         kv->st.cow_copies_total++;
@@ -562,7 +606,6 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
                 s->first += B;
                 if (kv->blocks[old].ref == 1 && !kv->blocks[old].hashed) {
                     b = old;
-                    kv->blocks[b].fill = 0;
                 } else {
                     block_put(kv, old);
                     b = fresh[used++];
@@ -573,10 +616,9 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
             s->blocks[s->nblocks++] = b;
         }
         uint32_t b = s->blocks[s->nblocks - 1];
-        kv->blocks[b].fill = (uint32_t)(pos % B + 1);
         if (hashing) {
             s->partial[pos % B] = tokens[i];
-            if (pos % B == B - 1) register_block(kv, s, b);
+            if (pos % B == B - 1) register_block(kv, s, b, pos / B >= keep_from);
         }
         s->length++;
     }
@@ -781,7 +823,12 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
     if (!st) {
         kv->res = llmem_pool_get_resource(kv->pool);
         kv->host = llmem_resource_kind(kv->res) == LLMEM_MEM_HOST;
-        size_t slab = o.slab_bytes ? o.slab_bytes : (kv->host ? (size_t)2 << 20 : (size_t)16 << 20);
+        /* Default: two blocks, at least 64 KiB. About half a slab per running
+         * sequence sits empty, so small slabs keep utilisation high (98% in
+         * the replay, against 88% for 16 blocks); the pool beneath carves
+         * them out of its superblocks, host or device, in a microsecond. */
+        size_t slab = o.slab_bytes ? o.slab_bytes : 2 * block_bytes;
+        if (!o.slab_bytes && slab < ((size_t)64 << 10)) slab = (size_t)64 << 10;
         size_t S = slab / block_bytes;
         kv->S = (uint32_t)(S < 1 ? 1 : S > 65536 ? 65536 : S);
         size_t cap;
@@ -862,10 +909,12 @@ llmem_status llmem_kv_seq_create(llmem_kv *kv, size_t window_tokens, llmem_kv_se
     LOCKED(kv, seq_create_locked(kv, window_tokens, out));
 }
 
+/* Newest first: cached blocks then reach the LRU list tail first, so the
+ * end of a prefix is evicted before its start (a chain whose first block
+ * went can never be matched again). */
 static void seq_drop_blocks(llmem_kv *kv, kv_seq *s)
 {
-    for (size_t i = 0; i < s->nblocks; i++) block_put(kv, s->blocks[i]);
-    s->nblocks = 0;
+    while (s->nblocks) block_put(kv, s->blocks[--s->nblocks]);
 }
 
 static llmem_status seq_free_locked(llmem_kv *kv, llmem_kv_seq h)
@@ -903,7 +952,7 @@ static llmem_status fork_locked(llmem_kv *kv, llmem_kv_seq ph, llmem_kv_seq *out
             *out = 0;
             return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
         }
-        memcpy(c->blocks, p->blocks, p->nblocks * sizeof *c->blocks);
+        if (p->nblocks) memcpy(c->blocks, p->blocks, p->nblocks * sizeof *c->blocks); /* blocks may be NULL */
         for (size_t i = 0; i < p->nblocks; i++) kv->blocks[p->blocks[i]].ref++;
         c->nblocks = p->nblocks;
         if (p->partial) memcpy(c->partial, p->partial, kv->B * sizeof *c->partial);
@@ -943,6 +992,7 @@ static llmem_status match_locked(llmem_kv *kv, llmem_kv_seq h, const int32_t *to
     if (s->length) return llmem__fail(LLMEM_ESTATE, "kv '%s': prefix matching needs an empty sequence", kv->name);
     if (!kv->prefix) return LLMEM_OK;
     size_t full = n / kv->B, k = 0;
+    if (!s->window && full > kv->max_len / kv->B) full = kv->max_len / kv->B; /* no more than it may hold */
     uint64_t chain = 0;
     if (full && !seq_reserve(kv, s, full)) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
     for (; k < full; k++) {
@@ -961,6 +1011,13 @@ static llmem_status match_locked(llmem_kv *kv, llmem_kv_seq h, const int32_t *to
     }
     s->chain = chain;
     s->length = k * kv->B;
+    size_t keep = window_keep_from(kv, s, s->length); /* a window holds its last window/B + 1 blocks */
+    if (keep) {
+        for (size_t i = keep; i-- > 0;) block_put(kv, s->blocks[i]);
+        memmove(s->blocks, s->blocks + keep, (s->nblocks - keep) * sizeof *s->blocks);
+        s->nblocks -= keep;
+        s->first = keep * kv->B;
+    }
     *matched = s->length;
     kv->st.prefix_hit_tokens_total += s->length;
     kv->st.prefix_miss_tokens_total += n - s->length;
@@ -1001,12 +1058,12 @@ static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len)
     if (kv->strategy == LLMEM_KV_PAGED) {
         size_t keep = len > s->first ? (len - 1) / kv->B - s->first / kv->B + 1 : 0;
         while (s->nblocks > keep) block_put(kv, s->blocks[--s->nblocks]);
-        if (s->nblocks && len % kv->B) {
-            kv_block *x = &kv->blocks[s->blocks[s->nblocks - 1]];
-            if (x->ref == 1 && !x->hashed) x->fill = (uint32_t)(len % kv->B);
-        }
     }
     if (len < s->length) s->hashable = false; /* the chain hash is not kept per block */
+    if (len == 0) { /* empty again: the (empty) chain is known */
+        s->hashable = true;
+        s->chain = 0;
+    }
     s->length = len;
     return LLMEM_OK;
 }
@@ -1080,7 +1137,7 @@ static llmem_status info_locked(llmem_kv *kv, llmem_kv_seq h, llmem_kv_seq_info 
         out->capacity = s->first / kv->B * kv->B + s->nblocks * kv->B;
     } else {
         out->capacity = s->buf ? s->buf->capacity : 0;
-        out->blocks = (out->capacity + kv->B - 1) / kv->B;
+        out->blocks = (s->length + kv->B - 1) / kv->B; /* as seq_table reports */
     }
     return LLMEM_OK;
 }
@@ -1180,7 +1237,8 @@ llmem_status llmem_kv_check(llmem_kv *kv)
     for (uint32_t b = kv->lru_head; b != NONE; b = kv->blocks[b].lru_next) {
         if (kv->blocks[b].state != B_CACHED || ++lru > cached) BAD("kv '%s': LRU list is broken", kv->name);
     }
-    if (lru != cached) BAD("kv '%s': LRU holds %zu of %zu cached blocks", kv->name, lru, cached);
+    if (lru != cached || lru != kv->lru_count)
+        BAD("kv '%s': LRU holds %zu of %zu cached blocks (%zu counted)", kv->name, lru, cached, kv->lru_count);
     size_t onstacks = 0;
     for (uint32_t i = 0; i < kv->nslabs; i++) {
         for (uint32_t k = 0; k < kv->slabs[i].nfree; k++) {
@@ -1209,6 +1267,20 @@ llmem_status llmem_kv_get_stats(const llmem_kv *ckv, llmem_kv_stats *out)
     uint64_t written = 0;
     if (kv->strategy == LLMEM_KV_PAGED) {
         size_t nb = (size_t)kv->nslabs * kv->S;
+        /* A block's fill: the most positions any holder has in it (a holder
+         * that truncated, or dropped out of a shared block, holds fewer). */
+        for (size_t b = 0; b < nb; b++)
+            if (kv->blocks[b].state == B_USED) kv->blocks[b].fill = 0;
+        for (uint32_t i = 0; i < kv->nseqs; i++) {
+            const kv_seq *q = &kv->seqs[i];
+            if (!q->live) continue;
+            for (size_t j = 0; j < q->nblocks; j++) {
+                size_t start = (q->first / kv->B + j) * kv->B;
+                size_t held = q->length - start < kv->B ? q->length - start : kv->B;
+                kv_block *x = &kv->blocks[q->blocks[j]];
+                if (held > x->fill) x->fill = (uint32_t)held;
+            }
+        }
         for (size_t b = 0; b < nb; b++) {
             const kv_block *x = &kv->blocks[b];
             if (x->state == B_USED) {
@@ -1221,10 +1293,16 @@ llmem_status llmem_kv_get_stats(const llmem_kv *ckv, llmem_kv_stats *out)
             }
         }
     } else {
-        for (uint32_t i = 0; i < kv->nseqs; i++)
-            if (kv->seqs[i].live) written += kv->seqs[i].length;
+        /* Blocks of the buffers sequences hold are used; those of idle
+         * bucket buffers are free. */
+        for (uint32_t i = 0; i < kv->nseqs; i++) {
+            const kv_seq *q = &kv->seqs[i];
+            if (!q->live) continue;
+            written += q->length;
+            if (q->buf) s.blocks_used += (q->buf->capacity + kv->B - 1) / kv->B;
+        }
         s.blocks_total = s.bytes_reserved / kv->block_bytes / kv->layers;
-        s.blocks_used = s.blocks_total;
+        s.blocks_free = s.blocks_total - s.blocks_used;
     }
     s.tokens_written = written;
     s.tokens_reserved = s.bytes_reserved / (2 * kv->token_bytes * kv->layers);
