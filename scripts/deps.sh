@@ -4,7 +4,7 @@
 # Runs apt-get as root (directly, or through sudo when not root).
 set -eu
 
-pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils"
+pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev"
 pkgs_test="libcmocka-dev libnuma1"
 pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
 

@@ -24,5 +24,7 @@
 #include "llmem/profile.h"
 #include "llmem/multipool.h"
 #include "llmem/kv.h"
+#include "llmem/shape.h"
+#include "llmem/trace.h"
 
 #endif /* LLMEM_LLMEM_H */

@@ -34,6 +34,9 @@ typedef struct llmem_sim_options {
     unsigned char fill;        /* byte written into fresh mappings and into ranges committed
                                   later (0 = leave zeroed) so uninitialised reads show up;
                                   costs a page open per map or commit */
+    bool discard_data;         /* copies are checked and counted but move no byte: for memory
+                                  simulations (llmem replay) that allocate gigabytes they must
+                                  not touch; device-to-host copies then leave the host side as it was */
 } llmem_sim_options;
 
 typedef struct llmem_sim_stats {

@@ -301,7 +301,7 @@ static llmem_status sim_copy(llmem_resource *r, void *dst, const void *src, size
         st = llmem__fail(LLMEM_EINVAL, "sim-device '%s': copy ranges overlap (%p and %p, %zu bytes)", r->info.name,
                          dst, src, n);
     }
-    if (!st) {
+    if (!st && !s->opts.discard_data) {
         if (dev_d) window(s, d, n, true);
         if (dev_s) window(s, sp, n, true);
         memcpy(dst, src, n);

@@ -1,0 +1,75 @@
+/*
+ * replay_sim.h - replay a request trace through a continuous-batching
+ * scheduler whose KV cache is really allocated through llmem (on a
+ * simulated device, so no byte is touched), with a simulated clock.
+ *
+ * The scheduler (vLLM's policy): each step first admits waiting requests in
+ * arrival order while their prompts fit in KV memory (at most max_batch
+ * running, at most max_prefill_tokens new prompt tokens per step, a request
+ * that could never fit alone is rejected); the step prefills the admitted
+ * prompts (producing each one's first token) and decodes one token for every
+ * other running request. When a decode cannot get a KV slot, the most
+ * recently admitted request is preempted: its KV is freed and it goes back
+ * to the head of the queue to be recomputed (prompt plus the tokens it had
+ * generated). A request whose prompt exceeds the context length is
+ * rejected; one that reaches the context length stops there (truncated).
+ *
+ * Step time (a roofline, H100-SXM-class defaults, all flags): overhead +
+ * max(flops / (peak_flops * mfu), bytes / bandwidth), where flops counts
+ * 2 * params per token processed plus attention (quadratic in each prompt,
+ * linear in each decode context) and bytes counts the weights read once a
+ * step plus every KV byte read by decode attention and written by prefill.
+ */
+#ifndef LLMEM_TOOLS_REPLAY_SIM_H
+#define LLMEM_TOOLS_REPLAY_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmem/kv.h"
+#include "llmem/shape.h"
+#include "llmem/trace.h"
+
+typedef struct replay_options {
+    llmem_kv_strategy strategy;
+    size_t kv_budget;             /* bytes; required */
+    llmem_shape shape;
+    size_t kv_elem_bytes;         /* bytes per KV value; default 2 (f16) */
+    size_t weight_elem_bytes;     /* bytes per weight; default 2 */
+    uint32_t block_tokens;        /* default 16 */
+    uint32_t slab_blocks;         /* PAGED: blocks per slab (per layer); default 2 */
+    uint32_t max_seq_len;         /* context limit, and STATIC's reservation; default shape.max_ctx */
+    uint32_t max_batch;           /* running requests at most; default 256 */
+    uint32_t max_prefill_tokens;  /* new prompt tokens per step at most; default 8192 */
+    double bandwidth;             /* bytes/s; default 3.35e12 (H100 SXM HBM3) */
+    double peak_flops;            /* flop/s; default 989e12 (H100 SXM dense bf16) */
+    double mfu;                   /* fraction of peak compute reached; default 0.5 */
+    double step_overhead_s;       /* per step; default 0.0003 */
+    bool prefix_cache;            /* PAGED: share prefixes the trace declares (prefix_id) */
+    size_t max_requests;          /* replay only the first N; 0 = all */
+    double speedup;               /* arrivals come this many times faster than the trace's; default 1 */
+    bool progress;                /* a progress line on stderr */
+} replay_options;
+
+typedef struct replay_result {
+    const char *strategy;
+    size_t requests_total, requests_completed, requests_rejected, requests_truncated;
+    uint64_t preemptions;
+    double kv_utilization;        /* time-weighted over busy steps: KV bytes holding tokens / KV bytes reserved */
+    uint64_t peak_reserved_bytes;
+    double mean_concurrency;      /* time-weighted over busy steps */
+    uint32_t max_concurrency;
+    double prefix_hit_rate;       /* prompt tokens found cached / prompt tokens looked up */
+    double ttft_p50_s, ttft_p99_s, tpot_p50_s, tpot_p99_s, e2e_p50_s, e2e_p99_s;
+    double sim_time_s, wall_time_s;
+    uint64_t steps, tokens_generated, prompt_tokens;
+    double throughput_tokens_per_s; /* generated tokens / simulated time */
+} replay_result;
+
+void replay_options_default(replay_options *o);
+
+/* 0 on success; on failure prints the reason to stderr and returns 1. */
+int replay_run(const llmem_trace *trace, const replay_options *o, replay_result *r);
+
+#endif
