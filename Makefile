@@ -5,6 +5,7 @@
 #   make demo     the main job: build, then run `llmem demo`
 #   make check    all tests: normal build, ASan+UBSan build, TSan for threaded tests
 #   make bench    the benchmarks, results on stdout
+#   make fuzz     coverage-guided fuzzing with libFuzzer (clang), FUZZ_SECONDS each
 #   make deps     install the Debian packages everything needs
 #   make install  cmake --install build (PREFIX=/usr/local)
 
@@ -17,7 +18,9 @@ CTEST = ctest --output-on-failure --no-tests=error -j$(JOBS)
 # its tests without ASLR when the kernel lets us.
 NOASLR := $(shell setarch "$$(uname -m)" -R true >/dev/null 2>&1 && echo 'setarch $(shell uname -m) -R')
 
-.PHONY: all build deps demo check check-normal check-asan check-tsan bench install clean
+FUZZ_SECONDS ?= 60
+
+.PHONY: all build deps demo check check-normal check-asan check-tsan bench fuzz install clean
 
 all: build
 
@@ -60,8 +63,23 @@ bench: build
 	@scripts/deps.sh bench
 	build/llmem bench pools
 
+# Each fuzz target runs for FUZZ_SECONDS on a copy of its corpus (new inputs
+# stay in build-fuzz/corpus; add the interesting ones to fuzz/corpus).
+fuzz:
+	@scripts/deps.sh fuzz
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DLLMEM_SANITIZE=address -DLLMEM_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-fuzz -j$(JOBS) --target fuzz_trace_lf fuzz_shape_lf fuzz_kv_lf
+	@for t in trace shape kv; do \
+	    mkdir -p build-fuzz/corpus/$$t && cp -n fuzz/corpus/$$t/* build-fuzz/corpus/$$t/ ; \
+	    echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    build-fuzz/fuzz/fuzz_$${t}_lf -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        -artifact_prefix=build-fuzz/ build-fuzz/corpus/$$t \
+	        >build-fuzz/fuzz_$$t.log 2>&1 || { tail -40 build-fuzz/fuzz_$$t.log; exit 1; }; \
+	    grep -E "^(Done|stat::new_units)" build-fuzz/fuzz_$$t.log; \
+	done
+
 install: build
 	cmake --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz

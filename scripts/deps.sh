@@ -1,12 +1,13 @@
 #!/bin/sh
 # deps.sh GROUP... - install the Debian packages a make target needs, only
-# those missing, quietly when nothing is. Groups: build, test, bench.
+# those missing, quietly when nothing is. Groups: build, test, bench, fuzz.
 # Runs apt-get as root (directly, or through sudo when not root).
 set -eu
 
 pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev"
 pkgs_test="libcmocka-dev libnuma1"
 pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
+pkgs_fuzz="clang"
 
 want=""
 for g in "$@"; do
@@ -14,7 +15,8 @@ for g in "$@"; do
         build) want="$want $pkgs_build" ;;
         test) want="$want $pkgs_build $pkgs_test" ;;
         bench) want="$want $pkgs_build $pkgs_bench" ;;
-        *) echo "deps.sh: unknown group '$g' (build, test, bench)" >&2; exit 2 ;;
+        fuzz) want="$want $pkgs_build $pkgs_test $pkgs_fuzz" ;;
+        *) echo "deps.sh: unknown group '$g' (build, test, bench, fuzz)" >&2; exit 2 ;;
     esac
 done
 
