@@ -8,7 +8,7 @@
 enum { REQS = 64 };
 
 const tensor_mix_shape tensor_mix_llama2_7b = {"llama-2-7b", 4096, 11008, 32, 4096, 32000, 32};
-const tensor_mix_shape tensor_mix_yi_coder_1_5b = {"yi-coder-1.5b", 1536, 8960, 12, 512, 92416, 28};
+const tensor_mix_shape tensor_mix_yi_coder_1_5b = {"yi-coder-1.5b", 2048, 5504, 16, 2048, 64000, 24};
 
 static size_t log_uniform_tokens(uint64_t *s, unsigned lo_bits, unsigned hi_bits)
 {

@@ -25,7 +25,7 @@ typedef struct tensor_mix_shape {
 } tensor_mix_shape;
 
 extern const tensor_mix_shape tensor_mix_llama2_7b;    /* 4096, 11008, 32 heads, kv 4096, 32000, 32 layers */
-extern const tensor_mix_shape tensor_mix_yi_coder_1_5b; /* 1536, 8960, 12 heads, kv 512, 92416, 28 layers */
+extern const tensor_mix_shape tensor_mix_yi_coder_1_5b; /* 2048, 5504, 16 heads, kv 2048, 64000, 24 layers */
 
 /* Run `steps` steps of a shape (NULL: llama-2-7b); returns the number of
  * allocations made. Each block gets one byte written, as an engine's first
