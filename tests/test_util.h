@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "llmem/llmem.h"
@@ -54,6 +55,14 @@
     } while (0)
 
 /* Resident set size of this process in bytes (from /proc/self/statm). */
+/* Monotonic milliseconds, for tests that must tell whether a delay passed. */
+static inline uint64_t test_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static inline size_t test_rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
