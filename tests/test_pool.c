@@ -356,7 +356,7 @@ static void empty_superblocks_decay(void **state)
 {
     (void)state;
     llmem_pool_options o = llmem_pool_options_default();
-    o.decay_ms = 30;
+    o.decay_ms = 200; /* wide, so a preempted test thread does not see it pass early */
     o.purge = LLMEM_POOL_PURGE_MANUAL;
     o.first_superblock_bytes = 1 << 20;
     o.max_superblock_bytes = 1 << 20;
@@ -369,7 +369,7 @@ static void empty_superblocks_decay(void **state)
     b = llmem_pool_alloc(p, 800 << 10, NULL);
     assert_int_equal(pstats(p).grows_total, 2);
     assert_ok(llmem_pool_free(p, b));
-    usleep(60 * 1000);
+    usleep(260 * 1000);
     void *c = llmem_pool_alloc(p, 256 << 10, NULL); /* the next slow path releases it */
     assert_int_equal(pstats(p).superblocks, 1);
     assert_int_equal(pstats(p).shrinks_total, 1);
