@@ -3,8 +3,8 @@
  * property test over host and sim-device memory for every strategy, the
  * prefix cache and its LRU eviction, copy-on-write, sliding windows, out of
  * memory in the middle of an append, the STATIC and BUCKETS baselines,
- * truncation, stats, bad input, and a fault-injection campaign under the
- * manager.
+ * truncation, stats, bad input, appends that take no malloc, and a
+ * fault-injection campaign under the manager.
  *
  * The content model: a token's K (or V) bytes in one layer are a function
  * of every token up to and including it (a rolling hash of the prefix), its
@@ -15,6 +15,14 @@
  * through llmem_resource_copy.
  */
 #include "test_util.h"
+
+/* glibc's allocator statistics, for appends_take_no_malloc; meaningless
+ * under a sanitizer, whose allocator glibc does not see. */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33)) && !defined(TEST_ASAN) && \
+    !defined(TEST_TSAN)
+#include <malloc.h>
+#define TEST_MALLINFO 1
+#endif
 
 enum { MAXS = 16 };
 
@@ -1777,6 +1785,78 @@ static void bad_input(void **state)
     llmem_kv_destroy(kv);
 }
 
+/* ---- no malloc on the append path ------------------------------------------------ */
+
+/* An engine must be able to show that its decode loop does not call
+ * malloc: the manager's own tables come from its metadata pool, sized at
+ * sequence creation (block table, partial-block tokens) and, with a budget,
+ * at manager creation (per-slab arrays, prefix table). Without interposing
+ * malloc, glibc's statistics must not move across 1000 one-token appends
+ * (with tokens, so full blocks are registered) to each of two sequences,
+ * crossing a dozen slabs, once each has taken its first block (the storage
+ * pool's memory is reserved ahead; the first calls set up this thread's
+ * pool caches). Without a budget the per-slab arrays grow geometrically,
+ * and the metadata pool may then malloc its own bookkeeping for a new
+ * superblock. A malloc and free pair that nets out in glibc's thread cache
+ * would go unseen here: the engine's test interposes malloc. */
+static void appends_take_no_malloc(void **state)
+{
+    (void)state;
+#ifndef TEST_MALLINFO
+    print_message("skipped: mallinfo2 does not see the allocator under a sanitizer (or without glibc 2.33)\n");
+#else
+    static const struct {
+        bool prefix;
+        size_t window;
+    } cases[] = {{false, 0}, {true, 0}, {true, 100}};
+    int32_t tok[2] = {0, 0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        llmem_pool_options po = llmem_pool_options_default();
+        po.resource = llmem_resource_default();
+        po.purge = LLMEM_POOL_PURGE_MANUAL;
+        llmem_pool *pool;
+        assert_ok(llmem_pool_create(&po, &pool));
+        assert_ok(llmem_pool_reserve(pool, 8u << 20)); /* the storage the loop takes, mapped ahead */
+        llmem_kv_options o = geo(LLMEM_KV_PAGED, 16);
+        o.head_dim = 64;             /* 8 KiB blocks, 8 per 64 KiB slab */
+        o.max_seq_len = 2048;
+        o.budget_bytes = 8u << 20;   /* per-slab arrays sized for it at create */
+        o.prefix_cache = cases[c].prefix;
+        o.pool = pool;
+        llmem_kv *kv;
+        assert_ok(llmem_kv_create(&o, &kv));
+        llmem_kv_seq s[2];
+        for (int i = 0; i < 2; i++) {
+            assert_ok(llmem_kv_seq_create(kv, cases[c].window, &s[i]));
+            tok[i] = 1000 * i + (int32_t)c;
+            assert_ok(llmem_kv_seq_append(kv, s[i], 1, &tok[i], NULL));
+        }
+        uint64_t grows = kstats(kv).grows_total;
+        struct mallinfo2 before = mallinfo2();
+        for (int k = 0; k < 1000; k++)
+            for (int i = 0; i < 2; i++) {
+                tok[i]++;
+                llmem_status st = llmem_kv_seq_append(kv, s[i], 1, &tok[i], NULL);
+                if (st) fail_msg("append %d: %s (%s)", k, llmem_status_name(st), llmem_last_error());
+            }
+        struct mallinfo2 after = mallinfo2();
+        if (after.uordblks != before.uordblks || after.hblks != before.hblks || after.arena != before.arena)
+            fail_msg("case %zu: malloc moved across the appends: in use %zu -> %zu bytes, mmapped %zu -> %zu, "
+                     "arena %zu -> %zu",
+                     c, before.uordblks, after.uordblks, before.hblks, after.hblks, before.arena, after.arena);
+        llmem_kv_stats ks = kstats(kv);
+        if (!cases[c].window) assert_true(ks.grows_total - grows >= 2 * (1000 / (16 * 8))); /* crossed 14 slabs */
+        else assert_true(ks.shrinks_total + ks.grows_total > 0);
+        llmem_kv_seq_info in;
+        assert_ok(llmem_kv_seq_get_info(kv, s[0], &in));
+        assert_int_equal(in.length, 1001);
+        assert_ok(llmem_kv_check(kv));
+        llmem_kv_destroy(kv);
+        llmem_pool_destroy(pool);
+    }
+#endif
+}
+
 /* ---- fault injection ------------------------------------------------------------- */
 
 typedef struct fctx {
@@ -1934,6 +2014,7 @@ int main(void)
         cmocka_unit_test(truncate_rules),
         cmocka_unit_test(stats_and_schema),
         cmocka_unit_test(bad_input),
+        cmocka_unit_test(appends_take_no_malloc),
         cmocka_unit_test(fault_campaign),
     };
     return cmocka_run_group_tests(tests, test_quiet_logs, NULL);

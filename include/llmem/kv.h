@@ -49,6 +49,13 @@
  * nothing, so a scheduler can preempt; no other sequence is touched. When
  * the budget refuses, the prefix cache loses nothing either (a failing
  * resource may have cost it the blocks evicted before the failure).
+ * Host memory: the manager's own tables come from a private host pool it
+ * creates with itself (about 64 KiB mapped, plus the pool's bookkeeping),
+ * not from malloc and not from the storage pool, whose stats and resource
+ * calls are KV storage alone. A sequence's tables are sized when it is
+ * created and the per-slab ones when the manager is (for the budget's
+ * slabs, with a budget), so an append makes no host allocation in the
+ * common case: an engine's decode loop can run without malloc.
  * Threads: every call takes the manager's lock; a sequence should be driven
  * by one thread at a time. A block an append registers can be matched by
  * other threads as soon as the append returns, before its K/V are written:

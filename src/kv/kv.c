@@ -28,11 +28,35 @@
  * STATIC and BUCKETS keep, per sequence, one buffer per layer laid out as a
  * run of blocks; BUCKETS keeps idle buffers per capacity class for reuse.
  *
+ * Metadata. Every table the manager keeps (the llmem_kv itself, sequences,
+ * block tables, partial-block tokens, per-slab and per-block arrays, the
+ * prefix table, buffer descriptors, scratch) comes from a private host pool
+ * the manager creates with it (kv_meta_*), never from libc malloc, so an
+ * engine can show that its decode loop does not call malloc. That pool is
+ * separate from the storage pool even when storage is on the host: the
+ * storage pool's stats and resource calls are then KV storage alone (what
+ * budgets, tracking and fault-injection campaigns on the storage resource
+ * see), one code path serves host and device storage, and destroy drops
+ * all metadata at once. It costs each manager a 64 KiB first superblock and
+ * one pool's bookkeeping. It runs over the plain os resource
+ * (llmem_resource_default), purges only on its own slow paths (no
+ * background thread touches it), and is destroyed last.
+ * Appends make no metadata call in the common case: a PAGED sequence's
+ * block table is sized at creation for all it can hold (ceil(max_seq_len /
+ * B) + 1 entries, or window/B + 2 for a window, up to KV_TABLE_PREALLOC
+ * entries; longer ones grow geometrically) and its partial-block buffer
+ * too when the prefix cache is on. The per-slab and per-block arrays (and
+ * the prefix table, kept at least twice the number of blocks so an insert
+ * never grows it) grow geometrically when a new slab slot is added, and
+ * are sized at creation for the budget's slabs when there is a budget (up
+ * to KV_META_PRESIZE bytes). An append of more than 64 blocks takes its
+ * scratch from the metadata pool. The only libc calls left are those the
+ * pools make for their own bookkeeping.
+ *
  * All state is guarded by one mutex. Device memory is only ever touched
  * through the resource's copy.
  */
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -50,34 +74,34 @@ typedef struct kv_block {
     uint64_t hash, parent;  /* prefix cache key, and the hash before this block */
 } kv_block;
 
-typedef struct kv_slab {
-    void **base;            /* per layer; NULL when the slab is absent */
-    uint32_t nfree;
-    uint32_t *free;         /* stack of free block ids */
+typedef struct kv_slab {     /* storage: slab_base; free stack: slab_free (llmem_kv) */
+    uint32_t nfree;         /* blocks on its free stack */
+    bool live;              /* false: absent (its storage went back to the pool) */
 } kv_slab;
 
 typedef struct kv_buf {     /* STATIC / BUCKETS: one buffer per layer */
-    void **base;
     size_t capacity;        /* tokens */
     int cls;                /* BUCKETS class */
     struct kv_buf *next;    /* idle list of its class */
+    void *base[];           /* [layers] */
 } kv_buf;
 
 typedef struct kv_seq {
     uint32_t gen;
     bool live;
     size_t length, first, window;
-    uint32_t *blocks;
+    uint32_t *blocks;       /* PAGED: [cap] block ids, nblocks held, oldest first */
     size_t nblocks, cap;
     bool hashable;          /* every token so far was given: blocks can be registered */
     uint64_t chain;         /* hash of every token of the full blocks so far */
-    int32_t *partial;       /* tokens of the current partial block (prefix cache) */
+    int32_t *partial;       /* [B] tokens of the current partial block (prefix cache on) */
     kv_buf *buf;            /* STATIC / BUCKETS */
     uint32_t next_free;
 } kv_seq;
 
 struct llmem_kv {
     pthread_mutex_t lock;
+    llmem_pool *meta;       /* private host pool of every table here, this struct included */
     char name[32];
     llmem_kv_strategy strategy;
     uint32_t layers, heads, dim, B, max_len;
@@ -88,14 +112,17 @@ struct llmem_kv {
     bool host, prefix;
     /* PAGED */
     uint32_t S;             /* blocks per slab */
-    kv_slab *slabs;
+    kv_slab *slabs;         /* [slab_cap] */
     uint32_t nslabs;        /* slots, live or absent */
-    kv_block *blocks;       /* nslabs * S */
-    int32_t *btokens;       /* prefix cache: B tokens per block */
+    uint32_t slab_cap;      /* slots the per-slab and per-block arrays have room for */
+    void **slab_base;       /* [slab_cap * layers]: each slab's storage per layer, NULL when absent */
+    uint32_t *slab_free;    /* [slab_cap * S]: each slab's stack of free block ids */
+    kv_block *blocks;       /* [slab_cap * S], nslabs * S in use */
+    int32_t *btokens;       /* prefix cache: [slab_cap * S * B] tokens of each block */
     uint32_t lru_head, lru_tail;
     size_t lru_count;       /* cached blocks */
-    uint64_t *ht_hash;      /* prefix table */
-    uint32_t *ht_block;     /* NONE = empty */
+    uint64_t *ht_hash;      /* prefix table [ht_cap], at least 2 * slab_cap * S slots */
+    uint32_t *ht_block;     /* [ht_cap]; NONE = empty */
     size_t ht_cap, ht_count;
     /* BUCKETS */
     int nclasses;
@@ -155,6 +182,39 @@ static bool budget_allows(const llmem_kv *kv, size_t more)
     return !kv->budget || (more <= kv->budget && kv->st.bytes_reserved <= kv->budget - more);
 }
 
+/* ---- metadata ----------------------------------------------------------------- */
+
+enum {
+    KV_META_FIRST_SUPERBLOCK = 64 << 10, /* the metadata pool's first superblock */
+    KV_TABLE_PREALLOC = 16384,           /* block-table entries a sequence is created with, at most (64 KiB) */
+    KV_META_PRESIZE = 1 << 20            /* bytes of per-slab arrays sized for the budget at create, at most */
+};
+
+/* count * size bytes from the metadata pool (at least 1), uninitialised;
+ * NULL when count * size overflows or host memory is short. Caller holds
+ * the lock, or owns kv alone (create). */
+static void *kv_meta_alloc(llmem_kv *kv, size_t count, size_t size)
+{
+    size_t n;
+    if (!llmem__mul_ok(count, size, &n)) return NULL;
+    return llmem_pool_alloc(kv->meta, n ? n : 1, NULL);
+}
+
+/* Resize a block from kv_meta_alloc (p NULL: allocate) to count * size
+ * bytes, keeping its contents; NULL on failure with p untouched. */
+static void *kv_meta_realloc(llmem_kv *kv, void *p, size_t count, size_t size)
+{
+    size_t n;
+    if (!llmem__mul_ok(count, size, &n)) return NULL;
+    return llmem_pool_realloc(kv->meta, p, n ? n : 1, NULL);
+}
+
+/* Return a block from kv_meta_alloc; NULL is a no-op. */
+static void kv_meta_free(llmem_kv *kv, void *p)
+{
+    if (p) llmem_pool_free(kv->meta, p);
+}
+
 /* ---- sequences table ----------------------------------------------------------- */
 
 static kv_seq *seq_of(llmem_kv *kv, llmem_kv_seq h)
@@ -176,7 +236,7 @@ static llmem_status seq_new(llmem_kv *kv, kv_seq **out, llmem_kv_seq *h)
     } else {
         if (kv->nseqs == kv->seq_cap) {
             uint32_t ncap = kv->seq_cap ? kv->seq_cap * 2 : 64;
-            kv_seq *n = realloc(kv->seqs, (size_t)ncap * sizeof *n);
+            kv_seq *n = kv_meta_realloc(kv, kv->seqs, ncap, sizeof *n);
             if (!n) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of memory for sequences", kv->name);
             kv->seqs = n;
             kv->seq_cap = ncap;
@@ -197,8 +257,8 @@ static llmem_status seq_new(llmem_kv *kv, kv_seq **out, llmem_kv_seq *h)
 
 static void seq_release_slot(llmem_kv *kv, kv_seq *s)
 {
-    free(s->blocks);
-    free(s->partial);
+    kv_meta_free(kv, s->blocks);
+    kv_meta_free(kv, s->partial);
     s->blocks = NULL;
     s->partial = NULL;
     s->live = false;
@@ -246,14 +306,15 @@ static uint32_t ht_find(const llmem_kv *kv, uint64_t h, uint64_t parent, const i
     }
 }
 
-static bool ht_grow(llmem_kv *kv)
+/* Rehash the prefix table into ncap slots (a power of two above twice its
+ * count); false, with the table as it was, when host memory is short. */
+static bool ht_resize(llmem_kv *kv, size_t ncap)
 {
-    size_t ncap = kv->ht_cap ? kv->ht_cap * 2 : 1024;
-    uint64_t *nh = malloc(ncap * sizeof *nh);
-    uint32_t *nb = malloc(ncap * sizeof *nb);
+    uint64_t *nh = kv_meta_alloc(kv, ncap, sizeof *nh);
+    uint32_t *nb = kv_meta_alloc(kv, ncap, sizeof *nb);
     if (!nh || !nb) {
-        free(nh);
-        free(nb);
+        kv_meta_free(kv, nh);
+        kv_meta_free(kv, nb);
         return false;
     }
     for (size_t i = 0; i < ncap; i++) nb[i] = NONE;
@@ -264,17 +325,21 @@ static bool ht_grow(llmem_kv *kv)
         nh[j] = kv->ht_hash[i];
         nb[j] = kv->ht_block[i];
     }
-    free(kv->ht_hash);
-    free(kv->ht_block);
+    kv_meta_free(kv, kv->ht_hash);
+    kv_meta_free(kv, kv->ht_block);
     kv->ht_hash = nh;
     kv->ht_block = nb;
     kv->ht_cap = ncap;
     return true;
 }
 
+/* Register block b (hash and parent set). The table has at least twice as
+ * many slots as there are blocks (slots_reserve), so it never grows here;
+ * the check stays as a guard. */
 static void ht_insert(llmem_kv *kv, uint32_t b)
 {
-    if ((kv->ht_count + 1) * 2 > kv->ht_cap && !ht_grow(kv)) return; /* no room: simply not cached */
+    if ((kv->ht_count + 1) * 2 > kv->ht_cap && !ht_resize(kv, kv->ht_cap ? kv->ht_cap * 2 : 64))
+        return; /* no room: simply not cached */
     size_t i = ht_slot(kv, kv->blocks[b].hash);
     while (kv->ht_block[i] != NONE) i = (i + 1) & (kv->ht_cap - 1);
     kv->ht_hash[i] = kv->blocks[b].hash;
@@ -302,36 +367,71 @@ static void ht_remove(llmem_kv *kv, uint32_t b)
     kv->blocks[b].hashed = false;
 }
 
+static inline void **slab_base(const llmem_kv *kv, uint32_t i) { return &kv->slab_base[(size_t)i * kv->layers]; }
+static inline uint32_t *slab_free(const llmem_kv *kv, uint32_t i) { return &kv->slab_free[(size_t)i * kv->S]; }
+
+/* Room for `want` slab slots in the per-slab and per-block arrays, and a
+ * prefix table of at least twice their blocks, growing them geometrically
+ * (each array keeps what it holds; one that grew before another failed
+ * simply stays larger). false when host memory is short; nothing else
+ * changes. Caller holds the lock or owns kv alone. */
+static bool slots_reserve(llmem_kv *kv, size_t want)
+{
+    if (want <= kv->slab_cap) return true;
+    size_t most = (NONE - 1) / kv->S; /* block ids stay below NONE */
+    if (want > most) return false;
+    size_t ncap = kv->slab_cap ? kv->slab_cap : 8;
+    while (ncap < want) ncap *= 2;
+    if (ncap > most) ncap = most;
+    size_t nb = ncap * kv->S, nbase, ntok;
+    if (!llmem__mul_ok(ncap, kv->layers, &nbase) || !llmem__mul_ok(nb, kv->B, &ntok)) return false;
+    kv_slab *sl = kv_meta_realloc(kv, kv->slabs, ncap, sizeof *sl);
+    if (!sl) return false;
+    kv->slabs = sl;
+    void **base = kv_meta_realloc(kv, kv->slab_base, nbase, sizeof *base);
+    if (!base) return false;
+    kv->slab_base = base;
+    uint32_t *fr = kv_meta_realloc(kv, kv->slab_free, nb, sizeof *fr);
+    if (!fr) return false;
+    kv->slab_free = fr;
+    kv_block *bl = kv_meta_realloc(kv, kv->blocks, nb, sizeof *bl);
+    if (!bl) return false;
+    kv->blocks = bl;
+    if (kv->prefix) {
+        int32_t *t = kv_meta_realloc(kv, kv->btokens, ntok, sizeof *t);
+        if (!t) return false;
+        kv->btokens = t;
+        size_t hcap = llmem__next_pow2(2 * nb);
+        if (hcap < 64) hcap = 64;
+        if (hcap > kv->ht_cap && !ht_resize(kv, hcap)) return false;
+    }
+    kv->slab_cap = (uint32_t)ncap;
+    return true;
+}
+
 /* Map a slab for every layer into slot i. */
 static llmem_status slab_add(llmem_kv *kv, uint32_t i)
 {
     size_t bytes = (size_t)kv->S * kv->block_bytes;
     kv_slab *sl = &kv->slabs[i];
-    sl->base = calloc(kv->layers, sizeof *sl->base);
-    sl->free = malloc(kv->S * sizeof *sl->free);
-    if (!sl->base || !sl->free) {
-        free(sl->base);
-        free(sl->free);
-        sl->base = NULL;
-        sl->free = NULL;
-        return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for slab metadata", kv->name);
-    }
+    void **base = slab_base(kv, i);
     for (uint32_t l = 0; l < kv->layers; l++) {
-        sl->base[l] = llmem_pool_alloc_aligned(kv->pool, bytes, kv->host ? 64 : LLMEM_DEVICE_ALIGN, NULL);
-        if (!sl->base[l]) {
+        base[l] = llmem_pool_alloc_aligned(kv->pool, bytes, kv->host ? 64 : LLMEM_DEVICE_ALIGN, NULL);
+        if (!base[l]) {
             llmem_status st = llmem_last_status();
-            for (uint32_t k = 0; k < l; k++) llmem_pool_free(kv->pool, sl->base[k]);
-            free(sl->base);
-            free(sl->free);
-            sl->base = NULL;
-            sl->free = NULL;
+            for (uint32_t k = 0; k < l; k++) {
+                llmem_pool_free(kv->pool, base[k]);
+                base[k] = NULL;
+            }
             return st ? st : LLMEM_ENOMEM;
         }
     }
+    sl->live = true;
     sl->nfree = kv->S;
+    uint32_t *fr = slab_free(kv, i);
     for (uint32_t k = 0; k < kv->S; k++) {
         uint32_t b = i * kv->S + (kv->S - 1 - k); /* lowest id on top */
-        sl->free[k] = b;
+        fr[k] = b;
         kv->blocks[b] = (kv_block){0, B_FREE, false, 0, NONE, NONE, 0, 0};
     }
     kv->st.blocks_total += kv->S;
@@ -343,11 +443,12 @@ static llmem_status slab_add(llmem_kv *kv, uint32_t i)
 static void slab_remove(llmem_kv *kv, uint32_t i)
 {
     kv_slab *sl = &kv->slabs[i];
-    for (uint32_t l = 0; l < kv->layers; l++) llmem_pool_free(kv->pool, sl->base[l]);
-    free(sl->base);
-    free(sl->free);
-    sl->base = NULL;
-    sl->free = NULL;
+    void **base = slab_base(kv, i);
+    for (uint32_t l = 0; l < kv->layers; l++) {
+        llmem_pool_free(kv->pool, base[l]);
+        base[l] = NULL;
+    }
+    sl->live = false;
     sl->nfree = 0;
     for (uint32_t k = 0; k < kv->S; k++) kv->blocks[i * kv->S + k].state = B_ABSENT;
     kv->st.blocks_total -= kv->S;
@@ -363,22 +464,14 @@ static llmem_status grow(llmem_kv *kv, uint32_t *slab)
         return llmem__fail(LLMEM_ENOMEM, "kv '%s': another slab (%zu bytes) would pass the budget (%llu of %zu held)",
                            kv->name, bytes, (unsigned long long)kv->st.bytes_reserved, kv->budget);
     uint32_t i = 0;
-    while (i < kv->nslabs && kv->slabs[i].base) i++;
+    while (i < kv->nslabs && kv->slabs[i].live) i++;
     if (i == kv->nslabs) {
         if ((uint64_t)(kv->nslabs + 1) * kv->S > NONE - 1)
             return llmem__fail(LLMEM_ENOMEM, "kv '%s': block ids exhausted", kv->name);
-        kv_slab *ns = realloc(kv->slabs, (kv->nslabs + 1) * sizeof *ns);
-        if (!ns) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
-        kv->slabs = ns;
-        kv_block *nb = realloc(kv->blocks, (size_t)(kv->nslabs + 1) * kv->S * sizeof *nb);
-        if (!nb) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
-        kv->blocks = nb;
-        if (kv->prefix) {
-            int32_t *nt = realloc(kv->btokens, (size_t)(kv->nslabs + 1) * kv->S * kv->B * sizeof *nt);
-            if (!nt) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
-            kv->btokens = nt;
-        }
-        memset(&kv->slabs[kv->nslabs], 0, sizeof kv->slabs[0]);
+        if (!slots_reserve(kv, (size_t)kv->nslabs + 1))
+            return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for slab metadata", kv->name);
+        kv->slabs[kv->nslabs] = (kv_slab){0, false};
+        memset(slab_base(kv, kv->nslabs), 0, kv->layers * sizeof *kv->slab_base);
         for (uint32_t k = 0; k < kv->S; k++) /* every field: check() and stats read absent blocks too */
             kv->blocks[(size_t)kv->nslabs * kv->S + k] = (kv_block){0, B_ABSENT, false, 0, NONE, NONE, 0, 0};
         kv->nslabs++;
@@ -397,17 +490,16 @@ static llmem_status grow(llmem_kv *kv, uint32_t *slab)
 static llmem_status block_take(llmem_kv *kv, uint32_t hint, uint32_t *out)
 {
     uint32_t pick = NONE;
-    if (hint < kv->nslabs && kv->slabs[hint].base && kv->slabs[hint].nfree) pick = hint;
+    if (hint < kv->nslabs && kv->slabs[hint].live && kv->slabs[hint].nfree) pick = hint;
     if (pick == NONE && grow(kv, &pick) != LLMEM_OK) {
         pick = NONE;
         for (uint32_t i = 0; i < kv->nslabs; i++) {
             const kv_slab *sl = &kv->slabs[i];
-            if (sl->base && sl->nfree && (pick == NONE || sl->nfree < kv->slabs[pick].nfree)) pick = i;
+            if (sl->live && sl->nfree && (pick == NONE || sl->nfree < kv->slabs[pick].nfree)) pick = i;
         }
     }
     if (pick != NONE) {
-        kv_slab *sl = &kv->slabs[pick];
-        *out = sl->free[--sl->nfree];
+        *out = slab_free(kv, pick)[--kv->slabs[pick].nfree];
         goto got;
     }
     if (kv->lru_head != NONE) { /* memory is needed: evict the least recently used cached block */
@@ -433,7 +525,7 @@ static bool blocks_available(const llmem_kv *kv, size_t n)
 {
     size_t have = kv->lru_count;
     for (uint32_t i = 0; i < kv->nslabs && have < n; i++)
-        if (kv->slabs[i].base) have += kv->slabs[i].nfree;
+        if (kv->slabs[i].live) have += kv->slabs[i].nfree;
     if (have >= n || !kv->budget) return true;
     size_t slab = (size_t)kv->S * kv->block_bytes * kv->layers;
     size_t room = kv->budget > kv->st.bytes_reserved ? kv->budget - (size_t)kv->st.bytes_reserved : 0;
@@ -453,7 +545,7 @@ static void block_put(llmem_kv *kv, uint32_t b)
     x->state = B_FREE;
     uint32_t si = b / kv->S;
     kv_slab *sl = &kv->slabs[si];
-    sl->free[sl->nfree++] = b;
+    slab_free(kv, si)[sl->nfree++] = b;
     /* A wholly free slab goes back to the pool at once: the pool, not the
      * manager, keeps memory for the next growth (its superblocks stay until
      * its purge policy returns them), so freed KV memory is free for
@@ -464,7 +556,7 @@ static void block_put(llmem_kv *kv, uint32_t b)
 
 static void *block_k(const llmem_kv *kv, uint32_t layer, uint32_t b)
 {
-    return (char *)kv->slabs[b / kv->S].base[layer] + (size_t)(b % kv->S) * kv->block_bytes;
+    return (char *)slab_base(kv, b / kv->S)[layer] + (size_t)(b % kv->S) * kv->block_bytes;
 }
 
 /* Copy the first n tokens of block src into dst, every layer, K and V. */
@@ -480,14 +572,20 @@ static llmem_status block_copy(llmem_kv *kv, uint32_t dst, uint32_t src, size_t 
     return LLMEM_OK;
 }
 
+/* Room for n entries in s's block table, growing it geometrically; false
+ * when host memory is short. Sequences are created with room for all they
+ * can hold (seq_paged_init), so this grows only tables capped at
+ * KV_TABLE_PREALLOC, a window's prefix match, and a fork of such a table. */
 static bool seq_reserve(llmem_kv *kv, kv_seq *s, size_t n)
 {
     if (s->cap >= n) return true;
     size_t ncap = s->cap ? s->cap * 2 : 16;
-    while (ncap < n) ncap *= 2;
-    uint32_t *nb = realloc(s->blocks, ncap * sizeof *nb);
+    while (ncap < n) {
+        if (ncap > SIZE_MAX / 2) return false;
+        ncap *= 2;
+    }
+    uint32_t *nb = kv_meta_realloc(kv, s->blocks, ncap, sizeof *nb);
     if (!nb) return false;
-    (void)kv;
     s->blocks = nb;
     s->cap = ncap;
     return true;
@@ -505,6 +603,13 @@ static size_t window_keep_from(const llmem_kv *kv, const kv_seq *s, size_t lengt
     return blocks > wb && blocks - wb > from ? blocks - wb : from;
 }
 
+/* Block positions an append of n > 0 tokens to a sequence of length L
+ * starts. */
+static size_t new_block_positions(const llmem_kv *kv, size_t L, size_t n)
+{
+    return (L + n - 1) / kv->B + 1 - (L ? (L - 1) / kv->B + 1 : 0);
+}
+
 /* How many blocks an append of n tokens must take from the allocator:
  * one per new block position, less the oldest blocks a full window lets it
  * recycle, plus one to copy a shared partial last block. A block can be
@@ -516,7 +621,7 @@ static size_t window_keep_from(const llmem_kv *kv, const kv_seq *s, size_t lengt
 static size_t plan_append(const llmem_kv *kv, const kv_seq *s, size_t n, bool *cow)
 {
     size_t B = kv->B, L = s->length;
-    size_t new_positions = (L + n - 1) / B + 1 - (L ? (L - 1) / B + 1 : 0);
+    size_t new_positions = new_block_positions(kv, L, n);
     bool partial = L % B != 0 && s->nblocks;
     *cow = false;
     if (partial) {
@@ -561,7 +666,7 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
     bool cow;
     size_t need = plan_append(kv, s, n, &cow);
     size_t keep_from = window_keep_from(kv, s, s->length + n);
-    uint32_t got[64], *fresh = need <= 64 ? got : malloc(need * sizeof *fresh);
+    uint32_t got[64], *fresh = need <= 64 ? got : kv_meta_alloc(kv, need, sizeof *fresh);
     if (!fresh) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
     size_t k = 0;
     llmem_status st = LLMEM_OK;
@@ -570,14 +675,16 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
                          kv->name, n, need, kv->budget);
     uint32_t hint = s->nblocks ? s->blocks[s->nblocks - 1] / kv->S : NONE;
     while (!st && k < need && !(st = block_take(kv, hint, &fresh[k]))) hint = fresh[k++] / kv->S;
-    size_t most = s->window ? s->window / B + 2 : s->nblocks + need + 1;
-    if (!st && !seq_reserve(kv, s, most))
+    /* The table's most entries during the append (a window keeps window/B + 1
+     * blocks), plus one: within what the sequence was created with, except
+     * for tables capped at KV_TABLE_PREALLOC. */
+    size_t most = s->nblocks + new_block_positions(kv, s->length, n);
+    if (s->window && most > s->window / B + 1) most = s->window / B + 1;
+    if (!st && !seq_reserve(kv, s, most + 1))
         st = llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for a block table", kv->name);
-    if (!st && hashing && !s->partial && !(s->partial = malloc(B * sizeof *s->partial)))
-        st = llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
     if (st) { /* nothing changed yet: give the blocks back */
         while (k) block_put(kv, fresh[--k]);
-        if (fresh != got) free(fresh);
+        if (fresh != got) kv_meta_free(kv, fresh);
         if (st == LLMEM_ENOMEM) kv->st.preemptions_total++;
         return st;
     }
@@ -588,7 +695,7 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
         st = block_copy(kv, nb, old, fill);
         if (st) {
             while (k) block_put(kv, fresh[--k]);
-            if (fresh != got) free(fresh);
+            if (fresh != got) kv_meta_free(kv, fresh);
             return st;
         }
         s->blocks[s->nblocks - 1] = nb;
@@ -624,7 +731,7 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
     }
     if (!tokens) s->hashable = false;
     while (used < need) block_put(kv, fresh[used++]); /* recycled more than planned */
-    if (fresh != got) free(fresh);
+    if (fresh != got) kv_meta_free(kv, fresh);
     return LLMEM_OK;
 }
 
@@ -640,8 +747,7 @@ static void buf_release(llmem_kv *kv, kv_buf *b)
     for (uint32_t l = 0; l < kv->layers; l++) llmem_pool_free(kv->pool, b->base[l]);
     note_reserved(kv, -(int64_t)(buf_bytes(kv, b->capacity) * kv->layers));
     kv->st.shrinks_total++;
-    free(b->base);
-    free(b);
+    kv_meta_free(kv, b);
 }
 
 /* Give back idle bucket buffers until `want` more bytes fit the budget. */
@@ -670,24 +776,20 @@ static llmem_status buf_new(llmem_kv *kv, size_t capacity, int cls, kv_buf **out
     if (!budget_allows(kv, all))
         return llmem__fail(LLMEM_ENOMEM, "kv '%s': %zu bytes for %zu tokens would pass the budget (%llu of %zu held)",
                            kv->name, all, capacity, (unsigned long long)kv->st.bytes_reserved, kv->budget);
-    kv_buf *b = calloc(1, sizeof *b);
-    if (b) b->base = calloc(kv->layers, sizeof *b->base);
-    if (!b || !b->base) {
-        if (b) free(b);
-        return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
-    }
+    kv_buf *b = kv_meta_alloc(kv, 1, sizeof *b + (size_t)kv->layers * sizeof b->base[0]);
+    if (!b) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+    b->capacity = capacity;
+    b->cls = cls;
+    b->next = NULL;
     for (uint32_t l = 0; l < kv->layers; l++) {
         b->base[l] = llmem_pool_alloc_aligned(kv->pool, per, kv->host ? 64 : LLMEM_DEVICE_ALIGN, NULL);
         if (!b->base[l]) {
             llmem_status st = llmem_last_status();
             for (uint32_t k = 0; k < l; k++) llmem_pool_free(kv->pool, b->base[k]);
-            free(b->base);
-            free(b);
+            kv_meta_free(kv, b);
             return st ? st : LLMEM_ENOMEM;
         }
     }
-    b->capacity = capacity;
-    b->cls = cls;
     kv->st.grows_total++;
     note_reserved(kv, (int64_t)all);
     *out = b;
@@ -795,8 +897,22 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
         return llmem__fail(LLMEM_EOVERFLOW, "kv '%s': the geometry overflows", name);
     if (o.prefix_cache && o.strategy != LLMEM_KV_PAGED)
         return llmem__fail(LLMEM_ENOTSUP, "kv '%s': the prefix cache needs the PAGED strategy", name);
-    llmem_kv *kv = calloc(1, sizeof *kv);
-    if (!kv) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of memory", name);
+    /* The metadata pool, then the manager inside it (see the top of the file). */
+    llmem_pool_options mo = llmem_pool_options_default();
+    mo.name = "kv-metadata";
+    mo.resource = llmem_resource_default();
+    mo.first_superblock_bytes = KV_META_FIRST_SUPERBLOCK;
+    mo.purge = LLMEM_POOL_PURGE_MANUAL;
+    llmem_pool *meta;
+    llmem_status st = llmem_pool_create(&mo, &meta);
+    if (st) return st;
+    llmem_kv *kv = llmem_pool_alloc(meta, sizeof *kv, NULL);
+    if (!kv) {
+        llmem_pool_destroy(meta);
+        return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of memory", name);
+    }
+    memset(kv, 0, sizeof *kv);
+    kv->meta = meta;
     llmem__copy_name(kv->name, sizeof kv->name, name, "kv");
     kv->strategy = o.strategy;
     kv->layers = o.layers;
@@ -810,7 +926,6 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
     kv->budget = o.budget_bytes;
     kv->prefix = o.prefix_cache;
     kv->lru_head = kv->lru_tail = NONE;
-    llmem_status st = LLMEM_OK;
     if (o.pool) {
         kv->pool = o.pool;
     } else {
@@ -833,9 +948,22 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
         kv->S = (uint32_t)(S < 1 ? 1 : S > 65536 ? 65536 : S);
         size_t cap;
         kv->nclasses = bucket_for(kv, kv->max_len, &cap) + 1;
+        /* With a budget, the per-slab arrays hold its slabs from the start
+         * (up to KV_META_PRESIZE bytes), so no append grows them. */
+        size_t slab_all = (size_t)kv->S * block_bytes * kv->layers;
+        if (kv->strategy == LLMEM_KV_PAGED && kv->budget >= slab_all) {
+            size_t per_slot = sizeof(kv_slab) + (size_t)kv->layers * sizeof(void *) +
+                              (size_t)kv->S * (sizeof(uint32_t) + sizeof(kv_block) +
+                                               (kv->prefix ? (size_t)kv->B * sizeof(int32_t) + 4 * 12 : 0));
+            size_t slots = kv->budget / slab_all, most = KV_META_PRESIZE / per_slot;
+            if (slots > most) slots = most;
+            if (slots && !slots_reserve(kv, slots))
+                st = llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for slab metadata", name);
+        }
     }
     if (st) {
-        free(kv);
+        if (kv->own_pool) llmem_pool_destroy(kv->pool);
+        llmem_pool_destroy(meta);
         return st;
     }
     pthread_mutex_init(&kv->lock, NULL);
@@ -847,12 +975,11 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
 void llmem_kv_destroy(llmem_kv *kv)
 {
     if (!kv) return;
+    /* Storage goes back to its pool (which may be borrowed); the metadata
+     * pool then goes whole, this struct and every table with it. */
     for (uint32_t i = 0; i < kv->nseqs; i++) {
         kv_seq *s = &kv->seqs[i];
-        if (!s->live) continue;
-        if (s->buf) buf_release(kv, s->buf);
-        free(s->blocks);
-        free(s->partial);
+        if (s->live && s->buf) buf_release(kv, s->buf);
     }
     for (int c = 0; c < kv->nclasses; c++)
         while (kv->idle[c]) {
@@ -861,16 +988,10 @@ void llmem_kv_destroy(llmem_kv *kv)
             buf_release(kv, b);
         }
     for (uint32_t i = 0; i < kv->nslabs; i++)
-        if (kv->slabs[i].base) slab_remove(kv, i);
-    free(kv->slabs);
-    free(kv->blocks);
-    free(kv->btokens);
-    free(kv->ht_hash);
-    free(kv->ht_block);
-    free(kv->seqs);
+        if (kv->slabs[i].live) slab_remove(kv, i);
     if (kv->own_pool) llmem_pool_destroy(kv->pool);
     pthread_mutex_destroy(&kv->lock);
-    free(kv);
+    llmem_pool_destroy(kv->meta);
 }
 
 #define LOCKED(kv, expr)                   \
@@ -881,6 +1002,24 @@ void llmem_kv_destroy(llmem_kv *kv)
         return st_;                        \
     } while (0)
 
+/* A new PAGED sequence's tables (s->window set): a block table with room
+ * for all it can hold, plus one (ceil(max_seq_len / B) + 1 entries, or
+ * window/B + 2 with a window; at most KV_TABLE_PREALLOC, past which
+ * seq_reserve grows it), and its partial-block tokens when the prefix
+ * cache is on, so that appends take no metadata. LLMEM_ENOMEM when host
+ * memory is short (the caller releases the slot). */
+static llmem_status seq_paged_init(llmem_kv *kv, kv_seq *s)
+{
+    size_t n = s->window ? s->window / kv->B + 2 : ((size_t)kv->max_len + kv->B - 1) / kv->B + 1;
+    if (n > KV_TABLE_PREALLOC) n = KV_TABLE_PREALLOC;
+    s->blocks = kv_meta_alloc(kv, n, sizeof *s->blocks);
+    if (!s->blocks) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for a block table", kv->name);
+    s->cap = n;
+    if (kv->prefix && !(s->partial = kv_meta_alloc(kv, kv->B, sizeof *s->partial)))
+        return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+    return LLMEM_OK;
+}
+
 static llmem_status seq_create_locked(llmem_kv *kv, size_t window, llmem_kv_seq *out)
 {
     if (window && kv->strategy != LLMEM_KV_PAGED)
@@ -889,6 +1028,11 @@ static llmem_status seq_create_locked(llmem_kv *kv, size_t window, llmem_kv_seq 
     llmem_status st = seq_new(kv, &s, out);
     if (st) return st;
     s->window = window ? (window + kv->B - 1) / kv->B * kv->B : 0;
+    if (kv->strategy == LLMEM_KV_PAGED && (st = seq_paged_init(kv, s)) != LLMEM_OK) {
+        seq_release_slot(kv, s);
+        *out = 0;
+        return st;
+    }
     if (kv->strategy == LLMEM_KV_STATIC) {
         st = buf_new(kv, kv->max_len, -1, &s->buf);
         if (st) {
@@ -946,13 +1090,16 @@ static llmem_status fork_locked(llmem_kv *kv, llmem_kv_seq ph, llmem_kv_seq *out
     if (st) return st;
     p = &kv->seqs[pi]; /* the table may have moved */
     if (kv->strategy == LLMEM_KV_PAGED) {
-        if (!seq_reserve(kv, c, p->nblocks ? p->nblocks : 1) ||
-            (p->partial && !(c->partial = malloc(kv->B * sizeof *c->partial)))) {
+        c->window = p->window;
+        st = seq_paged_init(kv, c);
+        if (!st && !seq_reserve(kv, c, p->nblocks)) /* the parent's table grew past KV_TABLE_PREALLOC */
+            st = llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory for a block table", kv->name);
+        if (st) {
             seq_release_slot(kv, c);
             *out = 0;
-            return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+            return st;
         }
-        if (p->nblocks) memcpy(c->blocks, p->blocks, p->nblocks * sizeof *c->blocks); /* blocks may be NULL */
+        if (p->nblocks) memcpy(c->blocks, p->blocks, p->nblocks * sizeof *c->blocks);
         for (size_t i = 0; i < p->nblocks; i++) kv->blocks[p->blocks[i]].ref++;
         c->nblocks = p->nblocks;
         if (p->partial) memcpy(c->partial, p->partial, kv->B * sizeof *c->partial);
@@ -1169,7 +1316,7 @@ size_t llmem_kv_trim(llmem_kv *kv, bool evict_cached)
         }
     }
     for (uint32_t i = 0; i < kv->nslabs; i++)
-        if (kv->slabs[i].base && kv->slabs[i].nfree == kv->S) slab_remove(kv, i);
+        if (kv->slabs[i].live && kv->slabs[i].nfree == kv->S) slab_remove(kv, i);
     for (int c = 0; c < kv->nclasses; c++)
         while (kv->idle[c]) {
             kv_buf *b = kv->idle[c];
@@ -1195,8 +1342,9 @@ llmem_status llmem_kv_check(llmem_kv *kv)
     llmem_status st = LLMEM_OK;
     pthread_mutex_lock(&kv->lock);
     size_t nb = (size_t)kv->nslabs * kv->S;
-    uint32_t *refs = nb ? calloc(nb, sizeof *refs) : NULL;
+    uint32_t *refs = nb ? kv_meta_alloc(kv, nb, sizeof *refs) : NULL;
     if (nb && !refs) BAD("kv '%s': out of memory for the check", kv->name);
+    if (nb) memset(refs, 0, nb * sizeof *refs);
     for (uint32_t i = 0; i < kv->nseqs; i++) {
         kv_seq *s = &kv->seqs[i];
         if (!s->live) continue;
@@ -1211,6 +1359,8 @@ llmem_status llmem_kv_check(llmem_kv *kv)
                                     s->length - s->first);
         if (s->window && s->length - s->first > s->window + kv->B)
             BAD("kv '%s': sequence %u holds more than its window", kv->name, i);
+        if (s->nblocks > s->cap || (kv->prefix && !s->partial))
+            BAD("kv '%s': sequence %u has a short table", kv->name, i);
         for (size_t j = 0; j < s->nblocks; j++) {
             uint32_t b = s->blocks[j];
             if (b >= nb || kv->blocks[b].state != B_USED) BAD("kv '%s': sequence %u holds a block not in use", kv->name, i);
@@ -1242,15 +1392,17 @@ llmem_status llmem_kv_check(llmem_kv *kv)
     size_t onstacks = 0;
     for (uint32_t i = 0; i < kv->nslabs; i++) {
         for (uint32_t k = 0; k < kv->slabs[i].nfree; k++) {
-            uint32_t b = kv->slabs[i].free[k];
+            uint32_t b = slab_free(kv, i)[k];
             if (b / kv->S != i || kv->blocks[b].state != B_FREE) BAD("kv '%s': bad free stack in slab %u", kv->name, i);
         }
         onstacks += kv->slabs[i].nfree;
     }
     if (onstacks != freeb) BAD("kv '%s': %zu free blocks, %zu on free stacks", kv->name, freeb, onstacks);
     if (used + cached + freeb != kv->st.blocks_total) BAD("kv '%s': block counts disagree", kv->name);
+    if (kv->nslabs > kv->slab_cap || (kv->prefix && kv->ht_cap < 2 * (size_t)kv->slab_cap * kv->S))
+        BAD("kv '%s': slab arrays or prefix table smaller than the blocks", kv->name);
 done:
-    free(refs);
+    kv_meta_free(kv, refs);
     pthread_mutex_unlock(&kv->lock);
     return st;
 }
