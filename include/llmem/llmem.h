@@ -26,5 +26,8 @@
 #include "llmem/kv.h"
 #include "llmem/shape.h"
 #include "llmem/trace.h"
+#include "llmem/model.h"
+#include "llmem/tokenizer.h"
+#include "llmem/sampler.h"
 
 #endif /* LLMEM_LLMEM_H */

@@ -1,0 +1,261 @@
+/*
+ * fuzz_tokenizer.c - the tokenizer loaders, encode and decode on arbitrary
+ * bytes.
+ *
+ * Input format (little-endian):
+ *
+ *     byte 0       flags: bit 0 BOS, bit 1 EOS, bit 2 the image is a model
+ *                  file (GGUF or llama2.c: llmem_model_open_memory, then
+ *                  llmem_tokenizer_from_model) instead of a tokenizer.bin
+ *     bytes 1-2    vocab_size for tokenizer.bin (uint16)
+ *     bytes 3-4    L, the image's length (uint16; clipped to what is left)
+ *     L bytes      the image
+ *     the rest     the text to encode (up to its first NUL)
+ *
+ * A load either fails with LLMEM_EFORMAT, LLMEM_EINVAL, LLMEM_ENOTFOUND,
+ * LLMEM_ENOTSUP or LLMEM_ENOMEM, a message and no tokenizer, or returns one
+ * that encodes the text into at most strlen + 3 ids, all in range, EOS
+ * where asked, the same twice, LLMEM_ERANGE (with the count) one short;
+ * every id decodes. For small inputs the ids are also checked against a
+ * plain transcription of run.c's quadratic encode (qsort, binary search,
+ * rescan after every merge) with llmem's documented rules where run.c has
+ * none (lowest id among equal pieces; byte fallback byte + 3 for
+ * tokenizer.bin, "<0xXX>" by name for GGUF, else the other, else <unk>;
+ * GGUF BOS and EOS not looked up).
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/llmem.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(c)                                                                    \
+    do {                                                                            \
+        if (!(c)) {                                                                 \
+            fprintf(stderr, "fuzz_tokenizer: check failed: %s (line %d)\n", #c, __LINE__); \
+            abort();                                                                \
+        }                                                                           \
+    } while (0)
+
+static volatile uint8_t sink;
+
+/* ---- the reference ------------------------------------------------------- */
+
+typedef struct ref {
+    const llmem_tokenizer *t;
+    uint32_t V;
+    const char **piece;
+    float *score;
+    int32_t *sorted; /* looked-up ids by (strcmp, id) */
+    uint32_t ns;
+    int32_t byte_id[256];
+    char *buf;
+} ref;
+
+static const ref *sorting;
+
+static int by_piece(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    int c = strcmp(sorting->piece[x], sorting->piece[y]);
+    return c ? c : (x > y) - (x < y);
+}
+
+static int32_t ref_lookup(const ref *r, const char *s)
+{
+    size_t lo = 0, hi = r->ns;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (strcmp(r->piece[r->sorted[mid]], s) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->ns && strcmp(r->piece[r->sorted[lo]], s) == 0 ? r->sorted[lo] : -1;
+}
+
+static bool ref_make(ref *r, const llmem_tokenizer *t, bool gguf)
+{
+    memset(r, 0, sizeof *r);
+    r->t = t;
+    r->V = llmem_tokenizer_vocab_size(t);
+    r->piece = malloc(r->V * sizeof *r->piece);
+    r->score = malloc(r->V * sizeof *r->score);
+    r->sorted = malloc(r->V * sizeof *r->sorted);
+    size_t maxlen = 0;
+    if (!r->piece || !r->score || !r->sorted) return false;
+    for (uint32_t i = 0; i < r->V; i++) {
+        size_t len;
+        r->piece[i] = llmem_tokenizer_token(t, (int32_t)i, &len, &r->score[i]);
+        CHECK(r->piece[i] && strlen(r->piece[i]) == len);
+        if (len > maxlen) maxlen = len;
+        if (gguf && ((int32_t)i == llmem_tokenizer_bos(t) || (int32_t)i == llmem_tokenizer_eos(t))) continue;
+        r->sorted[r->ns++] = (int32_t)i;
+    }
+    sorting = r;
+    qsort(r->sorted, r->ns, sizeof *r->sorted, by_piece);
+    sorting = NULL;
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        int32_t by_name = ref_lookup(r, name), plus3 = (uint32_t)b + 3 < r->V ? b + 3 : -1;
+        int32_t id = gguf ? (by_name >= 0 ? by_name : plus3) : (plus3 >= 0 ? plus3 : by_name);
+        r->byte_id[b] = id >= 0 ? id : 0;
+    }
+    r->buf = malloc(2 * maxlen + 2);
+    return r->buf != NULL;
+}
+
+static void ref_free(ref *r)
+{
+    free(r->piece);
+    free(r->score);
+    free(r->sorted);
+    free(r->buf);
+}
+
+static size_t ref_encode(const ref *r, const char *text, bool bos, bool eos, int32_t *tok)
+{
+    size_t n = 0;
+    if (bos) tok[n++] = llmem_tokenizer_bos(r->t);
+    if (text[0]) {
+        int32_t sp = ref_lookup(r, " ");
+        tok[n++] = sp >= 0 ? sp : r->byte_id[' '];
+    }
+    char cp[8];
+    size_t cl = 0;
+    for (const char *c = text; *c; c++) {
+        if ((*c & 0xC0) != 0x80) cl = 0;
+        cp[cl++] = *c;
+        cp[cl] = '\0';
+        if ((c[1] & 0xC0) == 0x80 && cl < 4) continue;
+        int32_t id = ref_lookup(r, cp);
+        if (id >= 0) {
+            tok[n++] = id;
+        } else {
+            for (size_t i = 0; i < cl; i++) tok[n++] = r->byte_id[(unsigned char)cp[i]];
+        }
+        cl = 0;
+    }
+    for (;;) {
+        float best = -1e10f;
+        int32_t best_id = -1;
+        size_t best_i = 0;
+        for (size_t i = 0; i + 1 < n; i++) {
+            strcpy(r->buf, r->piece[tok[i]]);
+            strcat(r->buf, r->piece[tok[i + 1]]);
+            int32_t id = ref_lookup(r, r->buf);
+            if (id != -1 && r->score[id] > best) {
+                best = r->score[id];
+                best_id = id;
+                best_i = i;
+            }
+        }
+        if (best_id == -1) break;
+        tok[best_i] = best_id;
+        memmove(tok + best_i + 1, tok + best_i + 2, (n - best_i - 2) * sizeof *tok);
+        n--;
+    }
+    if (eos) tok[n++] = llmem_tokenizer_eos(r->t);
+    return n;
+}
+
+/* ---- the target ---------------------------------------------------------- */
+
+static void exercise(const llmem_tokenizer *t, const char *text, bool bos, bool eos, bool gguf)
+{
+    uint32_t V = llmem_tokenizer_vocab_size(t);
+    CHECK(V >= 3);
+    size_t tl = strlen(text), cap = tl + 3, n = 0, n2 = 0, need = 0;
+    int32_t *a = malloc(cap * sizeof *a), *b = malloc(cap * sizeof *b);
+    CHECK(a && b);
+    llmem_status st = llmem_tokenizer_encode(t, text, bos, eos, a, cap, &n);
+    if (st == LLMEM_ENOMEM) goto out;
+    CHECK(st == LLMEM_OK && n <= cap);
+    for (size_t i = 0; i < n; i++) CHECK(a[i] >= 0 && (uint32_t)a[i] < V);
+    /* BOS takes part in the merges as in run.c, so it need not survive as
+     * out[0] in an odd vocabulary; EOS is appended after them. */
+    if (eos) CHECK(n >= 1 && a[n - 1] == llmem_tokenizer_eos(t));
+    CHECK(n >= (size_t)eos + (bos || tl ? 1 : 0));
+    CHECK(llmem_tokenizer_encode(t, text, bos, eos, b, cap, &n2) == LLMEM_OK && n2 == n);
+    CHECK(memcmp(a, b, n * sizeof *a) == 0);
+    if (n) {
+        CHECK(llmem_tokenizer_encode(t, text, bos, eos, b, n - 1, &need) == LLMEM_ERANGE && need == n);
+        CHECK(llmem_last_error()[0] != '\0');
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 99;
+        const char *p = llmem_tokenizer_decode(t, i ? a[i - 1] : -1, a[i], &len);
+        CHECK(p != NULL);
+        for (size_t k = 0; k < len; k++) sink ^= (uint8_t)p[k]; /* readable (ASan) */
+    }
+    size_t len;
+    CHECK(llmem_tokenizer_decode(t, 1, (int32_t)V, &len) == NULL && len == 0);
+    CHECK(llmem_tokenizer_decode(t, 1, -1, &len) == NULL);
+    if (tl <= 200 && V <= 4096) {
+        ref r;
+        if (ref_make(&r, t, gguf)) {
+            size_t m = ref_encode(&r, text, bos, eos, b);
+            CHECK(m == n && memcmp(a, b, n * sizeof *a) == 0);
+        }
+        ref_free(&r);
+    }
+out:
+    free(a);
+    free(b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int quiet;
+    if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
+    if (size < 5) return 0;
+    uint8_t flags = data[0];
+    uint32_t vocab = (uint32_t)data[1] | (uint32_t)data[2] << 8;
+    size_t L = (size_t)data[3] | (size_t)data[4] << 8;
+    if (L > size - 5) L = size - 5;
+    const uint8_t *image = data + 5;
+    size_t tn = size - 5 - L;
+    char *text = malloc(tn + 1);
+    if (!text) return 0;
+    memcpy(text, image + L, tn);
+    text[tn] = '\0';
+    bool bos = flags & 1, eos = flags & 2, model = flags & 4;
+
+    llmem_tokenizer *t = (llmem_tokenizer *)1;
+    llmem_model *m = NULL;
+    llmem_status st;
+    if (model) {
+        /* The model keeps pointers into its bytes: give it its own copy. */
+        void *copy = malloc(L ? L : 1);
+        CHECK(copy);
+        memcpy(copy, image, L);
+        st = llmem_model_open_memory(copy, L, &m);
+        if (st == LLMEM_OK) {
+            st = llmem_tokenizer_from_model(m, &t);
+            CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_ENOTFOUND || st == LLMEM_ENOTSUP ||
+                  st == LLMEM_ENOMEM);
+            if (st) CHECK(t == NULL && llmem_last_error()[0] != '\0');
+            if (!st) exercise(t, text, bos, eos, true);
+            llmem_tokenizer_destroy(st ? NULL : t);
+            llmem_model_close(m);
+        }
+        free(copy);
+    } else {
+        st = llmem_tokenizer_load_memory(image, L, vocab, &t);
+        CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_EINVAL || st == LLMEM_ENOMEM);
+        if (st) {
+            CHECK(t == NULL && llmem_last_error()[0] != '\0');
+        } else {
+            CHECK(llmem_tokenizer_vocab_size(t) == vocab);
+            exercise(t, text, bos, eos, false);
+            llmem_tokenizer_destroy(t);
+        }
+    }
+    free(text);
+    return 0;
+}
