@@ -1,0 +1,633 @@
+/*
+ * kernels.c - the engine's numeric kernels: matmul over F32, F16, BF16 and
+ * Q8_0 weights, and the small f32 kernels around it.
+ *
+ * Dispatch. Two paths implement the hot kernels (matmul rows, dot, axpy,
+ * f16 rows): a portable C one and, on x86-64 with GCC or Clang, one compiled
+ * with __attribute__((target("avx2,fma,f16c"))) so the library itself needs
+ * no -mavx2. The path is picked once (pthread_once; CPUID for the features
+ * and XGETBV for the OS saving the ymm state) and kept in a static table of
+ * function pointers; llmem__kernels_force_portable switches to the
+ * portable table for tests and benchmarks. A matmul reads the table once and
+ * hands the same path to every thread of its run.
+ *
+ * Blocking. Y = X W^T splits the d rows of W over the team in parts of
+ * MM_GRAIN rows (whole tiles, and whole cache lines of y for each thread).
+ * A thread walks its rows in register tiles of R rows of W by B rows of X:
+ * R x B accumulators, and per step of 8 elements R loads (converted to f32:
+ * F16 by F16C, BF16 by a shift, Q8_0 as d * q in f32) and B loads of x
+ * feed R x B FMAs. Batch 1 uses 8 x 1 tiles (8 independent FMA chains to
+ * cover the FMA latency, the loads folded into the FMAs); a batch uses 4 x 2
+ * tiles, looping over the whole batch for each tile of 4 rows, so a W row
+ * comes from memory once per matmul and then from L1 for the other batch
+ * rows: prefill is matrix-matrix work, not a loop of matrix-vector products.
+ * Q8_0 blocks are dequantised to f32 in registers and multiplied in f32, not
+ * x quantised to int8, so the result is what the F32 kernel gives on the
+ * dequantised matrix (llmem__dequant_row), exactly.
+ *
+ * The summation-order invariant. Each y[b][r] is one dot product computed
+ * by one thread, always in the same order, which depends on n alone:
+ *
+ *   lane l (0..7) of one accumulator takes the products of elements
+ *   k = l, l + 8, l + 16, ... in increasing k (an FMA each on the AVX2
+ *   path, a multiply then an add on the portable path); a last partial
+ *   step is padded with zeros; then the lanes are summed as
+ *   ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+ *
+ * No tile shape, batch size, batch position, row position or thread count
+ * enters that order, so on one machine and path a batched matmul gives
+ * bitwise the same rows as batch-1 matmuls (batched prefill agrees with
+ * token-by-token prefill), whatever the team. llmem__dot uses the same order
+ * (llmem__dot(x, row) equals the matmul's y on F32 weights). The two paths
+ * differ in rounding (FMA or not), so they agree with each other only
+ * within tolerance.
+ *
+ * The library is built in ISO C mode, where GCC does not contract a * b + c
+ * into an FMA: the portable path rounds as written, and FMAs happen only
+ * where the intrinsics ask for them.
+ *
+ * Nothing here allocates: tails go through 8-element stack buffers.
+ */
+#include "kernels.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "llmem/model.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define KERNELS_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+#define QK8_0 32                /* elements per Q8_0 block */
+#define Q8_0_BYTES 34           /* f16 scale + 32 int8 */
+#define MM_GRAIN 16             /* rows of W per part: whole tiles, whole lines of y */
+#define MM_SERIAL_MACS 32768    /* below this many multiply-adds, one thread is faster than a run */
+
+/* ---- f16 and bf16 ------------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float llmem__f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (man << 13)); /* inf, NaN (payload kept) */
+    if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    /* Zero or subnormal: man * 2^-24, exact in f32. */
+    return bits_f32(sign | f32_bits((float)man * 0x1p-24f));
+}
+
+uint16_t llmem__f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x3ffu)); /* NaN stays NaN (quiet) */
+    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (or inf): rounds to inf */
+    if (x >= 0x38800000u) {                                   /* normal half: rebias, round to nearest even */
+        uint32_t h = (x >> 13) - (112u << 10), rem = x & 0x1fffu;
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
+        return (uint16_t)(sign | h);
+    }
+    if (x <= 0x33000000u) return sign; /* <= 2^-25: the tie at 2^-25 goes to even, zero */
+    /* Subnormal half: count units of 2^-24, rounding to nearest even; 1024
+     * units is the smallest normal, which the encoding gives for free. */
+    uint32_t e = x >> 23, m = (x & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..24 */
+    uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+/* ---- weight rows ------------------------------------------------------- */
+
+/* Bytes of one row of n elements (n a multiple of 32 for Q8_0). */
+static inline size_t row_bytes(uint32_t type, size_t n)
+{
+    switch (type) {
+    case LLMEM_DTYPE_F32: return n * 4;
+    case LLMEM_DTYPE_Q8_0: return n / QK8_0 * Q8_0_BYTES;
+    default: return n * 2; /* F16, BF16 */
+    }
+}
+
+static inline float q8_scale(const uint8_t *blk)
+{
+    uint16_t h;
+    memcpy(&h, blk, sizeof h); /* blocks are 34 bytes: the scale is only 2-aligned */
+    return llmem__f16_to_f32(h);
+}
+
+/* Elements k .. k+cnt-1 (cnt <= 8) of a row as f32 in out[0..cnt), zeros
+ * after. For Q8_0, k .. k+cnt-1 lie in one block. Exact conversions: both
+ * paths see the same values. */
+static void load8_portable(uint32_t type, const void *row, size_t k, size_t cnt, float out[8])
+{
+    for (size_t i = cnt; i < 8; i++) out[i] = 0.0f;
+    switch (type) {
+    case LLMEM_DTYPE_F32: memcpy(out, (const float *)row + k, cnt * sizeof(float)); break;
+    case LLMEM_DTYPE_F16:
+        for (size_t i = 0; i < cnt; i++) out[i] = llmem__f16_to_f32(((const uint16_t *)row)[k + i]);
+        break;
+    case LLMEM_DTYPE_BF16:
+        for (size_t i = 0; i < cnt; i++) out[i] = bf16_to_f32(((const uint16_t *)row)[k + i]);
+        break;
+    default: { /* Q8_0 */
+        const uint8_t *blk = (const uint8_t *)row + k / QK8_0 * Q8_0_BYTES;
+        const int8_t *q = (const int8_t *)(blk + 2) + k % QK8_0;
+        float d = q8_scale(blk);
+        for (size_t i = 0; i < cnt; i++) out[i] = d * (float)q[i];
+        break;
+    }
+    }
+}
+
+/* The fixed lane reduction of the summation-order invariant. */
+static inline float hsum8_portable(const float a[8])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/* ---- the portable path -------------------------------------------------- */
+
+#define PB 4 /* batch rows per pass over a W row on the portable path */
+
+/* 8 weights from element k (k + 8 <= n) of a row; `type` is a constant
+ * after inlining, so each type gets its own loop. */
+static inline __attribute__((always_inline)) void load8_full(const uint32_t type, const void *row, size_t k,
+                                                             float out[8])
+{
+    if (type == LLMEM_DTYPE_F32) {
+        memcpy(out, (const float *)row + k, 8 * sizeof(float));
+    } else if (type == LLMEM_DTYPE_F16) {
+        for (int l = 0; l < 8; l++) out[l] = llmem__f16_to_f32(((const uint16_t *)row)[k + (size_t)l]);
+    } else if (type == LLMEM_DTYPE_BF16) {
+        for (int l = 0; l < 8; l++) out[l] = bf16_to_f32(((const uint16_t *)row)[k + (size_t)l]);
+    } else {
+        const uint8_t *blk = (const uint8_t *)row + k / QK8_0 * Q8_0_BYTES;
+        const int8_t *q = (const int8_t *)(blk + 2) + k % QK8_0;
+        float d = q8_scale(blk);
+        for (int l = 0; l < 8; l++) out[l] = d * (float)q[l];
+    }
+}
+
+/* y[b*d + r] for r in [r0, r1), b < batch: each W row converted once per
+ * PB batch rows; the lane loops are plain enough for the compiler to
+ * vectorise with whatever the baseline ISA has (lane-wise, so the order of
+ * the invariant holds). */
+static inline __attribute__((always_inline)) void rows_portable_t(const uint32_t type, float *y, const float *x,
+                                                                  const void *w, size_t n, size_t d, size_t batch,
+                                                                  size_t r0, size_t r1)
+{
+    size_t rb = row_bytes(type, n), n8 = n & ~(size_t)7;
+    for (size_t r = r0; r < r1; r++) {
+        const void *row = (const char *)w + r * rb;
+        for (size_t b0 = 0; b0 < batch; b0 += PB) {
+            size_t nb = batch - b0 < PB ? batch - b0 : PB;
+            const float *xr = x + b0 * n;
+            float acc[PB][8] = {{0}};
+            float wv[8];
+            for (size_t k = 0; k < n8; k += 8) {
+                load8_full(type, row, k, wv);
+                for (size_t b = 0; b < nb; b++)
+                    for (int l = 0; l < 8; l++) acc[b][l] += wv[l] * xr[b * n + k + (size_t)l];
+            }
+            if (n8 < n) { /* the zero-padded last step */
+                float xv[8];
+                load8_portable(type, row, n8, n - n8, wv);
+                for (size_t b = 0; b < nb; b++) {
+                    memset(xv, 0, sizeof xv);
+                    memcpy(xv, xr + b * n + n8, (n - n8) * sizeof(float));
+                    for (int l = 0; l < 8; l++) acc[b][l] += wv[l] * xv[l];
+                }
+            }
+            for (size_t b = 0; b < nb; b++) y[(b0 + b) * d + r] = hsum8_portable(acc[b]);
+        }
+    }
+}
+
+static void rows_portable(float *y, const float *x, const void *w, uint32_t type, size_t n, size_t d, size_t batch,
+                          size_t r0, size_t r1)
+{
+    switch (type) {
+    case LLMEM_DTYPE_F32: rows_portable_t(LLMEM_DTYPE_F32, y, x, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_F16: rows_portable_t(LLMEM_DTYPE_F16, y, x, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_BF16: rows_portable_t(LLMEM_DTYPE_BF16, y, x, w, n, d, batch, r0, r1); break;
+    default: rows_portable_t(LLMEM_DTYPE_Q8_0, y, x, w, n, d, batch, r0, r1); break;
+    }
+}
+
+static float dot_portable(const float *a, const float *b, size_t n)
+{
+    float acc[8] = {0};
+    for (size_t k = 0; k < n; k += 8) {
+        size_t cnt = n - k < 8 ? n - k : 8;
+        for (size_t l = 0; l < cnt; l++) acc[l] += a[k + l] * b[k + l];
+        for (size_t l = cnt; l < 8; l++) acc[l] += 0.0f; /* the zero padding, as the vector path does */
+    }
+    return hsum8_portable(acc);
+}
+
+static void axpy_portable(float *y, float alpha, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+static void f16_row_portable(const uint16_t *h, size_t n, float *out)
+{
+    for (size_t i = 0; i < n; i++) out[i] = llmem__f16_to_f32(h[i]);
+}
+
+/* ---- the AVX2 + FMA + F16C path ----------------------------------------- */
+
+#ifdef KERNELS_X86
+#define X86_TARGET __attribute__((target("avx2,fma,f16c")))
+#define X86_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+/* Full unrolling of the tile loops, whose bounds are constants after
+ * inlining: without it the accumulators stay in memory. */
+#if defined(__clang__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 8")
+#endif
+
+/* 8 weights from element k of a row; `type` is a constant after inlining. */
+X86_INLINE __m256 x86_load8(const uint32_t type, const void *row, size_t k)
+{
+    if (type == LLMEM_DTYPE_F32) return _mm256_loadu_ps((const float *)row + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k));
+    if (type == LLMEM_DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+/* 8 values d * q of sub-block `sub` (0..3) of a Q8_0 block. */
+X86_INLINE __m256 x86_load8_q8(const uint8_t *blk, int sub, __m256 d)
+{
+    __m128i q = _mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * sub));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+}
+
+/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as hsum8_portable. */
+X86_INLINE float x86_hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* One R x B register tile: y[b*d + r] for rows r0..r0+R-1 of W and batch
+ * rows 0..B-1 of x (x and y already offset to the first batch row). type,
+ * R and B are constants after inlining, and the loops unroll, so the
+ * accumulators live in registers. */
+X86_INLINE void x86_tile(const uint32_t type, const int R, const int B, const void *w, size_t n, size_t r0,
+                         const float *x, float *y, size_t d)
+{
+    size_t rb = row_bytes(type, n);
+    const char *wr[8];
+    __m256 acc[8][2], wv[8];
+UNROLL
+    for (int r = 0; r < R; r++) wr[r] = (const char *)w + (r0 + (size_t)r) * rb;
+UNROLL
+    for (int r = 0; r < R; r++)
+UNROLL
+        for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
+
+    if (type == LLMEM_DTYPE_Q8_0) {
+        for (size_t blk = 0; blk < n / QK8_0; blk++) {
+            __m256 dv[8];
+UNROLL
+            for (int r = 0; r < R; r++) {
+                uint16_t h;
+                memcpy(&h, wr[r] + blk * Q8_0_BYTES, sizeof h);
+                dv[r] = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))));
+            }
+UNROLL
+            for (int sub = 0; sub < 4; sub++) {
+                size_t k = blk * QK8_0 + (size_t)sub * 8;
+UNROLL
+                for (int r = 0; r < R; r++) wv[r] = x86_load8_q8((const uint8_t *)wr[r] + blk * Q8_0_BYTES, sub, dv[r]);
+UNROLL
+                for (int b = 0; b < B; b++) {
+                    __m256 xv = _mm256_loadu_ps(x + (size_t)b * n + k);
+UNROLL
+                    for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
+                }
+            }
+        }
+    } else {
+        size_t k = 0;
+        for (; k + 8 <= n; k += 8) {
+UNROLL
+            for (int r = 0; r < R; r++) wv[r] = x86_load8(type, wr[r], k);
+UNROLL
+            for (int b = 0; b < B; b++) {
+                __m256 xv = _mm256_loadu_ps(x + (size_t)b * n + k);
+UNROLL
+                for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
+            }
+        }
+        if (k < n) { /* the zero-padded last step */
+            float buf[8];
+            for (int r = 0; r < R; r++) {
+                load8_portable(type, wr[r], k, n - k, buf);
+                wv[r] = _mm256_loadu_ps(buf);
+            }
+            for (int b = 0; b < B; b++) {
+                memset(buf, 0, sizeof buf);
+                memcpy(buf, x + (size_t)b * n + k, (n - k) * sizeof(float));
+                __m256 xv = _mm256_loadu_ps(buf);
+                for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
+            }
+        }
+    }
+UNROLL
+    for (int r = 0; r < R; r++)
+UNROLL
+        for (int b = 0; b < B; b++) y[(size_t)b * d + (size_t)r0 + (size_t)r] = x86_hsum(acc[r][b]);
+}
+
+/* Rows [r0, r1) of W against the whole batch, for one weight type. */
+X86_INLINE void x86_rows_t(const uint32_t type, float *y, const float *x, const void *w, size_t n, size_t d,
+                           size_t batch, size_t r0, size_t r1)
+{
+    size_t r = r0;
+    if (batch == 1) {
+        for (; r + 8 <= r1; r += 8) x86_tile(type, 8, 1, w, n, r, x, y, d);
+        for (; r + 4 <= r1; r += 4) x86_tile(type, 4, 1, w, n, r, x, y, d);
+        for (; r < r1; r++) x86_tile(type, 1, 1, w, n, r, x, y, d);
+        return;
+    }
+    /* A tile of 4 rows of W stays in L1 while the whole batch streams by,
+     * two batch rows at a time: 8 accumulators + 4 weight vectors + x fit
+     * the 16 ymm registers (4 x 3 spills one accumulator, and the spill's
+     * store-to-load latency joins the FMA chain: measured 45 against 85
+     * GFLOPS on Zen 4). The AVX-512VL registers (32 ymm, same order of
+     * summation) allowed 4 x 4 tiles but gained under 10%: not worth a
+     * third path. */
+    for (; r + 4 <= r1; r += 4) {
+        size_t b = 0;
+        for (; b + 2 <= batch; b += 2) x86_tile(type, 4, 2, w, n, r, x + b * n, y + b * d, d);
+        if (b < batch) x86_tile(type, 4, 1, w, n, r, x + b * n, y + b * d, d);
+    }
+    for (; r < r1; r++) {
+        size_t b = 0;
+        for (; b < batch; b++) x86_tile(type, 1, 1, w, n, r, x + b * n, y + b * d, d);
+    }
+}
+
+X86_TARGET static void rows_x86(float *y, const float *x, const void *w, uint32_t type, size_t n, size_t d,
+                                size_t batch, size_t r0, size_t r1)
+{
+    switch (type) {
+    case LLMEM_DTYPE_F32: x86_rows_t(LLMEM_DTYPE_F32, y, x, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_F16: x86_rows_t(LLMEM_DTYPE_F16, y, x, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_BF16: x86_rows_t(LLMEM_DTYPE_BF16, y, x, w, n, d, batch, r0, r1); break;
+    default: x86_rows_t(LLMEM_DTYPE_Q8_0, y, x, w, n, d, batch, r0, r1); break;
+    }
+}
+
+X86_TARGET static float dot_x86(const float *a, const float *b, size_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
+    if (k < n) {
+        float ta[8] = {0}, tb[8] = {0};
+        memcpy(ta, a + k, (n - k) * sizeof(float));
+        memcpy(tb, b + k, (n - k) * sizeof(float));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(ta), _mm256_loadu_ps(tb), acc);
+    }
+    return x86_hsum(acc);
+}
+
+X86_TARGET static void axpy_x86(float *y, float alpha, const float *x, size_t n)
+{
+    __m256 a = _mm256_set1_ps(alpha);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(alpha, x[i], y[i]);
+}
+
+X86_TARGET static void f16_row_x86(const uint16_t *h, size_t n, float *out)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) out[i] = llmem__f16_to_f32(h[i]);
+}
+#endif /* KERNELS_X86 */
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+typedef struct kernel_path {
+    const char *name;
+    void (*rows)(float *y, const float *x, const void *w, uint32_t type, size_t n, size_t d, size_t batch, size_t r0,
+                 size_t r1);
+    float (*dot)(const float *a, const float *b, size_t n);
+    void (*axpy)(float *y, float alpha, const float *x, size_t n);
+    void (*f16_row)(const uint16_t *h, size_t n, float *out);
+} kernel_path;
+
+static const kernel_path path_portable = {
+    /* .name = */ "portable",
+    /* .rows = */ rows_portable,
+    /* .dot = */ dot_portable,
+    /* .axpy = */ axpy_portable,
+    /* .f16_row = */ f16_row_portable,
+};
+
+#ifdef KERNELS_X86
+static const kernel_path path_x86 = {
+    /* .name = */ "avx2",
+    /* .rows = */ rows_x86,
+    /* .dot = */ dot_x86,
+    /* .axpy = */ axpy_x86,
+    /* .f16_row = */ f16_row_x86,
+};
+#endif
+
+static pthread_once_t path_once = PTHREAD_ONCE_INIT;
+static const kernel_path *path_best = &path_portable; /* written once, under path_once */
+static int force_portable;                            /* atomic flag */
+
+#ifdef KERNELS_X86
+/* AVX2, FMA and F16C in the CPU, and the ymm state saved by the OS. CPUID
+ * rather than __builtin_cpu_supports, which Clang 14 does not give "f16c". */
+static bool x86_has_avx2_fma_f16c(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    unsigned need1 = bit_FMA | bit_OSXSAVE | bit_AVX | bit_F16C;
+    if ((c & need1) != need1) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ __volatile__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 6u) != 6u) return false; /* XMM and YMM state enabled */
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b & bit_AVX2) != 0;
+}
+#endif
+
+static void path_init(void)
+{
+#ifdef KERNELS_X86
+    if (x86_has_avx2_fma_f16c()) path_best = &path_x86;
+#endif
+}
+
+static const kernel_path *path_get(void)
+{
+    if (__atomic_load_n(&force_portable, __ATOMIC_RELAXED)) return &path_portable;
+    pthread_once(&path_once, path_init);
+    return path_best;
+}
+
+const char *llmem__kernels_isa(void) { return path_get()->name; }
+
+void llmem__kernels_force_portable(bool on) { __atomic_store_n(&force_portable, on ? 1 : 0, __ATOMIC_RELAXED); }
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+bool llmem__matmul_supports(uint32_t wtype)
+{
+    return wtype == LLMEM_DTYPE_F32 || wtype == LLMEM_DTYPE_F16 || wtype == LLMEM_DTYPE_BF16 ||
+           wtype == LLMEM_DTYPE_Q8_0;
+}
+
+typedef struct mm_job {
+    const kernel_path *path; /* one path for every thread of the run */
+    float *y;
+    const float *x;
+    const void *w;
+    uint32_t type;
+    size_t n, d, batch;
+} mm_job;
+
+static void mm_part(void *ctx, unsigned index, unsigned count)
+{
+    const mm_job *j = ctx;
+    size_t lo, hi;
+    llmem__threads_split(j->d, MM_GRAIN, index, count, &lo, &hi);
+    if (lo < hi) j->path->rows(j->y, j->x, j->w, j->type, j->n, j->d, j->batch, lo, hi);
+}
+
+void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, uint32_t wtype, size_t n, size_t d,
+                   size_t batch)
+{
+    if (d == 0 || batch == 0) return;
+    mm_job j = {path_get(), y, x, w, wtype, n, d, batch};
+    /* Any split gives the same bits (see the file comment); a tiny product
+     * is not worth waking the team for. */
+    if (!th || llmem__threads_count(th) == 1 || n * d * batch < MM_SERIAL_MACS || d <= MM_GRAIN) mm_part(&j, 0, 1);
+    else llmem__threads_run(th, mm_part, &j);
+}
+
+void llmem__dequant_row(uint32_t wtype, const void *w, size_t row, size_t n, float *out)
+{
+    const void *r = (const char *)w + row * row_bytes(wtype, n);
+    switch (wtype) {
+    case LLMEM_DTYPE_F32: memcpy(out, r, n * sizeof(float)); break;
+    case LLMEM_DTYPE_F16: path_get()->f16_row(r, n, out); break;
+    case LLMEM_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(((const uint16_t *)r)[i]);
+        break;
+    case LLMEM_DTYPE_Q8_0:
+        for (size_t b = 0; b < n / QK8_0; b++) {
+            const uint8_t *blk = (const uint8_t *)r + b * Q8_0_BYTES;
+            const int8_t *q = (const int8_t *)(blk + 2);
+            float dsc = q8_scale(blk);
+            for (size_t i = 0; i < QK8_0; i++) out[b * QK8_0 + i] = dsc * (float)q[i];
+        }
+        break;
+    default: memset(out, 0, n * sizeof(float)); break; /* unsupported: callers check llmem__matmul_supports */
+    }
+}
+
+/* ---- the small kernels ------------------------------------------------------ */
+
+void llmem__rmsnorm(float *o, const float *x, const float *w, size_t n, float eps)
+{
+    /* Eight lanes as in the dot: vectorisable, and more accurate than one
+     * running sum. */
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t l = 0; l < 8; l++) acc[l] += x[i + l] * x[i + l];
+    for (size_t l = 0; i + l < n; l++) acc[l] += x[i + l] * x[i + l];
+    float ss = hsum8_portable(acc);
+    ss = ss / (float)n + eps;
+    ss = 1.0f / sqrtf(ss);
+    for (size_t j = 0; j < n; j++) o[j] = w[j] * (ss * x[j]);
+}
+
+void llmem__softmax(float *x, size_t n)
+{
+    if (n == 0) return;
+    float max = x[0];
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > max) max = x[i];
+    if (max == -INFINITY || max == INFINITY) {
+        /* All -inf: nothing to prefer, uniform. Some +inf: they share the
+         * mass. (x - max would be NaN in both cases.) */
+        size_t hits = 0;
+        for (size_t i = 0; i < n; i++) hits += x[i] == max;
+        for (size_t i = 0; i < n; i++) x[i] = x[i] == max ? 1.0f / (float)hits : 0.0f;
+        return;
+    }
+    double sum = 0.0; /* a double running sum: exact enough for any vocabulary */
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    float s = (float)sum;
+    for (size_t i = 0; i < n; i++) x[i] /= s;
+}
+
+void llmem__rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, size_t pos, float theta)
+{
+    if (rope_dim > head_dim) rope_dim = head_dim;
+    /* One cos/sin per pair index, shared by every head: the same values
+     * run.c computes per head. */
+    for (size_t i = 0; i + 1 < rope_dim; i += 2) {
+        float freq = 1.0f / powf(theta, (float)i / (float)rope_dim);
+        float val = (float)pos * freq;
+        float fcr = cosf(val), fci = sinf(val);
+        for (size_t h = 0; h < n_heads; h++) {
+            float *p = v + h * head_dim + i;
+            float v0 = p[0], v1 = p[1];
+            p[0] = v0 * fcr - v1 * fci;
+            p[1] = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+void llmem__swiglu(float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float val = a[i];
+        val *= 1.0f / (1.0f + expf(-val));
+        a[i] = val * b[i];
+    }
+}
+
+float llmem__dot(const float *a, const float *b, size_t n) { return path_get()->dot(a, b, n); }
+
+void llmem__axpy(float *y, float alpha, const float *x, size_t n) { path_get()->axpy(y, alpha, x, n); }

@@ -1,0 +1,69 @@
+/*
+ * kernels.h - the numeric kernels of the engine's forward pass. Private to
+ * llmem.
+ *
+ * Matrices are as llmem/model.h gives them: a weight W of dims (n, d) is d
+ * rows of n elements of type wtype (F32, F16, BF16 or Q8_0; Q8_0 needs n a
+ * multiple of 32), read in place from the mapped file. Activations are f32,
+ * row-major, one row per token. Kernels are vectorised for the machine they
+ * run on (AVX2/FMA/F16C where present, chosen at run time, a portable path
+ * otherwise) and allocate nothing.
+ */
+#ifndef LLMEM_ENGINE_KERNELS_H
+#define LLMEM_ENGINE_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "threads.h"
+
+/* Y = X W^T: y[b][r] = sum_c W[r][c] * x[b][c] for b < batch, r < d.
+ * x: batch x n, y: batch x d (y must not alias x). Split over the team by
+ * rows of W; with batch > 1 each W row is read once for the whole batch
+ * (prefill is matrix-matrix, not a token loop). th may be NULL (one
+ * thread). */
+void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, uint32_t wtype, size_t n, size_t d,
+                   size_t batch);
+
+/* Whether llmem__matmul takes this weight type. */
+bool llmem__matmul_supports(uint32_t wtype);
+
+/* Row `row` of a weight matrix (rows of n elements of type wtype) as f32:
+ * embedding lookups, and converting 1-D tensors at load. */
+void llmem__dequant_row(uint32_t wtype, const void *w, size_t row, size_t n, float *out);
+
+/* o = x * w / sqrt(mean(x^2) + eps) (o may be x). */
+void llmem__rmsnorm(float *o, const float *x, const float *w, size_t n, float eps);
+
+/* In place, numerically stable (max subtracted). */
+void llmem__softmax(float *x, size_t n);
+
+/* Rotary embedding at position pos over n_heads heads of head_dim, rotating
+ * adjacent pairs (v[2i], v[2i+1]) of the first rope_dim dims of each head
+ * by pos * theta^(-2i / rope_dim), computed as run.c does
+ * (1.0f / powf(theta, 2i / (float)rope_dim)). */
+void llmem__rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, size_t pos, float theta);
+
+/* a = silu(a) * b, element-wise (SwiGLU). */
+void llmem__swiglu(float *a, const float *b, size_t n);
+
+float llmem__dot(const float *a, const float *b, size_t n);
+
+/* y += alpha * x */
+void llmem__axpy(float *y, float alpha, const float *x, size_t n);
+
+/* IEEE half <-> float (round to nearest even). */
+float llmem__f16_to_f32(uint16_t h);
+uint16_t llmem__f32_to_f16(float f);
+
+/* The instruction set the kernels run on: "avx2" (AVX2 + FMA + F16C, chosen
+ * at run time) or "portable". */
+const char *llmem__kernels_isa(void);
+
+/* Force the portable path (true) or return to the best one (false): for
+ * tests and benchmarks that compare the two. Calls already running keep
+ * the path they started with. */
+void llmem__kernels_force_portable(bool on);
+
+#endif

@@ -1,0 +1,733 @@
+/*
+ * test_kernels.c - the engine's numeric kernels (src/engine/kernels.c).
+ *
+ * Every kernel against a plain double-precision reference written here,
+ * with its own decoding of f16, bf16 and Q8_0, on both paths (the one this
+ * machine dispatches to, and the portable one forced), for odd sizes,
+ * batches 1..9 and teams of 1..4 threads. Then the invariants the engine
+ * relies on, bitwise: a batched matmul row equals the batch-1 matmul of
+ * that row whatever the team; an F16/BF16/Q8_0 matmul equals the F32
+ * matmul of the dequantised rows; llmem__dot equals the F32 matmul. Also
+ * f16 conversion for all 65536 halves and chosen roundings, Q8_0 dequant of
+ * hand-built blocks, rope against run.c's formula, softmax edge cases.
+ * Last, a matmul benchmark (printed, not asserted) against run.c's naive
+ * loop compiled here at the same optimisation.
+ */
+#include <math.h>
+
+#include "test_util.h"
+
+#include "llmem/model.h"
+
+#include "../src/engine/kernels.h"
+
+#define F32 LLMEM_DTYPE_F32
+#define F16 LLMEM_DTYPE_F16
+#define BF16 LLMEM_DTYPE_BF16
+#define Q8_0 LLMEM_DTYPE_Q8_0
+
+static const size_t sizes[] = {1, 7, 31, 32, 33, 64, 100, 257, 288, 768};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+static const uint32_t wtypes[] = {F32, F16, BF16, Q8_0};
+
+/* ---- test-side helpers --------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Uniform in [-1, 1). */
+static float rng_f(void) { return (float)((double)(rng_next() >> 11) * 0x1p-52 - 1.0); }
+
+/* An independent f16 decoder: the value by definition. */
+static double ref_f16(uint16_t h)
+{
+    int s = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v;
+    if (e == 0x1f) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexp(m, -24);
+    else v = ldexp(1024 + m, e - 25);
+    return s ? -v : v;
+}
+
+static double ref_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* A weight matrix of d rows by n in type t, and its values as doubles. */
+typedef struct wmat {
+    uint32_t type;
+    size_t n, d, row_bytes;
+    uint8_t *data;  /* d * row_bytes */
+    double *val;    /* d * n: what the encoded weights mean */
+} wmat;
+
+static void wmat_make(wmat *m, uint32_t type, size_t n, size_t d)
+{
+    m->type = type;
+    m->n = n;
+    m->d = d;
+    m->row_bytes = type == F32 ? n * 4 : type == Q8_0 ? n / 32 * 34 : n * 2;
+    m->data = malloc(d * m->row_bytes + 1);
+    m->val = malloc(d * n * sizeof(double) + 1);
+    assert_non_null(m->data);
+    assert_non_null(m->val);
+    for (size_t r = 0; r < d; r++) {
+        uint8_t *row = m->data + r * m->row_bytes;
+        double *v = m->val + r * n;
+        if (type == F32) {
+            for (size_t c = 0; c < n; c++) {
+                float f = rng_f();
+                memcpy(row + 4 * c, &f, 4);
+                v[c] = f;
+            }
+        } else if (type == F16 || type == BF16) {
+            for (size_t c = 0; c < n; c++) {
+                uint16_t h;
+                if (type == F16) {
+                    h = (uint16_t)(rng_next() & 0x3bff); /* |x| < 1, sign from bit 15 below */
+                    h |= (uint16_t)(rng_next() & 0x8000);
+                    v[c] = ref_f16(h);
+                } else {
+                    h = (uint16_t)(rng_next() & 0x3f7f) | (uint16_t)(rng_next() & 0x8000);
+                    v[c] = ref_bf16(h);
+                }
+                memcpy(row + 2 * c, &h, 2);
+            }
+        } else {
+            for (size_t b = 0; b < n / 32; b++) {
+                uint8_t *blk = row + b * 34;
+                uint16_t dh = (uint16_t)(0x1c00 + (rng_next() & 0x3ff)); /* 2^-8 .. 2^-7 */
+                memcpy(blk, &dh, 2);
+                for (size_t i = 0; i < 32; i++) {
+                    int8_t q = (int8_t)(rng_next() & 0xff);
+                    blk[2 + i] = (uint8_t)q;
+                    v[b * 32 + i] = ref_f16(dh) * q;
+                }
+            }
+        }
+    }
+}
+
+static void wmat_free(wmat *m)
+{
+    free(m->data);
+    free(m->val);
+}
+
+static const char *type_name(uint32_t t) { return t == F32 ? "f32" : t == F16 ? "f16" : t == BF16 ? "bf16" : "q8_0"; }
+
+/* |got - ref| within rel of the sum of |terms| (a dot can cancel: relative
+ * to the result itself would be meaningless). */
+static void check_close(double got, double ref, double scale, double rel, const char *what, size_t i)
+{
+    double tol = rel * scale + 1e-30;
+    if (!(fabs(got - ref) <= tol))
+        fail_msg("%s [%zu]: got %.9g, want %.9g (tolerance %.3g)", what, i, got, ref, tol);
+}
+
+static llmem__threads *teams[5]; /* teams[k]: k threads; teams[0] unused (NULL = no team) */
+
+static int setup_teams(void **state)
+{
+    (void)state;
+    for (unsigned k = 1; k <= 4; k++)
+        if (llmem__threads_create(k, &teams[k]) != LLMEM_OK) return -1;
+    return 0;
+}
+
+static int teardown_teams(void **state)
+{
+    (void)state;
+    for (unsigned k = 1; k <= 4; k++) llmem__threads_destroy(teams[k]);
+    return 0;
+}
+
+/* ---- matmul ------------------------------------------------------------- */
+
+/* For one path, type and shape: every (batch, team) against the double
+ * reference, and bitwise against the batch-1 results of the same path. */
+static void matmul_case(uint32_t type, size_t n, size_t d)
+{
+    const size_t maxb = 9;
+    wmat m;
+    wmat_make(&m, type, n, d);
+    float *x = malloc(maxb * n * sizeof(float));
+    float *y = malloc(maxb * d * sizeof(float));
+    float *y1 = malloc(maxb * d * sizeof(float)); /* batch-1, no team */
+    float *yf = malloc(maxb * d * sizeof(float)); /* F32 matmul of the dequantised rows */
+    float *wf = malloc(d * n * sizeof(float));
+    assert_true(x && y && y1 && yf && wf);
+    for (size_t i = 0; i < maxb * n; i++) x[i] = rng_f();
+
+    for (size_t b = 0; b < maxb; b++) llmem__matmul(NULL, y1 + b * d, x + b * n, m.data, type, n, d, 1);
+    for (size_t b = 0; b < maxb; b++)
+        for (size_t r = 0; r < d; r++) {
+            double ref = 0, scale = 0;
+            for (size_t c = 0; c < n; c++) {
+                ref += m.val[r * n + c] * x[b * n + c];
+                scale += fabs(m.val[r * n + c] * x[b * n + c]);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s matmul n=%zu d=%zu (%s) b=%zu row", type_name(type), n, d,
+                     llmem__kernels_isa(), b);
+            check_close(y1[b * d + r], ref, scale, 1e-5, what, r);
+        }
+
+    /* Dequantised rows: exactly the values above; the F32 matmul on them
+     * gives the same bits, and so does llmem__dot. */
+    for (size_t r = 0; r < d; r++) {
+        llmem__dequant_row(type, m.data, r, n, wf + r * n);
+        for (size_t c = 0; c < n; c++)
+            if ((double)wf[r * n + c] != m.val[r * n + c])
+                fail_msg("%s dequant row %zu [%zu]: %g, want %g", type_name(type), r, c, wf[r * n + c],
+                         m.val[r * n + c]);
+    }
+    llmem__matmul(NULL, yf, x, wf, F32, n, d, maxb);
+    if (memcmp(yf, y1, maxb * d * sizeof(float)) != 0)
+        fail_msg("%s matmul n=%zu d=%zu differs from the F32 matmul of its dequantised rows", type_name(type), n, d);
+    for (size_t b = 0; b < maxb; b++)
+        for (size_t r = 0; r < d; r++) {
+            float dt = llmem__dot(x + b * n, wf + r * n, n);
+            if (memcmp(&dt, &y1[b * d + r], sizeof dt) != 0)
+                fail_msg("dot n=%zu: %.9g but matmul %.9g", n, dt, y1[b * d + r]);
+        }
+
+    for (size_t batch = 1; batch <= maxb; batch++)
+        for (unsigned k = 0; k <= 4; k++) {
+            memset(y, 0xff, maxb * d * sizeof(float));
+            llmem__matmul(k ? teams[k] : NULL, y, x, m.data, type, n, d, batch);
+            if (memcmp(y, y1, batch * d * sizeof(float)) != 0) {
+                size_t i = 0;
+                while (memcmp(&y[i], &y1[i], sizeof(float)) == 0) i++;
+                fail_msg("%s matmul n=%zu d=%zu batch=%zu threads=%u (%s): y[%zu][%zu] = %.9g, batch-1 gave %.9g",
+                         type_name(type), n, d, batch, k, llmem__kernels_isa(), i / d, i % d, y[i], y1[i]);
+            }
+            /* Nothing written past the batch. */
+            for (size_t i = batch * d; i < maxb * d; i++) {
+                uint32_t u;
+                memcpy(&u, &y[i], 4);
+                if (u != 0xffffffffu) fail_msg("matmul wrote past batch %zu at %zu", batch, i);
+            }
+        }
+    free(x);
+    free(y);
+    free(y1);
+    free(yf);
+    free(wf);
+    wmat_free(&m);
+}
+
+static void matmul_all(void)
+{
+    static const size_t ds[] = {1, 7, 17, 100};
+    for (size_t t = 0; t < 4; t++)
+        for (size_t i = 0; i < NSIZES; i++) {
+            size_t n = sizes[i];
+            if (wtypes[t] == Q8_0 && n % 32) continue;
+            for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++) matmul_case(wtypes[t], n, ds[j]);
+        }
+}
+
+static void test_matmul(void **state)
+{
+    (void)state;
+    printf("  dispatched path: %s\n", llmem__kernels_isa());
+    matmul_all();
+}
+
+static void test_matmul_portable(void **state)
+{
+    (void)state;
+    llmem__kernels_force_portable(true);
+    assert_string_equal(llmem__kernels_isa(), "portable");
+    matmul_all();
+    llmem__kernels_force_portable(false);
+}
+
+/* The two paths agree within rounding on a realistic shape. */
+static void test_paths_agree(void **state)
+{
+    (void)state;
+    size_t n = 768, d = 64, batch = 5;
+    for (size_t t = 0; t < 4; t++) {
+        wmat m;
+        wmat_make(&m, wtypes[t], n, d);
+        float *x = malloc(batch * n * sizeof(float)), *ya = malloc(batch * d * sizeof(float)),
+              *yp = malloc(batch * d * sizeof(float));
+        assert_true(x && ya && yp);
+        for (size_t i = 0; i < batch * n; i++) x[i] = rng_f();
+        llmem__matmul(teams[2], ya, x, m.data, m.type, n, d, batch);
+        llmem__kernels_force_portable(true);
+        llmem__matmul(teams[2], yp, x, m.data, m.type, n, d, batch);
+        llmem__kernels_force_portable(false);
+        for (size_t i = 0; i < batch * d; i++) {
+            double scale = 0;
+            for (size_t c = 0; c < n; c++) scale += fabs(m.val[(i % d) * n + c] * x[(i / d) * n + c]);
+            check_close(ya[i], yp[i], scale, 2e-5, "dispatched vs portable", i);
+        }
+        free(x);
+        free(ya);
+        free(yp);
+        wmat_free(&m);
+    }
+}
+
+static void test_matmul_supports(void **state)
+{
+    (void)state;
+    assert_true(llmem__matmul_supports(F32));
+    assert_true(llmem__matmul_supports(F16));
+    assert_true(llmem__matmul_supports(BF16));
+    assert_true(llmem__matmul_supports(Q8_0));
+    assert_false(llmem__matmul_supports(LLMEM_DTYPE_Q4_0));
+    assert_false(llmem__matmul_supports(99));
+}
+
+/* ---- f16 ------------------------------------------------------------------ */
+
+static void test_f16_all_halves(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = llmem__f16_to_f32((uint16_t)h);
+        double want = ref_f16((uint16_t)h);
+        uint16_t back = llmem__f32_to_f16(f);
+        if (isnan(want)) {
+            if (!isnan(f)) fail_msg("half 0x%04x is NaN, decoded %g", h, f);
+            if ((back & 0x7c00) != 0x7c00 || (back & 0x3ff) == 0) fail_msg("NaN 0x%04x came back as 0x%04x", h, back);
+            if ((back ^ h) & 0x8000) fail_msg("NaN 0x%04x lost its sign: 0x%04x", h, back);
+            continue;
+        }
+        if ((double)f != want) fail_msg("half 0x%04x: %.10g, want %.10g", h, f, want);
+        if ((signbit(f) != 0) != ((h & 0x8000) != 0)) fail_msg("half 0x%04x: sign lost", h);
+        if (back != h) fail_msg("half 0x%04x round trip gave 0x%04x", h, back);
+    }
+}
+
+static void test_f16_rounding(void **state)
+{
+    (void)state;
+    static const struct {
+        float f;
+        uint16_t h;
+    } cases[] = {
+        {0.0f, 0x0000},
+        {-0.0f, 0x8000},
+        {1.0f, 0x3c00},
+        {-2.0f, 0xc000},
+        {65504.0f, 0x7bff},
+        {65519.99f, 0x7bff},
+        {65520.0f, 0x7c00},      /* the tie above the largest half goes to even: inf */
+        {1e10f, 0x7c00},
+        {-1e10f, 0xfc00},
+        {INFINITY, 0x7c00},
+        {-INFINITY, 0xfc00},
+        {0x1p-24f, 0x0001},      /* smallest subnormal */
+        {0x1p-25f, 0x0000},      /* tie between 0 and 2^-24: even, 0 */
+        {0x1.000002p-25f, 0x0001},
+        {0x3p-25f, 0x0002},      /* tie between 1 and 2 units: even, 2 */
+        {0x5p-25f, 0x0002},      /* tie between 2 and 3 units: even, 2 */
+        {0x1p-14f, 0x0400},      /* smallest normal */
+        {0x1p-14f - 0x1p-25f, 0x0400}, /* tie between 0x3ff and 0x400: even, 0x400 */
+        {0x1p-14f - 0x3p-25f, 0x03fe}, /* tie between 0x3fe and 0x3ff: even, 0x3fe */
+        {1.0f + 0x1p-11f, 0x3c00},      /* tie: even, down */
+        {1.0f + 0x3p-11f, 0x3c02},      /* tie: even, up */
+        {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01},
+        {0.1f, 0x2e66},
+        {1e-8f, 0x0000},
+        {0x1p-40f, 0x0000},
+        {-0x1p-30f, 0x8000},
+        {3.14159265f, 0x4248},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint16_t h = llmem__f32_to_f16(cases[i].f);
+        if (h != cases[i].h) fail_msg("f32_to_f16(%a) = 0x%04x, want 0x%04x", (double)cases[i].f, h, cases[i].h);
+    }
+    uint16_t nan = llmem__f32_to_f16(NAN);
+    assert_true((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0);
+    /* A NaN whose payload lies only in the low bits must stay NaN. */
+    uint32_t u = 0x7f800001u;
+    float snan;
+    memcpy(&snan, &u, 4);
+    nan = llmem__f32_to_f16(snan);
+    assert_true((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0);
+
+    /* Random floats: the result is a nearest half, ties to even. */
+    for (int i = 0; i < 300000; i++) {
+        uint32_t bits = (uint32_t)rng_next();
+        /* Mostly in the half range: exponents 2^-30 .. 2^17. */
+        bits = (bits & 0x807fffffu) | ((uint32_t)(97 + rng_next() % 48) << 23);
+        float f;
+        memcpy(&f, &bits, 4);
+        uint16_t h = llmem__f32_to_f16(f);
+        double got = ref_f16(h), err = fabs(got - (double)f);
+        if (isinf(got)) {
+            if (fabs(f) < 65520.0f) fail_msg("%a rounded to inf", (double)f);
+            continue;
+        }
+        /* Neighbours in magnitude (same sign). */
+        uint16_t mag = h & 0x7fff, sign = h & 0x8000;
+        if (mag < 0x7bff) {
+            double up = ref_f16((uint16_t)(sign | (mag + 1)));
+            if (fabs(up - (double)f) < err || (fabs(up - (double)f) == err && (mag & 1)))
+                fail_msg("%a -> 0x%04x, but 0x%04x is nearer or even", (double)f, h, sign | (mag + 1));
+        }
+        if (mag > 0) {
+            double dn = ref_f16((uint16_t)(sign | (mag - 1)));
+            if (fabs(dn - (double)f) < err || (fabs(dn - (double)f) == err && (mag & 1)))
+                fail_msg("%a -> 0x%04x, but 0x%04x is nearer or even", (double)f, h, sign | (mag - 1));
+        }
+    }
+}
+
+/* ---- dequant ----------------------------------------------------------- */
+
+static void test_dequant_q8_0(void **state)
+{
+    (void)state;
+    /* Two rows of 64: row 1 has scales 0.5 and -2^-14 (a subnormal-free
+     * small half), q = -128..127 patterns. */
+    uint8_t w[2 * 2 * 34];
+    memset(w, 0, sizeof w);
+    const uint16_t scales[4] = {0x3c00 /* 1 */, 0x4500 /* 5 */, 0x3800 /* 0.5 */, 0x8400 /* -2^-14 */};
+    for (int b = 0; b < 4; b++) {
+        memcpy(w + b * 34, &scales[b], 2);
+        for (int i = 0; i < 32; i++) w[b * 34 + 2 + i] = (uint8_t)(int8_t)(b % 2 ? 127 - 8 * i : -128 + i * 7);
+    }
+    float out[64];
+    for (size_t row = 0; row < 2; row++) {
+        llmem__dequant_row(Q8_0, w, row, 64, out);
+        for (int c = 0; c < 64; c++) {
+            int b = (int)row * 2 + c / 32, i = c % 32;
+            int q = b % 2 ? 127 - 8 * i : -128 + i * 7;
+            q = (int8_t)(uint8_t)q;
+            double d = b == 0 ? 1.0 : b == 1 ? 5.0 : b == 2 ? 0.5 : -0x1p-14;
+            if ((double)out[c] != d * q) fail_msg("q8_0 row %zu [%d] = %g, want %g", row, c, out[c], d * q);
+        }
+    }
+}
+
+static void test_dequant_other(void **state)
+{
+    (void)state;
+    for (size_t t = 0; t < 3; t++) {
+        wmat m;
+        wmat_make(&m, wtypes[t], 37, 3);
+        float out[37];
+        for (size_t r = 0; r < 3; r++) {
+            llmem__dequant_row(m.type, m.data, r, 37, out);
+            for (size_t c = 0; c < 37; c++) assert_true((double)out[c] == m.val[r * 37 + c]);
+        }
+        wmat_free(&m);
+    }
+    /* bf16 specials. */
+    uint16_t b[4] = {0x3f80, 0xbf80, 0x7f80, 0x7fc0};
+    float o[4];
+    llmem__dequant_row(BF16, b, 0, 4, o);
+    assert_true(o[0] == 1.0f && o[1] == -1.0f && isinf(o[2]) && isnan(o[3]));
+}
+
+/* ---- the small kernels ------------------------------------------------------ */
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < NSIZES; i++) {
+        size_t n = sizes[i];
+        float *x = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float)), *o = malloc(n * sizeof(float));
+        assert_true(x && w && o);
+        for (size_t j = 0; j < n; j++) {
+            x[j] = rng_f() * 3.0f;
+            w[j] = rng_f();
+        }
+        double ss = 0;
+        for (size_t j = 0; j < n; j++) ss += (double)x[j] * x[j];
+        double inv = 1.0 / sqrt(ss / (double)n + 1e-5);
+        llmem__rmsnorm(o, x, w, n, 1e-5f);
+        for (size_t j = 0; j < n; j++) {
+            double ref = w[j] * (x[j] * inv);
+            check_close(o[j], ref, fabs(ref), 1e-5, "rmsnorm", j);
+        }
+        /* In place gives the same bits. */
+        llmem__rmsnorm(x, x, w, n, 1e-5f);
+        assert_memory_equal(x, o, n * sizeof(float));
+        free(x);
+        free(w);
+        free(o);
+    }
+    /* All zeros: eps keeps it finite. */
+    float z[5] = {0}, w1[5] = {1, 1, 1, 1, 1}, o[5];
+    llmem__rmsnorm(o, z, w1, 5, 1e-6f);
+    for (int j = 0; j < 5; j++) assert_true(o[j] == 0.0f);
+}
+
+static void softmax_check(float *x, size_t n)
+{
+    double *ref = malloc(n * sizeof(double));
+    assert_non_null(ref);
+    double mx = -INFINITY, sum = 0;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    for (size_t i = 0; i < n; i++) sum += ref[i] = exp((double)x[i] - mx);
+    llmem__softmax(x, n);
+    double got_sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i]) || x[i] < 0) fail_msg("softmax [%zu] = %g", i, x[i]);
+        check_close(x[i], ref[i] / sum, ref[i] / sum, 2e-6, "softmax", i);
+        got_sum += x[i];
+    }
+    check_close(got_sum, 1.0, 1.0, 1e-5, "softmax sum", n);
+    free(ref);
+}
+
+static void test_softmax(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < NSIZES; i++) {
+        size_t n = sizes[i];
+        float *x = malloc(n * sizeof(float));
+        assert_non_null(x);
+        for (size_t j = 0; j < n; j++) x[j] = rng_f() * 10.0f;
+        softmax_check(x, n);
+        /* Large values: max subtraction keeps expf from overflowing. */
+        for (size_t j = 0; j < n; j++) x[j] = 1000.0f + rng_f() * 20.0f;
+        softmax_check(x, n);
+        for (size_t j = 0; j < n; j++) x[j] = -1e30f + (float)j * 1e24f;
+        softmax_check(x, n);
+        free(x);
+    }
+    /* A vocabulary-sized one. */
+    size_t nv = 32000;
+    float *v = malloc(nv * sizeof(float));
+    assert_non_null(v);
+    for (size_t j = 0; j < nv; j++) v[j] = rng_f() * 5.0f;
+    softmax_check(v, nv);
+    free(v);
+
+    /* -inf entries (masked positions) get 0, the rest share the mass. */
+    float m[6] = {1.0f, -INFINITY, 2.0f, -INFINITY, 3.0f, -INFINITY};
+    llmem__softmax(m, 6);
+    assert_true(m[1] == 0.0f && m[3] == 0.0f && m[5] == 0.0f);
+    check_close(m[0] + m[2] + m[4], 1.0, 1.0, 1e-6, "masked softmax sum", 0);
+    check_close(m[4], exp(0.0) / (exp(-2.0) + exp(-1.0) + 1.0), 1.0, 1e-6, "masked softmax", 4);
+    /* All -inf: uniform rather than NaN. */
+    float a[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    llmem__softmax(a, 4);
+    for (int j = 0; j < 4; j++) assert_true(a[j] == 0.25f);
+    /* +inf takes everything. */
+    float p[3] = {1.0f, INFINITY, 5.0f};
+    llmem__softmax(p, 3);
+    assert_true(p[0] == 0.0f && p[1] == 1.0f && p[2] == 0.0f);
+    /* One element, and FLT_MAX-sized values. */
+    float one = 123.0f;
+    llmem__softmax(&one, 1);
+    assert_true(one == 1.0f);
+    float big[2] = {3e38f, 3e38f};
+    llmem__softmax(big, 2);
+    assert_true(big[0] == 0.5f && big[1] == 0.5f);
+    llmem__softmax(NULL, 0);
+}
+
+static void test_rope(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t heads, head_dim, rope_dim, pos;
+        float theta;
+    } cases[] = {
+        {1, 2, 2, 0, 10000.0f},     {1, 64, 64, 1, 10000.0f}, {4, 48, 48, 7, 10000.0f},
+        {6, 128, 64, 300, 500000.0f}, {2, 32, 32, 4095, 10000.0f}, {3, 10, 6, 12, 10000.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        size_t H = cases[ci].heads, hd = cases[ci].head_dim, rd = cases[ci].rope_dim, pos = cases[ci].pos;
+        float theta = cases[ci].theta;
+        size_t len = H * hd;
+        float *v = malloc(len * sizeof(float)), *in = malloc(len * sizeof(float)), *exact = malloc(len * sizeof(float));
+        assert_true(v && in && exact);
+        for (size_t i = 0; i < len; i++) in[i] = v[i] = exact[i] = rng_f();
+        llmem__rope(v, H, hd, rd, pos, theta);
+        /* run.c's loop, per head, in float: the same bits. */
+        for (size_t h = 0; h < H; h++)
+            for (size_t i = 0; i < rd; i += 2) {
+                float freq = 1.0f / powf(theta, (float)i / (float)rd);
+                float val = (float)pos * freq;
+                float fcr = cosf(val), fci = sinf(val);
+                float *q = exact + h * hd + i;
+                float v0 = q[0], v1 = q[1];
+                q[0] = v0 * fcr - v1 * fci;
+                q[1] = v0 * fci + v1 * fcr;
+            }
+        if (memcmp(v, exact, len * sizeof(float)) != 0) fail_msg("rope case %zu differs from run.c's loop", ci);
+        /* The formula in double: close while the angle is small enough for
+         * float's pos * freq to be accurate. */
+        for (size_t h = 0; h < H; h++)
+            for (size_t i = 0; i < hd; i++) {
+                size_t at = h * hd + i;
+                if (i >= rd) {
+                    if (v[at] != in[at]) fail_msg("rope touched dim %zu beyond rope_dim %zu", i, rd);
+                    continue;
+                }
+                size_t p0 = at - (i % 2);
+                double ang = (double)pos * pow(theta, -(double)(i - i % 2) / (double)rd);
+                double c = cos(ang), s = sin(ang);
+                double ref = i % 2 ? in[p0] * s + in[p0 + 1] * c : in[p0] * c - in[p0 + 1] * s;
+                double tol = 1e-5 + 6e-7 * (double)pos; /* float pos * freq: a few ulp of the angle */
+                if (fabs(v[at] - ref) > tol) fail_msg("rope case %zu [%zu]: %.9g, want %.9g", ci, at, v[at], ref);
+            }
+        free(v);
+        free(in);
+        free(exact);
+    }
+}
+
+static void test_swiglu_dot_axpy(void **state)
+{
+    (void)state;
+    for (size_t si = 0; si < NSIZES; si++) {
+        size_t n = sizes[si];
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *a0 = malloc(n * sizeof(float));
+        assert_true(a && b && a0);
+        for (size_t i = 0; i < n; i++) {
+            a0[i] = a[i] = rng_f() * 8.0f;
+            b[i] = rng_f();
+        }
+        llmem__swiglu(a, b, n);
+        for (size_t i = 0; i < n; i++) {
+            double ref = a0[i] / (1.0 + exp(-(double)a0[i])) * b[i];
+            check_close(a[i], ref, fabs(ref) + 1e-30, 1e-5, "swiglu", i);
+        }
+        for (int path = 0; path < 2; path++) {
+            llmem__kernels_force_portable(path == 1);
+            double ref = 0, scale = 0;
+            for (size_t i = 0; i < n; i++) {
+                ref += (double)a0[i] * b[i];
+                scale += fabs((double)a0[i] * b[i]);
+            }
+            check_close(llmem__dot(a0, b, n), ref, scale, 1e-5, "dot", n);
+            memcpy(a, a0, n * sizeof(float));
+            llmem__axpy(a, 0.37f, b, n);
+            for (size_t i = 0; i < n; i++) {
+                double r = a0[i] + 0.37 * b[i];
+                check_close(a[i], r, fabs(a0[i]) + fabs(0.37 * b[i]), 1e-6, "axpy", i);
+            }
+        }
+        llmem__kernels_force_portable(false);
+        free(a);
+        free(b);
+        free(a0);
+    }
+    /* swiglu at the extremes: silu(-100) is -0, silu(100) is 100. */
+    float e[2] = {-100.0f, 100.0f}, one[2] = {1.0f, 1.0f};
+    llmem__swiglu(e, one, 2);
+    assert_true(e[0] == 0.0f && e[1] == 100.0f);
+    assert_true(llmem__dot(e, one, 0) == 0.0f);
+}
+
+/* ---- benchmark -------------------------------------------------------------- */
+
+/* run.c's matmul, compiled here at the test's optimisation. */
+static void naive_matmul(float *xout, const float *x, const float *w, int n, int d)
+{
+    for (int i = 0; i < d; i++) {
+        float val = 0.0f;
+        for (int j = 0; j < n; j++) val += w[i * n + j] * x[j];
+        xout[i] = val;
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Best GFLOPS over a few timed repetitions of at least min_s each. */
+static double bench_gflops(llmem__threads *th, bool naive, const float *x, const void *w, uint32_t type, size_t n,
+                           size_t d, size_t batch, float *y, double min_s)
+{
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        size_t iters = 0;
+        double t0 = now_s(), t;
+        do {
+            if (naive)
+                for (size_t b = 0; b < batch; b++) naive_matmul(y + b * d, x + b * n, w, (int)n, (int)d);
+            else llmem__matmul(th, y, x, w, type, n, d, batch);
+            iters++;
+            t = now_s() - t0;
+        } while (t < min_s);
+        double g = 2.0 * (double)n * (double)d * (double)batch * (double)iters / t * 1e-9;
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+static void test_bench(void **state)
+{
+    (void)state;
+#if defined(TEST_ASAN) || defined(TEST_TSAN)
+    const double min_s = 0.01;
+#else
+    const double min_s = 0.05;
+#endif
+    const size_t n = 768, d = 768, maxb = 32;
+    wmat m[4];
+    for (int t = 0; t < 4; t++) wmat_make(&m[t], wtypes[t], n, d);
+    float *x = malloc(maxb * n * sizeof(float)), *y = malloc(maxb * d * sizeof(float));
+    assert_true(x && y);
+    for (size_t i = 0; i < maxb * n; i++) x[i] = rng_f();
+
+    printf("  matmul d=n=768 GFLOPS (best of 3; 2 flops per multiply-add)\n");
+    printf("  %-10s %-6s %8s %8s %8s %8s\n", "path", "weight", "b1 t1", "b1 t2", "b32 t1", "b32 t2");
+    for (int path = 0; path < 2; path++) {
+        llmem__kernels_force_portable(path == 1);
+        for (int t = 0; t < 4; t++) {
+            double g[4];
+            int k = 0;
+            for (size_t batch = 1; batch <= maxb; batch += maxb - 1)
+                for (unsigned th = 1; th <= 2; th++)
+                    g[k++] = bench_gflops(teams[th], false, x, m[t].data, m[t].type, n, d, batch, y, min_s);
+            printf("  %-10s %-6s %8.2f %8.2f %8.2f %8.2f\n", llmem__kernels_isa(), type_name(m[t].type), g[0], g[1],
+                   g[2], g[3]);
+        }
+    }
+    llmem__kernels_force_portable(false);
+    double g1 = bench_gflops(NULL, true, x, m[0].data, F32, n, d, 1, y, min_s);
+    double g32 = bench_gflops(NULL, true, x, m[0].data, F32, n, d, maxb, y, min_s);
+    printf("  %-10s %-6s %8.2f %8s %8.2f %8s\n", "naive", "f32", g1, "-", g32, "-");
+    free(x);
+    free(y);
+    for (int t = 0; t < 4; t++) wmat_free(&m[t]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_portable),
+        cmocka_unit_test(test_paths_agree),
+        cmocka_unit_test(test_matmul_supports),
+        cmocka_unit_test(test_f16_all_halves),
+        cmocka_unit_test(test_f16_rounding),
+        cmocka_unit_test(test_dequant_q8_0),
+        cmocka_unit_test(test_dequant_other),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_swiglu_dot_axpy),
+        cmocka_unit_test(test_bench),
+    };
+    return cmocka_run_group_tests(tests, setup_teams, teardown_teams);
+}
