@@ -54,7 +54,6 @@
             fail_msg("last error \"%s\" does not mention \"%s\"", llmem_last_error(), (needle)); \
     } while (0)
 
-/* Resident set size of this process in bytes (from /proc/self/statm). */
 /* Monotonic milliseconds, for tests that must tell whether a delay passed. */
 static inline uint64_t test_now_ms(void)
 {
@@ -63,6 +62,7 @@ static inline uint64_t test_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Resident set size of this process in bytes (from /proc/self/statm). */
 static inline size_t test_rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");

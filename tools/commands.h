@@ -9,6 +9,8 @@ int llmem_cmd_info(int argc, char **argv);
 int llmem_cmd_demo(int argc, char **argv);
 int llmem_cmd_bench(int argc, char **argv);
 int llmem_cmd_replay(int argc, char **argv);
+int llmem_cmd_run(int argc, char **argv);
+int llmem_cmd_synth(int argc, char **argv);
 int llmem_bench_alloc(int argc, char **argv);
 int llmem_bench_waste(int argc, char **argv);
 

@@ -29,5 +29,7 @@
 #include "llmem/model.h"
 #include "llmem/tokenizer.h"
 #include "llmem/sampler.h"
+#include "llmem/stage.h"
+#include "llmem/engine.h"
 
 #endif /* LLMEM_LLMEM_H */

@@ -1640,6 +1640,19 @@ done:
 
 /* ---- stats -------------------------------------------------------------------- */
 
+void llmem_pool_note_stage(llmem_pool *p, const llmem_stage_event *ev)
+{
+    if (!p || !ev || (unsigned)ev->stage >= LLMEM_STAGE_COUNT_) return;
+    /* Under the lock: get_stats copies the figures as a whole. Once per
+     * step, so the lock costs nothing that matters. */
+    pthread_mutex_lock(&p->lock);
+    if (p->st.stage != (uint64_t)ev->stage) p->st.stage_changes_total++;
+    p->st.stage = (uint64_t)ev->stage;
+    if (ev->stage == LLMEM_STAGE_PREFILL) p->st.prefill_steps_total++;
+    if (ev->stage == LLMEM_STAGE_DECODE) p->st.decode_steps_total++;
+    pthread_mutex_unlock(&p->lock);
+}
+
 llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
 {
     if (!cp || !out) return llmem__fail(LLMEM_EINVAL, "pool stats: null argument");
@@ -1710,6 +1723,10 @@ static const llmem_stat_field pool_fields[] = {
     F(GAUGE, handles, "Live movable allocations (handles)."),
     F(COUNTER, compactions_total, "Compactions run."),
     F(COUNTER, moved_bytes_total, "Bytes moved by compaction."),
+    F(GAUGE, stage, "The stage last noted: 0 idle, 1 load, 2 prefill, 3 decode."),
+    F(COUNTER, stage_changes_total, "Stage notes that changed the stage."),
+    F(COUNTER, prefill_steps_total, "Prefill steps noted."),
+    F(COUNTER, decode_steps_total, "Decode steps noted."),
 };
 #undef F
 static const llmem_stats_schema pool_schema = {"pool", sizeof(llmem_pool_stats), LLMEM_ARRAY_LEN(pool_fields),

@@ -1,0 +1,165 @@
+/*
+ * llmem/engine.h - a small CPU inference engine for llama-family models,
+ * with every byte from llmem.
+ *
+ * The model: RMSNorm, rotary embeddings (base and rotated dimensions from
+ * the file), grouped-query attention, SwiGLU, tied or separate classifier;
+ * weights F32, F16, BF16 or Q8_0 read in place from the mapped file
+ * (llmem/model.h).
+ *
+ * Memory:
+ *  - weights: the model's mapping; only 1-D tensors stored in another type
+ *    than f32 are converted, into blocks of the engine's pool;
+ *  - KV cache: an llmem_kv (paged by default) over the engine's pool;
+ *  - activations: one arena, sized at creation for the largest step
+ *    (max_step_tokens tokens), reset after every step, so a step never asks
+ *    the resource or malloc for anything;
+ *  - the engine's own tables (sequences, per-step block tables) are taken
+ *    at creation.
+ * A decode step calls neither malloc nor the resource (test_engine proves
+ * it by counting malloc calls) as long as the pool holds the KV blocks the
+ * step needs: llmem_engine_seq_reserve takes them ahead, at admission.
+ *
+ * A step runs any mix of sequences: each brings n >= 1 new tokens (a
+ * prompt, or one token while decoding); all tokens of the step go through
+ * every matrix multiply together (prefill is matrix-matrix, not a token
+ * loop), attention runs per token against its own sequence's cache, and the
+ * step gives the logits of each sequence's last token.
+ *
+ *     llmem_engine *e;
+ *     llmem_engine_create(model, NULL, &e);
+ *     llmem_engine_seq s;
+ *     llmem_engine_seq_create(e, &s);
+ *     llmem_engine_batch_item it = {s, prompt, n};
+ *     llmem_engine_step(e, &it, 1);                 // prefill
+ *     int32_t tok = llmem_argmax(llmem_engine_logits(e, 0), vocab);
+ *     for (...) { it.tokens = &tok; it.n = 1; llmem_engine_step(e, &it, 1); ... }
+ *     llmem_engine_seq_free(e, s);
+ *
+ * The engine reports its stages (llmem/stage.h) to its pool and to an
+ * optional listener. One thread drives an engine; its kernels run on a team
+ * of worker threads of its own.
+ *
+ * With alloc = LLMEM_ENGINE_ALLOC_MALLOC the same engine takes everything
+ * from the C library instead - a KV buffer of max_seq_len per sequence
+ * (as llama2.c does) and activations malloc'd and freed every step - the
+ * baseline llmem is measured against (llmem run --alloc malloc).
+ */
+#ifndef LLMEM_ENGINE_H
+#define LLMEM_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmem/kv.h"
+#include "llmem/model.h"
+#include "llmem/pool.h"
+#include "llmem/stage.h"
+#include "llmem/stats.h"
+#include "llmem/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmem_engine llmem_engine;
+typedef uint32_t llmem_engine_seq; /* 0 is never a sequence */
+
+typedef enum llmem_engine_alloc {
+    LLMEM_ENGINE_ALLOC_LLMEM = 0,  /* default: pool, KV manager, arena */
+    LLMEM_ENGINE_ALLOC_MALLOC = 1  /* the C library's malloc, as a baseline */
+} llmem_engine_alloc;
+
+typedef struct llmem_engine_options {
+    unsigned threads;              /* kernel threads, the caller included; 0 = online CPUs */
+    uint32_t max_seqs;             /* live sequences at once; default 16 */
+    uint32_t max_step_tokens;      /* tokens in one step (all sequences); default 512. Longer
+                                      prompts are processed in chunks of this many */
+    uint32_t max_seq_len;          /* tokens per sequence; default (and at most) the model's context */
+    llmem_engine_alloc alloc;      /* default LLMEM_ENGINE_ALLOC_LLMEM */
+    llmem_kv_strategy kv_strategy; /* default PAGED */
+    llmem_kv_dtype kv_dtype;       /* F32 (default, exact) or F16 */
+    uint32_t kv_block_tokens;      /* default 16 */
+    size_t kv_budget_bytes;        /* cap on KV storage; 0 = none */
+    llmem_pool *pool;              /* borrowed; default a pool of the engine's own */
+    llmem_stage_fn on_stage;       /* optional listener for stage events */
+    void *stage_ctx;
+} llmem_engine_options;
+
+LLMEM_API llmem_engine_options llmem_engine_options_default(void);
+
+/* An engine over an open model (borrowed: it must outlive the engine).
+ * LLMEM_ENOTSUP for weight types the kernels do not take (Q4_0),
+ * LLMEM_EINVAL for bad options, LLMEM_ENOMEM. */
+LLMEM_API llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_options *opts,
+                                           llmem_engine **out);
+LLMEM_API void llmem_engine_destroy(llmem_engine *e);
+
+/* A new empty sequence; LLMEM_ECAPACITY past max_seqs, LLMEM_ENOMEM when the
+ * KV budget refuses (static strategy). */
+LLMEM_API llmem_status llmem_engine_seq_create(llmem_engine *e, llmem_engine_seq *out);
+/* Free a sequence and its KV (0 is a no-op); LLMEM_EINVAL for an unknown one. */
+LLMEM_API llmem_status llmem_engine_seq_free(llmem_engine *e, llmem_engine_seq s);
+/* Make sure the pool holds memory for `tokens` more tokens of this
+ * sequence's KV, so the steps that write them call no resource and no
+ * malloc (the admission-time reservation of a scheduler). */
+LLMEM_API llmem_status llmem_engine_seq_reserve(llmem_engine *e, llmem_engine_seq s, size_t tokens);
+/* Tokens the sequence holds (its next position). */
+LLMEM_API size_t llmem_engine_seq_length(const llmem_engine *e, llmem_engine_seq s);
+
+typedef struct llmem_engine_batch_item {
+    llmem_engine_seq seq;
+    const int32_t *tokens;         /* n tokens, each < vocab */
+    uint32_t n;                    /* >= 1 */
+} llmem_engine_batch_item;
+
+/* One forward step over items[0..count): each item's tokens are appended
+ * to its sequence. Sequences appear at most once. All or nothing: on
+ * LLMEM_ENOMEM (KV full: preempt someone and retry), LLMEM_ERANGE (past
+ * max_seq_len), LLMEM_EINVAL (bad token, unknown sequence) or
+ * LLMEM_ECAPACITY (more than max_step_tokens tokens or max_seqs items) no
+ * sequence changes. Prompts longer than max_step_tokens: call once per
+ * chunk. */
+LLMEM_API llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *items, size_t count);
+
+/* Logits (vocab floats) of item i's last token from the last step; valid
+ * until the next step. NULL if i is out of range. The caller may modify
+ * them (the sampler does). */
+LLMEM_API float *llmem_engine_logits(llmem_engine *e, size_t i);
+
+/* Report a stage that is not a step: IDLE when the server has no work. */
+LLMEM_API void llmem_engine_set_idle(llmem_engine *e);
+
+typedef struct llmem_engine_stats {
+    size_t struct_size;
+    uint64_t steps_total;
+    uint64_t prefill_tokens_total;     /* tokens of prefill steps: an item brings a prompt (more than
+                                          one token, or a sequence's first) */
+    uint64_t decode_tokens_total;
+    double prefill_seconds_total;
+    double decode_seconds_total;
+    uint64_t sequences;                /* live */
+    uint64_t weights_mapped_bytes;     /* tensor bytes read in place */
+    uint64_t weights_converted_bytes;  /* copies made (1-D tensors not in f32) */
+    uint64_t workspace_bytes;          /* the activation arena */
+    uint64_t workspace_peak_bytes;     /* most of it one step used */
+    uint64_t kv_bytes;                 /* KV storage held now (reserved) */
+    uint64_t kv_used_bytes;            /* of which holding tokens of live sequences */
+    uint64_t kv_peak_bytes;
+    uint64_t pool_reserved_bytes;      /* the engine's pool (0 with malloc) */
+    uint64_t malloc_bytes;             /* ALLOC_MALLOC: bytes malloc'd now (KV and tables) */
+} llmem_engine_stats;
+
+LLMEM_API llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *out);
+LLMEM_API const llmem_stats_schema *llmem_engine_stats_schema(void);
+
+/* The KV manager and pool in use (NULL with ALLOC_MALLOC), for stats. */
+LLMEM_API llmem_kv *llmem_engine_kv(llmem_engine *e);
+LLMEM_API llmem_pool *llmem_engine_pool(llmem_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMEM_ENGINE_H */

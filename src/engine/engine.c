@@ -1,0 +1,840 @@
+/*
+ * engine.c - the llama forward pass over llmem's pool, KV manager and arena.
+ *
+ * A step takes items (sequence, n new tokens). Its T tokens are laid out
+ * as rows: x[T][dim] holds the residual stream of every token of every
+ * item, so each matrix multiply of a layer runs once over all T rows
+ * (llmem__matmul reads each weight row once per step). Attention is the
+ * only per-token part: a token at position p of sequence s attends to
+ * positions 0..p of s, read through s's block table for the layer. The
+ * layer's new K and V are written into the cache before attention runs, so
+ * a prompt token sees the earlier prompt tokens of the same step (causal
+ * prefill in one pass).
+ *
+ * Memory, decided at creation so a step allocates nothing:
+ *  - every activation buffer comes from one fixed arena sized for the
+ *    largest step (max_step_tokens tokens, max_seqs items) and reset at the
+ *    start of each step; logits stay valid until the next step;
+ *  - sequence slots and layer descriptors come from the pool at creation;
+ *  - KV comes from llmem_kv, whose slabs come from the pool;
+ *    llmem_engine_seq_reserve lets a scheduler take them at admission.
+ * With ALLOC_MALLOC, the same buffers are malloc'd and freed every step
+ * and each sequence callocs a max_seq_len cache, as llama2.c does: that is
+ * the baseline the benchmarks compare against.
+ *
+ * Addressing the cache is the same for both: per item and layer, a table of
+ * K and V block bases and a block length in tokens (the KV manager's block,
+ * or the whole max_seq_len buffer). Position p lives in block p / len at
+ * row p % len.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/arena.h"
+#include "llmem/engine.h"
+#include "llmem/sampler.h"
+
+#include "../core/internal.h"
+#include "kernels.h"
+#include "threads.h"
+
+#define SEQ_INDEX_BITS 12
+#define SEQ_INDEX_MASK ((1u << SEQ_INDEX_BITS) - 1)
+#define MAX_SEQS SEQ_INDEX_MASK
+
+typedef struct eng_layer {
+    const void *wq, *wk, *wv, *wo, *w1, *w2, *w3;
+    uint32_t tq, tk, tv, to, t1, t2, t3;
+    const float *attn_norm, *ffn_norm;
+} eng_layer;
+
+typedef struct eng_seq {
+    bool live;
+    uint32_t gen;           /* bumped on free, so a stale id is refused */
+    llmem_kv_seq kvs;       /* ALLOC_LLMEM */
+    size_t len;             /* tokens held */
+    char *kbuf, *vbuf;      /* ALLOC_MALLOC: layers x max_seq_len tokens */
+} eng_seq;
+
+struct llmem_engine {
+    const llmem_model *model;
+    llmem_engine_options o;
+    bool use_malloc;
+    uint32_t L, dim, heads, kvh, hd, qdim, kvdim, ffn, vocab, rope_dim;
+    float theta, eps;
+    const void *embd, *wcls;
+    uint32_t embd_type, wcls_type;
+    const float *out_norm;
+    eng_layer *layers;
+    float *converted;       /* 1-D tensors converted to f32, one block */
+    size_t converted_bytes;
+
+    llmem__threads *th;
+    llmem_pool *pool;
+    bool own_pool;
+    llmem_kv *kv;
+    llmem_arena *arena;
+    size_t ws_bytes;
+    size_t kv_elem, tok_bytes; /* bytes per element, per token's K (or V) in a layer */
+    size_t blocks_max;       /* table entries per sequence */
+
+    eng_seq *seqs;
+    uint32_t live_seqs;
+
+    /* the last step */
+    float *logits;           /* count x vocab */
+    size_t logits_count;
+    void *step_malloc[24];   /* ALLOC_MALLOC: buffers of the last step (17 now) */
+    size_t step_malloc_n;
+
+    llmem_engine_stats st;
+    uint64_t malloc_bytes;
+};
+
+const char *llmem_stage_name(llmem_stage s)
+{
+    static const char *const names[] = {"idle", "load", "prefill", "decode"};
+    return (unsigned)s < LLMEM_STAGE_COUNT_ ? names[s] : "?";
+}
+
+llmem_engine_options llmem_engine_options_default(void)
+{
+    llmem_engine_options o;
+    memset(&o, 0, sizeof o);
+    o.max_seqs = 16;
+    o.max_step_tokens = 512;
+    o.kv_strategy = LLMEM_KV_PAGED;
+    o.kv_dtype = LLMEM_KV_F32;
+    o.kv_block_tokens = 16;
+    return o;
+}
+
+static void notify(llmem_engine *e, llmem_stage stage, uint32_t batch, uint64_t tokens)
+{
+    llmem_stage_event ev = {stage, batch, tokens, llmem__now_ns()};
+    if (e->pool) llmem_pool_note_stage(e->pool, &ev);
+    if (e->o.on_stage) e->o.on_stage(e->o.stage_ctx, &ev);
+}
+
+/* ---- memory the engine keeps: pool, or malloc as the baseline ---------------------- */
+
+static void *keep_alloc(llmem_engine *e, size_t bytes)
+{
+    if (e->use_malloc) {
+        void *p = calloc(1, bytes);
+        if (p) e->malloc_bytes += bytes;
+        return p;
+    }
+    return llmem_pool_calloc(e->pool, 1, bytes, NULL);
+}
+
+static void keep_free(llmem_engine *e, void *p, size_t bytes)
+{
+    if (!p) return;
+    if (e->use_malloc) {
+        free(p);
+        e->malloc_bytes -= bytes;
+    } else {
+        llmem_pool_free(e->pool, p);
+    }
+}
+
+/* ---- weights ------------------------------------------------------------------------ */
+
+static llmem_status want_tensor(const llmem_model *m, const char *name, const llmem_tensor **t)
+{
+    llmem_status st = llmem_model_tensor(m, name, t);
+    if (st) return llmem__fail(st, "engine: the model has no tensor '%s'", name);
+    return LLMEM_OK;
+}
+
+static llmem_status want_matrix(const llmem_model *m, const char *name, uint64_t n, uint64_t d, const void **w,
+                                uint32_t *type)
+{
+    const llmem_tensor *t;
+    llmem_status st = want_tensor(m, name, &t);
+    if (st) return st;
+    if (t->dims[0] != n || t->n_elements != n * d)
+        return llmem__fail(LLMEM_EFORMAT, "engine: tensor '%s' is not %llu x %llu", name, (unsigned long long)d,
+                           (unsigned long long)n);
+    if (!llmem__matmul_supports(t->type))
+        return llmem__fail(LLMEM_ENOTSUP, "engine: tensor '%s' has type %s, which the kernels do not take", name,
+                           llmem_dtype_name(t->type));
+    *w = t->data;
+    *type = t->type;
+    return LLMEM_OK;
+}
+
+/* A 1-D tensor as f32: in place when it is f32, else converted into
+ * e->converted at *used (counted only, when fill is false). */
+static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, bool fill, const float **out,
+                                size_t *used)
+{
+    const llmem_tensor *t;
+    llmem_status st = want_tensor(e->model, name, &t);
+    if (st) return st;
+    if (t->n_elements != n)
+        return llmem__fail(LLMEM_EFORMAT, "engine: tensor '%s' has %llu elements, not %llu", name,
+                           (unsigned long long)t->n_elements, (unsigned long long)n);
+    if (t->type == LLMEM_DTYPE_F32) {
+        *out = t->data;
+        return LLMEM_OK;
+    }
+    if (!llmem__matmul_supports(t->type))
+        return llmem__fail(LLMEM_ENOTSUP, "engine: tensor '%s' has type %s", name, llmem_dtype_name(t->type));
+    if (fill) {
+        float *dst = e->converted + *used;
+        llmem__dequant_row(t->type, t->data, 0, n, dst);
+        *out = dst;
+    }
+    *used += n;
+    return LLMEM_OK;
+}
+
+static llmem_status bind_vectors(llmem_engine *e, bool fill, size_t *used)
+{
+    char name[96];
+    llmem_status st;
+    for (uint32_t l = 0; l < e->L; l++) {
+        eng_layer *ly = &e->layers[l];
+        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
+        if ((st = want_vector(e, name, e->dim, fill, &ly->attn_norm, used))) return st;
+        snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
+        if ((st = want_vector(e, name, e->dim, fill, &ly->ffn_norm, used))) return st;
+    }
+    return want_vector(e, "output_norm.weight", e->dim, fill, &e->out_norm, used);
+}
+
+static llmem_status bind_weights(llmem_engine *e)
+{
+    const llmem_model *m = e->model;
+    char name[96];
+    llmem_status st;
+    for (uint32_t l = 0; l < e->L; l++) {
+        eng_layer *ly = &e->layers[l];
+#define MAT(field, type, suffix, n, d)                                                                              \
+    snprintf(name, sizeof name, "blk.%u." suffix ".weight", l);                                                     \
+    if ((st = want_matrix(m, name, n, d, &ly->field, &ly->type))) return st;
+        MAT(wq, tq, "attn_q", e->dim, e->qdim)
+        MAT(wk, tk, "attn_k", e->dim, e->kvdim)
+        MAT(wv, tv, "attn_v", e->dim, e->kvdim)
+        MAT(wo, to, "attn_output", e->qdim, e->dim)
+        MAT(w1, t1, "ffn_gate", e->dim, e->ffn)
+        MAT(w2, t2, "ffn_down", e->ffn, e->dim)
+        MAT(w3, t3, "ffn_up", e->dim, e->ffn)
+#undef MAT
+    }
+    if ((st = want_matrix(m, "token_embd.weight", e->dim, e->vocab, &e->embd, &e->embd_type))) return st;
+    const llmem_tensor *out;
+    if (llmem_model_tensor(m, "output.weight", &out) == LLMEM_OK) {
+        if ((st = want_matrix(m, "output.weight", e->dim, e->vocab, &e->wcls, &e->wcls_type))) return st;
+    } else {
+        e->wcls = e->embd;
+        e->wcls_type = e->embd_type;
+    }
+    /* Count the f32 copies needed, take them in one block, then fill. */
+    size_t n = 0;
+    if ((st = bind_vectors(e, false, &n))) return st;
+    if (n) {
+        e->converted_bytes = n * sizeof(float);
+        if (!(e->converted = keep_alloc(e, e->converted_bytes)))
+            return llmem__fail(LLMEM_ENOMEM, "engine: no memory for %zu bytes of converted weights",
+                               e->converted_bytes);
+    }
+    n = 0;
+    return bind_vectors(e, true, &n);
+}
+
+/* ---- the activation workspace --------------------------------------------------------- */
+
+typedef struct step_bufs {
+    uint32_t *tok_item, *tok_pos;  /* per token row */
+    float *x, *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2;
+    float *scores;                 /* threads x max_seq_len */
+    void **ktab, **vtab;           /* items x blocks_max */
+    size_t *tab_len;               /* items: tokens per block */
+    float *xlast, *logits;         /* items x dim, items x vocab */
+} step_bufs;
+
+#define WS_ALIGN 64
+
+/* Lay out the buffers of a step of T tokens and S items: with base NULL it
+ * only adds up the bytes; else it carves them from base. */
+static size_t layout(const llmem_engine *e, size_t T, size_t S, char *base, step_bufs *b)
+{
+    size_t off = 0;
+    unsigned nth = llmem__threads_count(e->th);
+#define TAKE(field, count)                                                                                         \
+    do {                                                                                                           \
+        size_t bytes_ = (size_t)(count) * sizeof(*b->field);                                                       \
+        if (base) b->field = (void *)(base + off);                                                                 \
+        off += (bytes_ + WS_ALIGN - 1) & ~(size_t)(WS_ALIGN - 1);                                                  \
+    } while (0)
+    TAKE(tok_item, T);
+    TAKE(tok_pos, T);
+    TAKE(x, T * e->dim);
+    TAKE(xb, T * e->dim);
+    TAKE(xb2, T * e->dim);
+    TAKE(q, T * e->qdim);
+    TAKE(k, T * e->kvdim);
+    TAKE(v, T * e->kvdim);
+    TAKE(att_out, T * e->qdim);
+    TAKE(hb, T * e->ffn);
+    TAKE(hb2, T * e->ffn);
+    TAKE(scores, (size_t)nth * e->o.max_seq_len);
+    TAKE(ktab, S * e->blocks_max);
+    TAKE(vtab, S * e->blocks_max);
+    TAKE(tab_len, S);
+    TAKE(xlast, S * e->dim);
+    TAKE(logits, S * e->vocab);
+#undef TAKE
+    return off;
+}
+
+/* ---- create / destroy ----------------------------------------------------------------- */
+
+static llmem_status check_options(const llmem_model_config *c, llmem_engine_options *o)
+{
+    if (!o->max_seqs) o->max_seqs = 16;
+    if (!o->max_step_tokens) o->max_step_tokens = 512;
+    if (!o->kv_block_tokens) o->kv_block_tokens = 16;
+    if (!o->max_seq_len) o->max_seq_len = c->shape.max_ctx;
+    if (o->max_seqs > MAX_SEQS) return llmem__fail(LLMEM_EINVAL, "engine: max_seqs %u above %u", o->max_seqs, MAX_SEQS);
+    if (o->max_seq_len > c->shape.max_ctx)
+        return llmem__fail(LLMEM_EINVAL, "engine: max_seq_len %u above the model's context %u", o->max_seq_len,
+                           c->shape.max_ctx);
+    if (o->max_step_tokens > (1u << 20))
+        return llmem__fail(LLMEM_EINVAL, "engine: max_step_tokens %u is absurd", o->max_step_tokens);
+    if (o->kv_dtype != LLMEM_KV_F32 && o->kv_dtype != LLMEM_KV_F16)
+        return llmem__fail(LLMEM_ENOTSUP, "engine: KV element type %d not supported (f32 or f16)", (int)o->kv_dtype);
+    if (o->alloc != LLMEM_ENGINE_ALLOC_LLMEM && o->alloc != LLMEM_ENGINE_ALLOC_MALLOC)
+        return llmem__fail(LLMEM_EINVAL, "engine: unknown alloc mode %d", (int)o->alloc);
+    if ((unsigned)o->kv_strategy > LLMEM_KV_BUCKETS)
+        return llmem__fail(LLMEM_EINVAL, "engine: unknown KV strategy %d", (int)o->kv_strategy);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_options *opts, llmem_engine **out)
+{
+    if (!m || !out) return llmem__fail(LLMEM_EINVAL, "engine create: null argument");
+    *out = NULL;
+    const llmem_model_config *c = llmem_model_get_config(m);
+    llmem_engine_options o = opts ? *opts : llmem_engine_options_default();
+    llmem_status st = check_options(c, &o);
+    if (st) return st;
+    llmem_engine *e = calloc(1, sizeof *e);
+    if (!e) return llmem__fail(LLMEM_ENOMEM, "engine: no memory");
+    e->model = m;
+    e->o = o;
+    e->use_malloc = o.alloc == LLMEM_ENGINE_ALLOC_MALLOC;
+    const llmem_shape *s = &c->shape;
+    e->L = s->layers;
+    e->dim = s->hidden;
+    e->heads = s->heads;
+    e->kvh = s->kv_heads;
+    e->hd = s->head_dim;
+    e->qdim = s->heads * s->head_dim;
+    e->kvdim = s->kv_heads * s->head_dim;
+    e->ffn = s->ffn;
+    e->vocab = s->vocab;
+    e->rope_dim = c->rope_dim ? c->rope_dim : s->head_dim;
+    e->theta = (float)s->rope_theta;
+    e->eps = c->norm_eps > 0 ? c->norm_eps : 1e-5f;
+    e->kv_elem = o.kv_dtype == LLMEM_KV_F16 ? 2 : 4;
+    e->tok_bytes = (size_t)e->kvdim * e->kv_elem;
+
+    if (!e->use_malloc) {
+        e->pool = o.pool;
+        if (!e->pool) {
+            llmem_pool_options po = llmem_pool_options_default();
+            po.name = "engine";
+            /* Plain pages, small first superblock: the KV grows a block at a
+             * time, and a transparent huge page would make one touched
+             * block cost 2 MiB of RSS (measured: 6.0 vs 3.8 MB peak on
+             * stories260K). The pool still grows geometrically. */
+            po.resource = llmem_resource_default();
+            po.first_superblock_bytes = 1u << 20;
+            if ((st = llmem_pool_create(&po, &e->pool))) goto fail;
+            e->own_pool = true;
+        }
+    }
+    notify(e, LLMEM_STAGE_LOAD, 0, 0);
+    if ((st = llmem__threads_create(o.threads, &e->th))) goto fail;
+    if (!(e->layers = keep_alloc(e, (size_t)e->L * sizeof *e->layers)) ||
+        !(e->seqs = keep_alloc(e, (size_t)o.max_seqs * sizeof *e->seqs))) {
+        st = llmem__fail(LLMEM_ENOMEM, "engine: no memory for its tables");
+        goto fail;
+    }
+    if ((st = bind_weights(e))) goto fail;
+
+    if (!e->use_malloc) {
+        llmem_kv_options ko = llmem_kv_options_default();
+        ko.name = "engine-kv";
+        ko.strategy = o.kv_strategy;
+        ko.layers = e->L;
+        ko.kv_heads = e->kvh;
+        ko.head_dim = e->hd;
+        ko.dtype = o.kv_dtype;
+        ko.block_tokens = o.kv_block_tokens;
+        ko.max_seq_len = o.max_seq_len;
+        ko.budget_bytes = o.kv_budget_bytes;
+        ko.pool = e->pool;
+        if ((st = llmem_kv_create(&ko, &e->kv))) goto fail;
+        /* STATIC and BUCKETS hand a sequence's buffer out as a run of blocks;
+         * PAGED at most one block more than its tokens need. */
+        e->blocks_max = ((size_t)o.max_seq_len + o.kv_block_tokens - 1) / o.kv_block_tokens + 1;
+    } else {
+        e->blocks_max = 1;
+    }
+
+    e->ws_bytes = layout(e, o.max_step_tokens, o.max_seqs, NULL, NULL);
+    if (!e->use_malloc) {
+        llmem_arena_options ao = llmem_arena_options_default();
+        ao.name = "engine-workspace";
+        ao.capacity_bytes = e->ws_bytes + WS_ALIGN;
+        if ((st = llmem_arena_create(&ao, &e->arena))) goto fail;
+    }
+    e->st.weights_mapped_bytes = 0;
+    for (size_t i = 0; i < llmem_model_tensor_count(m); i++)
+        e->st.weights_mapped_bytes += llmem_model_tensor_at(m, i)->bytes;
+    e->st.weights_converted_bytes = e->converted_bytes;
+    e->st.workspace_bytes = e->use_malloc ? 0 : e->ws_bytes;
+    notify(e, LLMEM_STAGE_IDLE, 0, 0);
+    *out = e;
+    return LLMEM_OK;
+fail:
+    llmem_engine_destroy(e);
+    return st;
+}
+
+static void free_step_malloc(llmem_engine *e)
+{
+    for (size_t i = 0; i < e->step_malloc_n; i++) free(e->step_malloc[i]);
+    e->step_malloc_n = 0;
+    e->logits = NULL;
+}
+
+void llmem_engine_destroy(llmem_engine *e)
+{
+    if (!e) return;
+    if (e->seqs)
+        for (uint32_t i = 0; i < e->o.max_seqs; i++) {
+            eng_seq *q = &e->seqs[i];
+            if (!q->live) continue;
+            if (e->kv) llmem_kv_seq_free(e->kv, q->kvs);
+            size_t bytes = (size_t)e->L * e->o.max_seq_len * e->tok_bytes;
+            keep_free(e, q->kbuf, bytes);
+            keep_free(e, q->vbuf, bytes);
+        }
+    free_step_malloc(e);
+    llmem_kv_destroy(e->kv);
+    llmem_arena_destroy(e->arena);
+    keep_free(e, e->converted, e->converted_bytes);
+    keep_free(e, e->seqs, (size_t)e->o.max_seqs * sizeof *e->seqs);
+    keep_free(e, e->layers, (size_t)e->L * sizeof *e->layers);
+    llmem__threads_destroy(e->th);
+    if (e->own_pool) llmem_pool_destroy(e->pool);
+    free(e);
+}
+
+/* ---- sequences ---------------------------------------------------------------------- */
+
+static eng_seq *seq_get(const llmem_engine *e, llmem_engine_seq id)
+{
+    uint32_t idx = id & SEQ_INDEX_MASK;
+    if (!idx || idx > e->o.max_seqs) return NULL;
+    eng_seq *q = &e->seqs[idx - 1];
+    if (!q->live || q->gen != id >> SEQ_INDEX_BITS) return NULL;
+    return q;
+}
+
+llmem_status llmem_engine_seq_create(llmem_engine *e, llmem_engine_seq *out)
+{
+    if (!e || !out) return llmem__fail(LLMEM_EINVAL, "engine seq create: null argument");
+    uint32_t idx = 0;
+    while (idx < e->o.max_seqs && e->seqs[idx].live) idx++;
+    if (idx == e->o.max_seqs)
+        return llmem__fail(LLMEM_ECAPACITY, "engine: all %u sequence slots are in use", e->o.max_seqs);
+    eng_seq *q = &e->seqs[idx];
+    llmem_status st;
+    if (e->kv) {
+        if ((st = llmem_kv_seq_create(e->kv, 0, &q->kvs))) return st;
+    } else {
+        size_t bytes = (size_t)e->L * e->o.max_seq_len * e->tok_bytes;
+        q->kbuf = keep_alloc(e, bytes);
+        q->vbuf = keep_alloc(e, bytes);
+        if (!q->kbuf || !q->vbuf) {
+            keep_free(e, q->kbuf, bytes);
+            keep_free(e, q->vbuf, bytes);
+            q->kbuf = q->vbuf = NULL;
+            return llmem__fail(LLMEM_ENOMEM, "engine: no memory for a %zu-byte KV buffer", 2 * bytes);
+        }
+    }
+    q->live = true;
+    q->len = 0;
+    e->live_seqs++;
+    *out = (q->gen << SEQ_INDEX_BITS) | (idx + 1);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_engine_seq_free(llmem_engine *e, llmem_engine_seq s)
+{
+    if (!e) return llmem__fail(LLMEM_EINVAL, "engine seq free: null engine");
+    if (!s) return LLMEM_OK;
+    eng_seq *q = seq_get(e, s);
+    if (!q) return llmem__fail(LLMEM_EINVAL, "engine: sequence %u is not live", s);
+    if (e->kv) llmem_kv_seq_free(e->kv, q->kvs);
+    size_t bytes = (size_t)e->L * e->o.max_seq_len * e->tok_bytes;
+    keep_free(e, q->kbuf, bytes);
+    keep_free(e, q->vbuf, bytes);
+    q->kbuf = q->vbuf = NULL;
+    q->live = false;
+    q->gen = (q->gen + 1) & ((1u << (32 - SEQ_INDEX_BITS)) - 1);
+    e->live_seqs--;
+    return LLMEM_OK;
+}
+
+size_t llmem_engine_seq_length(const llmem_engine *e, llmem_engine_seq s)
+{
+    const eng_seq *q = e ? seq_get(e, s) : NULL;
+    return q ? q->len : 0;
+}
+
+llmem_status llmem_engine_seq_reserve(llmem_engine *e, llmem_engine_seq s, size_t tokens)
+{
+    if (!e) return llmem__fail(LLMEM_EINVAL, "engine seq reserve: null engine");
+    eng_seq *q = seq_get(e, s);
+    if (!q) return llmem__fail(LLMEM_EINVAL, "engine: sequence %u is not live", s);
+    if (!e->kv) return LLMEM_OK; /* the malloc baseline holds max_seq_len already */
+    size_t want = q->len + tokens;
+    if (want > e->o.max_seq_len) want = e->o.max_seq_len;
+    size_t B = e->o.kv_block_tokens;
+    size_t blocks = (want + B - 1) / B - (q->len + B - 1) / B;
+    if (!blocks) return LLMEM_OK;
+    /* New blocks come in slabs per layer; one slab more covers the rounding. */
+    size_t bytes = (blocks + 2) * llmem_kv_block_bytes(e->kv) * e->L;
+    return llmem_pool_reserve(e->pool, bytes);
+}
+
+/* ---- the step --------------------------------------------------------------------------- */
+
+typedef struct attn_ctx {
+    llmem_engine *e;
+    step_bufs *b;
+    size_t T;
+    uint32_t layer;
+} attn_ctx;
+
+static inline const void *cache_row(const step_bufs *b, const llmem_engine *e, void **tab, uint32_t item, size_t pos)
+{
+    size_t len = b->tab_len[item];
+    return (const char *)tab[(size_t)item * e->blocks_max + pos / len] + (pos % len) * e->tok_bytes;
+}
+
+static void attention_part(void *ctx, unsigned index, unsigned count)
+{
+    attn_ctx *a = ctx;
+    llmem_engine *e = a->e;
+    step_bufs *b = a->b;
+    size_t lo, hi, hd = e->hd, group = e->heads / e->kvh;
+    llmem__threads_split(a->T * e->heads, 1, index, count, &lo, &hi);
+    float *att = b->scores + (size_t)index * e->o.max_seq_len;
+    float scale = 1.0f / sqrtf((float)hd);
+    bool f16 = e->kv_elem == 2;
+    for (size_t task = lo; task < hi; task++) {
+        size_t t = task / e->heads, h = task % e->heads, kvoff = (h / group) * hd;
+        uint32_t item = b->tok_item[t];
+        size_t pos = b->tok_pos[t];
+        const float *qv = b->q + t * e->qdim + h * hd;
+        for (size_t p = 0; p <= pos; p++) {
+            const void *kr = cache_row(b, e, b->ktab, item, p);
+            float sc;
+            if (f16) {
+                const uint16_t *k16 = (const uint16_t *)kr + kvoff;
+                sc = 0;
+                for (size_t i = 0; i < hd; i++) sc += qv[i] * llmem__f16_to_f32(k16[i]);
+            } else {
+                sc = llmem__dot(qv, (const float *)kr + kvoff, hd);
+            }
+            att[p] = sc * scale;
+        }
+        llmem__softmax(att, pos + 1);
+        float *o = b->att_out + t * e->qdim + h * hd;
+        memset(o, 0, hd * sizeof *o);
+        for (size_t p = 0; p <= pos; p++) {
+            const void *vr = cache_row(b, e, b->vtab, item, p);
+            if (f16) {
+                const uint16_t *v16 = (const uint16_t *)vr + kvoff;
+                for (size_t i = 0; i < hd; i++) o[i] += att[p] * llmem__f16_to_f32(v16[i]);
+            } else {
+                llmem__axpy(o, att[p], (const float *)vr + kvoff, hd);
+            }
+        }
+    }
+}
+
+static void store_row(const llmem_engine *e, void *dst, const float *src)
+{
+    if (e->kv_elem == 4) {
+        memcpy(dst, src, e->tok_bytes);
+    } else {
+        uint16_t *d = dst;
+        for (size_t i = 0; i < e->kvdim; i++) d[i] = llmem__f32_to_f16(src[i]);
+    }
+}
+
+/* Fill item i's block table for a layer. */
+static llmem_status fill_table(llmem_engine *e, step_bufs *b, eng_seq *q, uint32_t item, uint32_t layer)
+{
+    void **kt = b->ktab + (size_t)item * e->blocks_max, **vt = b->vtab + (size_t)item * e->blocks_max;
+    if (!e->kv) {
+        size_t layer_bytes = (size_t)e->o.max_seq_len * e->tok_bytes;
+        kt[0] = q->kbuf + layer * layer_bytes;
+        vt[0] = q->vbuf + layer * layer_bytes;
+        b->tab_len[item] = e->o.max_seq_len;
+        return LLMEM_OK;
+    }
+    size_t n;
+    llmem_status st = llmem_kv_seq_table(e->kv, q->kvs, layer, kt, vt, e->blocks_max, &n);
+    if (st) return st;
+    if (n > e->blocks_max) return llmem__fail(LLMEM_ECORRUPT, "engine: block table of %zu blocks", n);
+    b->tab_len[item] = e->o.kv_block_tokens;
+    return LLMEM_OK;
+}
+
+static void *step_take(llmem_engine *e, size_t bytes)
+{
+    if (!e->use_malloc) return llmem_arena_alloc(e->arena, bytes, WS_ALIGN, NULL);
+    void *p = malloc(bytes);
+    if (p) e->step_malloc[e->step_malloc_n++] = p;
+    return p;
+}
+
+static llmem_status step_buffers(llmem_engine *e, size_t T, size_t S, step_bufs *b)
+{
+    if (!e->use_malloc) {
+        llmem_arena_reset(e->arena);
+        size_t bytes = layout(e, T, S, NULL, NULL);
+        char *base = step_take(e, bytes);
+        if (!base) return llmem__fail(LLMEM_ENOMEM, "engine: workspace of %zu bytes refused", bytes);
+        layout(e, T, S, base, b);
+        return LLMEM_OK;
+    }
+    /* The baseline: every buffer its own malloc, freed at the next step. */
+    free_step_malloc(e);
+#define GET(field, count)                                                                                          \
+    if (!(b->field = step_take(e, (size_t)(count) * sizeof(*b->field) + 1))) goto nomem;
+    unsigned nth = llmem__threads_count(e->th);
+    GET(tok_item, T) GET(tok_pos, T) GET(x, T * e->dim) GET(xb, T * e->dim) GET(xb2, T * e->dim)
+    GET(q, T * e->qdim) GET(k, T * e->kvdim) GET(v, T * e->kvdim) GET(att_out, T * e->qdim)
+    GET(hb, T * e->ffn) GET(hb2, T * e->ffn) GET(scores, (size_t)nth * e->o.max_seq_len)
+    GET(ktab, S) GET(vtab, S) GET(tab_len, S) GET(xlast, S * e->dim) GET(logits, S * e->vocab)
+#undef GET
+    return LLMEM_OK;
+nomem:
+    free_step_malloc(e);
+    return llmem__fail(LLMEM_ENOMEM, "engine: malloc refused a step buffer");
+}
+
+llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *items, size_t count)
+{
+    if (!e || !items || !count) return llmem__fail(LLMEM_EINVAL, "engine step: null engine, items or empty batch");
+    if (count > e->o.max_seqs)
+        return llmem__fail(LLMEM_ECAPACITY, "engine step: %zu items, at most %u", count, e->o.max_seqs);
+    size_t T = 0;
+    bool prefill = false;
+    for (size_t i = 0; i < count; i++) {
+        const llmem_engine_batch_item *it = &items[i];
+        eng_seq *q = seq_get(e, it->seq);
+        if (!q) return llmem__fail(LLMEM_EINVAL, "engine step: item %zu: sequence %u is not live", i, it->seq);
+        if (!it->tokens || !it->n) return llmem__fail(LLMEM_EINVAL, "engine step: item %zu has no tokens", i);
+        for (size_t j = 0; j < i; j++)
+            if (items[j].seq == it->seq)
+                return llmem__fail(LLMEM_EINVAL, "engine step: sequence %u appears twice", it->seq);
+        for (uint32_t j = 0; j < it->n; j++)
+            if (it->tokens[j] < 0 || (uint32_t)it->tokens[j] >= e->vocab)
+                return llmem__fail(LLMEM_EINVAL, "engine step: item %zu token %u is %d, outside the vocabulary (%u)",
+                                   i, j, it->tokens[j], e->vocab);
+        if (q->len + it->n > e->o.max_seq_len)
+            return llmem__fail(LLMEM_ERANGE, "engine step: sequence %u would hold %zu tokens, max_seq_len is %u",
+                               it->seq, q->len + it->n, e->o.max_seq_len);
+        T += it->n;
+        if (it->n > 1 || q->len == 0) prefill = true; /* a prompt, even of one token */
+    }
+    if (T > e->o.max_step_tokens)
+        return llmem__fail(LLMEM_ECAPACITY, "engine step: %zu tokens, at most %u per step", T, e->o.max_step_tokens);
+
+    uint64_t t0 = llmem__now_ns();
+    notify(e, prefill ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE, (uint32_t)count, T);
+
+    /* KV slots first: all or nothing. */
+    if (e->kv) {
+        for (size_t i = 0; i < count; i++) {
+            eng_seq *q = seq_get(e, items[i].seq);
+            llmem_status st = llmem_kv_seq_append(e->kv, q->kvs, items[i].n, items[i].tokens, NULL);
+            if (st) {
+                for (size_t j = 0; j < i; j++) {
+                    eng_seq *r = seq_get(e, items[j].seq);
+                    llmem_kv_seq_truncate(e->kv, r->kvs, r->len);
+                }
+                return st;
+            }
+        }
+    }
+    step_bufs b;
+    llmem_status st = step_buffers(e, T, count, &b);
+    if (st) {
+        for (size_t i = 0; e->kv && i < count; i++) {
+            eng_seq *r = seq_get(e, items[i].seq);
+            llmem_kv_seq_truncate(e->kv, r->kvs, r->len);
+        }
+        return st;
+    }
+
+    /* Token rows: item, position, embedding. */
+    size_t t = 0;
+    for (size_t i = 0; i < count; i++) {
+        eng_seq *q = seq_get(e, items[i].seq);
+        for (uint32_t j = 0; j < items[i].n; j++, t++) {
+            b.tok_item[t] = (uint32_t)i;
+            b.tok_pos[t] = (uint32_t)(q->len + j);
+            llmem__dequant_row(e->embd_type, e->embd, (size_t)items[i].tokens[j], e->dim, b.x + t * e->dim);
+        }
+    }
+
+    llmem__threads *th = e->th;
+    for (uint32_t l = 0; l < e->L; l++) {
+        const eng_layer *ly = &e->layers[l];
+        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b.xb + r * e->dim, b.x + r * e->dim, ly->attn_norm, e->dim, e->eps);
+        llmem__matmul(th, b.q, b.xb, ly->wq, ly->tq, e->dim, e->qdim, T);
+        llmem__matmul(th, b.k, b.xb, ly->wk, ly->tk, e->dim, e->kvdim, T);
+        llmem__matmul(th, b.v, b.xb, ly->wv, ly->tv, e->dim, e->kvdim, T);
+        for (size_t r = 0; r < T; r++) {
+            llmem__rope(b.q + r * e->qdim, e->heads, e->hd, e->rope_dim, b.tok_pos[r], e->theta);
+            llmem__rope(b.k + r * e->kvdim, e->kvh, e->hd, e->rope_dim, b.tok_pos[r], e->theta);
+        }
+        for (size_t i = 0; i < count; i++)
+            if ((st = fill_table(e, &b, seq_get(e, items[i].seq), (uint32_t)i, l))) goto broken;
+        for (size_t r = 0; r < T; r++) {
+            store_row(e, (void *)(uintptr_t)cache_row(&b, e, b.ktab, b.tok_item[r], b.tok_pos[r]), b.k + r * e->kvdim);
+            store_row(e, (void *)(uintptr_t)cache_row(&b, e, b.vtab, b.tok_item[r], b.tok_pos[r]), b.v + r * e->kvdim);
+        }
+        attn_ctx ac = {e, &b, T, l};
+        llmem__threads_run(th, attention_part, &ac);
+        llmem__matmul(th, b.xb2, b.att_out, ly->wo, ly->to, e->qdim, e->dim, T);
+        for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xb2 + r * e->dim, e->dim);
+
+        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b.xb + r * e->dim, b.x + r * e->dim, ly->ffn_norm, e->dim, e->eps);
+        llmem__matmul(th, b.hb, b.xb, ly->w1, ly->t1, e->dim, e->ffn, T);
+        llmem__matmul(th, b.hb2, b.xb, ly->w3, ly->t3, e->dim, e->ffn, T);
+        llmem__swiglu(b.hb, b.hb2, T * e->ffn);
+        llmem__matmul(th, b.xb2, b.hb, ly->w2, ly->t2, e->ffn, e->dim, T);
+        for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xb2 + r * e->dim, e->dim);
+    }
+
+    /* The classifier only for each item's last token. */
+    t = 0;
+    for (size_t i = 0; i < count; i++) {
+        t += items[i].n;
+        llmem__rmsnorm(b.xlast + i * e->dim, b.x + (t - 1) * e->dim, e->out_norm, e->dim, e->eps);
+    }
+    llmem__matmul(th, b.logits, b.xlast, e->wcls, e->wcls_type, e->dim, e->vocab, count);
+    e->logits = b.logits;
+    e->logits_count = count;
+
+    for (size_t i = 0; i < count; i++) seq_get(e, items[i].seq)->len += items[i].n;
+    double secs = (double)(llmem__now_ns() - t0) * 1e-9;
+    e->st.steps_total++;
+    if (prefill) {
+        e->st.prefill_tokens_total += T;
+        e->st.prefill_seconds_total += secs;
+    } else {
+        e->st.decode_tokens_total += T;
+        e->st.decode_seconds_total += secs;
+    }
+    if (e->arena) {
+        llmem_arena_stats as = {sizeof as};
+        if (llmem_arena_get_stats(e->arena, &as) == LLMEM_OK && as.used_bytes > e->st.workspace_peak_bytes)
+            e->st.workspace_peak_bytes = as.used_bytes;
+    }
+    return LLMEM_OK;
+broken:
+    /* Only a damaged KV manager gets here; the appended slots go back. */
+    for (size_t i = 0; e->kv && i < count; i++) {
+        eng_seq *r = seq_get(e, items[i].seq);
+        llmem_kv_seq_truncate(e->kv, r->kvs, r->len);
+    }
+    e->logits = NULL;
+    e->logits_count = 0;
+    return st;
+}
+
+float *llmem_engine_logits(llmem_engine *e, size_t i)
+{
+    if (!e || !e->logits || i >= e->logits_count) return NULL;
+    return e->logits + i * e->vocab;
+}
+
+void llmem_engine_set_idle(llmem_engine *e)
+{
+    if (e) notify(e, LLMEM_STAGE_IDLE, 0, 0);
+}
+
+llmem_kv *llmem_engine_kv(llmem_engine *e) { return e ? e->kv : NULL; }
+llmem_pool *llmem_engine_pool(llmem_engine *e) { return e ? e->pool : NULL; }
+
+llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *out)
+{
+    if (!e || !out) return llmem__fail(LLMEM_EINVAL, "engine stats: null argument");
+    llmem_engine_stats s = e->st;
+    s.sequences = e->live_seqs;
+    if (e->kv) {
+        llmem_kv_stats ks = {sizeof ks};
+        if (llmem_kv_get_stats(e->kv, &ks) == LLMEM_OK) {
+            s.kv_bytes = ks.bytes_reserved;
+            s.kv_peak_bytes = ks.bytes_reserved_peak;
+        }
+    } else {
+        uint64_t per = 2ull * e->L * e->o.max_seq_len * e->tok_bytes;
+        s.kv_bytes = per * e->live_seqs;
+        s.kv_peak_bytes = s.kv_bytes;
+    }
+    if (e->pool) {
+        llmem_pool_stats ps = {sizeof ps};
+        if (llmem_pool_get_stats(e->pool, &ps) == LLMEM_OK) s.pool_reserved_bytes = ps.reserved_bytes;
+    }
+    uint64_t tokens = 0;
+    for (uint32_t i = 0; i < e->o.max_seqs; i++)
+        if (e->seqs[i].live) tokens += e->seqs[i].len;
+    s.kv_used_bytes = tokens * 2 * e->L * e->tok_bytes;
+    s.malloc_bytes = e->malloc_bytes;
+    llmem__stats_out(out, &s, sizeof s);
+    return LLMEM_OK;
+}
+
+#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_engine_stats, name)}
+#define D(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_DOUBLE, offsetof(llmem_engine_stats, name)}
+static const llmem_stat_field engine_fields[] = {
+    F(COUNTER, steps_total, "Forward steps run."),
+    F(COUNTER, prefill_tokens_total, "Tokens processed in prefill steps."),
+    F(COUNTER, decode_tokens_total, "Tokens processed in decode steps."),
+    D(COUNTER, prefill_seconds_total, "Seconds spent in prefill steps."),
+    D(COUNTER, decode_seconds_total, "Seconds spent in decode steps."),
+    F(GAUGE, sequences, "Live sequences."),
+    F(GAUGE, weights_mapped_bytes, "Tensor bytes read in place from the mapped file."),
+    F(GAUGE, weights_converted_bytes, "Bytes of weights converted to f32 copies."),
+    F(GAUGE, workspace_bytes, "Bytes of the activation arena."),
+    F(GAUGE, workspace_peak_bytes, "Most of the arena one step used."),
+    F(GAUGE, kv_bytes, "KV storage held."),
+    F(GAUGE, kv_used_bytes, "KV storage holding tokens of live sequences."),
+    F(GAUGE, kv_peak_bytes, "Highest kv_bytes."),
+    F(GAUGE, pool_reserved_bytes, "Bytes the engine's pool holds."),
+    F(GAUGE, malloc_bytes, "Bytes held from malloc (the malloc baseline)."),
+};
+#undef F
+#undef D
+static const llmem_stats_schema engine_schema = {"engine", sizeof(llmem_engine_stats), LLMEM_ARRAY_LEN(engine_fields),
+                                                 engine_fields};
+const llmem_stats_schema *llmem_engine_stats_schema(void) { return &engine_schema; }

@@ -1,0 +1,828 @@
+/*
+ * test_engine.c - the llama engine on real checkpoints and on small
+ * synthetic ones:
+ *  - greedy generation reproduces llama2.c's reference ids token for token
+ *    (stories260K, from the .bin and from the .gguf), with 1 and 2 threads
+ *    and with the malloc baseline;
+ *  - one batched prefill pass gives the logits of a token-by-token loop
+ *    (within 1e-4), and sequences batched together give what they give
+ *    alone;
+ *  - a decode step calls malloc zero times (malloc is interposed and
+ *    counted; the malloc baseline shows the counter counts);
+ *  - stages reach the listener and the pool;
+ *  - F16, BF16 and Q8_0 weights give the logits of the f32 model they were
+ *    rounded from, within their precision; rope base and dimensions are
+ *    read from the file;
+ *  - bad input is refused with a status and changes nothing, and a full KV
+ *    budget is LLMEM_ENOMEM with every sequence intact.
+ */
+#include <math.h>
+
+#include "test_util.h"
+
+#define MODELS LLMEM_SHARED_DIR "/models"
+
+/* ---- counting malloc -------------------------------------------------------------------
+ * The test binary defines malloc and friends, forwarding to glibc's own
+ * entry points; while `counting` is set every call is counted. Sanitizers
+ * bring their own malloc, so these builds skip the count. */
+#if !defined(TEST_ASAN) && !defined(TEST_TSAN) && defined(__GLIBC__)
+#define COUNT_MALLOC 1
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t m);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t a, size_t n);
+extern void __libc_free(void *p);
+static int counting;
+static unsigned long malloc_calls;
+static void count_one(void)
+{
+    if (__atomic_load_n(&counting, __ATOMIC_RELAXED)) __atomic_add_fetch(&malloc_calls, 1, __ATOMIC_RELAXED);
+}
+void *malloc(size_t n)
+{
+    count_one();
+    return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t m)
+{
+    count_one();
+    return __libc_calloc(n, m);
+}
+void *realloc(void *p, size_t n)
+{
+    count_one();
+    return __libc_realloc(p, n);
+}
+void *memalign(size_t a, size_t n)
+{
+    count_one();
+    return __libc_memalign(a, n);
+}
+void *aligned_alloc(size_t a, size_t n)
+{
+    count_one();
+    return __libc_memalign(a, n);
+}
+int posix_memalign(void **out, size_t a, size_t n)
+{
+    count_one();
+    void *p = __libc_memalign(a, n);
+    if (!p) return 12; /* ENOMEM */
+    *out = p;
+    return 0;
+}
+void free(void *p) { __libc_free(p); }
+static void count_start(void)
+{
+    __atomic_store_n(&malloc_calls, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&counting, 1, __ATOMIC_SEQ_CST);
+}
+static unsigned long count_stop(void)
+{
+    __atomic_store_n(&counting, 0, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&malloc_calls, __ATOMIC_RELAXED);
+}
+#endif
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+static bool have(const char *path)
+{
+    if (access(path, R_OK) == 0) return true;
+    print_message("skipped: %s is absent\n", path);
+    return false;
+}
+
+static llmem_model *open_model(const char *path)
+{
+    llmem_model *m;
+    assert_ok(llmem_model_open(path, NULL, &m));
+    return m;
+}
+
+static llmem_tokenizer *tokenizer_for(const llmem_model *m, const char *tok_path)
+{
+    llmem_tokenizer *t;
+    if (tok_path) assert_ok(llmem_tokenizer_load(tok_path, llmem_model_get_config(m)->shape.vocab, &t));
+    else assert_ok(llmem_tokenizer_from_model(m, &t));
+    return t;
+}
+
+/* run.c's greedy loop: positions [0, steps) go through the model (the
+ * prompt forced), each gives the next token, so the ids are BOS, the
+ * prompt and the picks: steps + 1 in all unless BOS comes first (not kept).
+ * The prompt goes in as one prefill step. ids holds steps + 3. */
+static size_t greedy(llmem_engine *e, llmem_tokenizer *tok, const char *prompt, size_t steps, int32_t *ids)
+{
+    size_t n;
+    assert_ok(llmem_tokenizer_encode(tok, prompt, true, false, ids, steps + 3, &n));
+    if (n > steps) n = steps;
+    llmem_engine_seq s;
+    assert_ok(llmem_engine_seq_create(e, &s));
+    llmem_engine_batch_item it = {s, ids, (uint32_t)n};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    size_t forwarded = n;
+    uint32_t vocab = llmem_tokenizer_vocab_size(tok);
+    for (;;) {
+        int32_t next = llmem_argmax(llmem_engine_logits(e, 0), vocab);
+        if (next == llmem_tokenizer_bos(tok)) break;
+        ids[n++] = next;
+        if (forwarded == steps) break;
+        it = (llmem_engine_batch_item){s, &ids[n - 1], 1};
+        assert_ok(llmem_engine_step(e, &it, 1));
+        forwarded++;
+    }
+    assert_ok(llmem_engine_seq_free(e, s));
+    return n;
+}
+
+static size_t read_ids(const char *path, int32_t *ids, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = 0;
+    int v;
+    while (n < cap && fscanf(f, "%d", &v) == 1) ids[n++] = v;
+    fclose(f);
+    return n;
+}
+
+static void check_reference(const char *model_path, const char *tok_path, const llmem_engine_options *o)
+{
+    static const struct {
+        const char *name, *prompt;
+        size_t steps;
+    } refs[] = {{"once", "Once upon a time", 256}, {"lily", "Lily liked", 128}, {"empty", "", 256}};
+    llmem_model *m = open_model(model_path);
+    llmem_tokenizer *tok = tokenizer_for(m, tok_path);
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, o, &e));
+    for (size_t r = 0; r < sizeof refs / sizeof refs[0]; r++) {
+        char path[512];
+        snprintf(path, sizeof path, MODELS "/reference/stories260K.%s.%zu.ids", refs[r].name, refs[r].steps);
+        int32_t want[600], got[600];
+        size_t nw = read_ids(path, want, 600);
+        size_t ng = greedy(e, tok, refs[r].prompt, refs[r].steps, got);
+        for (size_t i = 0; i < nw && i < ng; i++)
+            if (want[i] != got[i]) fail_msg("%s, prompt '%s': id %zu is %d, the reference has %d", model_path,
+                                            refs[r].name, i, got[i], want[i]);
+        assert_int_equal(ng, nw);
+    }
+    llmem_engine_destroy(e);
+    llmem_tokenizer_destroy(tok);
+    llmem_model_close(m);
+}
+
+static float max_abs_diff(const float *a, const float *b, size_t n, float *scale)
+{
+    float d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmaxf(d, fabsf(a[i] - b[i]));
+        s = fmaxf(s, fabsf(b[i]));
+    }
+    if (scale) *scale = s;
+    return d;
+}
+
+/* ---- reference outputs -------------------------------------------------------------- */
+
+static void reference_ids_from_bin(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.bin") || !have(MODELS "/reference")) skip();
+    llmem_engine_options o = llmem_engine_options_default();
+    o.threads = 2;
+    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+}
+
+static void reference_ids_from_gguf(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.gguf") || !have(MODELS "/reference")) skip();
+    llmem_engine_options o = llmem_engine_options_default();
+    o.threads = 2;
+    check_reference(MODELS "/stories260K.gguf", NULL, &o);
+}
+
+static void reference_ids_one_thread_and_malloc_baseline(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.bin") || !have(MODELS "/reference")) skip();
+    llmem_engine_options o = llmem_engine_options_default();
+    o.threads = 1;
+    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    o.threads = 2;
+    o.alloc = LLMEM_ENGINE_ALLOC_MALLOC;
+    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    o.alloc = LLMEM_ENGINE_ALLOC_LLMEM;
+    o.kv_strategy = LLMEM_KV_STATIC;
+    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    o.kv_strategy = LLMEM_KV_BUCKETS;
+    o.kv_block_tokens = 8;
+    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+}
+
+/* ---- batched prefill --------------------------------------------------------------------- */
+
+static void prefill_in_one_pass_matches_token_loop(llmem_model *m, const int32_t *toks, size_t n, unsigned threads)
+{
+    uint32_t vocab = llmem_model_get_config(m)->shape.vocab;
+    llmem_engine_options o = llmem_engine_options_default();
+    o.threads = threads;
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, &o, &e));
+    llmem_engine_seq a, b;
+    assert_ok(llmem_engine_seq_create(e, &a));
+    assert_ok(llmem_engine_seq_create(e, &b));
+    llmem_engine_batch_item it = {a, toks, (uint32_t)n};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    float *one = malloc(vocab * sizeof *one);
+    memcpy(one, llmem_engine_logits(e, 0), vocab * sizeof *one);
+    for (size_t i = 0; i < n; i++) {
+        it = (llmem_engine_batch_item){b, &toks[i], 1};
+        assert_ok(llmem_engine_step(e, &it, 1));
+    }
+    float scale, d = max_abs_diff(one, llmem_engine_logits(e, 0), vocab, &scale);
+    if (d > 1e-4f * fmaxf(1.0f, scale)) fail_msg("batched prefill differs from the token loop by %g (scale %g)", d, scale);
+    assert_int_equal(llmem_engine_seq_length(e, a), n);
+    assert_int_equal(llmem_engine_seq_length(e, b), n);
+    free(one);
+    llmem_engine_destroy(e);
+}
+
+static void batched_prefill_matches_token_loop(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.bin")) skip();
+    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    llmem_tokenizer *tok = tokenizer_for(m, MODELS "/tok512.bin");
+    int32_t toks[200];
+    size_t n;
+    assert_ok(llmem_tokenizer_encode(tok, "Once upon a time, a little dog named Max ran to the big green park with his ball.",
+                                     true, false, toks, 200, &n));
+    assert_true(n > 16); /* spans two KV blocks */
+    prefill_in_one_pass_matches_token_loop(m, toks, n, 1);
+    prefill_in_one_pass_matches_token_loop(m, toks, n, 2);
+    llmem_tokenizer_destroy(tok);
+    llmem_model_close(m);
+}
+
+static void sequences_batched_together_match_alone(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.bin")) skip();
+    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    llmem_tokenizer *tok = tokenizer_for(m, MODELS "/tok512.bin");
+    uint32_t vocab = 512;
+    const char *prompts[3] = {"Once upon a time", "Lily liked", "The cat sat on a mat and looked at the sun"};
+    int32_t toks[3][64];
+    size_t n[3];
+    for (int i = 0; i < 3; i++) assert_ok(llmem_tokenizer_encode(tok, prompts[i], true, false, toks[i], 64, &n[i]));
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, NULL, &e));
+    /* Alone: each prompt, then 8 greedy tokens, logits kept per step. */
+    static float alone[3][9][512];
+    int32_t next[3][9];
+    for (int i = 0; i < 3; i++) {
+        llmem_engine_seq s;
+        assert_ok(llmem_engine_seq_create(e, &s));
+        llmem_engine_batch_item it = {s, toks[i], (uint32_t)n[i]};
+        for (int k = 0; k < 9; k++) {
+            assert_ok(llmem_engine_step(e, &it, 1));
+            memcpy(alone[i][k], llmem_engine_logits(e, 0), sizeof alone[i][k]);
+            next[i][k] = llmem_argmax(alone[i][k], vocab);
+            it = (llmem_engine_batch_item){s, &next[i][k], 1};
+        }
+        assert_ok(llmem_engine_seq_free(e, s));
+    }
+    /* Together: all three prefills in one step, then decode steps of three. */
+    llmem_engine_seq s[3];
+    llmem_engine_batch_item items[3];
+    for (int i = 0; i < 3; i++) {
+        assert_ok(llmem_engine_seq_create(e, &s[i]));
+        items[i] = (llmem_engine_batch_item){s[i], toks[i], (uint32_t)n[i]};
+    }
+    for (int k = 0; k < 9; k++) {
+        assert_ok(llmem_engine_step(e, items, 3));
+        for (int i = 0; i < 3; i++) {
+            float scale, d = max_abs_diff(llmem_engine_logits(e, (size_t)i), alone[i][k], vocab, &scale);
+            if (d > 1e-5f * fmaxf(1.0f, scale)) fail_msg("sequence %d step %d: batched differs by %g", i, k, d);
+            items[i] = (llmem_engine_batch_item){s[i], &next[i][k], 1};
+        }
+    }
+    assert_null(llmem_engine_logits(e, 3));
+    llmem_engine_destroy(e); /* frees the live sequences */
+    llmem_tokenizer_destroy(tok);
+    llmem_model_close(m);
+}
+
+/* ---- no malloc while decoding ---------------------------------------------------------------- */
+
+#ifdef COUNT_MALLOC
+static unsigned long decode_mallocs(llmem_model *m, llmem_engine_alloc alloc, size_t steps)
+{
+    llmem_engine_options o = llmem_engine_options_default();
+    o.alloc = alloc;
+    o.threads = 2;
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, &o, &e));
+    llmem_engine_seq s;
+    assert_ok(llmem_engine_seq_create(e, &s));
+    int32_t prompt[4] = {1, 400, 30, 200}, tok[600];
+    llmem_engine_batch_item it = {s, prompt, 4};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    /* The admission-time reservation a scheduler makes. */
+    assert_ok(llmem_engine_seq_reserve(e, s, steps + 1));
+    uint32_t vocab = llmem_model_get_config(m)->shape.vocab;
+    llmem_status st = LLMEM_OK;
+    count_start();
+    for (size_t i = 0; i < steps && !st; i++) {
+        tok[i] = llmem_argmax(llmem_engine_logits(e, 0), vocab);
+        it = (llmem_engine_batch_item){s, &tok[i], 1};
+        st = llmem_engine_step(e, &it, 1);
+    }
+    unsigned long calls = count_stop();
+    assert_ok(st);
+    assert_int_equal(llmem_engine_seq_length(e, s), 4 + steps);
+    llmem_engine_destroy(e);
+    return calls;
+}
+#endif
+
+static void decode_steps_call_no_malloc(void **state)
+{
+    (void)state;
+#ifndef COUNT_MALLOC
+    print_message("skipped: sanitizer builds bring their own malloc; the normal build counts\n");
+    skip();
+#else
+    if (!have(MODELS "/stories260K.bin")) skip();
+    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    /* 200 steps cross a dozen KV blocks and several slabs. */
+    unsigned long calls = decode_mallocs(m, LLMEM_ENGINE_ALLOC_LLMEM, 200);
+    if (calls) fail_msg("200 decode steps called malloc %lu times", calls);
+    /* The counter counts: the baseline mallocs its activations every step. */
+    unsigned long base = decode_mallocs(m, LLMEM_ENGINE_ALLOC_MALLOC, 200);
+    assert_true(base >= 200);
+    print_message("decode: llmem %lu malloc calls in 200 steps, the malloc baseline %lu\n", calls, base);
+    llmem_model_close(m);
+#endif
+}
+
+/* ---- stages ------------------------------------------------------------------------------- */
+
+typedef struct stage_log {
+    llmem_stage_event ev[64];
+    size_t n;
+} stage_log;
+
+static void on_stage(void *ctx, const llmem_stage_event *ev)
+{
+    stage_log *l = ctx;
+    if (l->n < 64) l->ev[l->n++] = *ev;
+}
+
+static void stages_reach_listener_and_pool(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.bin")) skip();
+    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    stage_log log = {0};
+    llmem_pool *pool;
+    assert_ok(llmem_pool_create(NULL, &pool));
+    llmem_engine_options o = llmem_engine_options_default();
+    o.on_stage = on_stage;
+    o.stage_ctx = &log;
+    o.pool = pool;
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, &o, &e));
+    assert_ptr_equal(llmem_engine_pool(e), pool);
+    assert_int_equal(log.n, 2);
+    assert_int_equal(log.ev[0].stage, LLMEM_STAGE_LOAD);
+    assert_int_equal(log.ev[1].stage, LLMEM_STAGE_IDLE);
+    llmem_engine_seq s;
+    assert_ok(llmem_engine_seq_create(e, &s));
+    int32_t p[5] = {1, 30, 40, 50, 60};
+    llmem_engine_batch_item it = {s, p, 5};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    for (int i = 0; i < 3; i++) {
+        it = (llmem_engine_batch_item){s, &p[i], 1};
+        assert_ok(llmem_engine_step(e, &it, 1));
+    }
+    llmem_engine_set_idle(e);
+    assert_int_equal(log.n, 7);
+    assert_int_equal(log.ev[2].stage, LLMEM_STAGE_PREFILL);
+    assert_int_equal(log.ev[2].batch, 1);
+    assert_int_equal(log.ev[2].tokens, 5);
+    for (int i = 3; i < 6; i++) {
+        assert_int_equal(log.ev[i].stage, LLMEM_STAGE_DECODE);
+        assert_int_equal(log.ev[i].tokens, 1);
+        assert_true(log.ev[i].time_ns >= log.ev[i - 1].time_ns);
+    }
+    assert_int_equal(log.ev[6].stage, LLMEM_STAGE_IDLE);
+    llmem_pool_stats ps = {sizeof ps};
+    assert_ok(llmem_pool_get_stats(pool, &ps));
+    assert_int_equal(ps.stage, LLMEM_STAGE_IDLE);
+    assert_int_equal(ps.prefill_steps_total, 1);
+    assert_int_equal(ps.decode_steps_total, 3);
+    assert_int_equal(ps.stage_changes_total, 5); /* load, idle, prefill, decode, idle */
+    assert_string_equal(llmem_stage_name(LLMEM_STAGE_DECODE), "decode");
+    llmem_engine_stats es = {sizeof es};
+    assert_ok(llmem_engine_get_stats(e, &es));
+    assert_int_equal(es.steps_total, 4);
+    assert_int_equal(es.prefill_tokens_total, 5);
+    assert_int_equal(es.decode_tokens_total, 3);
+    assert_int_equal(es.sequences, 1);
+    assert_true(es.kv_bytes > 0);
+    assert_true(es.workspace_peak_bytes > 0 && es.workspace_peak_bytes <= es.workspace_bytes);
+    assert_int_equal(es.weights_converted_bytes, 0); /* all f32: nothing copied */
+    assert_true(es.weights_mapped_bytes > 1000000);
+    char buf[4096];
+    assert_ok(llmem_stats_to_json(llmem_engine_stats_schema(), &es, NULL, 0, buf, sizeof buf, NULL));
+    assert_non_null(strstr(buf, "\"decode_tokens_total\":3"));
+    llmem_engine_destroy(e);
+    llmem_pool_destroy(pool);
+    llmem_model_close(m);
+}
+
+/* ---- bad input and a full KV ----------------------------------------------------------------- */
+
+static void bad_input_changes_nothing(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.bin")) skip();
+    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    llmem_engine *e;
+    assert_status(llmem_engine_create(NULL, NULL, &e), LLMEM_EINVAL);
+    assert_status(llmem_engine_create(m, NULL, NULL), LLMEM_EINVAL);
+    llmem_engine_options o = llmem_engine_options_default();
+    o.max_seq_len = 100000;
+    assert_status(llmem_engine_create(m, &o, &e), LLMEM_EINVAL);
+    o = llmem_engine_options_default();
+    o.kv_dtype = LLMEM_KV_I8;
+    assert_status(llmem_engine_create(m, &o, &e), LLMEM_ENOTSUP);
+    o = llmem_engine_options_default();
+    o.max_seqs = 2;
+    o.max_step_tokens = 32;
+    o.max_seq_len = 40;
+    assert_ok(llmem_engine_create(m, &o, &e));
+    llmem_engine_seq a, b, c;
+    assert_ok(llmem_engine_seq_create(e, &a));
+    assert_ok(llmem_engine_seq_create(e, &b));
+    assert_status(llmem_engine_seq_create(e, &c), LLMEM_ECAPACITY);
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = 1 + (i * 37) % 500;
+    llmem_engine_batch_item it = {a, toks, 20};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    assert_status(llmem_engine_step(NULL, &it, 1), LLMEM_EINVAL);
+    assert_status(llmem_engine_step(e, NULL, 1), LLMEM_EINVAL);
+    assert_status(llmem_engine_step(e, &it, 0), LLMEM_EINVAL);
+    int32_t bad[2] = {5, 512};
+    llmem_engine_batch_item two[2] = {{a, toks, 2}, {b, bad, 2}};
+    assert_status(llmem_engine_step(e, two, 2), LLMEM_EINVAL);
+    bad[1] = -1;
+    assert_status(llmem_engine_step(e, two, 2), LLMEM_EINVAL);
+    assert_error_mentions("vocabulary");
+    two[1] = (llmem_engine_batch_item){a, toks, 1};
+    assert_status(llmem_engine_step(e, two, 2), LLMEM_EINVAL); /* a twice */
+    two[1] = (llmem_engine_batch_item){b, toks, 31};
+    assert_status(llmem_engine_step(e, two, 2), LLMEM_ECAPACITY); /* 33 tokens > 32 */
+    it = (llmem_engine_batch_item){a, toks, 21};
+    assert_status(llmem_engine_step(e, &it, 1), LLMEM_ERANGE); /* 41 > max_seq_len 40 */
+    it = (llmem_engine_batch_item){b, toks, 0};
+    assert_status(llmem_engine_step(e, &it, 1), LLMEM_EINVAL);
+    assert_int_equal(llmem_engine_seq_length(e, a), 20);
+    assert_int_equal(llmem_engine_seq_length(e, b), 0);
+    /* A freed id is stale, even once its slot is reused. */
+    assert_ok(llmem_engine_seq_free(e, b));
+    assert_status(llmem_engine_seq_free(e, b), LLMEM_EINVAL);
+    assert_ok(llmem_engine_seq_create(e, &c));
+    assert_true(c != b);
+    it = (llmem_engine_batch_item){b, toks, 1};
+    assert_status(llmem_engine_step(e, &it, 1), LLMEM_EINVAL);
+    assert_ok(llmem_engine_seq_free(e, 0));
+    assert_null(llmem_engine_logits(NULL, 0));
+    llmem_engine_destroy(e);
+    llmem_engine_destroy(NULL);
+    llmem_model_close(m);
+}
+
+static void full_kv_is_enomem_and_keeps_sequences(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.bin")) skip();
+    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    uint32_t vocab = 512;
+    int32_t toks[256];
+    for (int i = 0; i < 256; i++) toks[i] = 1 + (i * 53) % 500;
+    /* Reference logits of b's prompt on an engine with room. */
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, NULL, &e));
+    llmem_engine_seq s;
+    assert_ok(llmem_engine_seq_create(e, &s));
+    llmem_engine_batch_item it = {s, toks + 8, 40};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    float want[512];
+    memcpy(want, llmem_engine_logits(e, 0), sizeof want);
+    llmem_engine_destroy(e);
+
+    /* A budget of one KV slab per layer: the manager's default slab is two
+     * blocks but at least 64 KiB, here 16 blocks of 16 tokens (4 KiB each).
+     * a holds 240 tokens (15 blocks); b's 40 tokens do not fit beside it. */
+    llmem_engine_options o = llmem_engine_options_default();
+    assert_ok(llmem_engine_create(m, &o, &e));
+    size_t block = llmem_kv_block_bytes(llmem_engine_kv(e));
+    llmem_engine_destroy(e);
+    size_t slab = 2 * block > 65536 ? 2 * block : 65536;
+    assert_int_equal(slab / block, 16);
+    o.kv_budget_bytes = slab * 5;
+    assert_ok(llmem_engine_create(m, &o, &e));
+    llmem_engine_seq a, b;
+    assert_ok(llmem_engine_seq_create(e, &a));
+    assert_ok(llmem_engine_seq_create(e, &b));
+    it = (llmem_engine_batch_item){a, toks, 240};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    llmem_engine_batch_item both[2] = {{a, toks + 240, 1}, {b, toks + 8, 40}};
+    assert_status(llmem_engine_step(e, both, 2), LLMEM_ENOMEM);
+    assert_int_equal(llmem_engine_seq_length(e, a), 240);
+    assert_int_equal(llmem_engine_seq_length(e, b), 0);
+    assert_ok(llmem_kv_check(llmem_engine_kv(e)));
+    /* a carries on as if nothing happened. */
+    it = (llmem_engine_batch_item){a, toks + 240, 1};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    assert_int_equal(llmem_engine_seq_length(e, a), 241);
+    /* Preempt a: b now fits and computes what it computes with room. */
+    assert_ok(llmem_engine_seq_free(e, a));
+    it = (llmem_engine_batch_item){b, toks + 8, 40};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    float scale, d = max_abs_diff(llmem_engine_logits(e, 0), want, vocab, &scale);
+    if (d > 1e-5f * fmaxf(1, scale)) fail_msg("b after the refusal differs by %g", d);
+    llmem_engine_destroy(e);
+    llmem_model_close(m);
+}
+
+/* ---- weight types, rope, GGUF vocab -------------------------------------------------------- */
+
+typedef struct synth_model {
+    uint32_t dim, ffn, heads, kv_heads, layers, vocab;
+    uint32_t type;
+    float theta;
+    uint32_t rope_dim;
+    bool tied;
+} synth_model;
+
+/* Deterministic values in [-0.5, 0.5) from (tensor, element). */
+static float synth_value(size_t tensor, uint64_t i)
+{
+    uint64_t x = (tensor + 1) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (float)(x >> 40) / 16777216.0f - 0.5f;
+}
+
+typedef struct synth_ctx {
+    const synth_model *sm;
+    uint32_t types[64];
+    uint64_t n[64];
+    bool norm[64];
+} synth_ctx;
+
+static uint16_t to_f16(float f)
+{
+    /* Round to nearest even through the hardware-independent route the
+     * library uses: llmem writes f16 in llmem_synth; here a tiny copy. */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, man = x & 0x7fffff;
+    if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7c00);
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - e), half = 1u << (shift - 1);
+        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = man >> 13, rem = man & 0x1fff;
+    uint32_t h = sign | ((uint32_t)e << 10) | r;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) h++;
+    return (uint16_t)h;
+}
+
+static llmem_status synth_fill(void *vctx, size_t index, void *buf, size_t bytes)
+{
+    synth_ctx *c = vctx;
+    uint64_t n = c->n[index];
+    unsigned char *out = buf;
+    (void)bytes;
+    for (uint64_t i = 0; i < n; i++) {
+        float v = c->norm[index] ? 1.0f + 0.25f * synth_value(index, i) : synth_value(index, i);
+        switch (c->types[index]) {
+        case LLMEM_DTYPE_F32: memcpy(out + 4 * i, &v, 4); break;
+        case LLMEM_DTYPE_F16: {
+            uint16_t h = to_f16(v);
+            memcpy(out + 2 * i, &h, 2);
+            break;
+        }
+        case LLMEM_DTYPE_BF16: {
+            uint32_t x;
+            memcpy(&x, &v, 4);
+            uint16_t h = (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+            memcpy(out + 2 * i, &h, 2);
+            break;
+        }
+        case LLMEM_DTYPE_Q8_0:
+            if (i % 32 == 0) {
+                float amax = 0;
+                for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(synth_value(index, i + (uint64_t)j)));
+                float d = amax / 127;
+                uint16_t h = to_f16(d);
+                unsigned char *blk = out + (i / 32) * 34;
+                memcpy(blk, &h, 2);
+                for (int j = 0; j < 32; j++)
+                    blk[2 + j] = (unsigned char)(int8_t)lrintf(d > 0 ? synth_value(index, i + (uint64_t)j) / d : 0);
+            }
+            break;
+        }
+    }
+    return LLMEM_OK;
+}
+
+static void write_synth(const synth_model *sm, const char *path)
+{
+    llmem_gguf_writer *w;
+    assert_ok(llmem_gguf_writer_create(&w));
+    synth_ctx *c = calloc(1, sizeof *c);
+    c->sm = sm;
+    assert_ok(llmem_gguf_add_str(w, "general.architecture", "llama"));
+    assert_ok(llmem_gguf_add_u32(w, "llama.context_length", 128));
+    assert_ok(llmem_gguf_add_u32(w, "llama.embedding_length", sm->dim));
+    assert_ok(llmem_gguf_add_u32(w, "llama.block_count", sm->layers));
+    assert_ok(llmem_gguf_add_u32(w, "llama.feed_forward_length", sm->ffn));
+    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count", sm->heads));
+    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count_kv", sm->kv_heads));
+    assert_ok(llmem_gguf_add_u32(w, "llama.rope.dimension_count", sm->rope_dim));
+    assert_ok(llmem_gguf_add_f32(w, "llama.rope.freq_base", sm->theta));
+    assert_ok(llmem_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
+    uint32_t hd = sm->dim / sm->heads;
+    size_t k = 0;
+    char name[64];
+#define ADD(nm, nd, a, b, is_norm)                                                                                  \
+    do {                                                                                                            \
+        uint64_t dims_[2] = {a, b};                                                                                 \
+        c->types[k] = (is_norm) ? LLMEM_DTYPE_F32 : sm->type;                                                       \
+        c->n[k] = (uint64_t)(a) * (b);                                                                              \
+        c->norm[k] = (is_norm);                                                                                     \
+        assert_ok(llmem_gguf_add_tensor(w, nm, c->types[k], nd, dims_, synth_fill, c));                            \
+        k++;                                                                                                        \
+    } while (0)
+    ADD("token_embd.weight", 2, sm->dim, sm->vocab, false);
+    for (uint32_t l = 0; l < sm->layers; l++) {
+        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
+        ADD(name, 1, sm->dim, 1, true);
+        snprintf(name, sizeof name, "blk.%u.attn_q.weight", l);
+        ADD(name, 2, sm->dim, sm->heads * hd, false);
+        snprintf(name, sizeof name, "blk.%u.attn_k.weight", l);
+        ADD(name, 2, sm->dim, sm->kv_heads * hd, false);
+        snprintf(name, sizeof name, "blk.%u.attn_v.weight", l);
+        ADD(name, 2, sm->dim, sm->kv_heads * hd, false);
+        snprintf(name, sizeof name, "blk.%u.attn_output.weight", l);
+        ADD(name, 2, sm->heads * hd, sm->dim, false);
+        snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
+        ADD(name, 1, sm->dim, 1, true);
+        snprintf(name, sizeof name, "blk.%u.ffn_gate.weight", l);
+        ADD(name, 2, sm->dim, sm->ffn, false);
+        snprintf(name, sizeof name, "blk.%u.ffn_down.weight", l);
+        ADD(name, 2, sm->ffn, sm->dim, false);
+        snprintf(name, sizeof name, "blk.%u.ffn_up.weight", l);
+        ADD(name, 2, sm->dim, sm->ffn, false);
+    }
+    ADD("output_norm.weight", 1, sm->dim, 1, true);
+    if (!sm->tied) ADD("output.weight", 2, sm->dim, sm->vocab, false);
+#undef ADD
+    assert_ok(llmem_gguf_write(w, path, false));
+    llmem_gguf_writer_destroy(w);
+    free(c);
+}
+
+/* Logits after a 20-token prompt and 4 more steps, concatenated. The
+ * tokens fed after the prompt are `picked` when given (the f32 model's
+ * argmaxes, so every model sees the same input), else this model's own. */
+static void synth_logits(const char *path, float *out, const int32_t *picked)
+{
+    llmem_model *m = open_model(path);
+    uint32_t vocab = llmem_model_get_config(m)->shape.vocab;
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, NULL, &e));
+    llmem_engine_seq s;
+    assert_ok(llmem_engine_seq_create(e, &s));
+    int32_t toks[20], fed[5];
+    for (int i = 0; i < 20; i++) toks[i] = (i * 7 + 3) % (int32_t)vocab;
+    llmem_engine_batch_item it = {s, toks, 20};
+    for (int k = 0; k < 5; k++) {
+        assert_ok(llmem_engine_step(e, &it, 1));
+        const float *lg = llmem_engine_logits(e, 0);
+        for (uint32_t i = 0; i < vocab; i++) assert_true(isfinite(lg[i]));
+        memcpy(out + (size_t)k * vocab, lg, vocab * sizeof *out);
+        fed[k] = picked ? picked[k] : llmem_argmax(lg, vocab);
+        it = (llmem_engine_batch_item){s, &fed[k], 1};
+    }
+    llmem_engine_destroy(e);
+    llmem_model_close(m);
+}
+
+static void weight_types_agree_with_f32(void **state)
+{
+    (void)state;
+    char path[64];
+    strcpy(path, "/tmp/llmem-test-engine-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    synth_model sm = {64, 96, 4, 2, 2, 160, LLMEM_DTYPE_F32, 10000.0f, 16, false};
+    enum { V = 160, K = 5 };
+    static float f32[K * V], other[K * V];
+    int32_t picks[K];
+    write_synth(&sm, path);
+    synth_logits(path, f32, NULL);
+    for (int k = 0; k < K; k++) picks[k] = llmem_argmax(f32 + k * V, V); /* what it fed itself */
+    static const struct {
+        uint32_t type;
+        float tol;
+    } cases[] = {{LLMEM_DTYPE_F16, 0.01f}, {LLMEM_DTYPE_BF16, 0.06f}, {LLMEM_DTYPE_Q8_0, 0.06f}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sm.type = cases[c].type;
+        write_synth(&sm, path);
+        synth_logits(path, other, picks);
+        float scale, d = max_abs_diff(other, f32, K * V, &scale);
+        print_message("%s: logits within %.4f of f32 (scale %.3f)\n", llmem_dtype_name(sm.type), d, scale);
+        if (d > cases[c].tol * fmaxf(1, scale)) fail_msg("%s logits differ from f32 by %g", llmem_dtype_name(sm.type), d);
+        assert_true(d > 0); /* rounding happened: the other type was used */
+    }
+    /* Rope from the file: another base, and rotating half the dimensions,
+     * change the logits; the config reports them. */
+    sm.type = LLMEM_DTYPE_F32;
+    sm.theta = 1e6f;
+    sm.rope_dim = 8;
+    write_synth(&sm, path);
+    llmem_model *m = open_model(path);
+    assert_int_equal(llmem_model_get_config(m)->rope_dim, 8);
+    assert_true(fabs(llmem_model_get_config(m)->shape.rope_theta - 1e6) < 1);
+    llmem_model_close(m);
+    synth_logits(path, other, picks);
+    assert_true(max_abs_diff(other, f32, K * V, NULL) > 1e-3f);
+    /* Tied classifier: output.weight absent, token_embd serves. */
+    sm.tied = true;
+    write_synth(&sm, path);
+    synth_logits(path, other, picks);
+    assert_true(max_abs_diff(other, f32, K * V, NULL) > 1e-3f);
+    unlink(path);
+}
+
+static void tiny_random_f16_gguf_runs(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/llama-2-tiny-random.gguf")) skip();
+    llmem_model *m = open_model(MODELS "/llama-2-tiny-random.gguf");
+    assert_int_equal(llmem_model_get_config(m)->weight_type, LLMEM_DTYPE_F16);
+    llmem_tokenizer *tok = tokenizer_for(m, NULL);
+    int32_t toks[64];
+    size_t n;
+    assert_ok(llmem_tokenizer_encode(tok, "Hello world, this is a test of the engine", true, false, toks, 64, &n));
+    prefill_in_one_pass_matches_token_loop(m, toks, n, 2);
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, NULL, &e));
+    int32_t a[48], b[48]; /* steps + 3 */
+    size_t na = greedy(e, tok, "Hello world", 40, a), nb = greedy(e, tok, "Hello world", 40, b);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na * sizeof *a);
+    llmem_engine_stats es = {sizeof es};
+    assert_ok(llmem_engine_get_stats(e, &es));
+    /* F16 norm vectors would be converted; this file stores them as f32. */
+    print_message("tiny-random: %zu ids, converted %llu bytes\n", na, (unsigned long long)es.weights_converted_bytes);
+    llmem_engine_destroy(e);
+    llmem_tokenizer_destroy(tok);
+    llmem_model_close(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reference_ids_from_bin),
+        cmocka_unit_test(reference_ids_from_gguf),
+        cmocka_unit_test(reference_ids_one_thread_and_malloc_baseline),
+        cmocka_unit_test(batched_prefill_matches_token_loop),
+        cmocka_unit_test(sequences_batched_together_match_alone),
+        cmocka_unit_test(decode_steps_call_no_malloc),
+        cmocka_unit_test(stages_reach_listener_and_pool),
+        cmocka_unit_test_setup(bad_input_changes_nothing, test_quiet_logs),
+        cmocka_unit_test_setup(full_kv_is_enomem_and_keeps_sequences, test_quiet_logs),
+        cmocka_unit_test(weight_types_agree_with_f32),
+        cmocka_unit_test(tiny_random_f16_gguf_runs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

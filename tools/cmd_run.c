@@ -1,0 +1,431 @@
+/*
+ * cmd_run.c - `llmem run`: generate text with a llama-family model, every
+ * byte of it from llmem (or, with --alloc malloc, from the C library, the
+ * baseline the benchmarks compare against).
+ *
+ * The options follow llama2.c's run.c, so the two can be run side by side
+ * on the same checkpoint: -z tokenizer, -i prompt, -n steps (positions in
+ * all, the prompt included; each gives the next token, so a run prints up
+ * to steps + 1 tokens counting BOS), -t temperature, -p top-p, -s seed. Like run.c
+ * it prints the prompt and the generated text and stops early when the
+ * model produces BOS; --print-ids prints the token ids instead, one line,
+ * BOS first (the format of the reference .ids files in ../shared/models).
+ *
+ * Unlike run.c the prompt goes through the model in one batched pass
+ * (prefill), then one token per step (decode); --batch N runs N copies of
+ * the request at once with seeds seed, seed+1, ... (the engine's
+ * multi-sequence steps).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "llmem/llmem.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: llmem run MODEL [-z TOKENIZER] [-i PROMPT] [-n STEPS] [-t TEMP] [-p TOPP] [-s SEED]\n"
+            "                 [--threads N] [--batch N] [--print-ids] [--alloc llmem|malloc] [--stats[=json]]\n"
+            "                 [--kv paged|static|buckets] [--kv-dtype f32|f16] [--max-seq-len N]\n"
+            "                 [--populate] [--shared] [--mlock] [--sequential] [--hugepage]\n"
+            "\n"
+            "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q8_0).\n"
+            "  -z PATH          llama2.c tokenizer.bin (default: the vocabulary inside a GGUF model)\n"
+            "  -i TEXT          prompt (default empty)\n"
+            "  -n N             positions in all, prompt included; 0 = the model's context (default 256)\n"
+            "  -t T             temperature, 0 = greedy (default 1.0)\n"
+            "  -p P             top-p in [0,1] (default 0.9)\n"
+            "  -s N             seed (default: the time)\n"
+            "  --threads N      kernel threads (default: online CPUs)\n"
+            "  --batch N        run N copies of the request together, seeds s, s+1, ... (default 1)\n"
+            "  --print-ids      print the token ids (BOS first), not the text\n"
+            "  --alloc A        llmem (default) or malloc: the C library for KV and activations, as a baseline\n"
+            "  --stats[=json]   a summary on stderr: load, prefill and decode speed, memory; json: every stats object\n"
+            "  --kv S           KV strategy: paged (default), static, buckets\n"
+            "  --max-seq-len N  tokens a sequence may hold (default: the model's context)\n"
+            "  --kv-dtype D     f32 (default) or f16\n"
+            "  --populate       fault the whole model in at open (MAP_POPULATE)\n"
+            "  --shared         map the model MAP_SHARED (one copy across processes)\n"
+            "  --mlock          lock the model in memory\n"
+            "  --sequential     madvise(SEQUENTIAL, WILLNEED) over the weights at open (read ahead)\n"
+            "  --hugepage       madvise(HUGEPAGE) over the mapping where alignment allows\n");
+}
+
+static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool parse_float(const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return false;
+    *out = (float)v;
+    return true;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Print a piece as run.c does: skip lone bytes that are not printable. */
+static void print_piece(const char *p, size_t len)
+{
+    if (!p || !len) return;
+    if (len == 1) {
+        unsigned char c = (unsigned char)p[0];
+        if (!(c >= 32 && c < 127) && c != '\n' && c != '\t' && c != ' ') return;
+    }
+    fwrite(p, 1, len, stdout);
+}
+
+typedef struct run_args {
+    const char *model, *tokenizer, *prompt;
+    uint32_t steps, threads, batch;
+    float temperature, top_p;
+    uint64_t seed;
+    bool print_ids, stats, stats_json, populate, shared, mlock, sequential, hugepage;
+    llmem_engine_options eo;
+} run_args;
+
+static int fail(const char *what, llmem_status st)
+{
+    fprintf(stderr, "llmem run: %s: %s (%s)\n", what, llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st),
+            llmem_status_name(st));
+    return 1;
+}
+
+static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, double load_s, double first_s)
+{
+    llmem_engine_stats es = {sizeof es};
+    llmem_model_stats ms = {sizeof ms};
+    llmem_engine_get_stats(e, &es);
+    llmem_model_get_stats(m, &ms);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (a->stats_json) {
+        llmem_exporter *ex;
+        if (llmem_exporter_create(LLMEM_EXPORT_JSON, &ex)) return;
+        llmem_exporter_add(ex, llmem_model_stats_schema(), &ms, NULL, 0);
+        llmem_exporter_add(ex, llmem_engine_stats_schema(), &es, NULL, 0);
+        llmem_kv *kv = llmem_engine_kv(e);
+        llmem_pool *pool = llmem_engine_pool(e);
+        llmem_kv_stats ks = {sizeof ks};
+        llmem_pool_stats ps = {sizeof ps};
+        if (kv && !llmem_kv_get_stats(kv, &ks)) llmem_exporter_add(ex, llmem_kv_stats_schema(), &ks, NULL, 0);
+        if (pool && !llmem_pool_get_stats(pool, &ps)) llmem_exporter_add(ex, llmem_pool_stats_schema(), &ps, NULL, 0);
+        llmem_exporter_write(ex, stderr);
+        fputc('\n', stderr);
+        llmem_exporter_destroy(ex);
+    }
+    fprintf(stderr,
+            "model      %s, %.1f MB mapped, %.1f MB resident, opened in %.3f s (engine ready at %.3f s)\n"
+            "prefill    %zu tokens in %.3f s: %.1f tok/s (first token after %.3f s)\n"
+            "decode     %zu tokens in %.3f s: %.1f tok/s\n"
+            "memory     KV reserved %.2f MB (peak %.2f), used %.2f MB; workspace %.2f MB (step peak %.2f);\n"
+            "           converted weights %.2f MB,"
+            " pool %.2f MB, malloc %.2f MB, peak RSS %.1f MB (%s)\n",
+            a->model, (double)ms.mapped_bytes / 1e6, (double)ms.resident_bytes / 1e6, ms.open_seconds, load_s,
+            (size_t)es.prefill_tokens_total, es.prefill_seconds_total,
+            es.prefill_seconds_total > 0 ? (double)es.prefill_tokens_total / es.prefill_seconds_total : 0.0, first_s,
+            (size_t)es.decode_tokens_total, es.decode_seconds_total,
+            es.decode_seconds_total > 0 ? (double)es.decode_tokens_total / es.decode_seconds_total : 0.0,
+            (double)es.kv_bytes / 1e6, (double)es.kv_peak_bytes / 1e6, (double)es.kv_used_bytes / 1e6,
+            (double)es.workspace_bytes / 1e6,
+            (double)es.workspace_peak_bytes / 1e6, (double)es.weights_converted_bytes / 1e6,
+            (double)es.pool_reserved_bytes / 1e6, (double)es.malloc_bytes / 1e6, (double)ru.ru_maxrss / 1024.0,
+            a->eo.alloc == LLMEM_ENGINE_ALLOC_MALLOC ? "alloc malloc" : "alloc llmem");
+}
+
+static int generate(const run_args *a)
+{
+    double t_start = now_s();
+    llmem_model_options mo = llmem_model_options_default();
+    mo.populate = a->populate;
+    mo.shared = a->shared;
+    mo.mlock = a->mlock;
+    mo.sequential = a->sequential;
+    mo.hugepage = a->hugepage;
+    mo.progress = true;
+    /* On a terminal, a big model is faulted in at open with a progress
+     * line, rather than silently during the first forward pass. */
+    struct stat sb;
+    if (isatty(2) && stat(a->model, &sb) == 0 && sb.st_size > 100 * 1000 * 1000) mo.populate = true;
+    llmem_model *m = NULL;
+    llmem_tokenizer *tok = NULL;
+    llmem_engine *e = NULL;
+    llmem_sampler **samplers = NULL;
+    llmem_engine_seq *seqs = NULL;
+    int32_t *prompt = NULL, **ids = NULL;
+    size_t *nids = NULL;
+    bool *done = NULL;
+    int rc = 1;
+    llmem_status st;
+    if ((st = llmem_model_open(a->model, &mo, &m))) return fail(a->model, st);
+    const llmem_model_config *c = llmem_model_get_config(m);
+    if (a->tokenizer) st = llmem_tokenizer_load(a->tokenizer, c->shape.vocab, &tok);
+    else if ((st = llmem_tokenizer_from_model(m, &tok)) == LLMEM_ENOTFOUND)
+        fprintf(stderr, "llmem run: %s has no vocabulary inside: give its tokenizer.bin with -z\n", a->model);
+    if (st) {
+        rc = fail(a->tokenizer ? a->tokenizer : "tokenizer", st);
+        goto out;
+    }
+    if (llmem_tokenizer_vocab_size(tok) != c->shape.vocab) {
+        fprintf(stderr, "llmem run: the tokenizer has %u tokens, the model %u\n", llmem_tokenizer_vocab_size(tok),
+                c->shape.vocab);
+        goto out;
+    }
+    llmem_engine_options eo = a->eo;
+    eo.threads = a->threads;
+    eo.max_seqs = a->batch;
+    if ((st = llmem_engine_create(m, &eo, &e))) {
+        rc = fail("engine", st);
+        goto out;
+    }
+    double load_s = now_s() - t_start;
+
+    size_t ctx = eo.max_seq_len && eo.max_seq_len < c->shape.max_ctx ? eo.max_seq_len : c->shape.max_ctx;
+    size_t steps = a->steps ? a->steps : ctx;
+    if (steps > ctx) steps = ctx;
+    size_t cap = strlen(a->prompt) + 3, n = 0;
+    prompt = malloc(cap * sizeof *prompt);
+    if (!prompt) goto out;
+    if ((st = llmem_tokenizer_encode(tok, a->prompt, true, false, prompt, cap, &n))) {
+        rc = fail("encode", st);
+        goto out;
+    }
+    if (n > steps) n = steps; /* as run.c: only the first steps positions run */
+
+    uint32_t B = a->batch;
+    samplers = calloc(B, sizeof *samplers);
+    seqs = calloc(B, sizeof *seqs);
+    ids = calloc(B, sizeof *ids);
+    nids = calloc(B, sizeof *nids);
+    done = calloc(B, sizeof *done);
+    llmem_engine_batch_item *items = calloc(B, sizeof *items);
+    int32_t *next = calloc(B, sizeof *next);
+    uint32_t *slot = calloc(B, sizeof *slot);
+    if (!samplers || !seqs || !ids || !nids || !done || !items || !next || !slot) {
+        free(items);
+        free(next);
+        free(slot);
+        fprintf(stderr, "llmem run: out of memory\n");
+        goto out;
+    }
+    for (uint32_t b = 0; b < B; b++) {
+        llmem_sampler_options so = llmem_sampler_options_default();
+        so.vocab_size = c->shape.vocab;
+        so.temperature = a->temperature;
+        so.top_p = a->top_p;
+        so.seed = a->seed + b;
+        if ((st = llmem_sampler_create(&so, &samplers[b])) || (st = llmem_engine_seq_create(e, &seqs[b])) ||
+            (st = llmem_engine_seq_reserve(e, seqs[b], steps)) || !(ids[b] = malloc((steps + 1) * sizeof **ids))) {
+            rc = fail("request setup", st ? st : LLMEM_ENOMEM);
+            free(items);
+            free(next);
+            free(slot);
+            goto out;
+        }
+        memcpy(ids[b], prompt, n * sizeof *prompt);
+        nids[b] = n;
+    }
+    /* Prefill: the prompt in chunks of max_step_tokens, every copy at once
+     * when they fit in one step. */
+    double t_first = 0;
+    uint32_t chunk = eo.max_step_tokens ? eo.max_step_tokens : 512;
+    for (size_t off = 0; off < n;) {
+        size_t take = n - off < chunk / B ? n - off : chunk / B;
+        if (!take) take = 1;
+        for (uint32_t b = 0; b < B; b++) items[b] = (llmem_engine_batch_item){seqs[b], prompt + off, (uint32_t)take};
+        uint32_t per = chunk / (uint32_t)take ? chunk / (uint32_t)take : 1;
+        for (uint32_t b0 = 0; b0 < B; b0 += per) {
+            uint32_t cnt = B - b0 < per ? B - b0 : per;
+            if ((st = llmem_engine_step(e, items + b0, cnt))) {
+                rc = fail("prefill", st);
+                free(items);
+                free(next);
+                free(slot);
+                goto out;
+            }
+            if (off + take == n)
+                for (uint32_t b = 0; b < cnt; b++)
+                    next[b0 + b] = llmem_sampler_sample(samplers[b0 + b], llmem_engine_logits(e, b));
+        }
+        off += take;
+    }
+    t_first = now_s() - t_start;
+    if (!a->print_ids && B == 1)
+        for (size_t i = 1; i < n; i++) {
+            size_t len;
+            const char *p = llmem_tokenizer_decode(tok, prompt[i - 1], prompt[i], &len);
+            print_piece(p, len);
+        }
+    fflush(stdout);
+    size_t generated = 0;
+    int32_t bos = llmem_tokenizer_bos(tok);
+    for (;;) {
+        uint32_t live = 0;
+        for (uint32_t b = 0; b < B; b++) {
+            if (done[b]) continue;
+            if (next[b] == bos) { /* as run.c: BOS ends the text, and is not kept */
+                done[b] = true;
+                continue;
+            }
+            if (!a->print_ids && B == 1) {
+                size_t len;
+                const char *piece = llmem_tokenizer_decode(tok, ids[b][nids[b] - 1], next[b], &len);
+                print_piece(piece, len);
+                fflush(stdout);
+            }
+            ids[b][nids[b]++] = next[b];
+            if (nids[b] - 1 >= steps) { /* every position has been through the model */
+                done[b] = true;
+                continue;
+            }
+            items[live] = (llmem_engine_batch_item){seqs[b], &ids[b][nids[b] - 1], 1};
+            slot[live++] = b;
+        }
+        if (!live) break;
+        if ((st = llmem_engine_step(e, items, live))) {
+            rc = fail("decode", st);
+            free(items);
+            free(next);
+            free(slot);
+            goto out;
+        }
+        generated += live;
+        for (uint32_t i = 0; i < live; i++) next[slot[i]] = llmem_sampler_sample(samplers[slot[i]], llmem_engine_logits(e, i));
+    }
+    llmem_engine_set_idle(e);
+    free(items);
+    free(next);
+    free(slot);
+    if (a->print_ids) {
+        for (uint32_t b = 0; b < B; b++) {
+            for (size_t i = 0; i < nids[b]; i++) printf(i ? " %d" : "%d", ids[b][i]);
+            printf("\n");
+        }
+    } else if (B > 1) {
+        for (uint32_t b = 0; b < B; b++) {
+            printf("[%u] ", b);
+            for (size_t i = 1; i < nids[b]; i++) {
+                size_t len;
+                const char *piece = llmem_tokenizer_decode(tok, ids[b][i - 1], ids[b][i], &len);
+                print_piece(piece, len);
+            }
+            printf("\n");
+        }
+    } else {
+        printf("\n");
+    }
+    fflush(stdout);
+    double total = now_s() - t_start;
+    if (generated > 0) fprintf(stderr, "achieved tok/s: %f\n", (double)generated / (total - t_first));
+    if (a->stats) print_stats(a, m, e, load_s, t_first);
+    rc = 0;
+out:
+    for (uint32_t b = 0; seqs && b < a->batch; b++) {
+        if (e && seqs[b]) llmem_engine_seq_free(e, seqs[b]);
+        if (samplers) llmem_sampler_destroy(samplers[b]);
+        if (ids) free(ids[b]);
+    }
+    free(samplers);
+    free(seqs);
+    free(ids);
+    free(nids);
+    free(done);
+    free(prompt);
+    llmem_engine_destroy(e);
+    llmem_tokenizer_destroy(tok);
+    llmem_model_close(m);
+    return rc;
+}
+
+int llmem_cmd_run(int argc, char **argv)
+{
+    run_args a;
+    memset(&a, 0, sizeof a);
+    a.prompt = "";
+    a.steps = 256;
+    a.temperature = 1.0f;
+    a.top_p = 0.9f;
+    a.seed = (uint64_t)time(NULL);
+    a.batch = 1;
+    a.eo = llmem_engine_options_default();
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+#define TAKE(opt) (!strcmp(o, opt) && v && (i++, true))
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--print-ids")) a.print_ids = true;
+        else if (!strcmp(o, "--stats")) a.stats = true;
+        else if (!strcmp(o, "--stats=json")) a.stats = a.stats_json = true;
+        else if (!strcmp(o, "--populate")) a.populate = true;
+        else if (!strcmp(o, "--shared")) a.shared = true;
+        else if (!strcmp(o, "--mlock")) a.mlock = true;
+        else if (!strcmp(o, "--sequential")) a.sequential = true;
+        else if (!strcmp(o, "--hugepage")) a.hugepage = true;
+        else if (TAKE("-z")) a.tokenizer = v;
+        else if (TAKE("-i")) a.prompt = v;
+        else if (TAKE("-n")) ok = parse_u32(v, 0, 1u << 24, &a.steps);
+        else if (TAKE("-t")) ok = parse_float(v, 0, 100, &a.temperature);
+        else if (TAKE("-p")) ok = parse_float(v, 0, 1, &a.top_p);
+        else if (TAKE("-s")) {
+            char *end;
+            errno = 0;
+            a.seed = strtoull(v, &end, 10);
+            ok = !errno && end != v && !*end && v[0] != '-';
+        } else if (TAKE("--threads")) ok = parse_u32(v, 1, 1024, &a.threads);
+        else if (TAKE("--max-seq-len")) ok = parse_u32(v, 1, 1u << 24, &a.eo.max_seq_len);
+        else if (TAKE("--batch")) ok = parse_u32(v, 1, 256, &a.batch);
+        else if (TAKE("--alloc")) {
+            if (!strcmp(v, "llmem")) a.eo.alloc = LLMEM_ENGINE_ALLOC_LLMEM;
+            else if (!strcmp(v, "malloc")) a.eo.alloc = LLMEM_ENGINE_ALLOC_MALLOC;
+            else ok = false;
+        } else if (TAKE("--kv")) {
+            if (!strcmp(v, "paged")) a.eo.kv_strategy = LLMEM_KV_PAGED;
+            else if (!strcmp(v, "static")) a.eo.kv_strategy = LLMEM_KV_STATIC;
+            else if (!strcmp(v, "buckets")) a.eo.kv_strategy = LLMEM_KV_BUCKETS;
+            else ok = false;
+        } else if (TAKE("--kv-dtype")) {
+            if (!strcmp(v, "f32")) a.eo.kv_dtype = LLMEM_KV_F32;
+            else if (!strcmp(v, "f16")) a.eo.kv_dtype = LLMEM_KV_F16;
+            else ok = false;
+        } else if (o[0] != '-' && !a.model) a.model = o;
+        else {
+            fprintf(stderr, "llmem run: unknown or incomplete option '%s'\n", o);
+            usage(stderr);
+            return 2;
+        }
+#undef TAKE
+        if (!ok) {
+            fprintf(stderr, "llmem run: bad value '%s' for %s\n", v, o);
+            return 2;
+        }
+    }
+    if (!a.model) {
+        usage(stderr);
+        return 2;
+    }
+    return generate(&a);
+}
