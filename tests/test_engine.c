@@ -370,6 +370,48 @@ static void decode_steps_call_no_malloc(void **state)
 #endif
 }
 
+/* ---- the prompt's workspace goes back when decode begins ------------------------------- */
+
+static void prefill_workspace_released_at_decode(void **state)
+{
+    (void)state;
+    if (!have(MODELS "/stories260K.bin")) skip();
+    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    int32_t toks[260];
+    for (int i = 0; i < 260; i++) toks[i] = 1 + (i * 31) % 500;
+    llmem_engine *e, *base;
+    llmem_engine_options o = llmem_engine_options_default();
+    assert_ok(llmem_engine_create(m, &o, &e));
+    o.alloc = LLMEM_ENGINE_ALLOC_MALLOC;
+    assert_ok(llmem_engine_create(m, &o, &base));
+    llmem_engine_seq s, r;
+    assert_ok(llmem_engine_seq_create(e, &s));
+    assert_ok(llmem_engine_seq_create(base, &r));
+    llmem_engine_stats st = {sizeof st};
+    for (int round = 0; round < 2; round++) {
+        /* A 200-token prompt (about 0.6 MB of activations), then decode. */
+        llmem_engine_batch_item it = {s, toks + round * 30, 200}, ir = {r, toks + round * 30, 200};
+        if (round) it.n = ir.n = 30;
+        assert_ok(llmem_engine_step(e, &it, 1));
+        assert_ok(llmem_engine_step(base, &ir, 1));
+        for (int k = 0; k < 3; k++) {
+            it = (llmem_engine_batch_item){s, &toks[250 + k], 1};
+            ir = (llmem_engine_batch_item){r, &toks[250 + k], 1};
+            assert_ok(llmem_engine_step(e, &it, 1));
+            assert_ok(llmem_engine_step(base, &ir, 1));
+            /* Memory given back and taken again changes no result. */
+            float scale, d = max_abs_diff(llmem_engine_logits(e, 0), llmem_engine_logits(base, 0), 512, &scale);
+            if (d > 1e-6f * fmaxf(1, scale)) fail_msg("round %d step %d: %g off the malloc baseline", round, k, d);
+        }
+        assert_ok(llmem_engine_get_stats(e, &st));
+        /* The second prompt is 30 tokens: too small to be worth a release. */
+        assert_int_equal(st.workspace_releases_total, 1);
+    }
+    llmem_engine_destroy(base);
+    llmem_engine_destroy(e);
+    llmem_model_close(m);
+}
+
 /* ---- stages ------------------------------------------------------------------------------- */
 
 typedef struct stage_log {
@@ -818,6 +860,7 @@ int main(void)
         cmocka_unit_test(batched_prefill_matches_token_loop),
         cmocka_unit_test(sequences_batched_together_match_alone),
         cmocka_unit_test(decode_steps_call_no_malloc),
+        cmocka_unit_test(prefill_workspace_released_at_decode),
         cmocka_unit_test(stages_reach_listener_and_pool),
         cmocka_unit_test_setup(bad_input_changes_nothing, test_quiet_logs),
         cmocka_unit_test_setup(full_kv_is_enomem_and_keeps_sequences, test_quiet_logs),

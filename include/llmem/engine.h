@@ -13,12 +13,16 @@
  *  - KV cache: an llmem_kv (paged by default) over the engine's pool;
  *  - activations: one arena, sized at creation for the largest step
  *    (max_step_tokens tokens), reset after every step, so a step never asks
- *    the resource or malloc for anything;
+ *    malloc for anything; the first decode step after a prefill gives the
+ *    pages only the prompt needed back to the OS (one decommit), and the
+ *    next prefill takes them again;
  *  - the engine's own tables (sequences, per-step block tables) are taken
  *    at creation.
- * A decode step calls neither malloc nor the resource (test_engine proves
- * it by counting malloc calls) as long as the pool holds the KV blocks the
- * step needs: llmem_engine_seq_reserve takes them ahead, at admission.
+ * A decode step calls no malloc (test_engine proves it by counting malloc
+ * calls), and no resource either as long as the pool holds the KV blocks
+ * the step needs (llmem_engine_seq_reserve takes them ahead, at
+ * admission) - but for the first decode step after a prefill, which gives
+ * the prompt's workspace pages back.
  *
  * A step runs any mix of sequences: each brings n >= 1 new tokens (a
  * prompt, or one token while decoding); all tokens of the step go through
@@ -144,6 +148,7 @@ typedef struct llmem_engine_stats {
     uint64_t weights_converted_bytes;  /* copies made (1-D tensors not in f32) */
     uint64_t workspace_bytes;          /* the activation arena */
     uint64_t workspace_peak_bytes;     /* most of it one step used */
+    uint64_t workspace_releases_total; /* prefill pages given back when decode began */
     uint64_t kv_bytes;                 /* KV storage held now (reserved) */
     uint64_t kv_used_bytes;            /* of which holding tokens of live sequences */
     uint64_t kv_peak_bytes;

@@ -77,6 +77,8 @@ struct llmem_engine {
     llmem_kv *kv;
     llmem_arena *arena;
     size_t ws_bytes;
+    size_t ws_touched;       /* bytes of the workspace the steps since the last release used */
+    size_t ws_commit_end;    /* bytes from the workspace base known committed (page multiple) */
     size_t kv_elem, tok_bytes; /* bytes per element, per token's K (or V) in a layer */
     size_t blocks_max;       /* table entries per sequence */
 
@@ -395,6 +397,7 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
         ao.name = "engine-workspace";
         ao.capacity_bytes = e->ws_bytes + WS_ALIGN;
         if ((st = llmem_arena_create(&ao, &e->arena))) goto fail;
+        e->ws_commit_end = (size_t)-1; /* mapped whole at creation */
     }
     e->st.weights_mapped_bytes = 0;
     for (size_t i = 0; i < llmem_model_tensor_count(m); i++)
@@ -612,13 +615,44 @@ static void *step_take(llmem_engine *e, size_t bytes)
     return p;
 }
 
-static llmem_status step_buffers(llmem_engine *e, size_t T, size_t S, step_bufs *b)
+/* Decode needs a fraction of the workspace a prompt needed. The first
+ * decode step after a prefill gives back the pages beyond its own need
+ * (one decommit), so the prompt's activations do not stay resident for
+ * the rest of the request; the next prefill commits them again. */
+#define WS_RELEASE_MIN (256u << 10)
+
+static llmem_status workspace_fit(llmem_engine *e, char *base, size_t bytes, bool decode)
+{
+    size_t page = llmem__page_size();
+    size_t need = (bytes + page - 1) & ~(page - 1);
+    llmem_resource *r = llmem_resource_default();
+    if (need > e->ws_commit_end) {
+        llmem_status st = llmem_resource_commit(r, base + e->ws_commit_end, need - e->ws_commit_end);
+        if (st) return st;
+        e->ws_commit_end = need;
+    }
+    if (decode && e->ws_touched > need + WS_RELEASE_MIN) {
+        size_t end = (e->ws_touched + page - 1) & ~(page - 1);
+        if (end > e->ws_commit_end) end = e->ws_commit_end;
+        if (end > need && llmem_resource_decommit(r, base + need, end - need) == LLMEM_OK) {
+            e->ws_commit_end = need;
+            e->st.workspace_releases_total++;
+        }
+        e->ws_touched = bytes;
+    }
+    if (bytes > e->ws_touched) e->ws_touched = bytes;
+    return LLMEM_OK;
+}
+
+static llmem_status step_buffers(llmem_engine *e, size_t T, size_t S, bool decode, step_bufs *b)
 {
     if (!e->use_malloc) {
         llmem_arena_reset(e->arena);
         size_t bytes = layout(e, T, S, NULL, NULL);
         char *base = step_take(e, bytes);
         if (!base) return llmem__fail(LLMEM_ENOMEM, "engine: workspace of %zu bytes refused", bytes);
+        llmem_status st = workspace_fit(e, base, bytes, decode);
+        if (st) return st;
         layout(e, T, S, base, b);
         return LLMEM_OK;
     }
@@ -684,7 +718,7 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
         }
     }
     step_bufs b;
-    llmem_status st = step_buffers(e, T, count, &b);
+    llmem_status st = step_buffers(e, T, count, !prefill, &b);
     if (st) {
         for (size_t i = 0; e->kv && i < count; i++) {
             eng_seq *r = seq_get(e, items[i].seq);
@@ -827,6 +861,7 @@ static const llmem_stat_field engine_fields[] = {
     F(GAUGE, weights_converted_bytes, "Bytes of weights converted to f32 copies."),
     F(GAUGE, workspace_bytes, "Bytes of the activation arena."),
     F(GAUGE, workspace_peak_bytes, "Most of the arena one step used."),
+    F(COUNTER, workspace_releases_total, "Prefill workspace pages given back when decode began."),
     F(GAUGE, kv_bytes, "KV storage held."),
     F(GAUGE, kv_used_bytes, "KV storage holding tokens of live sequences."),
     F(GAUGE, kv_peak_bytes, "Highest kv_bytes."),
