@@ -11,7 +11,8 @@
  *  - weights: the model's mapping; only 1-D tensors stored in another type
  *    than f32 are converted, into blocks of the engine's pool;
  *  - KV cache: an llmem_kv (paged by default) over the engine's pool;
- *  - activations: one arena, sized at creation for the largest step
+ *  - activations: one arena, sized at creation for the largest step as
+ *    planned by llmem/planner.h (buffers not alive together share bytes),
  *    (max_step_tokens tokens), reset after every step, so a step never asks
  *    malloc for anything; the first decode step after a prefill gives the
  *    pages only the prompt needed back to the OS (one decommit), and the
@@ -58,6 +59,7 @@
 
 #include "llmem/kv.h"
 #include "llmem/model.h"
+#include "llmem/planner.h"
 #include "llmem/pool.h"
 #include "llmem/stage.h"
 #include "llmem/stats.h"
@@ -148,6 +150,8 @@ typedef struct llmem_engine_stats {
     uint64_t weights_converted_bytes;  /* copies made (1-D tensors not in f32) */
     uint64_t workspace_bytes;          /* the activation arena */
     uint64_t workspace_peak_bytes;     /* most of it one step used */
+    uint64_t workspace_naive_bytes;    /* the largest step's buffers laid end to end */
+    uint64_t workspace_lower_bound_bytes; /* the most bytes alive at once in the largest step */
     uint64_t workspace_releases_total; /* prefill pages given back when decode began */
     uint64_t kv_bytes;                 /* KV storage held now (reserved) */
     uint64_t kv_used_bytes;            /* of which holding tokens of live sequences */
@@ -155,6 +159,13 @@ typedef struct llmem_engine_stats {
     uint64_t pool_reserved_bytes;      /* the engine's pool (0 with malloc) */
     uint64_t malloc_bytes;             /* ALLOC_MALLOC: bytes malloc'd now (KV and tables) */
 } llmem_engine_stats;
+
+/* The activation workspace of one step of `tokens` tokens over `seqs`
+ * sequences on a model of this shape, planned as the engine plans it
+ * (llmem/planner.h: peak, lower bound, naive sum). threads: the kernel
+ * threads (each has a score row of max_seq_len). KV blocks of 16 tokens. */
+LLMEM_API llmem_status llmem_engine_plan_step(const llmem_shape *shape, uint32_t tokens, uint32_t seqs,
+                                              uint32_t max_seq_len, unsigned threads, llmem_plan_result *out);
 
 LLMEM_API llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *out);
 LLMEM_API const llmem_stats_schema *llmem_engine_stats_schema(void);

@@ -31,5 +31,6 @@
 #include "llmem/sampler.h"
 #include "llmem/stage.h"
 #include "llmem/engine.h"
+#include "llmem/planner.h"
 
 #endif /* LLMEM_LLMEM_H */

@@ -34,6 +34,7 @@
 
 #include "llmem/arena.h"
 #include "llmem/engine.h"
+#include "llmem/planner.h"
 #include "llmem/sampler.h"
 
 #include "../core/internal.h"
@@ -253,7 +254,10 @@ static llmem_status bind_weights(llmem_engine *e)
 
 typedef struct step_bufs {
     uint32_t *tok_item, *tok_pos;  /* per token row */
-    float *x, *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2;
+    float *x;                      /* the residual stream, T x dim */
+    float *xb, *q, *k, *v;         /* attention: normed input, projections */
+    float *att_out, *xo;           /* attention output (T x qdim), its projection (T x dim) */
+    float *xf, *hb, *hb2, *xd;     /* FFN: normed input, gate (then SwiGLU in place), up, down */
     float *scores;                 /* threads x max_seq_len */
     void **ktab, **vtab;           /* items x blocks_max */
     size_t *tab_len;               /* items: tokens per block */
@@ -262,37 +266,99 @@ typedef struct step_bufs {
 
 #define WS_ALIGN 64
 
-/* Lay out the buffers of a step of T tokens and S items: with base NULL it
- * only adds up the bytes; else it carves them from base. */
-static size_t layout(const llmem_engine *e, size_t T, size_t S, char *base, step_bufs *b)
+/* The step as a graph for the planner: each temporary with its size and
+ * the operations that write it first and read it last. One layer's body
+ * stands for all of them (its temporaries die within it; what crosses
+ * layers - the token rows and x - lives through it):
+ *   0 embed, 1 attention norm, 2 q/k/v, 3 rope and store K/V (block
+ *   tables filled), 4 attention, 5 output projection, 6 residual, 7 FFN
+ *   norm, 8 gate/up, 9 SwiGLU (in place over gate), 10 down, 11 residual,
+ *   12 final norm, 13 classifier, 14 the logits handed out. */
+enum {
+    G_TOK_ITEM, G_TOK_POS, G_X, G_XB, G_Q, G_K, G_V, G_KTAB, G_VTAB, G_TABLEN, G_SCORES, G_ATT_OUT, G_XO,
+    G_XF, G_HB, G_HB2, G_XD, G_XLAST, G_LOGITS, G_COUNT
+};
+
+typedef struct graph_dims {
+    size_t dim, qdim, kvdim, ffn, vocab, max_seq_len, blocks_max;
+    unsigned threads;
+} graph_dims;
+
+static void graph(const graph_dims *d, size_t T, size_t S, llmem_plan_tensor *t)
 {
-    size_t off = 0;
-    unsigned nth = llmem__threads_count(e->th);
-#define TAKE(field, count)                                                                                         \
-    do {                                                                                                           \
-        size_t bytes_ = (size_t)(count) * sizeof(*b->field);                                                       \
-        if (base) b->field = (void *)(base + off);                                                                 \
-        off += (bytes_ + WS_ALIGN - 1) & ~(size_t)(WS_ALIGN - 1);                                                  \
-    } while (0)
-    TAKE(tok_item, T);
-    TAKE(tok_pos, T);
-    TAKE(x, T * e->dim);
-    TAKE(xb, T * e->dim);
-    TAKE(xb2, T * e->dim);
-    TAKE(q, T * e->qdim);
-    TAKE(k, T * e->kvdim);
-    TAKE(v, T * e->kvdim);
-    TAKE(att_out, T * e->qdim);
-    TAKE(hb, T * e->ffn);
-    TAKE(hb2, T * e->ffn);
-    TAKE(scores, (size_t)nth * e->o.max_seq_len);
-    TAKE(ktab, S * e->blocks_max);
-    TAKE(vtab, S * e->blocks_max);
-    TAKE(tab_len, S);
-    TAKE(xlast, S * e->dim);
-    TAKE(logits, S * e->vocab);
-#undef TAKE
-    return off;
+#define G(id, nm, bytes, a, b) t[id] = (llmem_plan_tensor){nm, (bytes), (a), (b), -1, 0}
+    G(G_TOK_ITEM, "tok_item", T * sizeof(uint32_t), 0, 11);
+    G(G_TOK_POS, "tok_pos", T * sizeof(uint32_t), 0, 11);
+    G(G_X, "x", T * d->dim * sizeof(float), 0, 12);
+    G(G_XB, "attn_in", T * d->dim * sizeof(float), 1, 2);
+    G(G_Q, "q", T * d->qdim * sizeof(float), 2, 4);
+    G(G_K, "k", T * d->kvdim * sizeof(float), 2, 3);
+    G(G_V, "v", T * d->kvdim * sizeof(float), 2, 3);
+    G(G_KTAB, "k_table", S * d->blocks_max * sizeof(void *), 3, 4);
+    G(G_VTAB, "v_table", S * d->blocks_max * sizeof(void *), 3, 4);
+    G(G_TABLEN, "table_len", S * sizeof(size_t), 3, 4);
+    G(G_SCORES, "scores", (size_t)d->threads * d->max_seq_len * sizeof(float), 4, 4);
+    G(G_ATT_OUT, "attn_out", T * d->qdim * sizeof(float), 4, 5);
+    G(G_XO, "attn_proj", T * d->dim * sizeof(float), 5, 6);
+    G(G_XF, "ffn_in", T * d->dim * sizeof(float), 7, 8);
+    G(G_HB, "gate", T * d->ffn * sizeof(float), 8, 10);
+    G(G_HB2, "up", T * d->ffn * sizeof(float), 8, 9);
+    G(G_XD, "down", T * d->dim * sizeof(float), 10, 11);
+    G(G_XLAST, "last_rows", S * d->dim * sizeof(float), 12, 13);
+    G(G_LOGITS, "logits", S * d->vocab * sizeof(float), 13, 14);
+#undef G
+}
+
+static graph_dims dims_of(const llmem_engine *e)
+{
+    return (graph_dims){e->dim, e->qdim, e->kvdim, e->ffn, e->vocab, e->o.max_seq_len, e->blocks_max,
+                        llmem__threads_count(e->th)};
+}
+
+/* Plan a step of T tokens and S items into t (G_COUNT entries). */
+static llmem_status plan_step(const graph_dims *d, size_t T, size_t S, llmem_plan_tensor *t, llmem_plan_result *r)
+{
+    uint32_t scratch[2 * G_COUNT + 1];
+    graph(d, T, S, t);
+    return llmem_plan(t, G_COUNT, WS_ALIGN, scratch, sizeof scratch, r);
+}
+
+static void carve(char *base, const llmem_plan_tensor *t, step_bufs *b)
+{
+#define AT(field, id) b->field = (void *)(base + t[id].offset)
+    AT(tok_item, G_TOK_ITEM);
+    AT(tok_pos, G_TOK_POS);
+    AT(x, G_X);
+    AT(xb, G_XB);
+    AT(q, G_Q);
+    AT(k, G_K);
+    AT(v, G_V);
+    AT(ktab, G_KTAB);
+    AT(vtab, G_VTAB);
+    AT(tab_len, G_TABLEN);
+    AT(scores, G_SCORES);
+    AT(att_out, G_ATT_OUT);
+    AT(xo, G_XO);
+    AT(xf, G_XF);
+    AT(hb, G_HB);
+    AT(hb2, G_HB2);
+    AT(xd, G_XD);
+    AT(xlast, G_XLAST);
+    AT(logits, G_LOGITS);
+#undef AT
+}
+
+llmem_status llmem_engine_plan_step(const llmem_shape *s, uint32_t tokens, uint32_t seqs, uint32_t max_seq_len,
+                                    unsigned threads, llmem_plan_result *out)
+{
+    if (!s || !out || !tokens || !seqs || !threads || !max_seq_len)
+        return llmem__fail(LLMEM_EINVAL, "engine plan: null shape or result, or a zero count");
+    if (!s->hidden || !s->heads || !s->kv_heads || !s->head_dim || !s->ffn || !s->vocab)
+        return llmem__fail(LLMEM_EINVAL, "engine plan: incomplete shape");
+    graph_dims d = {s->hidden, (size_t)s->heads * s->head_dim, (size_t)s->kv_heads * s->head_dim, s->ffn, s->vocab,
+                    max_seq_len, ((size_t)max_seq_len + 15) / 16 + 1, threads};
+    llmem_plan_tensor t[G_COUNT];
+    return plan_step(&d, tokens, seqs, t, out);
 }
 
 /* ---- create / destroy ----------------------------------------------------------------- */
@@ -391,7 +457,15 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
         e->blocks_max = 1;
     }
 
-    e->ws_bytes = layout(e, o.max_step_tokens, o.max_seqs, NULL, NULL);
+    {
+        graph_dims d = dims_of(e);
+        llmem_plan_tensor t[G_COUNT];
+        llmem_plan_result pr;
+        if ((st = plan_step(&d, o.max_step_tokens, o.max_seqs, t, &pr))) goto fail;
+        e->ws_bytes = pr.peak_bytes;
+        e->st.workspace_naive_bytes = pr.naive_bytes;
+        e->st.workspace_lower_bound_bytes = pr.lower_bound_bytes;
+    }
     if (!e->use_malloc) {
         llmem_arena_options ao = llmem_arena_options_default();
         ao.name = "engine-workspace";
@@ -648,12 +722,15 @@ static llmem_status step_buffers(llmem_engine *e, size_t T, size_t S, bool decod
 {
     if (!e->use_malloc) {
         llmem_arena_reset(e->arena);
-        size_t bytes = layout(e, T, S, NULL, NULL);
-        char *base = step_take(e, bytes);
-        if (!base) return llmem__fail(LLMEM_ENOMEM, "engine: workspace of %zu bytes refused", bytes);
-        llmem_status st = workspace_fit(e, base, bytes, decode);
+        graph_dims d = dims_of(e);
+        llmem_plan_tensor t[G_COUNT];
+        llmem_plan_result pr;
+        llmem_status st = plan_step(&d, T, S, t, &pr);
         if (st) return st;
-        layout(e, T, S, base, b);
+        char *base = step_take(e, pr.peak_bytes);
+        if (!base) return llmem__fail(LLMEM_ENOMEM, "engine: workspace of %zu bytes refused", pr.peak_bytes);
+        if ((st = workspace_fit(e, base, pr.peak_bytes, decode))) return st;
+        carve(base, t, b);
         return LLMEM_OK;
     }
     /* The baseline: every buffer its own malloc, freed at the next step. */
@@ -661,9 +738,9 @@ static llmem_status step_buffers(llmem_engine *e, size_t T, size_t S, bool decod
 #define GET(field, count)                                                                                          \
     if (!(b->field = step_take(e, (size_t)(count) * sizeof(*b->field) + 1))) goto nomem;
     unsigned nth = llmem__threads_count(e->th);
-    GET(tok_item, T) GET(tok_pos, T) GET(x, T * e->dim) GET(xb, T * e->dim) GET(xb2, T * e->dim)
-    GET(q, T * e->qdim) GET(k, T * e->kvdim) GET(v, T * e->kvdim) GET(att_out, T * e->qdim)
-    GET(hb, T * e->ffn) GET(hb2, T * e->ffn) GET(scores, (size_t)nth * e->o.max_seq_len)
+    GET(tok_item, T) GET(tok_pos, T) GET(x, T * e->dim) GET(xb, T * e->dim) GET(xo, T * e->dim)
+    GET(xf, T * e->dim) GET(xd, T * e->dim) GET(q, T * e->qdim) GET(k, T * e->kvdim) GET(v, T * e->kvdim)
+    GET(att_out, T * e->qdim) GET(hb, T * e->ffn) GET(hb2, T * e->ffn) GET(scores, (size_t)nth * e->o.max_seq_len)
     GET(ktab, S) GET(vtab, S) GET(tab_len, S) GET(xlast, S * e->dim) GET(logits, S * e->vocab)
 #undef GET
     return LLMEM_OK;
@@ -757,15 +834,15 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
         }
         attn_ctx ac = {e, &b, T, l};
         llmem__threads_run(th, attention_part, &ac);
-        llmem__matmul(th, b.xb2, b.att_out, ly->wo, ly->to, e->qdim, e->dim, T);
-        for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xb2 + r * e->dim, e->dim);
+        llmem__matmul(th, b.xo, b.att_out, ly->wo, ly->to, e->qdim, e->dim, T);
+        for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xo + r * e->dim, e->dim);
 
-        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b.xb + r * e->dim, b.x + r * e->dim, ly->ffn_norm, e->dim, e->eps);
-        llmem__matmul(th, b.hb, b.xb, ly->w1, ly->t1, e->dim, e->ffn, T);
-        llmem__matmul(th, b.hb2, b.xb, ly->w3, ly->t3, e->dim, e->ffn, T);
+        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b.xf + r * e->dim, b.x + r * e->dim, ly->ffn_norm, e->dim, e->eps);
+        llmem__matmul(th, b.hb, b.xf, ly->w1, ly->t1, e->dim, e->ffn, T);
+        llmem__matmul(th, b.hb2, b.xf, ly->w3, ly->t3, e->dim, e->ffn, T);
         llmem__swiglu(b.hb, b.hb2, T * e->ffn);
-        llmem__matmul(th, b.xb2, b.hb, ly->w2, ly->t2, e->ffn, e->dim, T);
-        for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xb2 + r * e->dim, e->dim);
+        llmem__matmul(th, b.xd, b.hb, ly->w2, ly->t2, e->ffn, e->dim, T);
+        for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xd + r * e->dim, e->dim);
     }
 
     /* The classifier only for each item's last token. */
@@ -861,6 +938,8 @@ static const llmem_stat_field engine_fields[] = {
     F(GAUGE, weights_converted_bytes, "Bytes of weights converted to f32 copies."),
     F(GAUGE, workspace_bytes, "Bytes of the activation arena."),
     F(GAUGE, workspace_peak_bytes, "Most of the arena one step used."),
+    F(GAUGE, workspace_naive_bytes, "The largest step's activation buffers laid end to end."),
+    F(GAUGE, workspace_lower_bound_bytes, "The most activation bytes alive at once in the largest step."),
     F(COUNTER, workspace_releases_total, "Prefill workspace pages given back when decode began."),
     F(GAUGE, kv_bytes, "KV storage held."),
     F(GAUGE, kv_used_bytes, "KV storage holding tokens of live sequences."),
