@@ -11,6 +11,7 @@ int llmem_cmd_bench(int argc, char **argv);
 int llmem_cmd_replay(int argc, char **argv);
 int llmem_cmd_run(int argc, char **argv);
 int llmem_cmd_synth(int argc, char **argv);
+int llmem_cmd_plan(int argc, char **argv);
 int llmem_bench_alloc(int argc, char **argv);
 int llmem_bench_waste(int argc, char **argv);
 

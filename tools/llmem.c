@@ -29,6 +29,7 @@ static const command commands[] = {
     {"demo", llmem_cmd_demo, "a guided tour of the memory layers, with their stats"},
     {"bench", llmem_cmd_bench, "benchmarks against glibc (llmem bench --help)"},
     {"run", llmem_cmd_run, "generate text with a llama model (llama2.c .bin or GGUF), memory from llmem"},
+    {"plan", llmem_cmd_plan, "the memory a workload needs: weights, KV, activations, reserve, what fits"},
     {"synth", llmem_cmd_synth, "write a model of a given shape with synthetic weights"},
     {"replay", llmem_cmd_replay, "replay a request trace through the KV cache strategies"},
     {"help", cmd_help, "this text"},

@@ -1,0 +1,209 @@
+/*
+ * cmd_plan.c - `llmem plan`: the memory plan of a workload before it runs.
+ *
+ * For a model (a file, a preset shape or a Hugging Face config.json), a
+ * batch of B sequences of P prompt tokens generating up to T tokens each:
+ *  - weights: the file's tensor bytes, or parameters x the element size;
+ *  - KV: bytes per token (all layers, K and V) and for the workload
+ *    (B x (P + T) tokens, rounded up to 16-token blocks per sequence);
+ *  - activations: the engine's planned workspace (llmem_engine_plan_step)
+ *    for the largest step of the workload - the prefill of all prompts in
+ *    steps of at most 512 tokens, or a decode step of B tokens - with the
+ *    lower bound beside it;
+ *  - the reserve to take before prefill: (KV + activations) x the safety
+ *    factor (1.2), so the run makes no resource call;
+ *  - with --device-memory, how many such sequences fit beside the weights
+ *    and the activations.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "llmem/llmem.h"
+
+#define SAFETY 1.2
+#define MAX_STEP_TOKENS 512u
+#define BLOCK_TOKENS 16u
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: llmem plan (--model FILE | --shape NAME|config.json) [--batch B] [--prompt-tokens P]\n"
+            "                  [--max-tokens T] [--dtype f32|f16|q8_0] [--device-memory BYTES] [--threads N] [--json]\n"
+            "\n"
+            "The memory a workload needs: weights, KV cache, activations, the reserve to take\n"
+            "before prefill, and how many sequences fit in --device-memory.\n"
+            "  --batch B            concurrent sequences (default 1)\n"
+            "  --prompt-tokens P    prompt tokens per sequence (default 512)\n"
+            "  --max-tokens T       generated tokens per sequence (default 256)\n"
+            "  --dtype D            element type of weights and KV (default f16); with --model the\n"
+            "                       weights are the file's own bytes\n"
+            "  --device-memory M    bytes available (e.g. 80GiB, 24GB)\n"
+            "  --threads N          kernel threads (each has a row of attention scores; default 2)\n");
+}
+
+static double parse_bytes(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0)) return -1;
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},       {"B", 1},         {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].suffix)) return v * units[i].mult;
+    return -1;
+}
+
+static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+int llmem_cmd_plan(int argc, char **argv)
+{
+    const char *model = NULL, *shape_name = NULL;
+    uint32_t batch = 1, prompt = 512, gen = 256, threads = 2;
+    double device = 0;
+    bool json = false;
+    uint32_t dtype = LLMEM_DTYPE_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+#define TAKE(opt) (!strcmp(o, opt) && v && (i++, true))
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--json")) json = true;
+        else if (TAKE("--model")) model = v;
+        else if (TAKE("--shape")) shape_name = v;
+        else if (TAKE("--batch")) ok = parse_u32(v, 1, 1u << 20, &batch);
+        else if (TAKE("--prompt-tokens")) ok = parse_u32(v, 0, 1u << 24, &prompt);
+        else if (TAKE("--max-tokens")) ok = parse_u32(v, 0, 1u << 24, &gen);
+        else if (TAKE("--threads")) ok = parse_u32(v, 1, 1024, &threads);
+        else if (TAKE("--device-memory")) ok = (device = parse_bytes(v)) > 0;
+        else if (TAKE("--dtype")) {
+            if (!strcmp(v, "f32")) dtype = LLMEM_DTYPE_F32;
+            else if (!strcmp(v, "f16")) dtype = LLMEM_DTYPE_F16;
+            else if (!strcmp(v, "q8_0")) dtype = LLMEM_DTYPE_Q8_0;
+            else ok = false;
+        } else {
+            fprintf(stderr, "llmem plan: unknown or incomplete option '%s'\n", o);
+            usage(stderr);
+            return 2;
+        }
+#undef TAKE
+        if (!ok) {
+            fprintf(stderr, "llmem plan: bad value '%s' for %s\n", v, o);
+            return 2;
+        }
+    }
+    if (!model == !shape_name) {
+        fprintf(stderr, "llmem plan: give one of --model and --shape\n");
+        usage(stderr);
+        return 2;
+    }
+    if (prompt + (uint64_t)gen == 0) {
+        fprintf(stderr, "llmem plan: a sequence of no tokens\n");
+        return 2;
+    }
+
+    llmem_shape s;
+    uint64_t weights;
+    const char *weights_from;
+    if (model) {
+        llmem_model *m;
+        llmem_status st = llmem_model_open(model, NULL, &m);
+        if (st) {
+            fprintf(stderr, "llmem plan: %s: %s\n", model, llmem_last_error());
+            return 1;
+        }
+        s = llmem_model_get_config(m)->shape;
+        llmem_model_stats ms = {sizeof ms};
+        llmem_model_get_stats(m, &ms);
+        weights = ms.tensor_bytes;
+        weights_from = "the file's tensors";
+        llmem_model_close(m);
+    } else {
+        if (llmem_shape_load(shape_name, &s)) {
+            fprintf(stderr, "llmem plan: %s: %s\n", shape_name, llmem_last_error());
+            return 1;
+        }
+        /* q8_0 blocks hold 32 elements in 34 bytes; norms stay f32 (a
+         * rounding error here). */
+        uint64_t params = llmem_shape_params(&s);
+        weights = dtype == LLMEM_DTYPE_Q8_0 ? params / 32 * 34 : params * (dtype == LLMEM_DTYPE_F32 ? 4 : 2);
+        weights_from = llmem_dtype_name(dtype);
+    }
+    size_t kv_elem = dtype == LLMEM_DTYPE_F32 ? 4 : dtype == LLMEM_DTYPE_F16 ? 2 : 1;
+    uint64_t seq_tokens = (uint64_t)prompt + gen;
+    if (seq_tokens > s.max_ctx)
+        fprintf(stderr, "llmem plan: note: %llu tokens per sequence exceed the model's context (%u)\n",
+                (unsigned long long)seq_tokens, s.max_ctx);
+    uint64_t kv_token = llmem_shape_kv_bytes_per_token(&s, kv_elem);
+    uint64_t seq_blocks = (seq_tokens + BLOCK_TOKENS - 1) / BLOCK_TOKENS;
+    uint64_t kv_seq = seq_blocks * BLOCK_TOKENS * kv_token;
+    uint64_t kv = kv_seq * batch;
+
+    /* The largest step: prefill in steps of at most 512 tokens (all
+     * prompts together when they fit), or decode of one token each. */
+    uint32_t ctx = seq_tokens < s.max_ctx ? (uint32_t)seq_tokens : s.max_ctx;
+    uint64_t prefill_tokens = (uint64_t)batch * prompt;
+    uint32_t step_tokens = prefill_tokens < MAX_STEP_TOKENS ? (uint32_t)prefill_tokens : MAX_STEP_TOKENS;
+    uint32_t step_seqs = batch < step_tokens ? batch : step_tokens;
+    llmem_plan_result pre = {0}, dec = {0};
+    if (step_tokens && llmem_engine_plan_step(&s, step_tokens, step_seqs ? step_seqs : 1, ctx, threads, &pre)) {
+        fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
+        return 1;
+    }
+    if (gen && llmem_engine_plan_step(&s, batch, batch, ctx, threads, &dec)) {
+        fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
+        return 1;
+    }
+    const llmem_plan_result *act = pre.peak_bytes >= dec.peak_bytes ? &pre : &dec;
+    uint64_t reserve = (uint64_t)ceil((double)(kv + act->peak_bytes) * SAFETY);
+    long long fit = -1;
+    if (device > 0) {
+        /* Beside the weights and the largest step's activations (itself
+         * for one sequence; the bound stays conservative). */
+        double room = device - (double)weights - (double)act->peak_bytes * SAFETY;
+        fit = room > 0 ? (long long)(room / ((double)kv_seq * SAFETY)) : 0;
+    }
+
+    if (json) {
+        printf("{\"model\":\"%s\",\"weights_from\":\"%s\",\"batch\":%u,\"prompt_tokens\":%u,\"max_tokens\":%u,"
+               "\"weights_bytes\":%llu,\"kv_bytes_per_token\":%llu,\"kv_bytes\":%llu,"
+               "\"activation_peak_bytes\":%zu,\"activation_lower_bound_bytes\":%zu,"
+               "\"activation_naive_bytes\":%zu,\"safety_factor\":%.2f,\"recommended_reserve_bytes\":%llu,"
+               "\"max_concurrent_sequences\":%lld}\n",
+               s.name, weights_from, batch, prompt, gen, (unsigned long long)weights, (unsigned long long)kv_token,
+               (unsigned long long)kv, act->peak_bytes, act->lower_bound_bytes, act->naive_bytes, SAFETY,
+               (unsigned long long)reserve, fit);
+        return 0;
+    }
+    printf("%s: %u sequence%s of %u prompt + %u generated tokens\n", s.name, batch, batch == 1 ? "" : "s", prompt,
+           gen);
+    printf("  weights              %10.1f MB   (%s)\n", (double)weights / 1e6, weights_from);
+    printf("  KV per token         %10.1f KB   (%u layers, %u KV heads x %u, %zu-byte elements)\n",
+           (double)kv_token / 1e3, s.layers, s.kv_heads, s.head_dim, kv_elem);
+    printf("  KV for the workload  %10.1f MB   (%llu tokens a sequence, in %u-token blocks)\n", (double)kv / 1e6,
+           (unsigned long long)seq_tokens, BLOCK_TOKENS);
+    printf("  activations          %10.1f MB   (planned; lower bound %.1f MB, naive %.1f MB; %s step)\n",
+           (double)act->peak_bytes / 1e6, (double)act->lower_bound_bytes / 1e6, (double)act->naive_bytes / 1e6,
+           act == &pre ? "a prefill" : "a decode");
+    printf("  reserve before prefill %8.1f MB   ((KV + activations) x %.1f)\n", (double)reserve / 1e6, SAFETY);
+    if (fit >= 0)
+        printf("  sequences that fit   %10lld      in %.1f GB beside the weights\n", fit, device / 1e9);
+    return 0;
+}
