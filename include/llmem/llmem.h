@@ -32,5 +32,6 @@
 #include "llmem/stage.h"
 #include "llmem/engine.h"
 #include "llmem/planner.h"
+#include "llmem/predictor.h"
 
 #endif /* LLMEM_LLMEM_H */
