@@ -6,6 +6,7 @@ set -eu
 
 pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev"
 pkgs_test="libcmocka-dev libnuma1"
+pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered headless (tests/timeline_render.sh)
 pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
 pkgs_fuzz="clang"
 
@@ -13,7 +14,7 @@ want=""
 for g in "$@"; do
     case "$g" in
         build) want="$want $pkgs_build" ;;
-        test) want="$want $pkgs_build $pkgs_test" ;;
+        test) want="$want $pkgs_build $pkgs_test $pkgs_render" ;;
         bench) want="$want $pkgs_build $pkgs_bench" ;;
         fuzz) want="$want $pkgs_build $pkgs_test $pkgs_fuzz" ;;
         *) echo "deps.sh: unknown group '$g' (build, test, bench, fuzz)" >&2; exit 2 ;;

@@ -50,6 +50,11 @@ if [ -f "$MODELS/stories260K.bin" ] && [ -d "$MODELS/reference" ]; then
     grep -q "peak RSS" "$TMP/stats.txt" || fail "--stats has no RSS"
     "$LLMEM" synth --shape stories260k --format llama2c -o "$TMP/synth.bin" 2>/dev/null || fail "synth llama2c"
     "$LLMEM" run "$TMP/synth.bin" -z "$MODELS/tok512.bin" -t 0 -n 16 --print-ids > /dev/null || fail "run synth .bin"
+    # The controller's timeline page.
+    "$LLMEM" run "$MODELS/stories260K.bin" -z "$MODELS/tok512.bin" -t 0 -n 48 --timeline "$TMP/run.html" \
+        > /dev/null 2>&1 || fail "run --timeline"
+    grep -q "<svg" "$TMP/run.html" || fail "the timeline page has no chart"
+    rm -f "$TMP/run.html"
     # A corrupt model: truncated.
     head -c 100000 "$MODELS/stories260K.bin" > "$TMP/short.bin"
     "$LLMEM" run "$TMP/short.bin" -z "$MODELS/tok512.bin" -n 4 2> "$TMP/err.txt" && fail "a truncated model ran"

@@ -1,8 +1,7 @@
 /*
- * cmd_demo.c - `llmem demo`: a guided tour of what llmem can do today.
- *
- * Until the dynamic pool, KV manager and controller land, the demo walks
- * through the foundation with figures read from the library itself:
+ * cmd_demo.c - `llmem demo --tour`: a guided tour of the foundation layers
+ * (the serving demo is cmd_serve_demo.c), with figures read from the
+ * library itself:
  *  1. per-request scratch in an arena: the first request maps chunks, the
  *     following ones reuse them with no resource call;
  *  2. KV-sized blocks in a fixed pool over a simulated GPU behind a byte
@@ -166,22 +165,10 @@ static int demo_fault(void)
     return again ? 0 : 1;
 }
 
-int llmem_cmd_demo(int argc, char **argv)
+int llmem_demo_tour(bool json)
 {
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: llmem demo [--json]\n\nA tour of llmem's memory layers with live figures; --json prints "
-                   "the final stats as JSON instead of Prometheus text.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "llmem demo: unknown option '%s'\n", argv[i]);
-            return 2;
-        }
-    }
-    printf("llmem %s demo: the foundation layers (resources, arena, fixed pool)\n\n", llmem_version());
-    llmem_log_set(NULL, NULL, LLMEM_LOG_OFF); /* the demo prints the messages itself */
+    printf("llmem %s: a tour of the foundation layers (resources, arena, fixed pool)\n\n", llmem_version());
+    llmem_log_set(NULL, NULL, LLMEM_LOG_OFF); /* the tour prints the messages itself */
     llmem_exporter *ex;
     CHECK(llmem_exporter_create(json ? LLMEM_EXPORT_JSON : LLMEM_EXPORT_PROMETHEUS, &ex));
     int rc = demo_arena(ex);
@@ -190,7 +177,6 @@ int llmem_cmd_demo(int argc, char **argv)
     if (!rc) {
         printf("4. The stats above, as %s:\n\n", json ? "JSON" : "Prometheus text");
         CHECK(llmem_exporter_write(ex, stdout));
-        printf("\nNext: the dynamic pool, the KV cache manager, the engine and the controller build on these.\n");
     }
     llmem_exporter_destroy(ex);
     return rc;

@@ -35,7 +35,7 @@ static void usage(FILE *f)
             "usage: llmem run MODEL [-z TOKENIZER] [-i PROMPT] [-n STEPS] [-t TEMP] [-p TOPP] [-s SEED]\n"
             "                 [--threads N] [--batch N] [--print-ids] [--alloc llmem|malloc] [--stats[=json]]\n"
             "                 [--kv paged|static|buckets] [--kv-dtype f32|f16] [--max-seq-len N]\n"
-            "                 [--populate] [--shared] [--mlock] [--sequential] [--hugepage]\n"
+            "                 [--populate] [--shared] [--mlock] [--sequential] [--hugepage] [--timeline FILE.html]\n"
             "\n"
             "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q8_0).\n"
             "  -z PATH          llama2.c tokenizer.bin (default: the vocabulary inside a GGUF model)\n"
@@ -56,7 +56,8 @@ static void usage(FILE *f)
             "  --shared         map the model MAP_SHARED (one copy across processes)\n"
             "  --mlock          lock the model in memory\n"
             "  --sequential     madvise(SEQUENTIAL, WILLNEED) over the weights at open (read ahead)\n"
-            "  --hugepage       madvise(HUGEPAGE) over the mapping where alignment allows\n");
+            "  --hugepage       madvise(HUGEPAGE) over the mapping where alignment allows\n"
+            "  --timeline F     run the stage-aware controller and write its memory timeline to F (HTML)\n");
 }
 
 static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -98,7 +99,7 @@ static void print_piece(const char *p, size_t len)
 }
 
 typedef struct run_args {
-    const char *model, *tokenizer, *prompt;
+    const char *model, *tokenizer, *prompt, *timeline;
     uint32_t steps, threads, batch;
     float temperature, top_p;
     uint64_t seed;
@@ -155,6 +156,39 @@ static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, doub
             a->eo.alloc == LLMEM_ENGINE_ALLOC_MALLOC ? "alloc malloc" : "alloc llmem");
 }
 
+static uint64_t now_ns_(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void timeline_sample(llmem_timeline *tl, llmem_pool *pool, llmem_engine *e, llmem_stage stage)
+{
+    llmem_pool_stats ps = {sizeof ps};
+    llmem_engine_stats es = {sizeof es};
+    llmem_pool_get_stats(pool, &ps);
+    llmem_engine_get_stats(e, &es);
+    llmem_timeline_sample s = {now_ns_(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes,
+                               es.kv_bytes ? (double)es.kv_used_bytes / (double)es.kv_bytes : -1};
+    llmem_timeline_record(tl, &s);
+}
+
+static void timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char *path)
+{
+    llmem_ctl_event ev[256];
+    size_t n = llmem_controller_events(ctl, ev, 256);
+    for (size_t i = 0; i < n; i++)
+        /* Decisions that moved memory (a reserve already satisfied is noise on a chart). */
+        if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
+            llmem_timeline_event(tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action),
+                                 ev[i].reason, ev[i].bytes_before, ev[i].bytes_after);
+    if (llmem_timeline_write_html(tl, path, "llmem run"))
+        fprintf(stderr, "llmem run: timeline: %s\n", llmem_last_error());
+    else
+        fprintf(stderr, "llmem run: timeline written to %s\n", path);
+}
+
 static int generate(const run_args *a)
 {
     double t_start = now_s();
@@ -170,6 +204,10 @@ static int generate(const run_args *a)
     struct stat sb;
     if (isatty(2) && stat(a->model, &sb) == 0 && sb.st_size > 100 * 1000 * 1000) mo.populate = true;
     llmem_model *m = NULL;
+    llmem_pool *pool = NULL;
+    llmem_predictor *pred = NULL;
+    llmem_controller *ctl = NULL;
+    llmem_timeline *tl = NULL;
     llmem_tokenizer *tok = NULL;
     llmem_engine *e = NULL;
     llmem_sampler **samplers = NULL;
@@ -196,6 +234,35 @@ static int generate(const run_args *a)
     llmem_engine_options eo = a->eo;
     eo.threads = a->threads;
     eo.max_seqs = a->batch;
+    if (a->timeline) {
+        /* The timeline watches a pool the stage-aware controller runs. */
+        llmem_pool_options po = llmem_pool_options_default();
+        po.name = "run";
+        po.resource = llmem_resource_default();
+        po.first_superblock_bytes = 1u << 20;
+        po.purge = LLMEM_POOL_PURGE_MANUAL;
+        llmem_predictor_options pro = llmem_predictor_options_default();
+        pro.shape = c->shape;
+        pro.weight_type = c->weight_type;
+        pro.activations_apart = true; /* the engine's workspace is its own arena */
+        pro.kv_elem_bytes = eo.kv_dtype == LLMEM_KV_F16 ? 2 : 4;
+        if ((st = llmem_pool_create(&po, &pool)) || (st = llmem_predictor_create(&pro, &pred)) ||
+            (st = llmem_timeline_create(0, &tl))) {
+            rc = fail("timeline", st);
+            goto out;
+        }
+        llmem_controller_options co = llmem_controller_options_default();
+        co.pool = pool;
+        co.predictor = pred;
+        co.skip_pool_note = true; /* the engine notes its stages to the pool itself */
+        if ((st = llmem_controller_create(&co, &ctl))) {
+            rc = fail("controller", st);
+            goto out;
+        }
+        eo.pool = pool;
+        eo.on_stage = llmem_controller_on_stage;
+        eo.stage_ctx = ctl;
+    }
     if ((st = llmem_engine_create(m, &eo, &e))) {
         rc = fail("engine", st);
         goto out;
@@ -272,6 +339,7 @@ static int generate(const run_args *a)
         off += take;
     }
     t_first = now_s() - t_start;
+    if (tl) timeline_sample(tl, pool, e, LLMEM_STAGE_PREFILL);
     if (!a->print_ids && B == 1)
         for (size_t i = 1; i < n; i++) {
             size_t len;
@@ -313,8 +381,13 @@ static int generate(const run_args *a)
         }
         generated += live;
         for (uint32_t i = 0; i < live; i++) next[slot[i]] = llmem_sampler_sample(samplers[slot[i]], llmem_engine_logits(e, i));
+        if (tl) timeline_sample(tl, pool, e, LLMEM_STAGE_DECODE);
     }
     llmem_engine_set_idle(e);
+    if (tl) {
+        timeline_sample(tl, pool, e, LLMEM_STAGE_IDLE);
+        timeline_write(tl, ctl, a->timeline);
+    }
     free(items);
     free(next);
     free(slot);
@@ -354,6 +427,10 @@ out:
     free(done);
     free(prompt);
     llmem_engine_destroy(e);
+    llmem_controller_destroy(ctl);
+    llmem_predictor_destroy(pred);
+    llmem_timeline_destroy(tl);
+    llmem_pool_destroy(pool);
     llmem_tokenizer_destroy(tok);
     llmem_model_close(m);
     return rc;
@@ -386,6 +463,7 @@ int llmem_cmd_run(int argc, char **argv)
         else if (!strcmp(o, "--sequential")) a.sequential = true;
         else if (!strcmp(o, "--hugepage")) a.hugepage = true;
         else if (TAKE("-z")) a.tokenizer = v;
+        else if (TAKE("--timeline")) a.timeline = v;
         else if (TAKE("-i")) a.prompt = v;
         else if (TAKE("-n")) ok = parse_u32(v, 0, 1u << 24, &a.steps);
         else if (TAKE("-t")) ok = parse_float(v, 0, 100, &a.temperature);

@@ -345,6 +345,38 @@ static llmem_status write_llama2c(synth *sy, const char *path)
     return LLMEM_OK;
 }
 
+/* Take the synthesiser's buffers for a shape; false if out of memory. */
+static bool synth_init(synth *sy)
+{
+    sy->t = calloc(3 + 9 * (size_t)sy->s.layers, sizeof *sy->t);
+    uint32_t widest = sy->s.hidden > sy->s.ffn ? sy->s.hidden : sy->s.ffn;
+    if (sy->s.heads * sy->s.head_dim > widest) widest = sy->s.heads * sy->s.head_dim;
+    sy->scratch = malloc((size_t)widest * sizeof *sy->scratch);
+    if (!sy->t || !sy->scratch) {
+        free(sy->t);
+        free(sy->scratch);
+        sy->t = NULL;
+        sy->scratch = NULL;
+        return false;
+    }
+    plan(sy);
+    return true;
+}
+
+llmem_status llmem_tool_synth_gguf(const llmem_shape *shape, uint32_t type, uint64_t seed, const char *path)
+{
+    synth sy;
+    memset(&sy, 0, sizeof sy);
+    sy.s = *shape;
+    sy.seed = seed;
+    sy.type = type;
+    if (!synth_init(&sy)) return LLMEM_ENOMEM;
+    llmem_status st = write_gguf(&sy, path, NULL);
+    free(sy.t);
+    free(sy.scratch);
+    return st;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -427,17 +459,10 @@ int llmem_cmd_synth(int argc, char **argv)
         fprintf(stderr, "llmem synth: q8_0 needs rows that are multiples of 32\n");
         return 2;
     }
-    sy.t = calloc(3 + 9 * (size_t)sy.s.layers, sizeof *sy.t);
-    uint32_t widest = sy.s.hidden > sy.s.ffn ? sy.s.hidden : sy.s.ffn;
-    if (sy.s.heads * sy.s.head_dim > widest) widest = sy.s.heads * sy.s.head_dim;
-    sy.scratch = malloc((size_t)widest * sizeof *sy.scratch);
-    if (!sy.t || !sy.scratch) {
-        free(sy.t);
-        free(sy.scratch);
+    if (!synth_init(&sy)) {
         fprintf(stderr, "llmem synth: out of memory\n");
         return 1;
     }
-    plan(&sy);
     st = llama2c ? write_llama2c(&sy, out) : write_gguf(&sy, out, vocab);
     free(sy.t);
     free(sy.scratch);

@@ -5,6 +5,8 @@
 #ifndef LLMEM_TOOLS_COMMANDS_H
 #define LLMEM_TOOLS_COMMANDS_H
 
+#include <stdbool.h>
+
 int llmem_cmd_info(int argc, char **argv);
 int llmem_cmd_demo(int argc, char **argv);
 int llmem_cmd_bench(int argc, char **argv);
@@ -12,7 +14,15 @@ int llmem_cmd_replay(int argc, char **argv);
 int llmem_cmd_run(int argc, char **argv);
 int llmem_cmd_synth(int argc, char **argv);
 int llmem_cmd_plan(int argc, char **argv);
+
+/* The foundation tour (cmd_demo.c), behind llmem demo --tour. */
+int llmem_demo_tour(bool json);
 int llmem_bench_alloc(int argc, char **argv);
 int llmem_bench_waste(int argc, char **argv);
+
+#include "llmem/llmem.h"
+
+/* Write a GGUF of this shape with synthetic weights (cmd_synth.c). */
+llmem_status llmem_tool_synth_gguf(const llmem_shape *shape, uint32_t type, uint64_t seed, const char *path);
 
 #endif

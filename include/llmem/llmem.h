@@ -33,5 +33,7 @@
 #include "llmem/engine.h"
 #include "llmem/planner.h"
 #include "llmem/predictor.h"
+#include "llmem/timeline.h"
+#include "llmem/controller.h"
 
 #endif /* LLMEM_LLMEM_H */

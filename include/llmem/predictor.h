@@ -84,7 +84,11 @@ typedef struct llmem_predictor_options {
     unsigned threads;           /* default 2 */
     uint32_t max_seq_len;       /* worst case for data-dependent ops; default the shape's context */
     uint32_t block_tokens;      /* KV is held in blocks of this many tokens; default 16 */
+    size_t kv_slab_bytes;       /* the KV manager takes blocks from the pool in slabs of this many bytes per
+                                   layer; 0 = its default (2 blocks, at least 64 KiB) */
     double safety_factor;       /* on data-dependent bytes in a reserve; default 1.2 */
+    bool activations_apart;     /* activations do not come from the pool the reserve is for (llmem_engine
+                                   keeps them in an arena of its own): reserves cover KV only */
 } llmem_predictor_options;
 
 LLMEM_API llmem_predictor_options llmem_predictor_options_default(void);
@@ -95,8 +99,9 @@ typedef struct llmem_prediction {
     uint64_t kv_bytes;             /* after the step: batch x (context + tokens), in whole blocks */
     uint64_t activation_bytes;     /* peak during the step, at the given context */
     llmem_op_kind peak_op;         /* the op at the peak */
-    uint64_t reserve_bytes;        /* to take before the step: the KV it adds and the activation peak, with
-                                      data-dependent ops at max_seq_len, times the safety factor */
+    uint64_t reserve_bytes;        /* to take before the step: the KV slabs it may add (each sequence may
+                                      start a slab per layer) and the activation peak with data-dependent
+                                      ops times the safety factor */
     uint64_t corrected_activation_bytes; /* the corrector's estimate when it is in use, else activation_bytes */
 } llmem_prediction;
 

@@ -449,6 +449,12 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
         ko.max_seq_len = o.max_seq_len;
         ko.budget_bytes = o.kv_budget_bytes;
         ko.pool = e->pool;
+        /* Slabs of two blocks per layer, whatever their size: on the host
+         * there is no device granularity to amortise, and a sequence wastes
+         * about half a slab (the manager's 64 KiB floor left small models
+         * at ~55% KV utilisation in llmem demo; two blocks: ~85%). */
+        size_t block_layer = 2 * (size_t)o.kv_block_tokens * e->kvdim * (o.kv_dtype == LLMEM_KV_F16 ? 2 : 4);
+        ko.slab_bytes = 2 * block_layer > llmem__page_size() ? 2 * block_layer : llmem__page_size();
         if ((st = llmem_kv_create(&ko, &e->kv))) goto fail;
         /* STATIC and BUCKETS hand a sequence's buffer out as a run of blocks;
          * PAGED at most one block more than its tokens need. */

@@ -265,9 +265,19 @@ llmem_status llmem_predictor_predict(const llmem_predictor *p, llmem_stage stage
     uint64_t B = p->o.block_tokens;
     uint64_t held = ((uint64_t)context + tokens + B - 1) / B * B;
     out->kv_bytes = (uint64_t)batch * held * out->kv_bytes_per_token;
-    uint64_t before = ((uint64_t)context + B - 1) / B * B * batch * out->kv_bytes_per_token;
-    double reserve = (double)(out->kv_bytes - before) + (double)(out->activation_bytes - dependent) +
-                     (double)dependent * p->o.safety_factor;
+    /* The KV manager takes blocks in slabs per layer, a sequence's own while
+     * the budget allows: the step may start ceil(tokens / slab) + 1 slabs
+     * per sequence and layer. */
+    uint64_t kvd = (uint64_t)s->kv_heads * s->head_dim;
+    uint64_t block_layer = 2 * B * kvd * p->o.kv_elem_bytes;
+    uint64_t slab = p->o.kv_slab_bytes ? p->o.kv_slab_bytes : (2 * block_layer > 65536 ? 2 * block_layer : 65536);
+    uint64_t slab_tokens = slab / block_layer * B;
+    if (!slab_tokens) slab_tokens = B;
+    uint64_t slabs = ((uint64_t)tokens + slab_tokens - 1) / slab_tokens + 1;
+    double kv_new = (double)batch * (double)slabs * (double)slab * s->layers;
+    double reserve = kv_new;
+    if (!p->o.activations_apart)
+        reserve += (double)(out->activation_bytes - dependent) + (double)dependent * p->o.safety_factor;
     out->reserve_bytes = (uint64_t)ceil(reserve);
     double y;
     out->corrected_activation_bytes =

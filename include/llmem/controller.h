@@ -1,0 +1,189 @@
+/*
+ * llmem/controller.h - the stage-aware memory controller.
+ *
+ * The controller listens to an engine's stage events (llmem/stage.h) and
+ * sizes a pool (llmem/pool.h) ahead of the work instead of behind it:
+ *
+ *   PREFILL (batch b, tokens t): reserve what the step will need before it
+ *     runs - the predictor's reserve for b sequences of ceil(t / b) tokens
+ *     (or t x bytes_per_token_hint without a predictor) times
+ *     safety_factor - through llmem_pool_reserve, so the step's
+ *     allocations make no resource call.
+ *   DECODE: grow only when used / committed passes high_watermark and the
+ *     pool's largest free run is smaller than the grow step; the step starts
+ *     at grow_min_bytes and is grow_factor times larger after each grow, up
+ *     to grow_max_bytes (the pool maps it in whole superblocks). Hysteresis:
+ *     after a grow, no other grow until usage has dropped back under the
+ *     high watermark or a whole step has been used up, and the step's room
+ *     must itself be spent first; so a load that hovers around the
+ *     watermark grows a few times and then not at all. Nothing shrinks
+ *     outside IDLE.
+ *   IDLE: once IDLE has lasted idle_decay_ms (checked by llmem_controller_tick
+ *     and on every event), shrink the pool so that used / committed is at
+ *     least low_watermark (llmem_pool_shrink: empty superblocks unmapped,
+ *     then free pages decommitted); then, if fragmentation
+ *     (1 - largest free run / free bytes) passes compact_threshold and the
+ *     pool holds handles, compact up to compact_budget_bytes and shrink
+ *     again. Once per idle period; a shrink resets the grow step.
+ *
+ * "Committed" is the pool's committed_bytes: mapped bytes less decommitted
+ * pages, the memory the pool really holds. Every ratio and every event's
+ * before/after figures use it (a decommit lowers it where reserved_bytes,
+ * the address space mapped, would not move).
+ *
+ * Every decision is an event - time, stage, action, committed bytes before
+ * and after, a reason, a detail figure - kept in a ring allocated at
+ * creation: after llmem_controller_create the controller calls no malloc
+ * itself, so an engine's decode steps stay malloc-free with it attached
+ * (the pool may allocate metadata when it maps a superblock for a grow).
+ *
+ *     llmem_controller_options co = llmem_controller_options_default();
+ *     co.pool = pool;
+ *     co.predictor = predictor;                // optional
+ *     llmem_controller *ctl;
+ *     llmem_controller_create(&co, &ctl);
+ *     eo.pool = pool;                          // the engine's options
+ *     eo.on_stage = llmem_controller_on_stage;
+ *     eo.stage_ctx = ctl;
+ *     ...                                      // steps; a server loop calls
+ *     llmem_controller_tick(ctl);              // tick() now and then when idle
+ *     llmem_controller_write_events(ctl, f);   // the decisions, JSON lines
+ *
+ * Threads: every function is safe to call from any thread (a mutex guards
+ * the controller's state; the pool is called with it held, never the other
+ * way round). The controller does not own the pool or the predictor; both
+ * must outlive it.
+ */
+#ifndef LLMEM_CONTROLLER_H
+#define LLMEM_CONTROLLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "llmem/pool.h"
+#include "llmem/predictor.h"
+#include "llmem/stage.h"
+#include "llmem/stats.h"
+#include "llmem/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmem_controller llmem_controller;
+
+typedef enum llmem_ctl_action {
+    LLMEM_CTL_STAGE = 0,   /* the stage changed; detail: the event's tokens (bytes mapped for LOAD) */
+    LLMEM_CTL_RESERVE = 1, /* reserved before a prefill; detail: bytes asked */
+    LLMEM_CTL_GROW = 2,    /* grew during decode; detail: bytes asked (the grow step) */
+    LLMEM_CTL_SHRINK = 3,  /* gave memory back when idle; detail: the committed-bytes target */
+    LLMEM_CTL_COMPACT = 4, /* compacted handle blocks when idle; detail: bytes moved */
+    LLMEM_CTL_FAIL = 5,    /* a reserve, grow or compaction the pool refused; detail: bytes asked */
+    LLMEM_CTL_ACTION_COUNT_
+} llmem_ctl_action;
+
+/* "stage", "reserve", "grow", "shrink", "compact", "fail"; "?" otherwise. */
+LLMEM_API const char *llmem_ctl_action_name(llmem_ctl_action a);
+
+/* One decision. */
+typedef struct llmem_ctl_event {
+    uint64_t time_ns;      /* the controller's clock */
+    llmem_stage stage;     /* the stage it was taken in */
+    llmem_ctl_action action;
+    uint64_t bytes_before; /* the pool's committed bytes before the action */
+    uint64_t bytes_after;  /* and after it */
+    const char *reason;    /* static text */
+    uint64_t detail;       /* see llmem_ctl_action */
+} llmem_ctl_event;
+
+/* A clock in nanoseconds (monotonic); tests pass a fake one. */
+typedef uint64_t (*llmem_clock_fn)(void *ctx);
+
+/* Zero fields mean the default. */
+typedef struct llmem_controller_options {
+    llmem_pool *pool;            /* required, borrowed */
+    llmem_predictor *predictor;  /* optional, borrowed: sizes the reserve before a prefill */
+    size_t bytes_per_token_hint; /* without a predictor: a prefill reserves tokens x this (x safety);
+                                    0 = no prefill reserve */
+    double safety_factor;        /* on every prefill reserve, >= 1; default 1.2 */
+    double high_watermark;       /* DECODE: used / committed above it -> grow; in (0, 1], default 0.85 */
+    double low_watermark;        /* IDLE: shrink until used / committed >= it; in (0, high), default 0.30 */
+    uint32_t idle_decay_ms;      /* how long IDLE must last before shrinking; default 1000 */
+    size_t grow_min_bytes;       /* the first grow step; default 4 MiB */
+    double grow_factor;          /* each grow step this much larger than the last, >= 1; default 2 */
+    size_t grow_max_bytes;       /* cap on one grow step, >= grow_min_bytes; default 256 MiB */
+    double compact_threshold;    /* IDLE: fragmentation above it -> compact; in (0, 1], default 0.40
+                                    (1 disables compaction) */
+    size_t compact_budget_bytes; /* bytes one compaction may move; default 64 MiB */
+    size_t event_capacity;       /* events kept (a ring: the oldest are dropped and counted); default 4096 */
+    llmem_clock_fn clock;        /* default: the monotonic clock */
+    void *clock_ctx;
+    bool skip_pool_note;         /* true when the stage source already passes its events to
+                                    llmem_pool_note_stage (llmem_engine does, for its pool): the
+                                    controller then does not, so the pool's step counts are not
+                                    doubled. Default false: every event is forwarded to the pool. */
+} llmem_controller_options;
+
+LLMEM_API llmem_controller_options llmem_controller_options_default(void);
+
+/* LLMEM_EINVAL: null o, out or pool; safety_factor below 1; watermarks not
+ * 0 < low < high <= 1; grow_factor below 1; grow_max_bytes below
+ * grow_min_bytes; compact_threshold outside (0, 1]; NaN anywhere.
+ * LLMEM_EOVERFLOW, LLMEM_ENOMEM for the event ring. */
+LLMEM_API llmem_status llmem_controller_create(const llmem_controller_options *o, llmem_controller **out);
+
+/* NULL is a no-op. The pool keeps whatever the controller reserved. */
+LLMEM_API void llmem_controller_destroy(llmem_controller *c);
+
+/* An llmem_stage_fn: pass it as an engine's on_stage with stage_ctx = the
+ * controller. Records a STAGE event when the stage changes, forwards the
+ * event to the pool (see skip_pool_note), acts as the policy above says and
+ * runs tick()'s housekeeping. NULL arguments and unknown stages do nothing.
+ * Never fails: what the pool refuses becomes a FAIL event. */
+LLMEM_API void llmem_controller_on_stage(void *controller, const llmem_stage_event *ev);
+
+/* Idle housekeeping (shrink, compact) when IDLE has lasted the decay delay;
+ * nothing otherwise. A server loop calls it periodically, from any thread.
+ * NULL is a no-op. */
+LLMEM_API void llmem_controller_tick(llmem_controller *c);
+
+/* Copy up to cap of the kept events, oldest first; returns how many were
+ * copied (0 for NULL c, or NULL out with cap > 0). */
+LLMEM_API size_t llmem_controller_events(const llmem_controller *c, llmem_ctl_event *out, size_t cap);
+
+/* The kept events as JSON lines, oldest first:
+ *   {"t_ms":12.345,"stage":"prefill","action":"reserve","before":0,"after":41943040,
+ *    "reason":"...","detail":40265318}
+ * t_ms counts from the controller's creation. LLMEM_EINVAL for null
+ * arguments, LLMEM_EIO if the stream reports an error. The controller is
+ * not locked while the stream is written. */
+LLMEM_API llmem_status llmem_controller_write_events(const llmem_controller *c, FILE *f);
+
+typedef struct llmem_controller_stats {
+    size_t struct_size;
+    uint64_t stage;                      /* the current llmem_stage */
+    uint64_t events_total;               /* events recorded */
+    uint64_t events_dropped;             /* of those, pushed out of the ring */
+    uint64_t reserves_total;             /* prefill reserves made */
+    uint64_t grows_total;                /* decode grows made */
+    uint64_t shrinks_total;              /* idle shrinks made */
+    uint64_t compactions_total;          /* idle compactions made */
+    uint64_t failures_total;             /* reserves, grows and compactions the pool refused */
+    uint64_t bytes_reserved_ahead_total; /* committed bytes added by prefill reserves */
+    uint64_t bytes_grown_total;          /* committed bytes added by decode grows */
+    uint64_t bytes_released_total;       /* bytes given back by shrinks and compactions */
+    uint64_t bytes_compacted_total;      /* bytes moved by compactions */
+    uint64_t grow_step_bytes;            /* the next grow step */
+} llmem_controller_stats;
+
+/* LLMEM_EINVAL for null arguments. struct_size as for every stats struct. */
+LLMEM_API llmem_status llmem_controller_get_stats(const llmem_controller *c, llmem_controller_stats *out);
+LLMEM_API const llmem_stats_schema *llmem_controller_stats_schema(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMEM_CONTROLLER_H */
