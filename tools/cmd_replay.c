@@ -84,7 +84,11 @@ static void usage(FILE *f)
             "  --bandwidth GBPS       memory bandwidth for the step model (default 3350, H100 SXM)\n"
             "  --tflops T             peak compute (default 989, H100 SXM dense bf16)\n"
             "  --mfu F                fraction of peak reached (default 0.5)\n"
-            "  --step-overhead-us U   fixed cost per step (default 300)\n");
+            "  --step-overhead-us U   fixed cost per step (default 300)\n"
+            "  --controller           the stage-aware controller runs the KV pool (reserve before prefill,\n"
+            "                         grow past the watermark, give back after idle), on the simulated clock\n"
+            "  --idle-decay-ms N      the controller's idle decay, simulated (default 1000)\n"
+            "  --timeline FILE.html   write the pool's memory timeline (implies --controller; one strategy)\n");
 }
 
 static void print_json(const replay_result *r, const replay_options *o)
@@ -95,14 +99,19 @@ static void print_json(const replay_result *r, const replay_options *o)
            "\"prefix_hit_rate\":%.6f,\"requests_total\":%zu,\"requests_completed\":%zu,\"requests_rejected\":%zu,"
            "\"requests_truncated\":%zu,\"ttft_p50_s\":%.6f,\"ttft_p99_s\":%.6f,\"tpot_p50_s\":%.6f,"
            "\"tpot_p99_s\":%.6f,\"e2e_p50_s\":%.6f,\"e2e_p99_s\":%.6f,\"tokens_generated\":%llu,"
-           "\"throughput_tokens_per_s\":%.3f,\"steps\":%llu,\"sim_time_s\":%.3f,\"wall_time_s\":%.3f}",
+           "\"throughput_tokens_per_s\":%.3f,\"steps\":%llu,\"sim_time_s\":%.3f,\"wall_time_s\":%.3f,"
+           "\"controller\":%s,\"resource_calls\":%llu,\"peak_committed_bytes\":%llu,\"mean_committed_bytes\":%.0f,"
+           "\"controller_reserves\":%llu,\"controller_grows\":%llu,\"controller_shrinks\":%llu}",
            r->strategy, o->shape.name, o->kv_budget, o->max_seq_len ? o->max_seq_len : o->shape.max_ctx, o->speedup,
            r->kv_utilization, (unsigned long long)r->peak_reserved_bytes,
            r->mean_concurrency, r->max_concurrency, (unsigned long long)r->preemptions, r->prefix_hit_rate,
            r->requests_total, r->requests_completed, r->requests_rejected, r->requests_truncated, r->ttft_p50_s,
            r->ttft_p99_s, r->tpot_p50_s, r->tpot_p99_s, r->e2e_p50_s, r->e2e_p99_s,
            (unsigned long long)r->tokens_generated, r->throughput_tokens_per_s, (unsigned long long)r->steps,
-           r->sim_time_s, r->wall_time_s);
+           r->sim_time_s, r->wall_time_s, o->controller ? "true" : "false", (unsigned long long)r->resource_calls,
+           (unsigned long long)r->peak_committed_bytes, r->mean_committed_bytes,
+           (unsigned long long)r->controller_reserves, (unsigned long long)r->controller_grows,
+           (unsigned long long)r->controller_shrinks);
 }
 
 static void print_table(const replay_result *rs, size_t n, const replay_options *o, const char *trace)
@@ -133,6 +142,11 @@ static void print_table(const replay_result *rs, size_t n, const replay_options 
     ROW("TPOT p50 / p99 (ms)", "%5.1f /%5.1f", 1e3 * rs[i].tpot_p50_s, 1e3 * rs[i].tpot_p99_s);
     ROW("E2E p50 / p99 (s)", "%5.1f /%5.1f", rs[i].e2e_p50_s, rs[i].e2e_p99_s);
     ROW("throughput (tok/s)", "%12.0f", rs[i].throughput_tokens_per_s);
+    ROW("pool resource calls", "%12llu", (unsigned long long)rs[i].resource_calls);
+    ROW("pool peak committed (GiB)", "%12.2f", (double)rs[i].peak_committed_bytes / (1 << 30));
+    ROW("pool mean committed (GiB)", "%12.2f", rs[i].mean_committed_bytes / (1 << 30));
+    if (o->controller) ROW("reserves/grows/shrinks", "%4llu/%3llu/%3llu", (unsigned long long)rs[i].controller_reserves,
+                           (unsigned long long)rs[i].controller_grows, (unsigned long long)rs[i].controller_shrinks);
     ROW("simulated time (s)", "%12.0f", rs[i].sim_time_s);
     ROW("wall time (s)", "%12.1f", rs[i].wall_time_s);
 #undef ROW
@@ -154,6 +168,9 @@ int llmem_cmd_replay(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--prefix-cache")) o.prefix_cache = true;
+        else if (!strcmp(a, "--controller")) o.controller = true;
+        else if (TAKE("--timeline")) o.timeline = v, o.controller = true;
+        else if (TAKE("--idle-decay-ms")) ok = parse_u32_arg(v, 0, 1u << 30, &o.idle_decay_ms);
         else if (TAKE("--trace")) trace_path = v;
         else if (TAKE("--model-shape")) shape = v;
         else if (TAKE("--strategy")) strategy = v;
@@ -223,6 +240,11 @@ int llmem_cmd_replay(int argc, char **argv)
     else if (!strcmp(strategy, "buckets")) list[ns++] = LLMEM_KV_BUCKETS;
     else {
         fprintf(stderr, "llmem replay: --strategy must be paged, static, buckets or all\n");
+        llmem_trace_free(&trace);
+        return 2;
+    }
+    if (o.timeline && ns > 1) {
+        fprintf(stderr, "llmem replay: --timeline takes one strategy\n");
         llmem_trace_free(&trace);
         return 2;
     }

@@ -39,6 +39,7 @@ void replay_options_default(replay_options *o)
     o->block_tokens = 16;
     o->slab_blocks = 2;
     o->speedup = 1.0;
+    o->idle_decay_ms = 1000;
     o->max_batch = 256;
     o->max_prefill_tokens = 8192;
     o->bandwidth = 3.35e12;
@@ -92,6 +93,11 @@ typedef struct sim {
     double *ttft, *tpot, *e2e;
     size_t nttft, ntpot, ne2e;
     double busy_t, util_acc, conc_acc;
+    llmem_pool *pool;
+    llmem_controller *ctl;
+    llmem_timeline *tl;
+    double committed_acc;           /* committed bytes x simulated seconds */
+    uint64_t peak_committed;
     uint64_t hits, lookups;
     bool oom; /* host memory for the simulation itself ran out */
 } sim;
@@ -183,6 +189,69 @@ static void preempt(sim *s, size_t run_index)
     s->r->preemptions++;
 }
 
+/* The controller's clock: the simulation's. */
+static uint64_t sim_clock(void *ctx)
+{
+    const sim *s = ctx;
+    return (uint64_t)llround(s->t * 1e9);
+}
+
+static uint64_t pool_committed(const sim *s)
+{
+    llmem_pool_stats ps = {sizeof ps};
+    llmem_pool_get_stats(s->pool, &ps);
+    return ps.committed_bytes;
+}
+
+/* Account the pool's committed bytes over dt simulated seconds (from now). */
+static void account(sim *s, double dt)
+{
+    uint64_t c = pool_committed(s);
+    s->committed_acc += (double)c * dt;
+    if (c > s->peak_committed) s->peak_committed = c;
+}
+
+static void stage(sim *s, llmem_stage st, uint32_t batch, uint64_t tokens)
+{
+    if (!s->ctl) return;
+    llmem_stage_event ev = {st, batch, tokens, sim_clock(s)};
+    llmem_controller_on_stage(s->ctl, &ev);
+}
+
+static void timeline_sample(sim *s, llmem_stage st)
+{
+    if (!s->tl) return;
+    llmem_pool_stats ps = {sizeof ps};
+    llmem_kv_stats ks = {sizeof ks};
+    llmem_pool_get_stats(s->pool, &ps);
+    llmem_kv_get_stats(s->kv, &ks);
+    double kv_tok = (double)llmem_kv_bytes_per_token(s->kv);
+    llmem_timeline_sample smp = {sim_clock(s), st, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes,
+                                 ks.bytes_reserved ? (double)ks.tokens_written * kv_tok / (double)ks.bytes_reserved : -1};
+    llmem_timeline_record(s->tl, &smp);
+}
+
+/* Nothing to run until `until`: IDLE from now; with a controller, its
+ * housekeeping runs once the decay has passed (the shrink lands then). */
+static void idle_until(sim *s, double until)
+{
+    double start = s->t;
+    stage(s, LLMEM_STAGE_IDLE, 0, 0);
+    timeline_sample(s, LLMEM_STAGE_IDLE);
+    double decay = s->ctl ? s->o->idle_decay_ms / 1000.0 : 0;
+    if (s->ctl && until - start > decay) {
+        account(s, decay);
+        s->t = start + decay + 1e-6;
+        llmem_controller_tick(s->ctl);
+        timeline_sample(s, LLMEM_STAGE_IDLE);
+        account(s, until - s->t);
+    } else {
+        account(s, until - start);
+    }
+    s->t = until;
+    timeline_sample(s, LLMEM_STAGE_IDLE); /* the flat stretch, not a ramp to the next step */
+}
+
 int replay_run(const llmem_trace *trace, const replay_options *o, replay_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -237,6 +306,31 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
         llmem_resource_destroy(dev);
         return 1;
     }
+    s.pool = pool;
+    llmem_predictor *pred = NULL;
+    if (o->controller) {
+        llmem_predictor_options pro = llmem_predictor_options_default();
+        pro.shape = *sh;
+        pro.shape.max_ctx = ctx;
+        pro.kv_elem_bytes = o->kv_elem_bytes;
+        pro.block_tokens = o->block_tokens;
+        pro.kv_slab_bytes = block_bytes * o->slab_blocks;
+        pro.activations_apart = true; /* only KV lives in this pool */
+        llmem_controller_options co = llmem_controller_options_default();
+        co.pool = pool;
+        co.idle_decay_ms = o->idle_decay_ms;
+        co.clock = sim_clock;
+        co.clock_ctx = &s;
+        if (llmem_predictor_create(&pro, &pred) || (co.predictor = pred, llmem_controller_create(&co, &s.ctl)) ||
+            (o->timeline && llmem_timeline_create(0, &s.tl))) {
+            fprintf(stderr, "llmem replay: controller: %s\n", llmem_last_error());
+            llmem_controller_destroy(s.ctl);
+            llmem_predictor_destroy(pred);
+            llmem_pool_destroy(pool);
+            llmem_resource_destroy(dev);
+            return 1;
+        }
+    }
     ko.pool = pool;
     if (llmem_kv_create(&ko, &s.kv)) {
         fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
@@ -267,7 +361,7 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
     size_t next_arrival = 0, done = 0;
     while (done < n) {
         if (!s.nrun && !s.wq_len && next_arrival < n && s.reqs[next_arrival].arrival > s.t)
-            s.t = s.reqs[next_arrival].arrival; /* idle until the next arrival */
+            idle_until(&s, s.reqs[next_arrival].arrival); /* idle until the next arrival */
         while (next_arrival < n && s.reqs[next_arrival].arrival <= s.t) wq_push_back(&s, (uint32_t)next_arrival++);
         /* Decode first: every running request gets the slot for its newest
          * token. When none is left the most recently admitted request is
@@ -276,6 +370,21 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
         uint64_t decodes = 0;
         double kv_read = 0, decode_att = 0;
         bool preempted = false;
+        if (s.ctl) {
+            /* The step's stage as an engine would report it, before its KV
+             * is taken: prompts waiting (up to the step's prefill budget)
+             * make it a prefill. */
+            uint64_t want = 0;
+            uint32_t admit = 0;
+            for (size_t w = 0; w < s.wq_len && s.nrun + admit < o->max_batch; w++) {
+                const rq *q = &s.reqs[s.waitq[(s.wq_head + w) % s.wq_cap]];
+                if (want + q->prefill > o->max_prefill_tokens && admit) break;
+                want += q->prefill;
+                admit++;
+            }
+            if (admit) stage(&s, LLMEM_STAGE_PREFILL, (uint32_t)s.nrun + admit, want + s.nrun);
+            else stage(&s, LLMEM_STAGE_DECODE, (uint32_t)s.nrun, s.nrun);
+        }
         for (size_t k = 0; k < s.nrun;) {
             rq *q = &s.reqs[s.run[k]];
             llmem_status st = llmem_kv_seq_append(s.kv, q->seq, 1, NULL, NULL);
@@ -349,6 +458,8 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
         if (ks.bytes_reserved) s.util_acc += dt * (double)ks.tokens_written * kv_tok / (double)ks.bytes_reserved;
         s.conc_acc += dt * (double)s.nrun;
         s.busy_t += dt;
+        account(&s, dt);
+        timeline_sample(&s, prefill_tokens ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE);
         if (s.nrun > r->max_concurrency) r->max_concurrency = (uint32_t)s.nrun;
         s.t += dt;
         r->steps++;
@@ -398,6 +509,30 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
     r->sim_time_s = s.t;
     r->wall_time_s = now_s() - wall0;
     r->throughput_tokens_per_s = s.t > 0 ? (double)r->tokens_generated / s.t : 0;
+    llmem_pool_stats ps = {sizeof ps};
+    llmem_pool_get_stats(pool, &ps);
+    r->resource_calls = ps.resource_calls_total;
+    r->peak_committed_bytes = s.peak_committed;
+    r->mean_committed_bytes = s.t > 0 ? s.committed_acc / s.t : 0;
+    if (s.ctl) {
+        llmem_controller_stats cs = {sizeof cs};
+        llmem_controller_get_stats(s.ctl, &cs);
+        r->controller_reserves = cs.reserves_total;
+        r->controller_grows = cs.grows_total;
+        r->controller_shrinks = cs.shrinks_total;
+    }
+    if (s.tl) {
+        size_t cap = 1 << 14, ne = 0;
+        llmem_ctl_event *ev = malloc(cap * sizeof *ev);
+        if (ev) ne = llmem_controller_events(s.ctl, ev, cap);
+        for (size_t i = 0; i < ne; i++)
+            if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
+                llmem_timeline_event(s.tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action),
+                                     ev[i].reason, ev[i].bytes_before, ev[i].bytes_after);
+        free(ev);
+        if (llmem_timeline_write_html(s.tl, o->timeline, "llmem replay: KV pool under the controller"))
+            fprintf(stderr, "llmem replay: timeline: %s\n", llmem_last_error());
+    }
     int rc = 0;
     if (0) {
     fail:
@@ -405,6 +540,9 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
         rc = 1;
     }
     llmem_kv_destroy(s.kv);
+    llmem_controller_destroy(s.ctl);
+    llmem_predictor_destroy(pred);
+    llmem_timeline_destroy(s.tl);
     llmem_pool_destroy(pool);
     llmem_resource_destroy(dev);
     free(s.reqs);

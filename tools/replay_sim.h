@@ -14,6 +14,11 @@
  * generated). A request whose prompt exceeds the context length is
  * rejected; one that reaches the context length stops there (truncated).
  *
+ * With the controller, the engine's stage events are simulated: a step that
+ * admits prompts is PREFILL (the controller reserves ahead of it), others
+ * DECODE, and an empty queue is IDLE until the next arrival (the controller
+ * shrinks once IDLE has lasted its decay, on the simulated clock).
+ *
  * Step time (a roofline, H100-SXM-class defaults, all flags): overhead +
  * max(flops / (peak_flops * mfu), bytes / bandwidth), where flops counts
  * 2 * params per token processed plus attention (quadratic in each prompt,
@@ -50,6 +55,9 @@ typedef struct replay_options {
     size_t max_requests;          /* replay only the first N; 0 = all */
     double speedup;               /* arrivals come this many times faster than the trace's; default 1 */
     bool progress;                /* a progress line on stderr */
+    bool controller;              /* the stage-aware controller runs the pool, on the simulated clock */
+    uint32_t idle_decay_ms;       /* the controller's idle decay (simulated); default 1000 */
+    const char *timeline;         /* write the memory timeline (HTML) here; NULL = none */
 } replay_options;
 
 typedef struct replay_result {
@@ -65,6 +73,11 @@ typedef struct replay_result {
     double sim_time_s, wall_time_s;
     uint64_t steps, tokens_generated, prompt_tokens;
     double throughput_tokens_per_s; /* generated tokens / simulated time */
+    /* The KV pool on the device, over the simulated time (idle gaps included). */
+    uint64_t resource_calls;      /* map, unmap, commit, decommit */
+    uint64_t peak_committed_bytes;
+    double mean_committed_bytes;  /* time-weighted */
+    uint64_t controller_reserves, controller_grows, controller_shrinks;
 } replay_result;
 
 void replay_options_default(replay_options *o);
