@@ -55,6 +55,16 @@ if [ -f "$MODELS/stories260K.bin" ] && [ -d "$MODELS/reference" ]; then
         > /dev/null 2>&1 || fail "run --timeline"
     grep -q "<svg" "$TMP/run.html" || fail "the timeline page has no chart"
     rm -f "$TMP/run.html"
+    # Its decisions as JSON lines, and every component's stats for Prometheus.
+    "$LLMEM" run "$MODELS/stories260K.bin" -z "$MODELS/tok512.bin" -t 0 -n 48 --events "$TMP/ev.jsonl" \
+        --stats=prometheus > /dev/null 2> "$TMP/prom.txt" || fail "run --events"
+    grep -q '^{"t_ms":.*"action":"stage"' "$TMP/ev.jsonl" || fail "no JSON lines of events"
+    grep -q '"stage":"prefill"' "$TMP/ev.jsonl" || fail "no prefill in the events"
+    for family in llmem_engine_decode_tokens_total llmem_kv_blocks_used llmem_pool_reserved_bytes \
+        llmem_controller_stage; do
+        grep -q "^$family" "$TMP/prom.txt" || fail "no $family in --stats=prometheus"
+    done
+    rm -f "$TMP/ev.jsonl" "$TMP/prom.txt"
     # A corrupt model: truncated.
     head -c 100000 "$MODELS/stories260K.bin" > "$TMP/short.bin"
     "$LLMEM" run "$TMP/short.bin" -z "$MODELS/tok512.bin" -n 4 2> "$TMP/err.txt" && fail "a truncated model ran"

@@ -33,7 +33,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: llmem run MODEL [-z TOKENIZER] [-i PROMPT] [-n STEPS] [-t TEMP] [-p TOPP] [-s SEED]\n"
-            "                 [--threads N] [--batch N] [--print-ids] [--alloc llmem|malloc] [--stats[=json]]\n"
+            "                 [--threads N] [--batch N] [--print-ids] [--alloc llmem|malloc] [--stats[=json|=prometheus]]\n"
             "                 [--kv paged|static|buckets] [--kv-dtype f32|f16] [--max-seq-len N]\n"
             "                 [--populate] [--shared] [--mlock] [--sequential] [--hugepage] [--timeline FILE.html]\n"
             "\n"
@@ -48,7 +48,8 @@ static void usage(FILE *f)
             "  --batch N        run N copies of the request together, seeds s, s+1, ... (default 1)\n"
             "  --print-ids      print the token ids (BOS first), not the text\n"
             "  --alloc A        llmem (default) or malloc: the C library for KV and activations, as a baseline\n"
-            "  --stats[=json]   a summary on stderr: load, prefill and decode speed, memory; json: every stats object\n"
+            "  --stats[=json|=prometheus]  a summary on stderr: load, prefill and decode speed, memory;\n"
+            "                   json, prometheus: also every component's stats (model, engine, KV, pool, controller)\n"
             "  --kv S           KV strategy: paged (default), static, buckets\n"
             "  --max-seq-len N  tokens a sequence may hold (default: the model's context)\n"
             "  --kv-dtype D     f32 (default) or f16\n"
@@ -57,7 +58,8 @@ static void usage(FILE *f)
             "  --mlock          lock the model in memory\n"
             "  --sequential     madvise(SEQUENTIAL, WILLNEED) over the weights at open (read ahead)\n"
             "  --hugepage       madvise(HUGEPAGE) over the mapping where alignment allows\n"
-            "  --timeline F     run the stage-aware controller and write its memory timeline to F (HTML)\n");
+            "  --timeline F     run the stage-aware controller and write its memory timeline to F (HTML)\n"
+            "  --events F       run the controller and write its decisions to F as JSON lines\n");
 }
 
 static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -103,7 +105,8 @@ typedef struct run_args {
     uint32_t steps, threads, batch;
     float temperature, top_p;
     uint64_t seed;
-    bool print_ids, stats, stats_json, populate, shared, mlock, sequential, hugepage;
+    bool print_ids, stats, stats_json, stats_prom, populate, shared, mlock, sequential, hugepage;
+    const char *events;
     llmem_engine_options eo;
 } run_args;
 
@@ -114,7 +117,8 @@ static int fail(const char *what, llmem_status st)
     return 1;
 }
 
-static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, double load_s, double first_s)
+static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, llmem_controller *ctl,
+                        double load_s, double first_s)
 {
     llmem_engine_stats es = {sizeof es};
     llmem_model_stats ms = {sizeof ms};
@@ -122,9 +126,9 @@ static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, doub
     llmem_model_get_stats(m, &ms);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    if (a->stats_json) {
+    if (a->stats_json || a->stats_prom) {
         llmem_exporter *ex;
-        if (llmem_exporter_create(LLMEM_EXPORT_JSON, &ex)) return;
+        if (llmem_exporter_create(a->stats_prom ? LLMEM_EXPORT_PROMETHEUS : LLMEM_EXPORT_JSON, &ex)) return;
         llmem_exporter_add(ex, llmem_model_stats_schema(), &ms, NULL, 0);
         llmem_exporter_add(ex, llmem_engine_stats_schema(), &es, NULL, 0);
         llmem_kv *kv = llmem_engine_kv(e);
@@ -133,6 +137,9 @@ static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, doub
         llmem_pool_stats ps = {sizeof ps};
         if (kv && !llmem_kv_get_stats(kv, &ks)) llmem_exporter_add(ex, llmem_kv_stats_schema(), &ks, NULL, 0);
         if (pool && !llmem_pool_get_stats(pool, &ps)) llmem_exporter_add(ex, llmem_pool_stats_schema(), &ps, NULL, 0);
+        llmem_controller_stats cs = {sizeof cs};
+        if (ctl && !llmem_controller_get_stats(ctl, &cs))
+            llmem_exporter_add(ex, llmem_controller_stats_schema(), &cs, NULL, 0);
         llmem_exporter_write(ex, stderr);
         fputc('\n', stderr);
         llmem_exporter_destroy(ex);
@@ -234,7 +241,7 @@ static int generate(const run_args *a)
     llmem_engine_options eo = a->eo;
     eo.threads = a->threads;
     eo.max_seqs = a->batch;
-    if (a->timeline) {
+    if (a->timeline || a->events) {
         /* The timeline watches a pool the stage-aware controller runs. */
         llmem_pool_options po = llmem_pool_options_default();
         po.name = "run";
@@ -247,7 +254,7 @@ static int generate(const run_args *a)
         pro.activations_apart = true; /* the engine's workspace is its own arena */
         pro.kv_elem_bytes = eo.kv_dtype == LLMEM_KV_F16 ? 2 : 4;
         if ((st = llmem_pool_create(&po, &pool)) || (st = llmem_predictor_create(&pro, &pred)) ||
-            (st = llmem_timeline_create(0, &tl))) {
+            (a->timeline && (st = llmem_timeline_create(0, &tl)))) {
             rc = fail("timeline", st);
             goto out;
         }
@@ -391,6 +398,16 @@ static int generate(const run_args *a)
     free(items);
     free(next);
     free(slot);
+    if (a->events) {
+        FILE *f = fopen(a->events, "w");
+        llmem_status wst = f ? llmem_controller_write_events(ctl, f) : LLMEM_EIO;
+        if (f && fclose(f)) wst = LLMEM_EIO;
+        if (wst) {
+            fprintf(stderr, "llmem run: cannot write %s\n", a->events);
+            rc = 1;
+            goto out;
+        }
+    }
     if (a->print_ids) {
         for (uint32_t b = 0; b < B; b++) {
             for (size_t i = 0; i < nids[b]; i++) printf(i ? " %d" : "%d", ids[b][i]);
@@ -412,7 +429,7 @@ static int generate(const run_args *a)
     fflush(stdout);
     double total = now_s() - t_start;
     if (generated > 0) fprintf(stderr, "achieved tok/s: %f\n", (double)generated / (total - t_first));
-    if (a->stats) print_stats(a, m, e, load_s, t_first);
+    if (a->stats) print_stats(a, m, e, ctl, load_s, t_first);
     rc = 0;
 out:
     for (uint32_t b = 0; seqs && b < a->batch; b++) {
@@ -457,6 +474,8 @@ int llmem_cmd_run(int argc, char **argv)
         } else if (!strcmp(o, "--print-ids")) a.print_ids = true;
         else if (!strcmp(o, "--stats")) a.stats = true;
         else if (!strcmp(o, "--stats=json")) a.stats = a.stats_json = true;
+        else if (!strcmp(o, "--stats=prometheus")) a.stats = a.stats_prom = true;
+        else if (TAKE("--events")) a.events = v;
         else if (!strcmp(o, "--populate")) a.populate = true;
         else if (!strcmp(o, "--shared")) a.shared = true;
         else if (!strcmp(o, "--mlock")) a.mlock = true;
