@@ -149,8 +149,9 @@ static int serve(demo_run *r, request *reqs, size_t n, phase_figures *ph)
             request *q = &reqs[next];
             if (tokens + q->prompt > DEMO_STEP_TOKENS && ni) break;
             llmem_engine_seq s;
+            /* No per-request reservation: the controller reserves ahead of
+             * each prefill step for what the step may take. */
             llmem_status st = llmem_engine_seq_create(r->e, &s);
-            if (!st) st = llmem_engine_seq_reserve(r->e, s, q->prompt + q->gen);
             if (st) {
                 fprintf(stderr, "llmem demo: admitting a request: %s\n", llmem_last_error());
                 return 1;

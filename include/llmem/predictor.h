@@ -85,7 +85,7 @@ typedef struct llmem_predictor_options {
     uint32_t max_seq_len;       /* worst case for data-dependent ops; default the shape's context */
     uint32_t block_tokens;      /* KV is held in blocks of this many tokens; default 16 */
     size_t kv_slab_bytes;       /* the KV manager takes blocks from the pool in slabs of this many bytes per
-                                   layer; 0 = its default (2 blocks, at least 64 KiB) */
+                                   layer; 0 = what llmem_engine asks for (2 blocks, at least a page) */
     double safety_factor;       /* on data-dependent bytes in a reserve; default 1.2 */
     bool activations_apart;     /* activations do not come from the pool the reserve is for (llmem_engine
                                    keeps them in an arena of its own): reserves cover KV only */

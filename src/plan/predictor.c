@@ -270,7 +270,7 @@ llmem_status llmem_predictor_predict(const llmem_predictor *p, llmem_stage stage
      * per sequence and layer. */
     uint64_t kvd = (uint64_t)s->kv_heads * s->head_dim;
     uint64_t block_layer = 2 * B * kvd * p->o.kv_elem_bytes;
-    uint64_t slab = p->o.kv_slab_bytes ? p->o.kv_slab_bytes : (2 * block_layer > 65536 ? 2 * block_layer : 65536);
+    uint64_t slab = p->o.kv_slab_bytes ? p->o.kv_slab_bytes : (2 * block_layer > 4096 ? 2 * block_layer : 4096);
     uint64_t slab_tokens = slab / block_layer * B;
     if (!slab_tokens) slab_tokens = B;
     uint64_t slabs = ((uint64_t)tokens + slab_tokens - 1) / slab_tokens + 1;

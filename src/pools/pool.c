@@ -213,6 +213,11 @@ bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
     p->st.committed_bytes -= sb->size - decommitted;
     p->st.superblocks--;
     p->st.shrinks_total++;
+    /* Growth steps back as superblocks go: after an idle shrink, the next
+     * burst's first growth is not the size the previous burst ended on
+     * (measured: llmem demo's second burst mapped 17.8 MB for 1.5 MB used). */
+    if (sb->size < p->max_sb || sb->size <= p->next_sb)
+        p->next_sb = p->next_sb / 2 > p->first_sb ? p->next_sb / 2 : p->first_sb;
     sb_free_meta(sb);
     return true;
 }
@@ -1782,6 +1787,7 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
         p->next_sb > (size_t)PTRDIFF_MAX / 2 || p->max_sb > (size_t)PTRDIFF_MAX / 2)
         return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': superblock sizes overflow", p->name);
     if (p->max_sb < p->next_sb) p->max_sb = p->next_sb;
+    p->first_sb = p->next_sb;
     p->max_bytes = o->max_bytes;
     p->decay_ns = (uint64_t)(o->decay_ms ? o->decay_ms : 250) * 1000000u;
     if ((unsigned)o->purge > LLMEM_POOL_PURGE_MANUAL)

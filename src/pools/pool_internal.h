@@ -104,6 +104,7 @@ struct llmem_pool {
     size_t run;                 /* commit/decommit run: max(unit, resource granularity) */
     size_t sb_align;            /* superblock alignment and size multiple */
     size_t max_sb, max_bytes;
+    size_t first_sb;            /* the first superblock size; growth steps back towards it on release */
     uint64_t decay_ns;
     bool purge_background;
     struct llmem_pool *purge_next; /* the purger's list, under its lock */
