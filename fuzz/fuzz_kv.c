@@ -3,8 +3,9 @@
  *
  * The input is a program: each op byte picks create (with or without a
  * window), append with tokens, append without, fork, truncate, free, match
- * a prefix (of another sequence's tokens, so hits happen), or trim, and the
- * following bytes are its arguments. The manager is PAGED with a prefix
+ * a prefix (of another sequence's tokens, so hits happen), trim, or swap
+ * out / swap in (PAGED: through the os resource as swap memory, under a
+ * small swap budget), and the following bytes are its arguments. The manager is PAGED with a prefix
  * cache, or STATIC, or BUCKETS (the first byte), with a small budget so
  * that refusals and evictions happen.
  *
@@ -30,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 enum { MAXSEQ = 12, MAXLEN = 192, LAYERS = 2, BT = 4 };
 
 typedef struct shadow {
-    bool live;
+    bool live, swapped;
     llmem_kv_seq h;
     size_t window, first, length;
     uint32_t tok[MAXLEN];
@@ -79,6 +80,12 @@ static void verify(llmem_kv *kv, shadow *seqs)
         llmem_kv_seq_info info;
         if (llmem_kv_seq_get_info(kv, s->h, &info)) fail();
         if (info.length != s->length || info.first != s->first || info.window != s->window) fail();
+        if (info.swapped != s->swapped) fail();
+        if (s->swapped) {
+            void *k;
+            if (info.blocks || llmem_kv_seq_token(kv, s->h, 0, s->first, &k, NULL) != LLMEM_ESTATE) fail();
+            continue;
+        }
         for (uint32_t l = 0; l < LAYERS; l++) {
             size_t nb = 0;
             if (llmem_kv_seq_table(kv, s->h, l, kt, vt, MAXLEN / BT + 2, &nb)) fail();
@@ -124,6 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t token_bytes = 2 * 4 * 4; /* K and V of one token, one layer */
     o.slab_bytes = (mode == 1 ? 1 : 4) * BT * token_bytes;
     o.budget_bytes = (size_t)(64 + 64 * (byte(&in) % 8)) * token_bytes * LAYERS;
+    o.swap_resource = llmem_resource_default();
+    o.swap_budget_bytes = 16 << 10; /* two to four swapped sequences */
     llmem_kv *kv;
     if (llmem_kv_create(&o, &kv)) fail();
     static shadow seqs[MAXSEQ];
@@ -225,9 +234,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             s->first = info.first;
             break;
         }
-        default: /* trim */
-            llmem_kv_trim(kv, byte(&in) & 1);
+        default: { /* trim, or swap a sequence out or in */
+            unsigned x = byte(&in);
+            if (!(x & 2)) {
+                llmem_kv_trim(kv, x & 1);
+                break;
+            }
+            if (!s->live) break;
+            st = s->swapped ? llmem_kv_seq_swap_in(kv, s->h) : llmem_kv_seq_swap_out(kv, s->h);
+            if (!st) s->swapped = !s->swapped;
             break;
+        }
         }
         if (!acceptable(st)) fail();
         verify(kv, seqs);

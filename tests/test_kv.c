@@ -1995,6 +1995,454 @@ static void fault_campaign(void **state)
     llmem_resource_destroy(f.base);
 }
 
+/* ---- offload: swap out and in -------------------------------------------------------- */
+
+/* Storage on a sim device (bytes kept), possibly behind a fault adaptor;
+ * swap memory from tracking(os), so leaks show. */
+typedef struct swfix {
+    llmem_resource *sim, *dev, *fault, *os, *swap;
+    llmem_kv *kv;
+    size_t tb, B;
+    uint32_t layers;
+} swfix;
+
+static void sw_open(swfix *f, llmem_kv_options o, bool fault)
+{
+    memset(f, 0, sizeof *f);
+    llmem_sim_options so = llmem_sim_options_default();
+    so.fill = 0x5a;
+    assert_ok(llmem_sim_resource_create(&so, &f->sim));
+    f->dev = f->sim;
+    if (fault) {
+        assert_ok(llmem_fault_resource_create(f->sim, NULL, &f->fault));
+        f->dev = f->fault;
+    }
+    assert_ok(llmem_os_resource_create(NULL, &f->os));
+    assert_ok(llmem_tracking_resource_create(f->os, &f->swap));
+    o.resource = f->dev;
+    if (!o.swap_resource) o.swap_resource = f->swap;
+    assert_ok(llmem_kv_create(&o, &f->kv));
+    f->tb = llmem_kv_token_bytes(f->kv);
+    f->B = o.block_tokens;
+    f->layers = o.layers;
+}
+
+static uint64_t sw_live_maps(const swfix *f)
+{
+    llmem_tracking_stats ts;
+    memset(&ts, 0, sizeof ts);
+    assert_ok(llmem_tracking_resource_get_stats(f->swap, &ts));
+    return ts.live_mappings;
+}
+
+static void sw_close(swfix *f)
+{
+    llmem_kv_destroy(f->kv);
+    assert_int_equal(sw_live_maps(f), 0); /* destroy unmaps swapped sequences' memory */
+    llmem_tracking_stats ts;
+    memset(&ts, 0, sizeof ts);
+    assert_ok(llmem_tracking_resource_get_stats(f->swap, &ts));
+    assert_int_equal(ts.refused_total, 0);
+    llmem_sim_stats ss;
+    memset(&ss, 0, sizeof ss);
+    assert_ok(llmem_sim_resource_get_stats(f->sim, &ss));
+    assert_int_equal(ss.bad_copies_total, 0);
+    assert_int_equal(ss.used_bytes, 0);
+    llmem_resource_destroy(f->swap);
+    llmem_resource_destroy(f->os);
+    llmem_resource_destroy(f->fault);
+    llmem_resource_destroy(f->sim);
+}
+
+/* Byte i of K (which 0) or V (1) of position pos in layer l, under tag. */
+static unsigned char sw_byte(uint32_t tag, size_t pos, uint32_t l, int which, size_t i)
+{
+    return (unsigned char)(mix(((uint64_t)tag << 40) ^ ((uint64_t)pos << 16) ^ ((uint64_t)l << 4) ^
+                               ((uint64_t)which << 2) ^ ((uint64_t)i << 24)) >> 13);
+}
+
+/* Write positions [from, to) of s, every layer, K and V, through the device's copy. */
+static void sw_fill(const swfix *f, llmem_kv_seq s, size_t from, size_t to, uint32_t tag)
+{
+    unsigned char buf[4096];
+    assert_true(f->tb <= sizeof buf);
+    for (size_t pos = from; pos < to; pos++)
+        for (uint32_t l = 0; l < f->layers; l++) {
+            void *kv[2];
+            assert_ok(llmem_kv_seq_token(f->kv, s, l, pos, &kv[0], &kv[1]));
+            for (int w = 0; w < 2; w++) {
+                for (size_t i = 0; i < f->tb; i++) buf[i] = sw_byte(tag, pos, l, w, i);
+                assert_ok(llmem_resource_copy(f->dev, kv[w], buf, f->tb));
+            }
+        }
+}
+
+static void sw_verify(const swfix *f, llmem_kv_seq s, size_t from, size_t to, uint32_t tag)
+{
+    unsigned char buf[4096];
+    for (size_t pos = from; pos < to; pos++)
+        for (uint32_t l = 0; l < f->layers; l++) {
+            void *kv[2];
+            assert_ok(llmem_kv_seq_token(f->kv, s, l, pos, &kv[0], &kv[1]));
+            for (int w = 0; w < 2; w++) {
+                assert_ok(llmem_resource_copy(f->dev, buf, kv[w], f->tb));
+                for (size_t i = 0; i < f->tb; i++)
+                    if (buf[i] != sw_byte(tag, pos, l, w, i))
+                        fail_msg("position %zu layer %u %s byte %zu: %02x, want %02x", pos, l, w ? "V" : "K", i,
+                                 buf[i], sw_byte(tag, pos, l, w, i));
+            }
+        }
+}
+
+static llmem_kv_seq_info sw_info(const swfix *f, llmem_kv_seq s)
+{
+    llmem_kv_seq_info in;
+    memset(&in, 0, sizeof in);
+    assert_ok(llmem_kv_seq_get_info(f->kv, s, &in));
+    return in;
+}
+
+/* Every call that needs the sequence's blocks refuses a swapped one. */
+static void sw_assert_swapped_refuses(const swfix *f, llmem_kv_seq s)
+{
+    void *k[4];
+    size_t n = 0, got = 0;
+    int32_t t[16] = {0};
+    llmem_kv_seq c = 0;
+    assert_status(llmem_kv_seq_append(f->kv, s, 1, t, NULL), LLMEM_ESTATE);
+    assert_status(llmem_kv_seq_token(f->kv, s, 0, 0, &k[0], NULL), LLMEM_ESTATE);
+    assert_status(llmem_kv_seq_table(f->kv, s, 0, k, NULL, 4, &n), LLMEM_ESTATE);
+    assert_status(llmem_kv_seq_truncate(f->kv, s, 0), LLMEM_ESTATE);
+    assert_status(llmem_kv_seq_fork(f->kv, s, &c), LLMEM_ESTATE);
+    assert_int_equal(c, 0);
+    assert_status(llmem_kv_seq_match_prefix(f->kv, s, t, 16, &got), LLMEM_ESTATE);
+    assert_status(llmem_kv_seq_swap_out(f->kv, s), LLMEM_ESTATE); /* twice */
+    assert_true(sw_info(f, s).swapped);
+    assert_ok(llmem_kv_check(f->kv));
+}
+
+static void swap_round_trip(void **state)
+{
+    (void)state;
+    llmem_kv_options o = geo(LLMEM_KV_PAGED, 16); /* 2 layers, 32-byte tokens, 1 KiB blocks */
+    swfix f;
+    sw_open(&f, o, false);
+    size_t bb = llmem_kv_block_bytes(f.kv);
+    int32_t t[256];
+    fill_tokens(t, 256, 11);
+    llmem_kv_seq a, b;
+    assert_ok(llmem_kv_seq_create(f.kv, 0, &a));
+    assert_ok(llmem_kv_seq_append(f.kv, a, 100, t, NULL)); /* 7 blocks, the last partial */
+    sw_fill(&f, a, 0, 100, 1);
+    llmem_kv_stats s0 = kstats(f.kv);
+    assert_int_equal(s0.blocks_used, 7);
+    assert_int_equal(s0.swapped_sequences, 0);
+
+    assert_ok(llmem_kv_seq_swap_out(f.kv, a));
+    assert_ok(llmem_kv_check(f.kv));
+    llmem_kv_stats s1 = kstats(f.kv);
+    size_t want_map = (7 * bb * 2 + 4095) / 4096 * 4096;
+    assert_int_equal(s1.blocks_used, 0); /* the device blocks went back */
+    assert_int_equal(s1.swapped_sequences, 1);
+    assert_int_equal(s1.swap_out_total, 1);
+    assert_int_equal(s1.bytes_swapped_out_total, 7 * bb * 2);
+    assert_true(s1.swap_bytes_held >= 7 * bb * 2);
+    assert_true(s1.swap_bytes_held <= want_map);
+    assert_int_equal(s1.tokens_written, 0);
+    assert_int_equal(sw_live_maps(&f), 1);
+    llmem_kv_seq_info in = sw_info(&f, a);
+    assert_true(in.swapped);
+    assert_int_equal(in.length, 100);
+    assert_int_equal(in.blocks, 0);
+    assert_int_equal(in.capacity, 0);
+    assert_int_equal(in.swap_bytes, s1.swap_bytes_held);
+    sw_assert_swapped_refuses(&f, a);
+    assert_status(llmem_kv_seq_swap_in(f.kv, 0), LLMEM_EINVAL);
+
+    /* Another sequence takes the device memory a held. */
+    assert_ok(llmem_kv_seq_create(f.kv, 0, &b));
+    assert_ok(llmem_kv_seq_append(f.kv, b, 100, t + 100, NULL));
+    sw_fill(&f, b, 0, 100, 2);
+    assert_int_equal(kstats(f.kv).blocks_used, 7);
+
+    assert_ok(llmem_kv_seq_swap_in(f.kv, a));
+    assert_ok(llmem_kv_check(f.kv));
+    assert_status(llmem_kv_seq_swap_in(f.kv, a), LLMEM_ESTATE);
+    assert_int_equal(sw_live_maps(&f), 0);
+    in = sw_info(&f, a);
+    assert_false(in.swapped);
+    assert_int_equal(in.blocks, 7);
+    assert_int_equal(in.swap_bytes, 0);
+    sw_verify(&f, a, 0, 100, 1); /* every byte, every layer, K and V */
+    sw_verify(&f, b, 0, 100, 2);
+    llmem_kv_stats s2 = kstats(f.kv);
+    assert_int_equal(s2.blocks_used, 14);
+    assert_int_equal(s2.swapped_sequences, 0);
+    assert_int_equal(s2.swap_in_total, 1);
+    assert_int_equal(s2.bytes_swapped_in_total, 7 * bb * 2);
+    assert_int_equal(s2.swap_bytes_held, 0);
+    assert_int_equal(s2.swap_bytes_held_peak, s1.swap_bytes_held);
+    assert_true(s2.swap_seconds_total > 0);
+
+    /* Appends after swap-in: into the partial block, then new blocks. */
+    assert_ok(llmem_kv_seq_append(f.kv, a, 40, t + 100, NULL));
+    sw_fill(&f, a, 100, 140, 1);
+    sw_verify(&f, a, 0, 140, 1);
+    sw_verify(&f, b, 0, 100, 2);
+    assert_ok(llmem_kv_check(f.kv));
+
+    /* An empty sequence swaps without memory. */
+    llmem_kv_seq e;
+    assert_ok(llmem_kv_seq_create(f.kv, 0, &e));
+    assert_ok(llmem_kv_seq_swap_out(f.kv, e));
+    assert_true(sw_info(&f, e).swapped);
+    assert_int_equal(sw_info(&f, e).swap_bytes, 0);
+    assert_int_equal(sw_live_maps(&f), 0);
+    assert_status(llmem_kv_seq_append(f.kv, e, 1, t, NULL), LLMEM_ESTATE);
+    assert_ok(llmem_kv_check(f.kv));
+    assert_ok(llmem_kv_seq_swap_in(f.kv, e));
+    assert_ok(llmem_kv_seq_append(f.kv, e, 3, t, NULL));
+
+    /* A window sequence: swap keeps first and length. */
+    llmem_kv_seq w;
+    assert_ok(llmem_kv_seq_create(f.kv, 32, &w));
+    assert_ok(llmem_kv_seq_append(f.kv, w, 90, t, NULL));
+    in = sw_info(&f, w);
+    assert_true(in.first > 0);
+    sw_fill(&f, w, in.first, 90, 3);
+    assert_ok(llmem_kv_seq_swap_out(f.kv, w));
+    assert_ok(llmem_kv_check(f.kv));
+    assert_ok(llmem_kv_seq_swap_in(f.kv, w));
+    assert_int_equal(sw_info(&f, w).first, in.first);
+    sw_verify(&f, w, in.first, 90, 3);
+    assert_ok(llmem_kv_seq_append(f.kv, w, 40, t, NULL));
+    assert_ok(llmem_kv_check(f.kv));
+    sw_close(&f);
+}
+
+static void swap_shared_blocks(void **state)
+{
+    (void)state;
+    for (int prefix = 0; prefix <= 1; prefix++) {
+        llmem_kv_options o = geo(LLMEM_KV_PAGED, 16);
+        o.prefix_cache = prefix;
+        swfix f;
+        sw_open(&f, o, false);
+        int32_t t[64];
+        fill_tokens(t, 64, 5);
+        llmem_kv_seq p, c;
+        assert_ok(llmem_kv_seq_create(f.kv, 0, &p));
+        assert_ok(llmem_kv_seq_append(f.kv, p, 40, t, NULL)); /* 2 full blocks and a partial one */
+        sw_fill(&f, p, 0, 40, 1);
+        assert_ok(llmem_kv_seq_fork(f.kv, p, &c)); /* shares all three */
+        assert_int_equal(kstats(f.kv).blocks_used, 3);
+
+        /* Swap the parent out while the child shares every block. */
+        assert_ok(llmem_kv_seq_swap_out(f.kv, p));
+        assert_ok(llmem_kv_check(f.kv));
+        assert_int_equal(kstats(f.kv).blocks_used, 3); /* the child still holds them */
+        sw_verify(&f, c, 0, 40, 1);
+        assert_ok(llmem_kv_seq_append(f.kv, c, 10, t + 40, NULL)); /* no copy-on-write needed now */
+        assert_int_equal(kstats(f.kv).cow_copies_total, 0);
+        sw_fill(&f, c, 40, 50, 2);
+        assert_ok(llmem_kv_seq_swap_in(f.kv, p));
+        assert_ok(llmem_kv_check(f.kv));
+        assert_int_equal(kstats(f.kv).blocks_used, 7); /* c holds 4, p took 3 of its own */
+        sw_verify(&f, p, 0, 40, 1);
+        sw_verify(&f, c, 0, 40, 1);
+        sw_verify(&f, c, 40, 50, 2);
+        assert_ok(llmem_kv_seq_append(f.kv, p, 8, t + 40, NULL));
+        sw_fill(&f, p, 40, 48, 3);
+        sw_verify(&f, c, 40, 50, 2); /* p's writes do not reach the child */
+        sw_verify(&f, p, 0, 40, 1);
+        sw_verify(&f, p, 40, 48, 3);
+
+        /* Now fork again and swap the child out: the parent keeps its view. */
+        llmem_kv_seq d;
+        assert_ok(llmem_kv_seq_fork(f.kv, c, &d));
+        assert_ok(llmem_kv_seq_swap_out(f.kv, d));
+        assert_ok(llmem_kv_check(f.kv));
+        sw_verify(&f, c, 0, 40, 1);
+        sw_verify(&f, c, 40, 50, 2);
+        assert_ok(llmem_kv_seq_append(f.kv, c, 6, t, NULL)); /* c's partial block is its own again */
+        sw_fill(&f, c, 50, 56, 4);
+        assert_ok(llmem_kv_seq_swap_in(f.kv, d));
+        sw_verify(&f, d, 0, 40, 1);
+        sw_verify(&f, d, 40, 50, 2);
+        sw_verify(&f, c, 50, 56, 4);
+        assert_ok(llmem_kv_check(f.kv));
+        assert_ok(llmem_kv_seq_free(f.kv, d));
+        assert_ok(llmem_kv_seq_free(f.kv, c));
+        assert_ok(llmem_kv_seq_free(f.kv, p));
+        assert_ok(llmem_kv_check(f.kv));
+        sw_close(&f);
+    }
+}
+static void swap_failures(void **state)
+{
+    (void)state;
+    int32_t t[256];
+    fill_tokens(t, 256, 3);
+    llmem_kv_seq a, b, c;
+
+    /* Not configured, not PAGED, not host memory. */
+    {
+        llmem_kv_options o = geo(LLMEM_KV_PAGED, 16);
+        llmem_kv *kv;
+        assert_ok(llmem_kv_create(&o, &kv));
+        assert_ok(llmem_kv_seq_create(kv, 0, &a));
+        assert_status(llmem_kv_seq_swap_out(kv, a), LLMEM_ENOTSUP);
+        assert_status(llmem_kv_seq_swap_in(kv, a), LLMEM_ENOTSUP);
+        assert_status(llmem_kv_seq_swap_out(NULL, a), LLMEM_EINVAL);
+        llmem_kv_destroy(kv);
+        llmem_resource *sim;
+        assert_ok(llmem_sim_resource_create(NULL, &sim));
+        o.swap_resource = sim;
+        assert_status(llmem_kv_create(&o, &kv), LLMEM_EINVAL);
+        o = geo(LLMEM_KV_STATIC, 16);
+        o.swap_resource = llmem_resource_default();
+        assert_ok(llmem_kv_create(&o, &kv));
+        assert_ok(llmem_kv_seq_create(kv, 0, &a));
+        assert_status(llmem_kv_seq_swap_out(kv, a), LLMEM_ENOTSUP);
+        llmem_kv_destroy(kv);
+        llmem_resource_destroy(sim);
+    }
+
+    /* Storage for exactly two 64-token sequences: 2-block slabs (4 KiB over
+     * both layers), a budget of 4 slabs. */
+    llmem_kv_options o = geo(LLMEM_KV_PAGED, 16);
+    o.slab_bytes = 2048;
+    o.budget_bytes = 16384;
+    o.swap_budget_bytes = 8192; /* one 64-token sequence (8 KiB, two pages) */
+    swfix f;
+    sw_open(&f, o, true);
+    assert_ok(llmem_kv_seq_create(f.kv, 0, &a));
+    assert_ok(llmem_kv_seq_append(f.kv, a, 64, t, NULL));
+    sw_fill(&f, a, 0, 64, 1);
+    assert_ok(llmem_kv_seq_create(f.kv, 0, &b));
+    assert_ok(llmem_kv_seq_append(f.kv, b, 64, t + 64, NULL));
+    sw_fill(&f, b, 0, 64, 2);
+
+    /* The swap budget refuses the second: nothing changes. */
+    assert_ok(llmem_kv_seq_swap_out(f.kv, a));
+    llmem_kv_stats before = kstats(f.kv);
+    assert_status(llmem_kv_seq_swap_out(f.kv, b), LLMEM_ENOMEM);
+    assert_error_mentions("swap budget");
+    llmem_kv_stats after = kstats(f.kv);
+    assert_memory_equal(&before, &after, sizeof before);
+    assert_false(sw_info(&f, b).swapped);
+    assert_int_equal(sw_live_maps(&f), 1);
+    sw_verify(&f, b, 0, 64, 2);
+    assert_ok(llmem_kv_check(f.kv));
+
+    /* A failing copy (device to swap) leaves b as it was and unmaps. */
+    llmem_fault_options fo = llmem_fault_options_default();
+    fo.ops = LLMEM_FAULT_OP_COPY;
+    fo.fail_nth = 2;
+    fo.status = LLMEM_EDEVICE;
+    assert_ok(llmem_kv_seq_swap_in(f.kv, a)); /* room in the swap budget for b */
+    assert_ok(llmem_fault_resource_arm(f.fault, &fo));
+    before = kstats(f.kv);
+    assert_status(llmem_kv_seq_swap_out(f.kv, b), LLMEM_EDEVICE);
+    assert_ok(llmem_fault_resource_arm(f.fault, NULL));
+    after = kstats(f.kv);
+    before.swap_seconds_total = after.swap_seconds_total = 0; /* the failed copy's time counts */
+    assert_memory_equal(&before, &after, sizeof before);
+    assert_false(sw_info(&f, b).swapped);
+    assert_int_equal(sw_live_maps(&f), 0);
+    sw_verify(&f, b, 0, 64, 2);
+    sw_verify(&f, a, 0, 64, 1);
+    assert_ok(llmem_kv_check(f.kv));
+
+    /* The device is full: swap-in refuses, the sequence stays swapped. */
+    assert_ok(llmem_kv_seq_swap_out(f.kv, a));
+    assert_ok(llmem_kv_seq_create(f.kv, 0, &c));
+    assert_ok(llmem_kv_seq_append(f.kv, c, 64, t + 128, NULL));
+    sw_fill(&f, c, 0, 64, 3);
+    before = kstats(f.kv);
+    assert_int_equal(before.blocks_used, 8);
+    assert_status(llmem_kv_seq_swap_in(f.kv, a), LLMEM_ENOMEM);
+    after = kstats(f.kv);
+    assert_memory_equal(&before, &after, sizeof before);
+    assert_true(sw_info(&f, a).swapped);
+    assert_int_equal(sw_live_maps(&f), 1);
+    assert_ok(llmem_kv_check(f.kv));
+    sw_assert_swapped_refuses(&f, a);
+
+    /* A failing copy back (swap to device): a stays swapped, its blocks go back. */
+    assert_ok(llmem_kv_seq_free(f.kv, b));
+    fo.fail_nth = 1;
+    assert_ok(llmem_fault_resource_arm(f.fault, &fo));
+    before = kstats(f.kv);
+    assert_status(llmem_kv_seq_swap_in(f.kv, a), LLMEM_EDEVICE);
+    assert_ok(llmem_fault_resource_arm(f.fault, NULL));
+    after = kstats(f.kv);
+    assert_int_equal(after.blocks_used, before.blocks_used);
+    assert_int_equal(after.swapped_sequences, 1);
+    assert_int_equal(after.swap_bytes_held, before.swap_bytes_held);
+    assert_int_equal(after.swap_in_total, 0 + before.swap_in_total);
+    assert_true(sw_info(&f, a).swapped);
+    assert_ok(llmem_kv_check(f.kv));
+
+    /* Freeing another sequence makes room: swap-in succeeds. */
+    assert_ok(llmem_kv_seq_swap_in(f.kv, a));
+    assert_ok(llmem_kv_check(f.kv));
+    sw_verify(&f, a, 0, 64, 1);
+    sw_verify(&f, c, 0, 64, 3);
+    assert_int_equal(sw_live_maps(&f), 0);
+
+    /* Freeing a swapped sequence releases its swap memory. */
+    assert_ok(llmem_kv_seq_swap_out(f.kv, c));
+    assert_int_equal(sw_live_maps(&f), 1);
+    assert_ok(llmem_kv_seq_free(f.kv, c));
+    assert_int_equal(sw_live_maps(&f), 0);
+    llmem_kv_stats s = kstats(f.kv);
+    assert_int_equal(s.swapped_sequences, 0);
+    assert_int_equal(s.swap_bytes_held, 0);
+    assert_int_equal(s.sequences, 1);
+    assert_ok(llmem_kv_check(f.kv));
+    assert_status(llmem_kv_seq_swap_in(f.kv, c), LLMEM_EINVAL); /* no longer a sequence */
+
+    /* Destroy with a sequence still swapped: sw_close sees no live mapping. */
+    assert_ok(llmem_kv_seq_swap_out(f.kv, a));
+    assert_int_equal(sw_live_maps(&f), 1);
+    sw_close(&f);
+}
+
+/* Swap bandwidth through the sim device (memcpy behind the resource's
+ * checks): printed, not asserted. */
+static void swap_throughput(void **state)
+{
+    (void)state;
+    llmem_kv_options o = llmem_kv_options_default();
+    o.layers = 4;
+    o.kv_heads = 8;
+    o.head_dim = 128;  /* 2 KiB tokens, 64 KiB blocks */
+    o.max_seq_len = 2048;
+    swfix f;
+    sw_open(&f, o, false);
+    llmem_kv_seq s;
+    assert_ok(llmem_kv_seq_create(f.kv, 0, &s));
+    assert_ok(llmem_kv_seq_append(f.kv, s, 2048, NULL, NULL)); /* 32 MiB of KV */
+    sw_fill(&f, s, 2047, 2048, 9);
+    enum { ROUNDS = 4 };
+    uint64_t t0 = test_now_ms();
+    for (int r = 0; r < ROUNDS; r++) {
+        assert_ok(llmem_kv_seq_swap_out(f.kv, s));
+        assert_ok(llmem_kv_seq_swap_in(f.kv, s));
+    }
+    uint64_t ms = test_now_ms() - t0;
+    sw_verify(&f, s, 2047, 2048, 9);
+    llmem_kv_stats st = kstats(f.kv);
+    assert_int_equal(st.bytes_swapped_out_total, (uint64_t)ROUNDS * 2048 * 2048 * 2 * 4);
+    double bytes = (double)(st.bytes_swapped_out_total + st.bytes_swapped_in_total);
+    print_message("kv swap through sim-device: %.0f MiB in %.3f s of copies (%.2f GB/s); %llu ms wall with maps\n",
+                  bytes / (1 << 20), st.swap_seconds_total,
+                  st.swap_seconds_total > 0 ? bytes / st.swap_seconds_total / 1e9 : 0.0, (unsigned long long)ms);
+    assert_ok(llmem_kv_check(f.kv));
+    sw_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2016,6 +2464,10 @@ int main(void)
         cmocka_unit_test(bad_input),
         cmocka_unit_test(appends_take_no_malloc),
         cmocka_unit_test(fault_campaign),
+        cmocka_unit_test(swap_round_trip),
+        cmocka_unit_test(swap_shared_blocks),
+        cmocka_unit_test(swap_failures),
+        cmocka_unit_test(swap_throughput),
     };
     return cmocka_run_group_tests(tests, test_quiet_logs, NULL);
 }

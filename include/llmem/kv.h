@@ -108,6 +108,11 @@ typedef struct llmem_kv_options {
     llmem_resource *resource;     /* for the manager's own pool; default the os resource */
     size_t slab_bytes;            /* PAGED: bytes per layer per slab; default 2 blocks, at least 64 KiB */
     bool prefix_cache;            /* PAGED: index full blocks by prefix hash */
+    llmem_resource *swap_resource; /* PAGED: host resource (kind LLMEM_MEM_HOST, e.g. pinned memory) that
+                                     swapped-out sequences' KV waits in; borrowed, must outlive the
+                                     manager; default NULL: swapping disabled (LLMEM_ENOTSUP) */
+    size_t swap_budget_bytes;     /* cap on swap memory held (mapped bytes, rounded to the swap resource's
+                                     granularity); 0 = none */
 } llmem_kv_options;
 
 typedef struct llmem_kv_stats {
@@ -129,6 +134,14 @@ typedef struct llmem_kv_stats {
     uint64_t grows_total;             /* slabs or buffers taken from the pool */
     uint64_t shrinks_total;           /* slabs or buffers given back */
     uint64_t bucket_copies_total;     /* BUCKETS: buffers outgrown and copied */
+    uint64_t swapped_sequences;       /* live sequences swapped out now */
+    uint64_t swap_out_total;          /* successful llmem_kv_seq_swap_out calls */
+    uint64_t swap_in_total;           /* successful llmem_kv_seq_swap_in calls */
+    uint64_t bytes_swapped_out_total; /* KV bytes copied device -> swap (whole blocks, all layers) */
+    uint64_t bytes_swapped_in_total;  /* KV bytes copied swap -> device */
+    uint64_t swap_bytes_held;         /* swap memory mapped now (rounded to the swap resource's granularity) */
+    uint64_t swap_bytes_held_peak;
+    double swap_seconds_total;        /* wall time spent in swap copies, both directions (seconds) */
 } llmem_kv_stats;
 
 /* What a sequence holds. */
@@ -137,12 +150,15 @@ typedef struct llmem_kv_seq_info {
     size_t first;            /* first position still held (> 0 once a window dropped some) */
     size_t blocks;           /* blocks in its table (as llmem_kv_seq_table reports) */
     size_t window;           /* 0 = no window */
-    size_t capacity;         /* tokens it can hold without taking memory */
+    size_t capacity;         /* tokens it can hold without taking memory (0 while swapped) */
+    bool swapped;            /* swapped out: blocks is 0, its KV waits in swap memory */
+    size_t swap_bytes;       /* swap memory it holds (mapped bytes; 0 unless swapped) */
 } llmem_kv_seq_info;
 
 LLMEM_API llmem_kv_options llmem_kv_options_default(void);
 
-/* Errors: LLMEM_EINVAL (missing geometry, unknown enum), LLMEM_EOVERFLOW
+/* Errors: LLMEM_EINVAL (missing geometry, unknown enum, a swap resource
+ * that is not host memory), LLMEM_EOVERFLOW
  * (a block or sequence whose size overflows), LLMEM_ENOMEM. */
 LLMEM_API llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out);
 LLMEM_API void llmem_kv_destroy(llmem_kv *kv);
@@ -194,6 +210,38 @@ LLMEM_API llmem_status llmem_kv_seq_table(llmem_kv *kv, llmem_kv_seq s, uint32_t
                                           size_t cap, size_t *n);
 
 LLMEM_API llmem_status llmem_kv_seq_get_info(llmem_kv *kv, llmem_kv_seq s, llmem_kv_seq_info *out);
+
+/* Offload (PAGED; options.swap_resource set). A preempted sequence's KV can
+ * wait in host memory instead of being recomputed:
+ *
+ *     if (llmem_kv_seq_append(kv, s, 1, &tok, NULL) == LLMEM_ENOMEM)
+ *         llmem_kv_seq_swap_out(kv, victim);      // its blocks go back
+ *     ...
+ *     if (llmem_kv_seq_swap_in(kv, victim) == LLMEM_OK) resume(victim);
+ *
+ * swap_out maps one region of exactly blocks x block_bytes x layers bytes
+ * (rounded to the swap resource's granularity) from the swap resource,
+ * copies every block the sequence holds into it (all layers, K and V, whole
+ * blocks; device storage is read only through the storage resource's
+ * copy), then lets go of its blocks as a free would: a block another
+ * sequence shares keeps its data and loses one reference, a block in the
+ * prefix cache stays cached (evictable). Shared blocks are copied too, so
+ * swap_in needs no sharing. The sequence stays live but swapped: append,
+ * truncate, token, table, fork and match_prefix return LLMEM_ESTATE;
+ * get_info, free and swap_in work. Errors: LLMEM_ENOTSUP (no swap
+ * resource, or STATIC/BUCKETS), LLMEM_ESTATE (already swapped), LLMEM_ENOMEM
+ * (the swap budget or the swap resource refuses), or the copy's status; on
+ * any error nothing changed. An empty sequence swaps without memory.
+ *
+ * swap_in takes fresh blocks (not shared with anyone, not registered in the
+ * prefix cache; the sequence's later full blocks register as usual), copies
+ * the bytes back and unmaps the region. Errors: LLMEM_ESTATE (not swapped),
+ * LLMEM_ENOMEM (the blocks cannot be had: it stays swapped and nothing
+ * changed, except cached blocks evicted before a resource failure), or the
+ * copy's status (stays swapped). Both copy under the manager's lock.
+ * Freeing a swapped sequence unmaps its swap memory; so does destroy. */
+LLMEM_API llmem_status llmem_kv_seq_swap_out(llmem_kv *kv, llmem_kv_seq s);
+LLMEM_API llmem_status llmem_kv_seq_swap_in(llmem_kv *kv, llmem_kv_seq s);
 
 /* Bytes of one token's K (or V) in one layer, of a block in one layer (K and
  * V), and per token over all layers (K and V). */

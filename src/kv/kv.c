@@ -53,8 +53,20 @@
  * scratch from the metadata pool. The only libc calls left are those the
  * pools make for their own bookkeeping.
  *
- * All state is guarded by one mutex. Device memory is only ever touched
- * through the resource's copy.
+ * Offload (PAGED). A swapped-out sequence keeps its slot, length, window,
+ * chain hash and partial-block tokens, but holds no block (nblocks 0): its
+ * blocks' bytes sit in one region mapped from the swap resource for it,
+ * laid out [layer][table index][block_bytes], and swap_nblocks says how
+ * many to take back. Swap-out copies, then drops its blocks as a free
+ * does; swap-in takes fresh blocks exactly as an append would (checked
+ * with blocks_available first), copies back, then unmaps. Its block table
+ * keeps its capacity, so swap-in needs no metadata. One mapping per
+ * swapped sequence, not a pool over the swap resource: swaps are rare next
+ * to appends, the region is returned whole, and swap_bytes_held is then
+ * exactly what the swap resource holds for the manager.
+ *
+ * All state is guarded by one mutex (swap copies run under it). Device
+ * memory is only ever touched through the resource's copy.
  */
 #include <pthread.h>
 #include <string.h>
@@ -97,6 +109,10 @@ typedef struct kv_seq {
     int32_t *partial;       /* [B] tokens of the current partial block (prefix cache on) */
     kv_buf *buf;            /* STATIC / BUCKETS */
     uint32_t next_free;
+    bool swapped;           /* PAGED: its KV waits in swap memory; nblocks is 0 */
+    void *swap;             /* [layers][swap_nblocks][block_bytes] from swap_res; NULL when empty */
+    size_t swap_nblocks;    /* blocks it takes back on swap-in */
+    size_t swap_map;        /* bytes mapped at swap (rounded) */
 } kv_seq;
 
 struct llmem_kv {
@@ -110,6 +126,8 @@ struct llmem_kv {
     bool own_pool;
     llmem_resource *res;
     bool host, prefix;
+    llmem_resource *swap_res; /* borrowed host resource for swapped sequences; NULL: no swapping */
+    size_t swap_budget;       /* cap on st.swap_bytes_held; 0 = none */
     /* PAGED */
     uint32_t S;             /* blocks per slab */
     kv_slab *slabs;         /* [slab_cap] */
@@ -897,6 +915,9 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
         return llmem__fail(LLMEM_EOVERFLOW, "kv '%s': the geometry overflows", name);
     if (o.prefix_cache && o.strategy != LLMEM_KV_PAGED)
         return llmem__fail(LLMEM_ENOTSUP, "kv '%s': the prefix cache needs the PAGED strategy", name);
+    if (o.swap_resource && llmem_resource_kind(o.swap_resource) != LLMEM_MEM_HOST)
+        return llmem__fail(LLMEM_EINVAL, "kv '%s': the swap resource '%s' is not host memory", name,
+                           llmem_resource_name(o.swap_resource));
     /* The metadata pool, then the manager inside it (see the top of the file). */
     llmem_pool_options mo = llmem_pool_options_default();
     mo.name = "kv-metadata";
@@ -925,6 +946,8 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
     kv->block_bytes = block_bytes;
     kv->budget = o.budget_bytes;
     kv->prefix = o.prefix_cache;
+    kv->swap_res = o.swap_resource;
+    kv->swap_budget = o.swap_budget_bytes;
     kv->lru_head = kv->lru_tail = NONE;
     if (o.pool) {
         kv->pool = o.pool;
@@ -980,6 +1003,7 @@ void llmem_kv_destroy(llmem_kv *kv)
     for (uint32_t i = 0; i < kv->nseqs; i++) {
         kv_seq *s = &kv->seqs[i];
         if (s->live && s->buf) buf_release(kv, s->buf);
+        if (s->live && s->swap) llmem_resource_unmap(kv->swap_res, s->swap, s->swap_map, s->swap_map);
     }
     for (int c = 0; c < kv->nclasses; c++)
         while (kv->idle[c]) {
@@ -1001,6 +1025,130 @@ void llmem_kv_destroy(llmem_kv *kv)
         pthread_mutex_unlock(&(kv)->lock); \
         return st_;                        \
     } while (0)
+
+/* ---- PAGED offload: swap out and in ---------------------------------------------------- */
+
+static void seq_drop_blocks(llmem_kv *kv, kv_seq *s);
+
+static llmem_status swapped_fail(llmem_kv *kv, const char *what)
+{
+    return llmem__fail(LLMEM_ESTATE, "kv '%s': %s on a swapped-out sequence (swap it in first)", kv->name, what);
+}
+
+/* Unmap s's swap memory (it is swapped) and forget it. */
+static void swap_release(llmem_kv *kv, kv_seq *s)
+{
+    if (s->swap) llmem_resource_unmap(kv->swap_res, s->swap, s->swap_map, s->swap_map);
+    kv->st.swap_bytes_held -= s->swap_map;
+    kv->st.swapped_sequences--;
+    s->swap = NULL;
+    s->swap_map = 0;
+    s->swap_nblocks = 0;
+    s->swapped = false;
+}
+
+/* Copy blocks ids[0..n) of every layer between storage and a swap region
+ * laid out [layer][i][block_bytes] (to_swap: storage -> region). A run of
+ * consecutive ids in one slab is contiguous on both sides and goes in one
+ * copy. Device storage is touched only through the storage resource's copy
+ * (the region is host memory, which the copy contract allows). */
+static llmem_status swap_copy(llmem_kv *kv, const uint32_t *ids, size_t n, char *region, bool to_swap)
+{
+    size_t bb = kv->block_bytes;
+    uint64_t t0 = llmem__now_ns();
+    llmem_status st = LLMEM_OK;
+    for (uint32_t l = 0; l < kv->layers && !st; l++) {
+        char *h = region + (size_t)l * n * bb;
+        for (size_t i = 0, j; i < n && !st; i = j) {
+            for (j = i + 1; j < n && ids[j] == ids[j - 1] + 1 && ids[j] / kv->S == ids[i] / kv->S; j++) {}
+            char *d = block_k(kv, l, ids[i]);
+            st = to_swap ? copy_bytes(kv, h + i * bb, d, (j - i) * bb) : copy_bytes(kv, d, h + i * bb, (j - i) * bb);
+        }
+    }
+    kv->st.swap_seconds_total += (double)(llmem__now_ns() - t0) * 1e-9;
+    return st;
+}
+
+static llmem_status swap_usable(llmem_kv *kv, kv_seq *s)
+{
+    if (!s) return LLMEM_EINVAL;
+    if (kv->strategy != LLMEM_KV_PAGED)
+        return llmem__fail(LLMEM_ENOTSUP, "kv '%s': swapping needs the PAGED strategy", kv->name);
+    if (!kv->swap_res) return llmem__fail(LLMEM_ENOTSUP, "kv '%s': no swap resource", kv->name);
+    return LLMEM_OK;
+}
+
+static llmem_status swap_out_locked(llmem_kv *kv, llmem_kv_seq h)
+{
+    kv_seq *s = seq_of(kv, h);
+    llmem_status st = swap_usable(kv, s);
+    if (st) return st;
+    if (s->swapped) return llmem__fail(LLMEM_ESTATE, "kv '%s': sequence already swapped out", kv->name);
+    size_t n = s->nblocks, bytes = 0, mapped = 0;
+    void *region = NULL;
+    if (n) {
+        if (!llmem__mul_ok(n * kv->block_bytes, kv->layers, &bytes))
+            return llmem__fail(LLMEM_EOVERFLOW, "kv '%s': swap size overflows", kv->name);
+        if ((st = llmem_resource_round(kv->swap_res, bytes, &mapped)) != LLMEM_OK) return st;
+        if (kv->swap_budget && (mapped > kv->swap_budget || kv->st.swap_bytes_held > kv->swap_budget - mapped))
+            return llmem__fail(LLMEM_ENOMEM,
+                               "kv '%s': swapping out %zu bytes would pass the swap budget (%llu of %zu held)",
+                               kv->name, mapped, (unsigned long long)kv->st.swap_bytes_held, kv->swap_budget);
+        if ((st = llmem_resource_map_tagged(kv->swap_res, bytes, 0, 0, kv->name, &region)) != LLMEM_OK) return st;
+        if ((st = swap_copy(kv, s->blocks, n, region, true)) != LLMEM_OK) {
+            llmem_resource_unmap(kv->swap_res, region, mapped, mapped);
+            return st;
+        }
+    }
+    seq_drop_blocks(kv, s); /* as a free: shared blocks lose a reference, registered ones stay cached */
+    s->swapped = true;
+    s->swap = region;
+    s->swap_map = mapped;
+    s->swap_nblocks = n;
+    kv->st.swapped_sequences++;
+    kv->st.swap_out_total++;
+    kv->st.bytes_swapped_out_total += bytes;
+    kv->st.swap_bytes_held += mapped;
+    if (kv->st.swap_bytes_held > kv->st.swap_bytes_held_peak) kv->st.swap_bytes_held_peak = kv->st.swap_bytes_held;
+    return LLMEM_OK;
+}
+
+static llmem_status swap_in_locked(llmem_kv *kv, llmem_kv_seq h)
+{
+    kv_seq *s = seq_of(kv, h);
+    llmem_status st = swap_usable(kv, s);
+    if (st) return st;
+    if (!s->swapped) return llmem__fail(LLMEM_ESTATE, "kv '%s': sequence is not swapped out", kv->name);
+    size_t n = s->swap_nblocks, k = 0;
+    /* The table kept the capacity it had when it held these blocks. */
+    if (!blocks_available(kv, n))
+        return llmem__fail(LLMEM_ENOMEM, "kv '%s': swapping in needs %zu blocks, fewer can be had (budget %zu)",
+                           kv->name, n, kv->budget);
+    uint32_t hint = NONE;
+    while (k < n && !(st = block_take(kv, hint, &s->blocks[k]))) hint = s->blocks[k++] / kv->S;
+    if (!st) st = swap_copy(kv, s->blocks, n, s->swap, false);
+    if (st) {
+        while (k) block_put(kv, s->blocks[--k]);
+        return st;
+    }
+    s->nblocks = n;
+    kv->st.swap_in_total++;
+    kv->st.bytes_swapped_in_total += (uint64_t)n * kv->block_bytes * kv->layers;
+    swap_release(kv, s);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_kv_seq_swap_out(llmem_kv *kv, llmem_kv_seq s)
+{
+    if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
+    LOCKED(kv, swap_out_locked(kv, s));
+}
+
+llmem_status llmem_kv_seq_swap_in(llmem_kv *kv, llmem_kv_seq s)
+{
+    if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
+    LOCKED(kv, swap_in_locked(kv, s));
+}
 
 /* A new PAGED sequence's tables (s->window set): a block table with room
  * for all it can hold, plus one (ceil(max_seq_len / B) + 1 entries, or
@@ -1065,6 +1213,7 @@ static llmem_status seq_free_locked(llmem_kv *kv, llmem_kv_seq h)
 {
     kv_seq *s = seq_of(kv, h);
     if (!s) return LLMEM_EINVAL;
+    if (s->swapped) swap_release(kv, s);
     seq_drop_blocks(kv, s);
     buf_done(kv, s->buf);
     s->buf = NULL;
@@ -1084,6 +1233,7 @@ static llmem_status fork_locked(llmem_kv *kv, llmem_kv_seq ph, llmem_kv_seq *out
 {
     kv_seq *p = seq_of(kv, ph);
     if (!p) return LLMEM_EINVAL;
+    if (p->swapped) return swapped_fail(kv, "fork");
     uint32_t pi = (uint32_t)(p - kv->seqs);
     kv_seq *c;
     llmem_status st = seq_new(kv, &c, out);
@@ -1136,6 +1286,7 @@ static llmem_status match_locked(llmem_kv *kv, llmem_kv_seq h, const int32_t *to
 {
     kv_seq *s = seq_of(kv, h);
     if (!s) return LLMEM_EINVAL;
+    if (s->swapped) return swapped_fail(kv, "match_prefix");
     if (s->length) return llmem__fail(LLMEM_ESTATE, "kv '%s': prefix matching needs an empty sequence", kv->name);
     if (!kv->prefix) return LLMEM_OK;
     size_t full = n / kv->B, k = 0;
@@ -1182,6 +1333,7 @@ static llmem_status append_locked(llmem_kv *kv, llmem_kv_seq h, size_t n, const 
 {
     kv_seq *s = seq_of(kv, h);
     if (!s) return LLMEM_EINVAL;
+    if (s->swapped) return swapped_fail(kv, "append");
     if (first_pos) *first_pos = s->length;
     if (n == 0) return LLMEM_OK;
     if (n > (size_t)PTRDIFF_MAX / 2 || s->length > SIZE_MAX - n)
@@ -1199,6 +1351,7 @@ static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len)
 {
     kv_seq *s = seq_of(kv, h);
     if (!s) return LLMEM_EINVAL;
+    if (s->swapped) return swapped_fail(kv, "truncate");
     if (len > s->length || len < s->first)
         return llmem__fail(LLMEM_ERANGE, "kv '%s': truncate to %zu outside the held positions [%zu, %zu]", kv->name,
                            len, s->first, s->length);
@@ -1233,6 +1386,7 @@ static llmem_status token_locked(llmem_kv *kv, llmem_kv_seq h, uint32_t layer, s
 {
     kv_seq *s = seq_of(kv, h);
     if (!s) return LLMEM_EINVAL;
+    if (s->swapped) return swapped_fail(kv, "token");
     if (layer >= kv->layers) return llmem__fail(LLMEM_ERANGE, "kv '%s': layer %u of %u", kv->name, layer, kv->layers);
     if (pos >= s->length || pos < s->first)
         return llmem__fail(LLMEM_ERANGE, "kv '%s': position %zu outside the held [%zu, %zu)", kv->name, pos, s->first,
@@ -1254,6 +1408,7 @@ static llmem_status table_locked(llmem_kv *kv, llmem_kv_seq h, uint32_t layer, v
 {
     kv_seq *s = seq_of(kv, h);
     if (!s) return LLMEM_EINVAL;
+    if (s->swapped) return swapped_fail(kv, "table");
     if (layer >= kv->layers) return llmem__fail(LLMEM_ERANGE, "kv '%s': layer %u of %u", kv->name, layer, kv->layers);
     size_t first_blk = s->first / kv->B;
     size_t nb = s->length > s->first ? (s->length - 1) / kv->B - first_blk + 1 : 0;
@@ -1279,9 +1434,11 @@ static llmem_status info_locked(llmem_kv *kv, llmem_kv_seq h, llmem_kv_seq_info 
     out->length = s->length;
     out->first = s->first;
     out->window = s->window;
+    out->swapped = s->swapped;
+    out->swap_bytes = s->swapped ? s->swap_map : 0;
     if (kv->strategy == LLMEM_KV_PAGED) {
         out->blocks = s->nblocks;
-        out->capacity = s->first / kv->B * kv->B + s->nblocks * kv->B;
+        out->capacity = s->swapped ? 0 : s->first / kv->B * kv->B + s->nblocks * kv->B;
     } else {
         out->capacity = s->buf ? s->buf->capacity : 0;
         out->blocks = (s->length + kv->B - 1) / kv->B; /* as seq_table reports */
@@ -1345,6 +1502,7 @@ llmem_status llmem_kv_check(llmem_kv *kv)
     uint32_t *refs = nb ? kv_meta_alloc(kv, nb, sizeof *refs) : NULL;
     if (nb && !refs) BAD("kv '%s': out of memory for the check", kv->name);
     if (nb) memset(refs, 0, nb * sizeof *refs);
+    uint64_t nswapped = 0, swap_held = 0;
     for (uint32_t i = 0; i < kv->nseqs; i++) {
         kv_seq *s = &kv->seqs[i];
         if (!s->live) continue;
@@ -1355,6 +1513,15 @@ llmem_status llmem_kv_check(llmem_kv *kv)
             continue;
         }
         size_t want = s->length > s->first ? (s->length - 1) / kv->B - s->first / kv->B + 1 : 0;
+        if (s->swapped) {
+            if (s->nblocks || s->swap_nblocks != want || !s->swap != !want || s->swap_nblocks > s->cap)
+                BAD("kv '%s': swapped sequence %u holds %zu blocks, %zu in swap for %zu tokens", kv->name, i,
+                    s->nblocks, s->swap_nblocks, s->length - s->first);
+            nswapped++;
+            swap_held += s->swap_map;
+            continue;
+        }
+        if (s->swap) BAD("kv '%s': sequence %u holds swap memory but is not swapped", kv->name, i);
         if (s->nblocks != want) BAD("kv '%s': sequence %u has %zu blocks for %zu tokens", kv->name, i, s->nblocks,
                                     s->length - s->first);
         if (s->window && s->length - s->first > s->window + kv->B)
@@ -1367,6 +1534,10 @@ llmem_status llmem_kv_check(llmem_kv *kv)
             refs[b]++;
         }
     }
+    if (nswapped != kv->st.swapped_sequences || swap_held != kv->st.swap_bytes_held)
+        BAD("kv '%s': %llu sequences hold %llu swap bytes, stats say %llu and %llu", kv->name,
+            (unsigned long long)nswapped, (unsigned long long)swap_held,
+            (unsigned long long)kv->st.swapped_sequences, (unsigned long long)kv->st.swap_bytes_held);
     size_t used = 0, cached = 0, freeb = 0, lru = 0;
     for (size_t b = 0; b < nb; b++) {
         kv_block *x = &kv->blocks[b];
@@ -1482,6 +1653,15 @@ static const llmem_stat_field kv_fields[] = {
     F(COUNTER, grows_total, "Slabs or buffers taken from the pool."),
     F(COUNTER, shrinks_total, "Slabs or buffers given back."),
     F(COUNTER, bucket_copies_total, "Buffers outgrown and copied."),
+    F(GAUGE, swapped_sequences, "Live sequences swapped out."),
+    F(COUNTER, swap_out_total, "Sequences swapped out."),
+    F(COUNTER, swap_in_total, "Sequences swapped in."),
+    F(COUNTER, bytes_swapped_out_total, "KV bytes copied to swap memory."),
+    F(COUNTER, bytes_swapped_in_total, "KV bytes copied back from swap memory."),
+    F(GAUGE, swap_bytes_held, "Swap memory mapped."),
+    F(GAUGE, swap_bytes_held_peak, "Highest swap_bytes_held."),
+    {"swap_seconds_total", "Seconds spent copying to and from swap memory.", LLMEM_METRIC_COUNTER,
+     LLMEM_VALUE_DOUBLE, offsetof(llmem_kv_stats, swap_seconds_total)},
 };
 #undef F
 static const llmem_stats_schema kv_schema = {"kv", sizeof(llmem_kv_stats), LLMEM_ARRAY_LEN(kv_fields), kv_fields};
