@@ -18,6 +18,7 @@
 #include "llmem/limit_resource.h"
 #include "llmem/fault_resource.h"
 #include "llmem/tracking_resource.h"
+#include "llmem/cuda_resource.h"
 #include "llmem/arena.h"
 #include "llmem/fixed.h"
 #include "llmem/pool.h"
