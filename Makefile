@@ -68,7 +68,8 @@ bench: build
 fuzz:
 	@scripts/deps.sh fuzz
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DLLMEM_SANITIZE=address -DLLMEM_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-fuzz -j$(JOBS) --target fuzz_trace_lf fuzz_shape_lf fuzz_kv_lf fuzz_model_lf fuzz_tokenizer_lf
+	cmake --build build-fuzz -j$(JOBS) --target fuzz_trace_lf fuzz_shape_lf fuzz_kv_lf fuzz_model_lf fuzz_tokenizer_lf test_model
+	@mkdir -p build-fuzz/corpus/model && LLMEM_WRITE_MODEL_SEEDS=build-fuzz/corpus/model build-fuzz/tests/test_model
 	@for t in trace shape kv model tokenizer; do \
 	    mkdir -p build-fuzz/corpus/$$t && cp -n fuzz/corpus/$$t/* build-fuzz/corpus/$$t/ ; \
 	    echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \

@@ -6,8 +6,9 @@
  * every length, every bit of a header flipped, hand-made hostile files,
  * mapping options, descriptor and mapping leaks, and the stats schema.
  *
- * `LLMEM_WRITE_MODEL_SEEDS=DIR test_model` writes the fuzz corpus seeds
- * (fuzz/corpus/model) into DIR and exits.
+ * `LLMEM_WRITE_MODEL_SEEDS=DIR test_model` writes the fuzz seeds into DIR
+ * and exits: CTest (fixture fuzz_model_seeds) and `make fuzz` make the GGUF
+ * seeds this way instead of keeping model files in the repository.
  */
 #include <dirent.h>
 #include <errno.h>
