@@ -15,13 +15,13 @@
  *  - with --device-memory, how many such sequences fit beside the weights
  *    and the activations.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "tool_util.h"
 #include "llmem/llmem.h"
 
 #define SAFETY 1.2
@@ -45,32 +45,6 @@ static void usage(FILE *f)
             "  --threads N          kernel threads (each has a row of attention scores; default 2)\n");
 }
 
-static double parse_bytes(const char *s)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
-    static const struct {
-        const char *suffix;
-        double mult;
-    } units[] = {{"", 1},       {"B", 1},         {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                 {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (!strcmp(end, units[i].suffix)) return v * units[i].mult;
-    return -1;
-}
-
-static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
-    *out = (uint32_t)v;
-    return true;
-}
-
 int llmem_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *shape_name = NULL;
@@ -88,11 +62,11 @@ int llmem_cmd_plan(int argc, char **argv)
         } else if (!strcmp(o, "--json")) json = true;
         else if (TAKE("--model")) model = v;
         else if (TAKE("--shape")) shape_name = v;
-        else if (TAKE("--batch")) ok = parse_u32(v, 1, 1u << 20, &batch);
-        else if (TAKE("--prompt-tokens")) ok = parse_u32(v, 0, 1u << 24, &prompt);
-        else if (TAKE("--max-tokens")) ok = parse_u32(v, 0, 1u << 24, &gen);
-        else if (TAKE("--threads")) ok = parse_u32(v, 1, 1024, &threads);
-        else if (TAKE("--device-memory")) ok = (device = parse_bytes(v)) > 0;
+        else if (TAKE("--batch")) ok = tool_parse_u32(v, 1, 1u << 20, &batch);
+        else if (TAKE("--prompt-tokens")) ok = tool_parse_u32(v, 0, 1u << 24, &prompt);
+        else if (TAKE("--max-tokens")) ok = tool_parse_u32(v, 0, 1u << 24, &gen);
+        else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &threads);
+        else if (TAKE("--device-memory")) ok = (device = tool_parse_bytes(v)) > 0;
         else if (TAKE("--dtype")) {
             if (!strcmp(v, "f32")) dtype = LLMEM_DTYPE_F32;
             else if (!strcmp(v, "f16")) dtype = LLMEM_DTYPE_F16;

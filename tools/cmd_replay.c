@@ -12,38 +12,7 @@
 #include "commands.h"
 #include "llmem/llmem.h"
 #include "replay_sim.h"
-
-/* "8GiB", "512MiB", "64KiB", "1.5GiB", "4096": bytes, or -1. */
-static double parse_bytes(const char *s)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
-    static const struct {
-        const char *suffix;
-        double mult;
-    } units[] = {{"", 1},         {"B", 1},          {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                 {"TiB", 1099511627776.0}, {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0},
-                 {"KB", 1e3},     {"MB", 1e6},       {"GB", 1e9},       {"TB", 1e12}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (!strcmp(end, units[i].suffix)) {
-            double b = v * units[i].mult;
-            return b > 9e18 ? -1 : b;
-        }
-    return -1;
-}
-
-/* A whole decimal number in [lo, hi], or false. */
-static bool parse_u32_arg(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
-    *out = (uint32_t)v;
-    return true;
-}
+#include "tool_util.h"
 
 /* A finite number > 0 (>= 0 when zero_ok), or false. */
 static bool parse_pos_arg(const char *s, bool zero_ok, double *out)
@@ -170,25 +139,25 @@ int llmem_cmd_replay(int argc, char **argv)
         else if (!strcmp(a, "--prefix-cache")) o.prefix_cache = true;
         else if (!strcmp(a, "--controller")) o.controller = true;
         else if (TAKE("--timeline")) o.timeline = v, o.controller = true;
-        else if (TAKE("--idle-decay-ms")) ok = parse_u32_arg(v, 0, 1u << 30, &o.idle_decay_ms);
+        else if (TAKE("--idle-decay-ms")) ok = tool_parse_u32(v, 0, 1u << 30, &o.idle_decay_ms);
         else if (TAKE("--trace")) trace_path = v;
         else if (TAKE("--model-shape")) shape = v;
         else if (TAKE("--strategy")) strategy = v;
         else if (TAKE("--kv-budget")) {
-            double b = parse_bytes(v);
+            double b = tool_parse_bytes(v);
             if (b <= 0) {
                 fprintf(stderr, "llmem replay: --kv-budget '%s' is not a size (e.g. 8GiB)\n", v);
                 return 2;
             }
             o.kv_budget = (size_t)b;
-        } else if (TAKE("--max-seq-len")) ok = parse_u32_arg(v, 1, 1u << 24, &o.max_seq_len);
-        else if (TAKE("--block-tokens")) ok = parse_u32_arg(v, 1, 1u << 16, &o.block_tokens);
-        else if (TAKE("--slab-blocks")) ok = parse_u32_arg(v, 1, 1u << 16, &o.slab_blocks);
-        else if (TAKE("--max-batch")) ok = parse_u32_arg(v, 1, 1u << 20, &o.max_batch);
-        else if (TAKE("--max-prefill")) ok = parse_u32_arg(v, 1, 1u << 24, &o.max_prefill_tokens);
+        } else if (TAKE("--max-seq-len")) ok = tool_parse_u32(v, 1, 1u << 24, &o.max_seq_len);
+        else if (TAKE("--block-tokens")) ok = tool_parse_u32(v, 1, 1u << 16, &o.block_tokens);
+        else if (TAKE("--slab-blocks")) ok = tool_parse_u32(v, 1, 1u << 16, &o.slab_blocks);
+        else if (TAKE("--max-batch")) ok = tool_parse_u32(v, 1, 1u << 20, &o.max_batch);
+        else if (TAKE("--max-prefill")) ok = tool_parse_u32(v, 1, 1u << 24, &o.max_prefill_tokens);
         else if (TAKE("--requests")) {
             uint32_t nreq;
-            ok = parse_u32_arg(v, 1, UINT32_MAX, &nreq);
+            ok = tool_parse_u32(v, 1, UINT32_MAX, &nreq);
             o.max_requests = nreq;
         } else if (TAKE("--speedup")) ok = parse_pos_arg(v, false, &o.speedup);
         else if (TAKE("--bandwidth")) ok = parse_pos_arg(v, false, &o.bandwidth), o.bandwidth *= 1e9;

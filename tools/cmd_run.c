@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "tool_util.h"
 #include "llmem/llmem.h"
 
 static void usage(FILE *f)
@@ -60,16 +61,6 @@ static void usage(FILE *f)
             "  --hugepage       madvise(HUGEPAGE) over the mapping where alignment allows\n"
             "  --timeline F     run the stage-aware controller and write its memory timeline to F (HTML)\n"
             "  --events F       run the controller and write its decisions to F as JSON lines\n");
-}
-
-static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
-    *out = (uint32_t)v;
-    return true;
 }
 
 static bool parse_float(const char *s, float lo, float hi, float *out)
@@ -163,33 +154,20 @@ static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, llme
             a->eo.alloc == LLMEM_ENGINE_ALLOC_MALLOC ? "alloc malloc" : "alloc llmem");
 }
 
-static uint64_t now_ns_(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void timeline_sample(llmem_timeline *tl, llmem_pool *pool, llmem_engine *e, llmem_stage stage)
 {
     llmem_pool_stats ps = {sizeof ps};
     llmem_engine_stats es = {sizeof es};
     llmem_pool_get_stats(pool, &ps);
     llmem_engine_get_stats(e, &es);
-    llmem_timeline_sample s = {now_ns_(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes,
+    llmem_timeline_sample s = {tool_now_ns(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes,
                                es.kv_bytes ? (double)es.kv_used_bytes / (double)es.kv_bytes : -1};
     llmem_timeline_record(tl, &s);
 }
 
 static void timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char *path)
 {
-    llmem_ctl_event ev[256];
-    size_t n = llmem_controller_events(ctl, ev, 256);
-    for (size_t i = 0; i < n; i++)
-        /* Decisions that moved memory (a reserve already satisfied is noise on a chart). */
-        if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
-            llmem_timeline_event(tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action),
-                                 ev[i].reason, ev[i].bytes_before, ev[i].bytes_after);
+    tool_timeline_add_decisions(tl, ctl);
     if (llmem_timeline_write_html(tl, path, "llmem run"))
         fprintf(stderr, "llmem run: timeline: %s\n", llmem_last_error());
     else
@@ -484,7 +462,7 @@ int llmem_cmd_run(int argc, char **argv)
         else if (TAKE("-z")) a.tokenizer = v;
         else if (TAKE("--timeline")) a.timeline = v;
         else if (TAKE("-i")) a.prompt = v;
-        else if (TAKE("-n")) ok = parse_u32(v, 0, 1u << 24, &a.steps);
+        else if (TAKE("-n")) ok = tool_parse_u32(v, 0, 1u << 24, &a.steps);
         else if (TAKE("-t")) ok = parse_float(v, 0, 100, &a.temperature);
         else if (TAKE("-p")) ok = parse_float(v, 0, 1, &a.top_p);
         else if (TAKE("-s")) {
@@ -492,9 +470,9 @@ int llmem_cmd_run(int argc, char **argv)
             errno = 0;
             a.seed = strtoull(v, &end, 10);
             ok = !errno && end != v && !*end && v[0] != '-';
-        } else if (TAKE("--threads")) ok = parse_u32(v, 1, 1024, &a.threads);
-        else if (TAKE("--max-seq-len")) ok = parse_u32(v, 1, 1u << 24, &a.eo.max_seq_len);
-        else if (TAKE("--batch")) ok = parse_u32(v, 1, 256, &a.batch);
+        } else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &a.threads);
+        else if (TAKE("--max-seq-len")) ok = tool_parse_u32(v, 1, 1u << 24, &a.eo.max_seq_len);
+        else if (TAKE("--batch")) ok = tool_parse_u32(v, 1, 256, &a.batch);
         else if (TAKE("--alloc")) {
             if (!strcmp(v, "llmem")) a.eo.alloc = LLMEM_ENGINE_ALLOC_LLMEM;
             else if (!strcmp(v, "malloc")) a.eo.alloc = LLMEM_ENGINE_ALLOC_MALLOC;

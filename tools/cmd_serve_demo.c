@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "tool_util.h"
 #include "llmem/llmem.h"
 
 /* The Azure LLM inference trace (code, 8,819 requests): the 0/16 .. 16/16
@@ -90,13 +91,6 @@ static uint32_t from_quantiles(const uint32_t q[17], double u)
     return (uint32_t)lround(q[i] + (x - i) * (q[i + 1] - q[i]));
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static double mb(uint64_t b) { return (double)b / 1e6; }
 
 static void sample(demo_run *r, phase_figures *ph, llmem_stage stage, double dt)
@@ -107,7 +101,7 @@ static void sample(demo_run *r, phase_figures *ph, llmem_stage stage, double dt)
     llmem_engine_get_stats(r->e, &es);
     double util = es.kv_bytes ? (double)es.kv_used_bytes / (double)es.kv_bytes : -1;
     if (r->tl) {
-        llmem_timeline_sample s = {now_ns(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes, util};
+        llmem_timeline_sample s = {tool_now_ns(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes, util};
         llmem_timeline_record(r->tl, &s);
     }
     if (ps.reserved_bytes > ph->reserved_peak) ph->reserved_peak = ps.reserved_bytes;
@@ -134,7 +128,7 @@ static int serve(demo_run *r, request *reqs, size_t n, phase_figures *ph)
     size_t next = 0, done = 0;
     llmem_engine_batch_item items[DEMO_SEQS];
     uint32_t item_slot[DEMO_SEQS];
-    uint64_t t_prev = now_ns();
+    uint64_t t_prev = tool_now_ns();
     while (done < n) {
         size_t ni = 0, tokens = 0;
         for (uint32_t i = 0; i < DEMO_SEQS; i++)
@@ -179,7 +173,7 @@ static int serve(demo_run *r, request *reqs, size_t n, phase_figures *ph)
             }
         }
         ph->tokens += tokens;
-        uint64_t t = now_ns();
+        uint64_t t = tool_now_ns();
         sample(r, ph, prefill ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE, (double)(t - t_prev) * 1e-9);
         t_prev = t;
     }
@@ -190,8 +184,8 @@ static int serve(demo_run *r, request *reqs, size_t n, phase_figures *ph)
 static void idle(demo_run *r, phase_figures *ph, uint32_t ms)
 {
     llmem_engine_set_idle(r->e);
-    uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
-    while (now_ns() < end) {
+    uint64_t end = tool_now_ns() + (uint64_t)ms * 1000000ull;
+    while (tool_now_ns() < end) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
         if (r->ctl) llmem_controller_tick(r->ctl);
@@ -258,14 +252,14 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
     }
     r->vocab = c->shape.vocab;
     static const char *names[4] = {"burst 1", "idle", "burst 2", "idle"};
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tool_now_ns();
     sample(r, &r->ph[0], LLMEM_STAGE_IDLE, 0); /* the chart starts before the first decision */
     int rc = 0;
     for (int p = 0; p < 4 && !rc; p++) {
         phase_figures *ph = &r->ph[p];
         ph->name = names[p];
         ph->reserved_start = reserved(r);
-        uint64_t g0, r0, a0, g1, r1, a1, ts = now_ns();
+        uint64_t g0, r0, a0, g1, r1, a1, ts = tool_now_ns();
         controller_totals(r, &g0, &r0, &a0);
         if (p % 2 == 0) rc = serve(r, reqs + (size_t)(p / 2) * DEMO_BURST, DEMO_BURST, ph);
         else idle(r, ph, idle_ms);
@@ -274,20 +268,14 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
         ph->released = r1 - r0;
         ph->reserved_ahead = a1 - a0;
         ph->reserved_end = reserved(r);
-        ph->seconds = (double)(now_ns() - ts) * 1e-9;
+        ph->seconds = (double)(tool_now_ns() - ts) * 1e-9;
     }
-    r->seconds = (double)(now_ns() - t0) * 1e-9;
+    r->seconds = (double)(tool_now_ns() - t0) * 1e-9;
     llmem_pool_stats ps = {sizeof ps};
     llmem_pool_get_stats(r->pool, &ps);
     r->resource_calls = ps.resource_calls_total;
     if (!rc && r->tl) {
-        llmem_ctl_event ev[256];
-        size_t n = llmem_controller_events(r->ctl, ev, 256);
-        for (size_t i = 0; i < n; i++)
-            /* Decisions that moved memory (a reserve already satisfied is noise on a chart). */
-            if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
-                llmem_timeline_event(r->tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action),
-                                     ev[i].reason, ev[i].bytes_before, ev[i].bytes_after);
+        tool_timeline_add_decisions(r->tl, r->ctl);
         if (llmem_timeline_write_html(r->tl, timeline_path, "llmem demo: two bursts of requests, and idle")) {
             fprintf(stderr, "llmem demo: timeline: %s\n", llmem_last_error());
             rc = 1;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "llmem/llmem.h"
+#include "tool_util.h"
 
 typedef struct rq {
     const llmem_trace_request *tr;
@@ -522,14 +523,7 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
         r->controller_shrinks = cs.shrinks_total;
     }
     if (s.tl) {
-        size_t cap = 1 << 14, ne = 0;
-        llmem_ctl_event *ev = malloc(cap * sizeof *ev);
-        if (ev) ne = llmem_controller_events(s.ctl, ev, cap);
-        for (size_t i = 0; i < ne; i++)
-            if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
-                llmem_timeline_event(s.tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action),
-                                     ev[i].reason, ev[i].bytes_before, ev[i].bytes_after);
-        free(ev);
+        tool_timeline_add_decisions(s.tl, s.ctl);
         if (llmem_timeline_write_html(s.tl, o->timeline, "llmem replay: KV pool under the controller"))
             fprintf(stderr, "llmem replay: timeline: %s\n", llmem_last_error());
     }

@@ -1,0 +1,60 @@
+/*
+ * tool_util.c - see tool_util.h.
+ */
+#include "tool_util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double tool_parse_bytes(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0)) return -1;
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},         {"B", 1},          {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0}, {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0},
+                 {"KB", 1e3},     {"MB", 1e6},       {"GB", 1e9},       {"TB", 1e12}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].suffix)) {
+            double b = v * units[i].mult;
+            return b > 9e18 ? -1 : b;
+        }
+    return -1;
+}
+
+bool tool_parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+uint64_t tool_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void tool_timeline_add_decisions(llmem_timeline *tl, const llmem_controller *ctl)
+{
+    llmem_controller_stats cs = {sizeof cs};
+    if (!tl || !ctl || llmem_controller_get_stats(ctl, &cs)) return;
+    size_t cap = (size_t)(cs.events_total - cs.events_dropped);
+    llmem_ctl_event *ev = cap ? malloc(cap * sizeof *ev) : NULL;
+    size_t n = ev ? llmem_controller_events(ctl, ev, cap) : 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
+            llmem_timeline_event(tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action), ev[i].reason,
+                                 ev[i].bytes_before, ev[i].bytes_after);
+    free(ev);
+}
