@@ -90,6 +90,10 @@ static inline void llmem__stats_out(void *out, void *filled, size_t size)
  * a call to know whether it left its own message. */
 uint64_t llmem__error_seq(void);
 
+/* The whole file at path in a malloc'd buffer (*data, *size; free() it).
+ * Over max_bytes: LLMEM_EFORMAT. Messages start with `what`. (file.c) */
+llmem_status llmem__read_file(const char *path, size_t max_bytes, const char *what, void **data, size_t *size);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t llmem__now_ns(void);
 

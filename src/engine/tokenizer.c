@@ -347,31 +347,9 @@ llmem_status llmem_tokenizer_load(const char *path, uint32_t vocab_size, llmem_t
 {
     if (out) *out = NULL;
     if (!path || !out) return llmem__fail(LLMEM_EINVAL, "tokenizer: null argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return llmem__fail(LLMEM_EIO, "tokenizer: cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = malloc(cap);
-    llmem_status st = LLMEM_OK;
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        if (cap >= ((size_t)1 << 31)) {
-            st = llmem__fail(LLMEM_EFORMAT, "tokenizer: '%s' is over 2 GiB", path);
-            break;
-        }
-        unsigned char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (!buf) return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory reading '%s'", path);
-    if (!st && err) st = llmem__fail(LLMEM_EIO, "tokenizer: reading '%s' failed", path);
+    void *buf;
+    size_t n;
+    llmem_status st = llmem__read_file(path, (size_t)1 << 31, "tokenizer", &buf, &n);
     if (!st) {
         uint64_t seq = llmem__error_seq();
         st = llmem_tokenizer_load_memory(buf, n, vocab_size, out);

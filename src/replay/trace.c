@@ -262,31 +262,9 @@ llmem_status llmem_trace_load(const char *path, llmem_trace *out)
 {
     if (!path || !out) return llmem__fail(LLMEM_EINVAL, "trace: null argument");
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return llmem__fail(LLMEM_EIO, "trace: cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    llmem_status st = LLMEM_OK;
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        if (cap >= ((size_t)1 << 30)) {
-            st = llmem__fail(LLMEM_EFORMAT, "trace: '%s' is over 1 GiB", path);
-            break;
-        }
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (!buf) return llmem__fail(LLMEM_ENOMEM, "trace: out of memory reading '%s'", path);
-    if (!st && err) st = llmem__fail(LLMEM_EIO, "trace: reading '%s' failed", path);
+    void *buf;
+    size_t n;
+    llmem_status st = llmem__read_file(path, (size_t)1 << 30, "trace", &buf, &n);
     if (!st) st = llmem_trace_parse(buf, n, out);
     free(buf);
     return st;
