@@ -6,6 +6,9 @@
 #   make check    all tests: normal build, ASan+UBSan build, TSan for threaded tests
 #   make bench    the benchmarks, results on stdout
 #   make fuzz     coverage-guided fuzzing with libFuzzer (clang), FUZZ_SECONDS each
+#   make check-fuzz  the same, 20 s per target (part of make check)
+#   make soak     SOAK_MINUTES (30) of bursts under the controller: RSS drift and leaks;
+#                 first the thread stress for SOAK_STRESS_SECONDS (60)
 #   make deps     install the Debian packages everything needs
 #   make install  cmake --install build (PREFIX=/usr/local)
 
@@ -19,8 +22,12 @@ CTEST = ctest --output-on-failure --no-tests=error -j$(JOBS)
 NOASLR := $(shell setarch "$$(uname -m)" -R true >/dev/null 2>&1 && echo 'setarch $(shell uname -m) -R')
 
 FUZZ_SECONDS ?= 60
+# Every libFuzzer target, by corpus name (fuzz/fuzz_<t>.c, fuzz/corpus/<t>).
+FUZZ_TARGETS = trace shape kv model tokenizer pool fixed arena
+SOAK_MINUTES ?= 30
+SOAK_STRESS_SECONDS ?= 60
 
-.PHONY: all build deps demo check check-normal check-asan check-tsan bench fuzz install clean
+.PHONY: all build deps demo check check-normal check-asan check-tsan check-fuzz bench fuzz soak install clean
 
 all: build
 
@@ -38,7 +45,7 @@ demo:
 	@cmake --build build -j$(JOBS) --target llmem_tool >/dev/null
 	@build/llmem demo
 
-check: check-normal check-asan check-tsan
+check: check-normal check-asan check-tsan check-fuzz
 	@echo "make check: all test suites passed"
 
 check-normal:
@@ -56,7 +63,7 @@ check-asan:
 check-tsan:
 	@scripts/deps.sh test
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMEM_SANITIZE=thread -DLLMEM_WERROR=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-tsan -j$(JOBS) --target test_fixed_threads test_resource_threads test_pool_threads test_kv_threads test_threads test_controller_threads
+	cmake --build build-tsan -j$(JOBS) --target test_fixed_threads test_resource_threads test_pool_threads test_kv_threads test_threads test_controller_threads test_stress_threads test_fence
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(NOASLR) $(CTEST) -L threads
 
 bench: build
@@ -64,20 +71,51 @@ bench: build
 	build/llmem bench pools
 
 # Each fuzz target runs for FUZZ_SECONDS on a copy of its corpus (new inputs
-# stay in build-fuzz/corpus; add the interesting ones to fuzz/corpus).
+# stay in build-fuzz/corpus; add the interesting ones to fuzz/corpus). Each
+# target's libFuzzer output goes to build-fuzz/fuzz_<t>.log, one line per
+# target to the terminal, and "target execs seconds new_units" lines to
+# build-fuzz/fuzz-summary.txt. A crash fails the target and names the input
+# that caused it (build-fuzz/crash-*): copy it into fuzz/corpus/<t>/ as a
+# regression once fixed.
 fuzz:
 	@scripts/deps.sh fuzz
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DLLMEM_SANITIZE=address -DLLMEM_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-fuzz -j$(JOBS) --target fuzz_trace_lf fuzz_shape_lf fuzz_kv_lf fuzz_model_lf fuzz_tokenizer_lf test_model
+	cmake --build build-fuzz -j$(JOBS) --target $(patsubst %,fuzz_%_lf,$(FUZZ_TARGETS)) test_model
 	@mkdir -p build-fuzz/corpus/model && LLMEM_WRITE_MODEL_SEEDS=build-fuzz/corpus/model build-fuzz/tests/test_model
-	@for t in trace shape kv model tokenizer; do \
+	@echo "# target execs seconds new_units (FUZZ_SECONDS=$(FUZZ_SECONDS))" >build-fuzz/fuzz-summary.txt
+	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p build-fuzz/corpus/$$t && cp -n fuzz/corpus/$$t/* build-fuzz/corpus/$$t/ ; \
-	    echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
 	    build-fuzz/fuzz/fuzz_$${t}_lf -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	        -artifact_prefix=build-fuzz/ build-fuzz/corpus/$$t \
-	        >build-fuzz/fuzz_$$t.log 2>&1 || { tail -40 build-fuzz/fuzz_$$t.log; exit 1; }; \
-	    grep -E "^(Done|stat::new_units)" build-fuzz/fuzz_$$t.log; \
+	        -artifact_prefix=build-fuzz/crash-$$t- build-fuzz/corpus/$$t >build-fuzz/fuzz_$$t.log 2>&1; \
+	    rc=$$?; \
+	    execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' build-fuzz/fuzz_$$t.log); \
+	    secs=$$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' build-fuzz/fuzz_$$t.log); \
+	    units=$$(sed -n 's/^stat::new_units_added: *//p' build-fuzz/fuzz_$$t.log); \
+	    if [ $$rc -ne 0 ]; then \
+	        tail -40 build-fuzz/fuzz_$$t.log; \
+	        echo "fuzz_$$t: CRASH (exit $$rc); input: $$(sed -n 's/.*Test unit written to \(.*\)/\1/p' build-fuzz/fuzz_$$t.log)"; \
+	        echo "fuzz_$$t crash" >>build-fuzz/fuzz-summary.txt; \
+	        exit 1; \
+	    fi; \
+	    echo "fuzz_$$t: $${execs:-?} execs in $${secs:-?} s, 0 crashes, $${units:-0} new units"; \
+	    echo "fuzz_$$t $${execs:-0} $${secs:-0} $${units:-0}" >>build-fuzz/fuzz-summary.txt; \
 	done
+
+# CI: every target for 20 s (about three minutes in all).
+check-fuzz:
+	@scripts/deps.sh fuzz
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
+
+# The long runs: the 8-thread stress of pool, fixed pool and KV for
+# SOAK_STRESS_SECONDS, then `llmem soak` for SOAK_MINUTES (samples of
+# resident memory each second in build/soak-samples.csv, a JSON summary on
+# stdout; fails on RSS drift above 2% after warm-up, or on any leak).
+soak:
+	@scripts/deps.sh build test
+	@cmake -S . -B build $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j$(JOBS) --target llmem_tool test_stress_threads >/dev/null
+	LLMEM_STRESS_SECONDS=$(SOAK_STRESS_SECONDS) build/tests/test_stress_threads
+	build/llmem soak --minutes $(SOAK_MINUTES) --samples build/soak-samples.csv --progress
 
 install: build
 	cmake --install build --prefix $(PREFIX)

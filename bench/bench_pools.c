@@ -252,12 +252,16 @@ int llmem_cmd_bench(int argc, char **argv)
         fprintf(f, "usage: llmem bench <benchmark> [options]\n\nbenchmarks:\n"
                    "  alloc   the dynamic pool against glibc, jemalloc, mimalloc, tcmalloc\n"
                    "  pools   fixed pool and arena against glibc malloc/free\n"
-                   "  waste   internal waste on the tensor mix: default, profile-refined, multi-size\n");
+                   "  waste   internal waste on the tensor mix: default, profile-refined, multi-size\n"
+                   "  checked what checked mode costs: release pools against checked pools\n"
+                   "  device  a CUDA GPU: pool, cuda-vmm, KV append and swap against the CUDA runtime\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "pools")) return bench_pools(argc - 1, argv + 1);
     if (!strcmp(argv[1], "alloc")) return llmem_bench_alloc(argc - 1, argv + 1);
     if (!strcmp(argv[1], "waste")) return llmem_bench_waste(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "checked")) return llmem_bench_checked(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "device")) return llmem_bench_device(argc - 1, argv + 1);
     fprintf(stderr, "llmem bench: unknown benchmark '%s'\n", argv[1]);
     return 2;
 }

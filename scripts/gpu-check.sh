@@ -6,8 +6,11 @@
 #
 #   scripts/gpu-check.sh [REPORT]     (default: gpu-check-report.txt)
 #
-# It takes a few minutes on an H100/H200-class machine (the build is most of
-# it). The device benchmarks (llmem bench device) join it when they exist.
+# Then the device benchmarks (llmem bench device: the pool and cuda-vmm
+# against cudaMalloc and cudaMallocAsync, KV append on the device, swap
+# bandwidth to pinned memory), unless the tests failed. It takes a few
+# minutes on an H100/H200-class machine (the build is most of it; QUICK=1
+# shortens the benchmarks).
 set -u
 REPORT=${1:-gpu-check-report.txt}
 BUILD=${BUILD:-build-gpu}
@@ -48,6 +51,12 @@ sed 's/^[0-9]*: //' "$BUILD/cuda-tests.log" |
     grep -E '^\[ *(RUN|OK|SKIPPED|FAILED|PASSED|ERROR) *\]|skipped:|tests passed|tests failed' >> "$REPORT"
 if grep -q 'skipped: no CUDA device' "$BUILD/cuda-tests.log"; then
     echo "NOTE: no usable CUDA device: the GPU tests skipped; nothing ran on a device" >> "$REPORT"
+fi
+if [ $rc -eq 0 ]; then
+    echo "--- llmem bench device" >> "$REPORT"
+    # shellcheck disable=SC2046
+    timeout 300 "$BUILD/llmem" bench device $( [ "${QUICK:-0}" = 1 ] && echo --quick ) >> "$REPORT" 2>&1 ||
+        echo "FAILED: llmem bench device (exit $?)" >> "$REPORT"
 fi
 echo "--- done in $(($(date +%s) - start)) s, tests exit status $rc" >> "$REPORT"
 cat "$REPORT"

@@ -699,7 +699,9 @@ static void refused_reserve_is_an_event(void **state)
 typedef struct listener {
     llmem_controller *ctl;
     llmem_resource *res;
+    llmem_pool *ctl_pool;              /* the pool the controller runs */
     llmem_resource_stats after_notice; /* the resource's figures once the controller has acted */
+    uint64_t pool_calls_after_notice;  /* the pool's resource calls by then */
     int prefills;
 } listener;
 
@@ -708,6 +710,7 @@ static void on_stage_then_snapshot(void *ctx, const llmem_stage_event *ev)
     listener *l = ctx;
     llmem_controller_on_stage(l->ctl, ev);
     l->after_notice = rstats(l->res);
+    l->pool_calls_after_notice = pstats(l->ctl_pool).resource_calls_total;
     if (ev->stage == LLMEM_STAGE_PREFILL) l->prefills++;
 }
 
@@ -735,7 +738,7 @@ static void engine_prefill_makes_no_resource_call(void **state)
     co.predictor = pr;
     co.skip_pool_note = true; /* the engine notes its pool itself */
     llmem_controller *c = make_ctl(&co);
-    listener l = {c, r, {0}, 0};
+    listener l = {c, r, p, {0}, 0, 0};
     llmem_engine_options eo = llmem_engine_options_default();
     eo.threads = 1;
     eo.pool = p;
@@ -752,9 +755,12 @@ static void engine_prefill_makes_no_resource_call(void **state)
     assert_ok(llmem_engine_step(e, items, 2));
     assert_int_equal(l.prefills, 1);
     assert_true(pstats(p).used_bytes > 0); /* the step's KV came from the pool */
-    llmem_resource_stats after = rstats(r);
-    assert_int_equal(after.map_calls_total, l.after_notice.map_calls_total);
-    assert_int_equal(after.commit_calls_total, l.after_notice.commit_calls_total);
+    /* The controlled pool made no resource call after the reserve. The
+     * resource under it also serves the KV manager's small metadata pool
+     * (engine.c passes the pool's resource on), whose first table growth
+     * may map a chunk: that is not the pool's, and not what a reserve
+     * covers. */
+    assert_int_equal(pstats(p).resource_calls_total, l.pool_calls_after_notice);
     llmem_ctl_event ev[2];
     assert_int_equal(events_of(c, LLMEM_CTL_RESERVE, ev, 2), 1);
     assert_true(ev[0].bytes_after >= ev[0].detail);

@@ -3,12 +3,20 @@
  * (sizes, alignment, copy round trips, stats, refusals) for cuda,
  * cuda-async, cuda-managed and cuda-host; managed memory refuses to
  * oversubscribe; cuda-async frees and maps again; pinned host memory is
- * CPU-writable; a device pool over cuda keeps its metadata on the host.
+ * CPU-writable; a device pool over cuda keeps its metadata on the host;
+ * fenced frees with CUDA events are never reused before their event and
+ * are waited for (one event, not the device) when the pool is full;
+ * cuda-vmm commits and decommits inside a reservation keeping every other
+ * byte, and a pool over it grows in place.
  *
  * Without a device every test prints "skipped: no CUDA device (...)" and
  * skips (tests/test_cuda_absent.c covers that path's statuses).
  */
 #include "test_util.h"
+
+#include <pthread.h>
+
+#include <cuda_runtime_api.h>
 
 #include "llmem/cuda_resource.h"
 
@@ -286,6 +294,253 @@ static void pool_over_cuda(void **state)
     llmem_resource_destroy(r);
 }
 
+/* ---- stream-ordered release with CUDA events ------------------------------
+ *
+ * A host function queued first on the stream holds it until the test opens
+ * the gate, so the fence's event cannot complete before the test says so:
+ * the checks do not depend on how fast the GPU is. */
+
+typedef struct gate {
+    int open;
+} gate;
+
+static void CUDART_CB gate_hold(void *arg)
+{
+    gate *g = arg;
+    while (!__atomic_load_n(&g->open, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *gate_open_later(void *arg)
+{
+    struct timespec ts = {0, 50 * 1000000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n(&((gate *)arg)->open, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static llmem_pool *gpu_pool(llmem_resource *r, size_t max_bytes)
+{
+    llmem_pool_options po = llmem_pool_options_default();
+    po.name = "gpu-fenced";
+    po.resource = r;
+    po.purge = LLMEM_POOL_PURGE_MANUAL;
+    po.max_bytes = max_bytes;
+    if (max_bytes) po.first_superblock_bytes = po.max_superblock_bytes = max_bytes / 2;
+    llmem_pool *p = NULL;
+    assert_ok(llmem_pool_create(&po, &p));
+    return p;
+}
+
+static llmem_pool_stats pstats(llmem_pool *p)
+{
+    llmem_pool_stats s;
+    memset(&s, 0, sizeof s);
+    assert_ok(llmem_pool_get_stats(p, &s));
+    return s;
+}
+
+static void stream_ordered_reuse(void **state)
+{
+    (void)state;
+    NEED_DEVICE();
+    llmem_resource *r = make(llmem_cuda_resource_create);
+    llmem_pool *p = gpu_pool(r, 0);
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    gate g = {0};
+    assert_int_equal(cudaLaunchHostFunc(stream, gate_hold, &g), cudaSuccess);
+    void *a = llmem_pool_alloc(p, MiB, NULL);
+    assert_non_null(a);
+    assert_int_equal(cudaMemsetAsync(a, 0x5a, MiB, stream), cudaSuccess); /* work still using a */
+    llmem_fence f;
+    assert_ok(llmem_cuda_fence_record(stream, &f));
+    assert_ok(llmem_pool_free_fenced(p, a, &f));
+    assert_int_equal(pstats(p).fenced_pending, 1);
+    /* Not reused while the stream has not reached the event. */
+    void *got[40];
+    for (int i = 0; i < 40; i++) {
+        got[i] = llmem_pool_alloc(p, MiB, NULL);
+        assert_non_null(got[i]);
+        assert_ptr_not_equal(got[i], a);
+    }
+    assert_int_equal(llmem_pool_poll_fenced(p), 0);
+    for (int i = 0; i < 40; i++) assert_ok(llmem_pool_free(p, got[i]));
+    /* Open the gate: the memset runs, the event completes, a is free. */
+    __atomic_store_n(&g.open, 1, __ATOMIC_RELEASE);
+    assert_int_equal(llmem_pool_drain_fenced(p), 1);
+    unsigned char host[256];
+    assert_int_equal(cudaMemcpy(host, (char *)a + MiB - sizeof host, sizeof host, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    for (size_t i = 0; i < sizeof host; i++) assert_int_equal(host[i], 0x5a);
+    bool seen = false;
+    for (int i = 0; i < 40 && !seen; i++) {
+        got[i] = llmem_pool_alloc(p, MiB, NULL);
+        seen = got[i] == a;
+        if (!seen) assert_ok(llmem_pool_free(p, got[i]));
+        else assert_ok(llmem_pool_free(p, a));
+    }
+    assert_true(seen);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+    assert_int_equal(cudaStreamDestroy(stream), cudaSuccess);
+    llmem_resource_destroy(r);
+}
+
+static void full_device_pool_waits_for_events(void **state)
+{
+    (void)state;
+    NEED_DEVICE();
+    llmem_resource *r = make(llmem_cuda_resource_create);
+    llmem_pool *p = gpu_pool(r, 64 * MiB);
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    gate g = {0};
+    assert_int_equal(cudaLaunchHostFunc(stream, gate_hold, &g), cudaSuccess);
+    void *blk[128];
+    int n = 0;
+    while (n < 128 && (blk[n] = llmem_pool_alloc(p, 4 * MiB, NULL)) != NULL) n++;
+    assert_true(n >= 4 && n < 128);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(cudaMemsetAsync(blk[i], i, 4 * MiB, stream), cudaSuccess);
+        llmem_fence f;
+        assert_ok(llmem_cuda_fence_record(stream, &f));
+        assert_ok(llmem_pool_free_fenced(p, blk[i], &f));
+    }
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, gate_open_later, &g), 0);
+    void *b = llmem_pool_alloc(p, 4 * MiB, NULL); /* waits for the first event, not the device */
+    assert_non_null(b);
+    assert_true(pstats(p).fence_waits_total >= 1);
+    pthread_join(t, NULL);
+    assert_ok(llmem_pool_free(p, b));
+    llmem_pool_drain_fenced(p);
+    assert_int_equal(pstats(p).fenced_pending, 0);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+    assert_int_equal(cudaStreamDestroy(stream), cudaSuccess);
+    llmem_resource_destroy(r);
+}
+
+/* ---- cuda-vmm: reserve, commit, decommit; a pool that grows in place ---- */
+
+static void vmm_commit_decommit_keeps_bytes(void **state)
+{
+    (void)state;
+    NEED_DEVICE();
+    llmem_resource *r = NULL;
+    llmem_status st = llmem_cuda_vmm_resource_create(NULL, &r);
+    if (st == LLMEM_ENOTSUP) {
+        printf("skipped: %s\n", llmem_last_error());
+        skip();
+    }
+    assert_ok(st);
+    llmem_resource_info info;
+    assert_ok(llmem_resource_get_info(r, &info));
+    assert_string_equal(info.name, "cuda-vmm");
+    assert_int_equal(info.kind, LLMEM_MEM_DEVICE);
+    assert_true(info.caps & LLMEM_RES_CAP_RESERVE);
+    assert_true(info.caps & LLMEM_RES_CAP_DECOMMIT);
+    const size_t g = info.granularity;
+    printf("cuda-vmm granularity: %zu bytes\n", g);
+    /* 64 chunks of address space, nothing behind them. */
+    void *base = NULL;
+    assert_ok(llmem_resource_map(r, 64 * g, 0, LLMEM_MAP_UNCOMMITTED, &base));
+    assert_int_equal(rstats(r).committed_bytes, 0);
+    /* Commit the first 8 chunks, fill them, commit the next 8: same place,
+     * first bytes intact (growth in place, nothing moved). */
+    assert_ok(llmem_resource_commit(r, base, 8 * g));
+    unsigned char *host = malloc(16 * g), *back = malloc(16 * g);
+    pattern(host, 16 * g, 5);
+    assert_ok(llmem_resource_copy(r, base, host, 8 * g));
+    assert_ok(llmem_resource_commit(r, (char *)base + 8 * g, 8 * g));
+    assert_ok(llmem_resource_copy(r, (char *)base + 8 * g, host + 8 * g, 8 * g));
+    assert_ok(llmem_resource_copy(r, back, base, 16 * g));
+    assert_memory_equal(host, back, 16 * g);
+    assert_int_equal(rstats(r).committed_bytes, 16 * g);
+    /* Decommit the middle 4 chunks: the rest keeps its bytes; commit them
+     * again and they are usable at the same addresses. */
+    assert_ok(llmem_resource_decommit(r, (char *)base + 6 * g, 4 * g));
+    assert_int_equal(rstats(r).committed_bytes, 12 * g);
+    assert_ok(llmem_resource_copy(r, back, base, 6 * g));
+    assert_memory_equal(host, back, 6 * g);
+    assert_ok(llmem_resource_copy(r, back, (char *)base + 10 * g, 6 * g));
+    assert_memory_equal(host + 10 * g, back, 6 * g);
+    assert_ok(llmem_resource_commit(r, (char *)base + 6 * g, 4 * g));
+    assert_ok(llmem_resource_copy(r, (char *)base + 6 * g, host + 6 * g, 4 * g));
+    assert_ok(llmem_resource_copy(r, back, base, 16 * g));
+    assert_memory_equal(host, back, 16 * g);
+    /* Refusals. */
+    int local;
+    assert_status(llmem_resource_commit(r, &local, g), LLMEM_EINVAL);
+    assert_status(llmem_resource_unmap(r, base, 8 * g, 8 * g), LLMEM_EINVAL);
+    assert_ok(llmem_resource_unmap(r, base, 64 * g, 16 * g));
+    /* A committed map, as the pool's ordinary superblocks use. */
+    void *c = NULL;
+    assert_ok(llmem_resource_map(r, 3 * g, 0, 0, &c));
+    round_trip(r, c, (char *)c + g, g, 9);
+    assert_ok(llmem_resource_unmap(r, c, 3 * g, 3 * g));
+    llmem_resource_stats s = rstats(r);
+    assert_int_equal(s.mapped_bytes, 0);
+    assert_int_equal(s.committed_bytes, 0);
+    free(host);
+    free(back);
+    llmem_resource_destroy(r);
+}
+
+static void vmm_pool_grows_in_place(void **state)
+{
+    (void)state;
+    NEED_DEVICE();
+    llmem_resource *r = NULL;
+    llmem_status st = llmem_cuda_vmm_resource_create(NULL, &r);
+    if (st == LLMEM_ENOTSUP) {
+        printf("skipped: %s\n", llmem_last_error());
+        skip();
+    }
+    assert_ok(st);
+    llmem_pool_options po = llmem_pool_options_default();
+    po.name = "gpu-in-place";
+    po.resource = r;
+    po.reserve_bytes = (size_t)64 << 30; /* address space, not memory */
+    po.purge = LLMEM_POOL_PURGE_MANUAL;
+    llmem_pool *p = NULL;
+    assert_ok(llmem_pool_create(&po, &p));
+    enum { N = 64 };
+    void *blk[N];
+    unsigned char *host = malloc(MiB), *back = malloc(MiB);
+    for (int i = 0; i < N; i++) {
+        blk[i] = llmem_pool_alloc(p, 16 * MiB, NULL);
+        assert_non_null(blk[i]);
+        pattern(host, MiB, (unsigned)i);
+        assert_ok(llmem_resource_copy(r, blk[i], host, MiB));
+        llmem_pool_stats s = pstats(p);
+        assert_int_equal(s.superblocks, 1);
+        assert_true(s.committed_bytes <= s.used_bytes + 4 * MiB); /* physical memory follows demand */
+    }
+    for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_free(p, blk[i]));
+    uint64_t before = pstats(p).committed_bytes;
+    size_t released = llmem_pool_trim(p);
+    assert_true(released >= (size_t)(N / 2) * 16 * MiB - 4 * MiB);
+    assert_int_equal(pstats(p).committed_bytes, before - released);
+    for (int i = 1; i < N; i += 2) {
+        pattern(host, MiB, (unsigned)i);
+        assert_ok(llmem_resource_copy(r, back, blk[i], MiB));
+        assert_memory_equal(host, back, MiB);
+    }
+    for (int i = 1; i < N; i += 2) assert_ok(llmem_pool_free(p, blk[i]));
+    llmem_pool_trim(p);
+    assert_int_equal(pstats(p).committed_bytes, 0);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+    assert_int_equal(rstats(r).mapped_bytes, 0);
+    free(host);
+    free(back);
+    llmem_resource_destroy(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +552,10 @@ int main(void)
         cmocka_unit_test(async_frees_and_maps_again),
         cmocka_unit_test(host_memory_is_cpu_writable),
         cmocka_unit_test(pool_over_cuda),
+        cmocka_unit_test(stream_ordered_reuse),
+        cmocka_unit_test(full_device_pool_waits_for_events),
+        cmocka_unit_test(vmm_commit_decommit_keeps_bytes),
+        cmocka_unit_test(vmm_pool_grows_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@ static const struct {
     {"cuda-async", llmem_cuda_async_resource_create, LLMEM_MEM_DEVICE},
     {"cuda-host", llmem_cuda_host_resource_create, LLMEM_MEM_HOST},
     {"cuda-managed", llmem_cuda_managed_resource_create, LLMEM_MEM_DEVICE},
+    {"cuda-vmm", llmem_cuda_vmm_resource_create, LLMEM_MEM_DEVICE},
 };
 
 static int device_count(void)
@@ -99,11 +100,38 @@ static void creators_fail_cleanly_or_work(void **state)
     }
 }
 
+/* A CUDA fence: ENOTSUP without CUDA, EDEVICE with no device, and a fence
+ * that a pool can use with one. */
+static void fence_record_fails_cleanly_or_works(void **state)
+{
+    (void)state;
+    int n = device_count();
+    llmem_fence f;
+    memset(&f, 0, sizeof f);
+    assert_status(llmem_cuda_fence_record(NULL, NULL), LLMEM_TEST_HAVE_CUDA ? LLMEM_EINVAL : LLMEM_ENOTSUP);
+    llmem_status st = llmem_cuda_fence_record(NULL, &f);
+    if (!LLMEM_TEST_HAVE_CUDA) {
+        assert_int_equal(st, LLMEM_ENOTSUP);
+        assert_null(f.done);
+    } else if (n == 0) {
+        assert_int_equal(st, LLMEM_EDEVICE);
+        assert_error_mentions("llmem_cuda_fence_record");
+        assert_null(f.done);
+    } else {
+        assert_ok(st);
+        assert_non_null(f.done);
+        assert_ok(f.wait(f.fence));
+        assert_true(f.done(f.fence));
+        f.drop(f.fence);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(device_count_is_clean),
         cmocka_unit_test(creators_fail_cleanly_or_work),
+        cmocka_unit_test(fence_record_fails_cleanly_or_works),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

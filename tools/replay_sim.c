@@ -5,8 +5,8 @@
  * Requests wait in a deque (preempted ones return to its head) and run in
  * an array kept in admission order, so the victim of a preemption is the
  * last element. KV memory is a llmem_kv over a pool over a sim-device
- * resource sized to the budget plus room for rounding: every KV byte is
- * really allocated and freed, none is touched.
+ * resource sized to the budget plus room for rounding (or the caller's
+ * resource): every KV byte is really allocated and freed, none is touched.
  */
 #include "replay_sim.h"
 
@@ -165,13 +165,13 @@ static bool admit(sim *s, rq *q, uint32_t *new_tokens)
     if (tok && q->tr->prefix_id) {
         llmem_kv_seq_match_prefix(s->kv, seq, tok, q->prefill, &matched);
     }
-    if (tok) {
-        s->hits += matched;
-        s->lookups += q->prefill;
-    }
     if (llmem_kv_seq_append(s->kv, seq, q->prefill - matched, tok ? tok + matched : NULL, NULL)) {
         llmem_kv_seq_free(s->kv, seq);
         return false;
+    }
+    if (tok) { /* counted once the request is in: a refused admission is looked up again */
+        s->hits += matched;
+        s->lookups += q->prefill;
     }
     q->seq = seq;
     *new_tokens = (uint32_t)(q->prefill - matched);
@@ -276,15 +276,19 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
     so.name = "replay-kv";
     so.capacity = o->kv_budget + o->kv_budget / 8 + ((size_t)1 << 30);
     so.discard_data = true; /* bucket growth copies are counted, not performed */
-    llmem_resource *dev;
-    if (llmem_sim_resource_create(&so, &dev)) {
-        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
-        return 1;
+    llmem_resource *dev = o->resource, *own_dev = NULL;
+    if (!dev) {
+        if (llmem_sim_resource_create(&so, &own_dev)) {
+            fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+            return 1;
+        }
+        dev = own_dev;
     }
     llmem_pool_options po = llmem_pool_options_default();
     po.name = "replay-kv";
     po.resource = dev;
     po.purge = LLMEM_POOL_PURGE_MANUAL;
+    po.decay_ms = o->pool_decay_ms;
     llmem_pool *pool;
     llmem_kv_options ko = llmem_kv_options_default();
     ko.name = "replay";
@@ -304,7 +308,7 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
     sim s = {.o = o, .n = n, .r = r};
     if (llmem_pool_create(&po, &pool)) {
         fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
-        llmem_resource_destroy(dev);
+        llmem_resource_destroy(own_dev);
         return 1;
     }
     s.pool = pool;
@@ -328,15 +332,18 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
             llmem_controller_destroy(s.ctl);
             llmem_predictor_destroy(pred);
             llmem_pool_destroy(pool);
-            llmem_resource_destroy(dev);
+            llmem_resource_destroy(own_dev);
             return 1;
         }
     }
     ko.pool = pool;
     if (llmem_kv_create(&ko, &s.kv)) {
         fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+        llmem_controller_destroy(s.ctl);
+        llmem_predictor_destroy(pred);
+        llmem_timeline_destroy(s.tl);
         llmem_pool_destroy(pool);
-        llmem_resource_destroy(dev);
+        llmem_resource_destroy(own_dev);
         return 1;
     }
     s.reqs = calloc(n ? n : 1, sizeof *s.reqs);
@@ -389,6 +396,8 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
         for (size_t k = 0; k < s.nrun;) {
             rq *q = &s.reqs[s.run[k]];
             llmem_status st = llmem_kv_seq_append(s.kv, q->seq, 1, NULL, NULL);
+            /* Alone: once more before truncating (a transient refusal passes). */
+            if (st == LLMEM_ENOMEM && s.nrun == 1) st = llmem_kv_seq_append(s.kv, q->seq, 1, NULL, NULL);
             if (st == LLMEM_ENOMEM && s.nrun == 1) {
                 finish(&s, q, true);
                 s.nrun = 0;
@@ -425,7 +434,8 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
             }
             if (prefill_tokens && prefill_tokens + q->prefill > o->max_prefill_tokens) break;
             uint32_t fresh;
-            if (!admit(&s, q, &fresh)) {
+            /* Nothing running: once more before rejecting (a transient refusal passes). */
+            if (!admit(&s, q, &fresh) && (s.oom || s.nrun || !admit(&s, q, &fresh))) {
                 if (s.oom) goto fail;
                 if (s.nrun == 0) { /* cannot fit even alone: it never will */
                     wq_pop(&s);
@@ -441,6 +451,10 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
             prefill_tokens += fresh;
             prefill_att += (double)fresh * (double)q->prefill / 2.0;
             r->prompt_tokens += fresh;
+        }
+        if (o->check && llmem_kv_check(s.kv)) {
+            fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+            goto fail;
         }
         if (!s.nrun) {
             if (next_arrival >= n && !s.wq_len) break;
@@ -538,7 +552,7 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
     llmem_predictor_destroy(pred);
     llmem_timeline_destroy(s.tl);
     llmem_pool_destroy(pool);
-    llmem_resource_destroy(dev);
+    llmem_resource_destroy(own_dev);
     free(s.reqs);
     free(s.waitq);
     free(s.run);

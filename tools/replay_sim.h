@@ -14,6 +14,21 @@
  * generated). A request whose prompt exceeds the context length is
  * rejected; one that reaches the context length stops there (truncated).
  *
+ * Refusals (what a fault campaign drives: tests/test_fault_campaign.c). The
+ * KV manager answers LLMEM_ENOMEM the same whether the budget or the
+ * resource beneath refused, and changes nothing either way, so:
+ *  - a decode append refused: the most recently admitted request is
+ *    preempted, as for a full cache, and the append tried again; a request
+ *    running alone is tried once more before it is truncated (a transient
+ *    refusal passes the second time, a full budget refuses again);
+ *  - an admission refused: the request stays at the head of the queue for a
+ *    later step; with nothing running it is tried once more before it is
+ *    rejected as one that can never fit;
+ *  - any other error ends the replay (replay_run returns 1), after tearing
+ *    everything down.
+ * So a transient failure costs at most a preemption (the request is
+ * recomputed later) or a delayed admission, never a request.
+ *
  * With the controller, the engine's stage events are simulated: a step that
  * admits prompts is PREFILL (the controller reserves ahead of it), others
  * DECODE, and an empty queue is IDLE until the next arrival (the controller
@@ -58,6 +73,13 @@ typedef struct replay_options {
     bool controller;              /* the stage-aware controller runs the pool, on the simulated clock */
     uint32_t idle_decay_ms;       /* the controller's idle decay (simulated); default 1000 */
     const char *timeline;         /* write the memory timeline (HTML) here; NULL = none */
+    llmem_resource *resource;     /* device memory of the KV pool; borrowed (e.g. fault(tracking(sim)) in
+                                     a fault campaign); NULL = a sim-device resource of the replay's own,
+                                     sized to the budget */
+    bool check;                   /* llmem_kv_check after every step; a violation ends the replay */
+    uint32_t pool_decay_ms;       /* the KV pool's decay_ms (wall clock: an empty superblock kept longer
+                                     goes back on a slow path); 0 = the pool's default; UINT32_MAX = never,
+                                     so the resource calls do not depend on timing (fault campaigns) */
 } replay_options;
 
 typedef struct replay_result {

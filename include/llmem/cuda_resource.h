@@ -24,7 +24,7 @@
  *    only a misaligned result is given back and asked for again.
  *  - commit/decommit: CUDA memory from these calls is always backed, so
  *    commit is a no-op and decommit is LLMEM_ENOTSUP (growable device memory
- *    is the job of the virtual-memory resource, a separate module).
+ *    is the job of cuda-vmm, below).
  *  - copy(dst, src, n): cudaMemcpy with cudaMemcpyDefault (unified
  *    addressing tells host from device), synchronous; cuda-async copies on
  *    its stream and waits for it. Overlapping ranges are LLMEM_EINVAL.
@@ -52,6 +52,7 @@
 #ifndef LLMEM_CUDA_RESOURCE_H
 #define LLMEM_CUDA_RESOURCE_H
 
+#include "llmem/fence.h"
 #include "llmem/resource.h"
 
 #ifdef __cplusplus
@@ -95,6 +96,25 @@ LLMEM_API llmem_status llmem_cuda_host_resource_create(const llmem_cuda_options 
                                                        llmem_resource **out);
 LLMEM_API llmem_status llmem_cuda_managed_resource_create(const llmem_cuda_options *opts,
                                                           llmem_resource **out);
+
+/* cuda-vmm: device memory through the driver's virtual memory API
+ * (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess). Unlike the
+ * others it can reserve address space and commit and decommit physical
+ * memory inside it (LLMEM_RES_CAP_RESERVE | DECOMMIT | COPY), at the
+ * driver's recommended granularity (2 MiB on current GPUs): a pool over it
+ * with reserve_bytes grows in place (pool.h). Only `device` and `name` of
+ * opts are used. Errors as above, plus LLMEM_ENOTSUP for a device without
+ * virtual memory management. The driver is reached through
+ * cudaGetDriverEntryPoint: libllmem does not link libcuda. */
+LLMEM_API llmem_status llmem_cuda_vmm_resource_create(const llmem_cuda_options *opts, llmem_resource **out);
+
+/* A fence for llmem_pool_free_fenced: a CUDA event recorded now on
+ * `stream` (a cudaStream_t; NULL = the legacy default stream) on the
+ * current device. done() is cudaEventQuery (an error there counts as done,
+ * logged: the work will not complete), wait() cudaEventSynchronize, drop()
+ * destroys the event. Errors: LLMEM_EINVAL (null out), LLMEM_EDEVICE,
+ * LLMEM_ENOMEM, LLMEM_ENOTSUP (built without CUDA). */
+LLMEM_API llmem_status llmem_cuda_fence_record(void *stream, llmem_fence *out);
 
 #ifdef __cplusplus
 }

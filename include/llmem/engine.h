@@ -113,6 +113,9 @@ LLMEM_API llmem_status llmem_engine_seq_free(llmem_engine *e, llmem_engine_seq s
 LLMEM_API llmem_status llmem_engine_seq_reserve(llmem_engine *e, llmem_engine_seq s, size_t tokens);
 /* Tokens the sequence holds (its next position). */
 LLMEM_API size_t llmem_engine_seq_length(const llmem_engine *e, llmem_engine_seq s);
+/* The KV manager's sequence behind s, to read its cache (llmem_kv_seq_token
+ * on llmem_engine_kv(e)); 0 for an unknown sequence or with ALLOC_MALLOC. */
+LLMEM_API llmem_kv_seq llmem_engine_seq_kv(const llmem_engine *e, llmem_engine_seq s);
 
 typedef struct llmem_engine_batch_item {
     llmem_engine_seq seq;

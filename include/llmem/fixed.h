@@ -27,7 +27,12 @@
  *    (another pool's, a stack address, the middle of a block) returns
  *    LLMEM_EDOUBLEFREE or LLMEM_EFOREIGN with a message naming the pool and
  *    the block, and touches no memory. Costs a chunk lookup (binary search
- *    over the few chunks) per free.
+ *    over the few chunks) per free. On host memory a checked pool also fills
+ *    each free block with a pattern and verifies it when the block is handed
+ *    out again: a write through a dangling pointer is logged as an error
+ *    naming the pool and the block, and counted (corruptions_total), even
+ *    without AddressSanitizer. Costs a write and a read of the block per
+ *    free/alloc pair.
  * Over a device resource the pool keeps all metadata out of band and never
  * touches block memory. On host memory, free blocks are poisoned for
  * AddressSanitizer.
@@ -82,6 +87,7 @@ typedef struct llmem_fixed_stats {
     uint64_t failures_total;       /* allocations refused */
     uint64_t double_frees_total;   /* checked mode detections */
     uint64_t foreign_frees_total;  /* checked mode detections */
+    uint64_t corruptions_total;    /* checked host pools: free blocks found written after their free */
 } llmem_fixed_stats;
 
 LLMEM_API llmem_fixed_options llmem_fixed_options_default(void);

@@ -50,7 +50,8 @@
  * the budget refuses, the prefix cache loses nothing either (a failing
  * resource may have cost it the blocks evicted before the failure).
  * Host memory: the manager's own tables come from a private host pool it
- * creates with itself (about 64 KiB mapped, plus the pool's bookkeeping),
+ * creates with itself over options.meta_resource (default the os resource;
+ * about 64 KiB mapped, plus the pool's bookkeeping),
  * not from malloc and not from the storage pool, whose stats and resource
  * calls are KV storage alone. A sequence's tables are sized when it is
  * created and the per-slab ones when the manager is (for the budget's
@@ -113,6 +114,10 @@ typedef struct llmem_kv_options {
                                      manager; default NULL: swapping disabled (LLMEM_ENOTSUP) */
     size_t swap_budget_bytes;     /* cap on swap memory held (mapped bytes, rounded to the swap resource's
                                      granularity); 0 = none */
+    llmem_resource *meta_resource; /* host resource (kind LLMEM_MEM_HOST) of the manager's private metadata
+                                     pool; borrowed, must outlive the manager; default the os resource
+                                     (llmem_resource_default). An engine passes its host pool's resource so
+                                     that tracking and fault injection see every byte it takes */
 } llmem_kv_options;
 
 typedef struct llmem_kv_stats {
@@ -157,8 +162,8 @@ typedef struct llmem_kv_seq_info {
 
 LLMEM_API llmem_kv_options llmem_kv_options_default(void);
 
-/* Errors: LLMEM_EINVAL (missing geometry, unknown enum, a swap resource
- * that is not host memory), LLMEM_EOVERFLOW
+/* Errors: LLMEM_EINVAL (missing geometry, unknown enum, a swap or metadata
+ * resource that is not host memory), LLMEM_EOVERFLOW
  * (a block or sequence whose size overflows), LLMEM_ENOMEM. */
 LLMEM_API llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out);
 LLMEM_API void llmem_kv_destroy(llmem_kv *kv);
@@ -254,7 +259,8 @@ LLMEM_API size_t llmem_kv_bytes_per_token(const llmem_kv *kv);
 LLMEM_API size_t llmem_kv_trim(llmem_kv *kv, bool evict_cached);
 
 /* Verify the manager's invariants (reference counts, free lists, cache,
- * tables); LLMEM_ECORRUPT naming the first violation. */
+ * tables); LLMEM_ECORRUPT naming the first violation, LLMEM_ENOMEM when
+ * the metadata pool cannot lend the check its scratch table. */
 LLMEM_API llmem_status llmem_kv_check(llmem_kv *kv);
 
 LLMEM_API llmem_status llmem_kv_get_stats(const llmem_kv *kv, llmem_kv_stats *out);

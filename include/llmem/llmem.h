@@ -13,6 +13,7 @@
 #include "llmem/status.h"
 #include "llmem/stats.h"
 #include "llmem/resource.h"
+#include "llmem/fence.h"
 #include "llmem/os_resource.h"
 #include "llmem/sim_resource.h"
 #include "llmem/limit_resource.h"

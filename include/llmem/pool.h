@@ -28,8 +28,9 @@
  * steps there.
  *
  * Alignment: every block is aligned to `align` (16 B host, 256 B device by
- * default); host blocks of 513 B or more are 64-byte aligned, large blocks
- * page aligned. llmem_pool_alloc_aligned takes any power of two up to the
+ * default); host blocks of 513 B or more are 64-byte aligned (except in
+ * extra classes from a profile, which are exact to the pool's alignment),
+ * large blocks page aligned. llmem_pool_alloc_aligned takes any power of two up to the
  * largest superblock.
  *
  * Device memory: over a device resource the pool keeps every byte of its
@@ -60,6 +61,18 @@
  * ahead, so the next allocations up to that many bytes make no resource
  * call.
  *
+ * Reserved range (reserve_bytes): the first growth maps that much address
+ * space as one superblock without committing it (the resource must be
+ * able to: LLMEM_RES_CAP_RESERVE - os, sim-device, cuda-vmm), and blocks
+ * commit its pages as they take them. The pool then grows in place: its
+ * blocks stay in one virtually contiguous range, none ever moves, and
+ * committed memory follows demand (free pages are decommitted after the
+ * decay, or by shrink; the range is unmapped only at destroy). Past it,
+ * ordinary superblocks are added as usual. The range counts in
+ * reserved_bytes (and against max_bytes) from the start; host metadata is
+ * about 12 bytes per unit of it (4 KiB host, 64 KiB device), in zeroed
+ * pages the OS backs only where touched.
+ *
  * Threads: a pool is safe to share between threads. Each thread keeps a
  * small cache of free small blocks per pool (not in checked mode), so
  * small allocations and frees take no lock and no atomic read-modify-write;
@@ -76,6 +89,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "llmem/fence.h"
 #include "llmem/resource.h"
 #include "llmem/stage.h"
 #include "llmem/stats.h"
@@ -101,6 +115,7 @@ typedef struct llmem_pool_options {
     size_t first_superblock_bytes; /* default 4 MiB host, 32 MiB device */
     size_t max_superblock_bytes;   /* growth cap per superblock; default 64 MiB host, 512 MiB device */
     size_t max_bytes;              /* cap on mapped bytes; 0 = none (LLMEM_ENOMEM past it) */
+    size_t reserve_bytes;          /* grow in place: see "Reserved range" above; 0 = off */
     size_t align;                  /* minimum alignment of every block; default 16 host, 256 device */
     uint32_t decay_ms;             /* how long free memory is kept before it goes back; default 250 */
     llmem_pool_purge purge;        /* default LLMEM_POOL_PURGE_BACKGROUND */
@@ -141,6 +156,10 @@ typedef struct llmem_pool_stats {
     uint64_t stage_changes_total;     /* notes that changed the stage */
     uint64_t prefill_steps_total;     /* PREFILL notes */
     uint64_t decode_steps_total;      /* DECODE notes */
+    uint64_t fenced_pending;          /* blocks freed with a fence that is not done yet */
+    uint64_t fenced_pending_bytes;    /* their bytes (still in used_bytes) */
+    uint64_t fenced_frees_total;      /* fenced frees accepted */
+    uint64_t fence_waits_total;       /* fences waited for because an allocation would have failed */
 } llmem_pool_stats;
 
 /* Per size class figures, from llmem_pool_get_class_stats. */
@@ -160,7 +179,9 @@ LLMEM_API llmem_pool_options llmem_pool_options_default(void);
  * until the first allocation or reserve. */
 LLMEM_API llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out);
 
-/* Unmaps every superblock, live blocks included. NULL is a no-op. */
+/* Unmaps every superblock, live blocks included; pending fences are dropped
+ * without waiting (drain first if work may still use the memory). NULL is
+ * a no-op. */
 LLMEM_API void llmem_pool_destroy(llmem_pool *p);
 
 /* The resource the pool takes its memory from (NULL for a NULL pool). */
@@ -217,6 +238,42 @@ LLMEM_API size_t llmem_pool_trim(llmem_pool *p);
  * naming the first violation. */
 LLMEM_API llmem_status llmem_pool_check(llmem_pool *p);
 
+/* ---- stream-ordered release (fenced frees) --------------------------------
+ *
+ * A block that asynchronous work may still read or write (a kernel queued
+ * on a CUDA stream) can be freed at once with a fence: the block goes back
+ * to the free lists only when the fence says that work is done, with no
+ * device-wide synchronisation, the model of RMM's stream-ordered resources
+ * and PyTorch's record_stream. Until then it stays allocated (used_bytes,
+ * live_allocations) and is counted in fenced_pending. The pool polls its
+ * fences, without blocking, on its slow paths (a thread-cache refill, a
+ * large or aligned allocation) and in llmem_pool_poll_fenced; an allocation
+ * that would fail with LLMEM_ENOMEM first waits for pending fences, oldest
+ * first, one at a time, and retries. Allocations carry no stream, so a
+ * fenced block is reused only after its fence, whatever stream asks.
+ *
+ * llmem_cuda_fence_record (cuda_resource.h) makes a fence from a CUDA
+ * event; any other completion signal works through the callbacks of
+ * llmem_fence (fence.h). */
+
+/* Free ptr once f is done. The fence is polled once here: if it is done
+ * already the block is freed now. The pool owns the fence from this call
+ * on, whatever the outcome: it calls drop exactly once. Refusals are
+ * those of llmem_pool_free (the block stays live), plus LLMEM_EDOUBLEFREE
+ * for a block whose fenced free is pending (a release pool's thread-cache
+ * free of a small block checks nothing, as for any small double free:
+ * see above), LLMEM_EINVAL for a handle block or a fence
+ * without done, and LLMEM_ENOMEM when the pending list cannot grow and the
+ * fence cannot be waited for (the block stays live). */
+LLMEM_API llmem_status llmem_pool_free_fenced(llmem_pool *p, void *ptr, const llmem_fence *f);
+
+/* Complete the fenced frees whose fences are done; returns how many. */
+LLMEM_API size_t llmem_pool_poll_fenced(llmem_pool *p);
+
+/* Wait for every pending fence and complete its free (at a stage boundary,
+ * or before destroy). Returns how many were completed. */
+LLMEM_API size_t llmem_pool_drain_fenced(llmem_pool *p);
+
 /* ---- movable allocations ------------------------------------------------
  *
  * A handle names an allocation the pool may move to fight fragmentation:
@@ -264,7 +321,8 @@ LLMEM_API llmem_status llmem_pool_hfree(llmem_pool *p, llmem_handle h);
 /* The size it was allocated with, 0 for a stale handle. */
 LLMEM_API size_t llmem_pool_hsize(const llmem_pool *p, llmem_handle h);
 
-/* Move unpinned handle blocks, at most budget_bytes (0 = no limit): empty
+/* Move unpinned handle blocks, until budget_bytes have moved (0 = no
+ * limit; the block that crosses the budget still moves whole): empty
  * sparse superblocks into the others and unmap them, then slide blocks
  * down into holes so free space coalesces. The pool is locked meanwhile.
  * out (optional) reports what moved and what was released. */

@@ -77,9 +77,14 @@ struct llmem_engine {
     bool own_pool;
     llmem_kv *kv;
     llmem_arena *arena;
+    llmem_resource *res;     /* host memory of the workspace and the KV manager's tables: the pool's
+                                resource (the default one for a pool over device memory) */
+    char *ws_base;           /* the workspace mapping, from res, that the arena hands out */
+    size_t ws_map;           /* its mapped size (rounded to res's granularity) */
     size_t ws_bytes;
     size_t ws_touched;       /* bytes of the workspace the steps since the last release used */
-    size_t ws_commit_end;    /* bytes from the workspace base known committed (page multiple) */
+    size_t ws_commit_end;    /* the committed prefix of the mapping: [0, ws_commit_end) is committed,
+                                the rest not (page multiple) */
     size_t kv_elem, tok_bytes; /* bytes per element, per token's K (or V) in a layer */
     size_t blocks_max;       /* table entries per sequence */
 
@@ -427,6 +432,11 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
             if ((st = llmem_pool_create(&po, &e->pool))) goto fail;
             e->own_pool = true;
         }
+        /* Everything else the engine takes through llmem comes from the
+         * pool's resource too, so a tracking or fault-injecting resource
+         * under the pool sees all of it. */
+        e->res = llmem_pool_get_resource(e->pool);
+        if (llmem_resource_kind(e->res) != LLMEM_MEM_HOST) e->res = llmem_resource_default();
     }
     notify(e, LLMEM_STAGE_LOAD, 0, 0);
     if ((st = llmem__threads_create(o.threads, &e->th))) goto fail;
@@ -449,6 +459,7 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
         ko.max_seq_len = o.max_seq_len;
         ko.budget_bytes = o.kv_budget_bytes;
         ko.pool = e->pool;
+        ko.meta_resource = e->res;
         /* Slabs of two blocks per layer, whatever their size: on the host
          * there is no device granularity to amortise, and a sequence wastes
          * about half a slab (the manager's 64 KiB floor left small models
@@ -473,11 +484,20 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
         e->st.workspace_lower_bound_bytes = pr.lower_bound_bytes;
     }
     if (!e->use_malloc) {
+        /* The engine maps the workspace itself and hands it to the arena as
+         * its buffer: workspace_fit decommits and commits parts of it, so
+         * only the engine knows how much is committed when it is unmapped. */
+        if ((st = llmem_resource_round(e->res, e->ws_bytes + WS_ALIGN, &e->ws_map))) goto fail;
+        void *ws;
+        if ((st = llmem_resource_map_tagged(e->res, e->ws_map, 0, 0, "engine-workspace", &ws))) goto fail;
+        e->ws_base = ws;
+        e->ws_commit_end = e->ws_map; /* mapped committed */
         llmem_arena_options ao = llmem_arena_options_default();
         ao.name = "engine-workspace";
-        ao.capacity_bytes = e->ws_bytes + WS_ALIGN;
+        ao.resource = e->res;
+        ao.buffer = ws;
+        ao.buffer_bytes = e->ws_bytes + WS_ALIGN;
         if ((st = llmem_arena_create(&ao, &e->arena))) goto fail;
-        e->ws_commit_end = (size_t)-1; /* mapped whole at creation */
     }
     e->st.weights_mapped_bytes = 0;
     for (size_t i = 0; i < llmem_model_tensor_count(m); i++)
@@ -514,6 +534,7 @@ void llmem_engine_destroy(llmem_engine *e)
     free_step_malloc(e);
     llmem_kv_destroy(e->kv);
     llmem_arena_destroy(e->arena);
+    if (e->ws_base) llmem_resource_unmap(e->res, e->ws_base, e->ws_map, e->ws_commit_end);
     keep_free(e, e->converted, e->converted_bytes);
     keep_free(e, e->seqs, (size_t)e->o.max_seqs * sizeof *e->seqs);
     keep_free(e, e->layers, (size_t)e->L * sizeof *e->layers);
@@ -583,6 +604,12 @@ size_t llmem_engine_seq_length(const llmem_engine *e, llmem_engine_seq s)
 {
     const eng_seq *q = e ? seq_get(e, s) : NULL;
     return q ? q->len : 0;
+}
+
+llmem_kv_seq llmem_engine_seq_kv(const llmem_engine *e, llmem_engine_seq s)
+{
+    const eng_seq *q = e && e->kv ? seq_get(e, s) : NULL;
+    return q ? q->kvs : 0;
 }
 
 llmem_status llmem_engine_seq_reserve(llmem_engine *e, llmem_engine_seq s, size_t tokens)
@@ -705,15 +732,16 @@ static llmem_status workspace_fit(llmem_engine *e, char *base, size_t bytes, boo
 {
     size_t page = llmem__page_size();
     size_t need = (bytes + page - 1) & ~(page - 1);
-    llmem_resource *r = llmem_resource_default();
+    llmem_resource *r = e->res;
     if (need > e->ws_commit_end) {
         llmem_status st = llmem_resource_commit(r, base + e->ws_commit_end, need - e->ws_commit_end);
         if (st) return st;
         e->ws_commit_end = need;
     }
     if (decode && e->ws_touched > need + WS_RELEASE_MIN) {
-        size_t end = (e->ws_touched + page - 1) & ~(page - 1);
-        if (end > e->ws_commit_end) end = e->ws_commit_end;
+        /* The whole committed tail, touched or not, so that the committed
+         * part stays one prefix of the mapping (what destroy unmaps). */
+        size_t end = e->ws_commit_end;
         if (end > need && llmem_resource_decommit(r, base + need, end - need) == LLMEM_OK) {
             e->ws_commit_end = need;
             e->st.workspace_releases_total++;

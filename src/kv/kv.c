@@ -38,9 +38,9 @@
  * budgets, tracking and fault-injection campaigns on the storage resource
  * see), one code path serves host and device storage, and destroy drops
  * all metadata at once. It costs each manager a 64 KiB first superblock and
- * one pool's bookkeeping. It runs over the plain os resource
- * (llmem_resource_default), purges only on its own slow paths (no
- * background thread touches it), and is destroyed last.
+ * one pool's bookkeeping. It runs over options.meta_resource (default the
+ * plain os resource, llmem_resource_default), purges only on its own slow
+ * paths (no background thread touches it), and is destroyed last.
  * Appends make no metadata call in the common case: a PAGED sequence's
  * block table is sized at creation for all it can hold (ceil(max_seq_len /
  * B) + 1 entries, or window/B + 2 for a window, up to KV_TABLE_PREALLOC
@@ -918,10 +918,13 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
     if (o.swap_resource && llmem_resource_kind(o.swap_resource) != LLMEM_MEM_HOST)
         return llmem__fail(LLMEM_EINVAL, "kv '%s': the swap resource '%s' is not host memory", name,
                            llmem_resource_name(o.swap_resource));
+    if (o.meta_resource && llmem_resource_kind(o.meta_resource) != LLMEM_MEM_HOST)
+        return llmem__fail(LLMEM_EINVAL, "kv '%s': the metadata resource '%s' is not host memory", name,
+                           llmem_resource_name(o.meta_resource));
     /* The metadata pool, then the manager inside it (see the top of the file). */
     llmem_pool_options mo = llmem_pool_options_default();
     mo.name = "kv-metadata";
-    mo.resource = llmem_resource_default();
+    mo.resource = o.meta_resource ? o.meta_resource : llmem_resource_default();
     mo.first_superblock_bytes = KV_META_FIRST_SUPERBLOCK;
     mo.purge = LLMEM_POOL_PURGE_MANUAL;
     llmem_pool *meta;
@@ -1054,6 +1057,7 @@ static void swap_release(llmem_kv *kv, kv_seq *s)
  * (the region is host memory, which the copy contract allows). */
 static llmem_status swap_copy(llmem_kv *kv, const uint32_t *ids, size_t n, char *region, bool to_swap)
 {
+    if (!n) return LLMEM_OK; /* an empty sequence has no region (NULL): nothing to offset */
     size_t bb = kv->block_bytes;
     uint64_t t0 = llmem__now_ns();
     llmem_status st = LLMEM_OK;
@@ -1500,7 +1504,10 @@ llmem_status llmem_kv_check(llmem_kv *kv)
     pthread_mutex_lock(&kv->lock);
     size_t nb = (size_t)kv->nslabs * kv->S;
     uint32_t *refs = nb ? kv_meta_alloc(kv, nb, sizeof *refs) : NULL;
-    if (nb && !refs) BAD("kv '%s': out of memory for the check", kv->name);
+    if (nb && !refs) { /* not a violation: say so, the caller may try again */
+        st = llmem__fail(LLMEM_ENOMEM, "kv '%s': out of memory for the check", kv->name);
+        goto done;
+    }
     if (nb) memset(refs, 0, nb * sizeof *refs);
     uint64_t nswapped = 0, swap_held = 0;
     for (uint32_t i = 0; i < kv->nseqs; i++) {

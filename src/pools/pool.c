@@ -98,6 +98,7 @@ void llmem__pool_tree_remove(llmem_pool *p, pblock *b)
 
 static void empty_list_add(llmem_pool *p, superblock *sb)
 {
+    if (sb->reserved) return; /* kept: its free pages are decommitted instead */
     sb->empty = true;
     sb->empty_since = llmem__now_ns();
     sb->eprev = NULL;
@@ -125,8 +126,59 @@ static void sb_free_meta(superblock *sb)
 
 /* Map a superblock able to hold `need` bytes at `align`; its single FREE
  * block goes into the tree. Lock held. */
+static void mark_runs(llmem_pool *p, superblock *sb, uintptr_t r0, uintptr_t r1, bool decommitted);
+
+/* Map the reserve_bytes range once, address space only: every page of it
+ * starts decommitted and take_run commits pages as blocks need them. */
+static llmem_status grow_reserved(llmem_pool *p)
+{
+    void *base;
+    llmem_status st = llmem_resource_map_tagged(p->res, p->reserve, p->sb_align, LLMEM_MAP_UNCOMMITTED, p->name, &base);
+    p->st.resource_calls_total++;
+    if (st) return st;
+    size_t units = p->reserve >> p->ushift;
+    superblock *sb = calloc(1, sizeof *sb);
+    pblock *b = llmem__pool_desc_new(p);
+    if (sb) {
+        sb->owner = calloc(units, sizeof *sb->owner);
+        sb->decommitted = calloc((units + 63) / 64, sizeof(uint64_t));
+        sb->slab_info = calloc(units, sizeof *sb->slab_info);
+    }
+    if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b)
+        st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for the reserved range's metadata", p->name);
+    else st = llmem__addrmap_set((uintptr_t)base, p->reserve, sb);
+    if (st) {
+        if (sb) sb_free_meta(sb);
+        if (b) llmem__pool_desc_free(p, b);
+        llmem_resource_unmap(p->res, base, p->reserve, 0);
+        p->st.resource_calls_total++;
+        return st;
+    }
+    sb->base = (uintptr_t)base;
+    sb->size = p->reserve;
+    sb->pool = p;
+    sb->reserved = true;
+    mark_runs(p, sb, sb->base, sb->base + sb->size, true);
+    sb->next = p->sbs;
+    if (p->sbs) p->sbs->prev = sb;
+    p->sbs = sb;
+    b->start = sb->base;
+    b->size = sb->size;
+    b->sb = sb;
+    b->purged = true; /* nothing of it is committed */
+    sb->owner[0] = b;
+    llmem__pool_tree_insert(p, b);
+    p->rsb = sb;
+    p->st.reserved_bytes += sb->size;
+    if (p->st.reserved_bytes > p->st.reserved_peak_bytes) p->st.reserved_peak_bytes = p->st.reserved_bytes;
+    p->st.superblocks++;
+    p->st.grows_total++;
+    return LLMEM_OK;
+}
+
 static llmem_status grow(llmem_pool *p, size_t need, size_t align)
 {
+    if (p->reserve && !p->rsb) return grow_reserved(p);
     size_t want = need, size;
     if (align > p->unit && !llmem__add_ok(want, align - p->unit, &want))
         return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes at alignment %zu overflow", p->name, need, align);
@@ -137,6 +189,12 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
     if (p->max_bytes && (size > p->max_bytes || p->st.reserved_bytes > p->max_bytes - size))
         return llmem__fail(LLMEM_ENOMEM, "pool '%s': a %zu-byte superblock would pass max_bytes %zu (%llu mapped)",
                            p->name, size, p->max_bytes, (unsigned long long)p->st.reserved_bytes);
+    /* Map first: a size the resource cannot hold (an absurd request) must
+     * fail there, not cost host metadata in proportion to it first. */
+    void *base;
+    llmem_status st = llmem_resource_map_tagged(p->res, size, p->sb_align, 0, p->name, &base);
+    p->st.resource_calls_total++;
+    if (st) return st;
     size_t units = size >> p->ushift;
     superblock *sb = calloc(1, sizeof *sb);
     pblock *b = llmem__pool_desc_new(p);
@@ -145,24 +203,14 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
         sb->decommitted = calloc((units + 63) / 64, sizeof(uint64_t));
         sb->slab_info = calloc(units, sizeof *sb->slab_info);
     }
-    if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b) {
+    if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b)
+        st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for superblock metadata", p->name);
+    else st = llmem__addrmap_set((uintptr_t)base, size, sb);
+    if (st) {
         if (sb) sb_free_meta(sb);
         if (b) llmem__pool_desc_free(p, b);
-        return llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for superblock metadata", p->name);
-    }
-    void *base;
-    llmem_status st = llmem_resource_map_tagged(p->res, size, p->sb_align, 0, p->name, &base);
-    p->st.resource_calls_total++;
-    if (!st) {
-        st = llmem__addrmap_set((uintptr_t)base, size, sb);
-        if (st) {
-            llmem_resource_unmap(p->res, base, size, size);
-            p->st.resource_calls_total++;
-        }
-    }
-    if (st) {
-        sb_free_meta(sb);
-        llmem__pool_desc_free(p, b);
+        llmem_resource_unmap(p->res, base, size, size);
+        p->st.resource_calls_total++;
         return st;
     }
     if (p->host) LLMEM_POISON(base, size);
@@ -415,9 +463,14 @@ static size_t decommit_block(llmem_pool *p, pblock *b, size_t budget)
     uintptr_t r = sb->base + llmem__align_ptr(b->start - sb->base, p->run);
     uintptr_t hi = sb->base + ((b->start + b->size - sb->base) & ~(uintptr_t)(p->run - 1));
     size_t released = 0;
+    size_t run_units = p->run >> p->ushift;
     while (r < hi && released < budget) {
-        if (bit_get(sb->decommitted, unit_of(sb, r, p->ushift))) {
-            r += p->run;
+        size_t u = unit_of(sb, r, p->ushift);
+        if (bit_get(sb->decommitted, u)) {
+            /* Whole words of decommitted units at once: a reserved range is
+             * mostly decommitted, and its free tail can be gigabytes. */
+            if (u % 64 == 0 && 64 % run_units == 0 && sb->decommitted[u / 64] == ~0ull) r += (uintptr_t)64 << p->ushift;
+            else r += p->run;
             continue;
         }
         uintptr_t r1 = r + p->run;
@@ -515,14 +568,16 @@ pblock *llmem__pool_take_pages(llmem_pool *p, size_t size, size_t align, llmem_s
 {
     decay(p);
     pblock *b = best_fit(p, size, align);
-    if (!b) {
+    /* Twice at most: the reserved range first, if it is not mapped yet and
+     * cannot hold the request, then an ordinary superblock. */
+    for (int tries = 0; !b && tries < 2; tries++) {
         *st = grow(p, size, align);
         if (*st) return NULL;
         b = best_fit(p, size, align);
-        if (!b) {
-            *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': no fit after growing (internal error)", p->name);
-            return NULL;
-        }
+    }
+    if (!b) {
+        *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': no fit after growing (internal error)", p->name);
+        return NULL;
     }
     return llmem__pool_take_run(p, b, size, align, st);
 }
@@ -601,6 +656,38 @@ static bool guards_intact(uintptr_t block, size_t bsize, uintptr_t user, size_t 
     for (uintptr_t a = tail; a < end && ok; a++) ok = *(unsigned char *)a == GUARD_BYTE;
     LLMEM_POISON((void *)tail, end - tail);
     return ok;
+}
+
+/* ---- freed-block fill (checked host pools) --------------------------------
+ *
+ * A freed small block is filled with FREED_BYTE; when it is handed out again
+ * (and in llmem_pool_check) the fill is verified, so a write through a
+ * dangling pointer is reported even without AddressSanitizer. The free
+ * list of a checked pool lives out of band, so nothing else writes there.
+ * Large blocks are not filled: they can be megabytes, and their pages may be
+ * decommitted while free. */
+
+static void freed_fill(uintptr_t block, size_t csize)
+{
+    LLMEM_UNPOISON((void *)block, csize);
+    memset((void *)block, FREED_BYTE, csize);
+}
+
+/* Offset of the first byte that is not FREED_BYTE, or csize if none. */
+static size_t freed_damage(uintptr_t block, size_t csize)
+{
+    const unsigned char *b = (const unsigned char *)block;
+    LLMEM_UNPOISON((void *)block, csize);
+    size_t i = 0;
+    const uint64_t want = 0x0101010101010101ull * FREED_BYTE;
+    for (; i + 8 <= csize; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        if (w != want) break;
+    }
+    while (i < csize && b[i] == FREED_BYTE) i++;
+    LLMEM_POISON((void *)block, csize);
+    return i;
 }
 
 /* ---- slabs ---------------------------------------------------------------- */
@@ -689,6 +776,21 @@ static uintptr_t slab_take(llmem_pool *p, slab *s, size_t csize)
         s->nfree--;
     } else if (!p->inband && s->nfree) {
         b = s->b.start + (uintptr_t)s->free_idx[--s->nfree] * csize;
+        if (p->checked && p->host) {
+            size_t at = freed_damage(b, csize);
+            if (at < csize) {
+                /* Reported, counted, and handed out anyway: the caller gets
+                 * its memory, the bug is named where it can be found. */
+                p->st.corruptions_total++;
+                LLMEM_UNPOISON((void *)(b + at), 1);
+                unsigned v = *(const unsigned char *)(b + at);
+                LLMEM_POISON((void *)(b + at), 1);
+                llmem__log(LLMEM_LOG_ERROR,
+                           "pool '%s': the %zu-byte block at %p was written after it was freed "
+                           "(byte %zu is 0x%02x): a use after free",
+                           p->name, csize, (void *)b, at, v);
+            }
+        }
     } else {
         b = s->b.start + (uintptr_t)s->carved++ * csize;
     }
@@ -707,6 +809,7 @@ static void slab_put(llmem_pool *p, slab *s, uintptr_t b, uint32_t idx)
         s->free_idx[s->nfree] = idx;
     }
     s->nfree++;
+    if (p->checked && p->host) freed_fill(b, p->cls.size[s->b.cls]);
     if (p->host) LLMEM_POISON((void *)b, p->cls.size[s->b.cls]);
     if (!s->listed) partial_add(c, s);
     if (--s->used == 0) {
@@ -940,8 +1043,10 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
         p->xfer_blocks -= got;
         p->xfer_bytes -= (uint64_t)got * p->cls.size[c];
     }
+    if (got < want && p->nfenced) llmem__pool_poll_fenced_locked(p);
     while (got < want) {
         uintptr_t b = small_take(p, c, st);
+        if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p)) continue;
         if (!b) break;
         t->items[c][got++] = (void *)b;
     }
@@ -1060,7 +1165,10 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
     }
     if (align < p->align) align = p->align;
     pthread_mutex_lock(&p->lock);
+    if (p->nfenced) llmem__pool_poll_fenced_locked(p);
     void *r = alloc_locked(p, size, align, &st);
+    /* Memory still in flight is not memory lost: wait for it before failing. */
+    while (!r && st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p)) r = alloc_locked(p, size, align, &st);
     if (!r) p->st.failures_total++;
     pthread_mutex_unlock(&p->lock);
     if (status) *status = st;
@@ -1136,7 +1244,8 @@ typedef enum where {
     FREE_SLAB_BLOCK, /* a slab block that is free: freed already */
     INSIDE_BLOCK,    /* inside a live block, not its start */
     BAD_HEADER,      /* checked host: the guard header is damaged */
-    NOT_A_BLOCK      /* in a superblock but no block starts there */
+    NOT_A_BLOCK,     /* in a superblock but no block starts there */
+    FENCED           /* a live block whose fenced free is pending */
 } where;
 
 /* Find the block containing a in a superblock: the nearest owner entry at
@@ -1151,7 +1260,7 @@ static pblock *containing(const llmem_pool *p, const superblock *sb, uintptr_t a
 }
 
 /* Where ptr lies. No side effect. Lock held. */
-static where find_block(const llmem_pool *p, uintptr_t a, located *l)
+static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
 {
     memset(l, 0, sizeof *l);
     superblock *sb = llmem__addrmap_get(a);
@@ -1195,6 +1304,16 @@ static where find_block(const llmem_pool *p, uintptr_t a, located *l)
     return NOT_A_BLOCK;
 }
 
+/* find_block_raw, and FENCED for a block whose fenced free is pending. */
+static where find_block(const llmem_pool *p, uintptr_t a, located *l)
+{
+    where w = find_block_raw(p, a, l);
+    if (w == AT_BLOCK && p->nfenced &&
+        (l->b->kind == D_LARGE ? l->b->fenced : llmem__pool_fenced_has(p, a)))
+        return FENCED;
+    return w;
+}
+
 /* Count, log and describe a refused free. Lock held. */
 static llmem_status refuse_free(llmem_pool *p, uintptr_t a, where w, const located *l)
 {
@@ -1216,6 +1335,9 @@ static llmem_status refuse_free(llmem_pool *p, uintptr_t a, where w, const locat
         return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EFOREIGN,
                                "pool '%s': free of %p, %zu bytes into a live %zu-byte block, not its start", p->name,
                                ptr, l->off, l->extent);
+    case FENCED:
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EDOUBLEFREE,
+                               "pool '%s': double free of %p (its fenced free is pending)", p->name, ptr);
     case BAD_HEADER:
         p->st.corruptions_total++;
         return llmem__fail_log(LLMEM_LOG_ERROR, LLMEM_ECORRUPT,
@@ -1263,6 +1385,29 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
         llmem__pool_put_pages(p, b);
     }
     return st;
+}
+
+llmem_status llmem__pool_validate_free(llmem_pool *p, uintptr_t a, size_t *bytes, pblock **b)
+{
+    located l;
+    where w = find_block(p, a, &l);
+    if (w != AT_BLOCK) return refuse_free(p, a, w, &l);
+    if (l.b->kind == D_LARGE && l.b->handle) {
+        p->st.invalid_frees_total++;
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EINVAL,
+                               "pool '%s': fenced free of %p, which belongs to a handle", p->name, (void *)a);
+    }
+    *bytes = l.b->kind == D_SLAB ? p->cls.size[l.b->cls] : l.b->size;
+    *b = l.b;
+    return LLMEM_OK;
+}
+
+llmem_status llmem__pool_free_valid(llmem_pool *p, uintptr_t a)
+{
+    located l;
+    where w = find_block_raw(p, a, &l);
+    if (w != AT_BLOCK) return refuse_free(p, a, w, &l); /* cannot happen: the block was validated */
+    return free_located(p, a, &l);
 }
 
 /* The slab block a pointer starts, read from the superblock's slab table
@@ -1487,6 +1632,7 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
     pthread_mutex_lock(&p->lock);
     if (t) tcache_flush_all(p, t); /* other threads' caches stay theirs */
     for (unsigned c = 0; c < p->cls.count; c++) xfer_drain(p, c);
+    if (p->nfenced) llmem__pool_poll_fenced_locked(p); /* finished work gives its blocks back too */
     size_t released = 0;
     /* Cached empty slabs first: returning them may empty whole superblocks. */
     for (unsigned c = 0; c < p->cls.count && p->st.committed_bytes > target; c++) {
@@ -1592,9 +1738,14 @@ llmem_status llmem_pool_check(llmem_pool *p)
                     }
                     if (len != s->nfree) BAD("pool '%s': slab %p free list length", p->name, (void *)b->start);
                 } else {
-                    for (uint32_t i = 0; i < s->nfree; i++)
+                    for (uint32_t i = 0; i < s->nfree; i++) {
                         if (s->free_idx[i] >= s->carved)
                             BAD("pool '%s': slab %p has a bad free index", p->name, (void *)b->start);
+                        uintptr_t fb = b->start + (uintptr_t)s->free_idx[i] * csize;
+                        if (p->checked && p->host && freed_damage(fb, csize) < csize)
+                            BAD("pool '%s': the free %zu-byte block at %p was written after it was freed "
+                                "(a use after free)", p->name, csize, (void *)fb);
+                    }
                 }
                 if (p->checked) {
                     uint32_t set = 0;
@@ -1614,7 +1765,10 @@ llmem_status llmem_pool_check(llmem_pool *p)
         }
         if (at != sb->base + sb->size) BAD("pool '%s': blocks do not cover superblock %p", p->name, (void *)sb->base);
         if (sb_used != sb->used) BAD("pool '%s': superblock %p used bytes disagree", p->name, (void *)sb->base);
-        if ((sb->used == 0) != sb->empty) BAD("pool '%s': superblock %p empty flag", p->name, (void *)sb->base);
+        if (!sb->reserved && (sb->used == 0) != sb->empty)
+            BAD("pool '%s': superblock %p empty flag", p->name, (void *)sb->base);
+        if (sb->reserved && (sb != p->rsb || sb->empty))
+            BAD("pool '%s': reserved range %p is not the pool's", p->name, (void *)sb->base);
     }
     uint64_t live_handles = 0;
     for (uint32_t i = 0; i < p->hcount; i++) {
@@ -1672,6 +1826,8 @@ llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
     cached_totals(p, &bytes, &blocks, NULL);
     s.used_bytes = s.used_bytes > bytes ? s.used_bytes - bytes : 0;
     s.live_allocations = s.live_allocations > blocks ? s.live_allocations - blocks : 0;
+    /* The peak is sampled when caches refill: never report it below now. */
+    if (s.used_peak_bytes < s.used_bytes) s.used_peak_bytes = s.used_bytes;
     for (const tcache *t = p->tcaches; t; t = t->next)
         for (unsigned c = 0; c < p->cls.count; c++) s.allocs_total += __atomic_load_n(&t->allocs[c], __ATOMIC_RELAXED);
     /* Every free ends an allocation: counting them would cost the free path
@@ -1732,6 +1888,10 @@ static const llmem_stat_field pool_fields[] = {
     F(COUNTER, stage_changes_total, "Stage notes that changed the stage."),
     F(COUNTER, prefill_steps_total, "Prefill steps noted."),
     F(COUNTER, decode_steps_total, "Decode steps noted."),
+    F(GAUGE, fenced_pending, "Blocks freed with a fence that is not done yet."),
+    F(GAUGE, fenced_pending_bytes, "Bytes of blocks whose fenced free is pending."),
+    F(COUNTER, fenced_frees_total, "Fenced frees accepted."),
+    F(COUNTER, fence_waits_total, "Fences waited for because an allocation would have failed."),
 };
 #undef F
 static const llmem_stats_schema pool_schema = {"pool", sizeof(llmem_pool_stats), LLMEM_ARRAY_LEN(pool_fields),
@@ -1789,6 +1949,20 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     if (p->max_sb < p->next_sb) p->max_sb = p->next_sb;
     p->first_sb = p->next_sb;
     p->max_bytes = o->max_bytes;
+    if (o->reserve_bytes) {
+        llmem_resource_info info;
+        memset(&info, 0, sizeof info);
+        llmem_resource_get_info(p->res, &info);
+        if (!(info.caps & LLMEM_RES_CAP_RESERVE))
+            return llmem__fail(LLMEM_ENOTSUP, "pool '%s': reserve_bytes needs a resource that can reserve address "
+                               "space (%s cannot)", p->name, llmem_resource_name(p->res));
+        if (!llmem__align_up(o->reserve_bytes, p->sb_align, &p->reserve) || p->reserve > ((size_t)1 << 46))
+            return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': reserve_bytes %zu is above 64 TiB", p->name,
+                               o->reserve_bytes);
+        if (p->max_bytes && p->reserve > p->max_bytes)
+            return llmem__fail(LLMEM_EINVAL, "pool '%s': reserve_bytes %zu is above max_bytes %zu", p->name,
+                               p->reserve, p->max_bytes);
+    }
     p->decay_ns = (uint64_t)(o->decay_ms ? o->decay_ms : 250) * 1000000u;
     if ((unsigned)o->purge > LLMEM_POOL_PURGE_MANUAL)
         return llmem__fail(LLMEM_EINVAL, "pool '%s': unknown purge mode %d", p->name, (int)o->purge);
@@ -1883,6 +2057,7 @@ void llmem_pool_destroy(llmem_pool *p)
         llmem_resource_unmap(p->res, (void *)sb->base, sb->size, sb->size - (sb->decommitted_units << p->ushift));
         sb_free_meta(sb);
     }
+    llmem__pool_drop_fenced(p);
     llmem_fixed_destroy(p->descs);
     free(p->xfer_storage);
     free(p->handles);

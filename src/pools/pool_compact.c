@@ -236,7 +236,7 @@ static void evacuate(llmem_pool *p, size_t budget, llmem_pool_compact_report *r)
     if (!v) return;
     n = 0;
     for (superblock *sb = p->sbs; sb; sb = sb->next)
-        if (sb->used) v[n++] = sb;
+        if (sb->used && !sb->reserved) v[n++] = sb; /* the reserved range is where blocks go, not leave */
     qsort(v, n, sizeof *v, by_used);
     for (size_t i = 0; i < n && r->bytes_moved < budget; i++) {
         superblock *sb = v[i];

@@ -24,6 +24,7 @@ enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3 };
 #define GUARD_TAIL 16u         /* at least this much tail guard */
 #define GUARD_MAGIC 0x6c6c6d65u /* "llme" */
 #define GUARD_BYTE 0xFD
+#define FREED_BYTE 0xDF        /* fills free small blocks of checked host pools */
 #define MAGIC_SHIFT 40         /* exact division by class size, see slab_index */
 
 typedef struct superblock superblock;
@@ -41,6 +42,7 @@ typedef struct pblock {
     uint64_t free_since;        /* D_FREE: when it became a free run (ns) */
     bool purged;                /* D_FREE: its pages were decommitted by the purger */
     uint32_t handle;            /* D_LARGE: index + 1 of its handle, 0 for a raw allocation */
+    bool fenced;                /* D_LARGE: its fenced free is pending (pool_fence.c) */
 } pblock;
 
 /* A movable allocation: the block it is in now, and how it may be named. */
@@ -74,6 +76,8 @@ struct superblock {
     size_t used;                /* bytes in LARGE and SLAB blocks */
     uint64_t empty_since;       /* when used became 0, if listed as empty */
     bool empty;
+    bool reserved;              /* the reserve_bytes range: never listed empty, never unmapped
+                                   before destroy, committed page run by page run */
 };
 
 typedef struct central {
@@ -105,6 +109,7 @@ struct llmem_pool {
     size_t sb_align;            /* superblock alignment and size multiple */
     size_t max_sb, max_bytes;
     size_t first_sb;            /* the first superblock size; growth steps back towards it on release */
+    size_t reserve;             /* reserve_bytes, rounded; 0 = none */
     uint64_t decay_ns;
     bool purge_background;
     struct llmem_pool *purge_next; /* the purger's list, under its lock */
@@ -117,11 +122,14 @@ struct llmem_pool {
     central central[LLMEM_MAX_CLASSES];
     llmem_avl free_tree;
     superblock *sbs, *empties;
+    superblock *rsb;            /* the reserved superblock, once mapped */
     llmem_pool_stats st;        /* derived fields are filled by get_stats */
     struct tcache *tcaches;
     uint64_t xfer_bytes, xfer_blocks; /* in transfer caches */
     hentry *handles;            /* handle table (pool_compact.c) */
     uint32_t hcount, hcap, hfree;
+    struct fenced_free *fenced; /* pending fenced frees, oldest first (pool_fence.c) */
+    uint32_t nfenced, capfenced;
 };
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -159,6 +167,25 @@ llmem_status llmem__pool_commit_range(llmem_pool *p, superblock *sb, uintptr_t a
 /* Unmap an empty superblock; false (and kept) if the resource refuses. */
 bool llmem__pool_release_sb(llmem_pool *p, superblock *sb);
 void llmem__pool_note_peak(llmem_pool *p);
+/* ---- fenced frees (pool_fence.c uses these from pool.c) ----------------- */
+
+/* ptr is a live raw block of this pool whose fenced free is not pending:
+ * LLMEM_OK with its block bytes in *bytes and its block in *b (the slab for
+ * a small block), or the refusal llmem_pool_free would give (counted and
+ * logged). Lock held. */
+llmem_status llmem__pool_validate_free(llmem_pool *p, uintptr_t a, size_t *bytes, pblock **b);
+/* Free a block validated before (and still live). Lock held. */
+llmem_status llmem__pool_free_valid(llmem_pool *p, uintptr_t a);
+/* Is a's fenced free pending? Lock held. */
+bool llmem__pool_fenced_has(const llmem_pool *p, uintptr_t a);
+/* Complete the fenced frees whose fences are done; how many. Lock held. */
+size_t llmem__pool_poll_fenced_locked(llmem_pool *p);
+/* Wait for the oldest pending fence (the lock is dropped while waiting) and
+ * complete its free; false if none was pending. Lock held. */
+bool llmem__pool_wait_one_fenced(llmem_pool *p);
+/* Drop every pending fence without waiting (destroy). */
+void llmem__pool_drop_fenced(llmem_pool *p);
+
 /* Free-tree search key: the smallest size wanted. */
 int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n);
 

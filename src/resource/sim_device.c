@@ -132,6 +132,16 @@ static llmem_status sim_map_op(llmem_resource *r, size_t size, size_t align, uns
     sim_resource *s = (sim_resource *)r;
     bool committed = !(flags & LLMEM_MAP_UNCOMMITTED);
     size_t granules = size / r->info.granularity;
+    /* Refuse what can never be had before its metadata is allocated: an
+     * absurd size must be a status, not a host allocation in proportion. */
+    if (size > ((size_t)1 << 47))
+        return llmem__fail(LLMEM_ENOMEM, "sim-device '%s': %zu bytes exceed the address space", r->info.name, size);
+    if (committed) {
+        pthread_mutex_lock(&s->lock);
+        llmem_status cst = check_capacity(s, size);
+        pthread_mutex_unlock(&s->lock);
+        if (cst) return cst;
+    }
     sim_map m = {0};
     m.bits = calloc((granules + 63) / 64, sizeof *m.bits);
     if (!m.bits) return llmem__fail(LLMEM_ENOMEM, "sim-device '%s': out of host memory for metadata", r->info.name);
