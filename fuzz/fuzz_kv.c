@@ -6,7 +6,7 @@
  * a prefix (of another sequence's tokens, so hits happen), trim, or swap
  * out / swap in (PAGED: through the os resource as swap memory, under a
  * small swap budget), and the following bytes are its arguments. The manager is PAGED with a prefix
- * cache, or STATIC, or BUCKETS (the first byte), with a small budget so
+ * cache, or STATIC (or CONTIGUOUS), or BUCKETS (the first byte), with a small budget so
  * that refusals and evictions happen.
  *
  * The shadow keeps every sequence's token ids. Every token slot holds, in
@@ -118,9 +118,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static int quiet;
     if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
     input in = {data, size};
-    unsigned mode = byte(&in) % 4;
+    unsigned first = byte(&in), mode = first % 4;
     llmem_kv_options o = llmem_kv_options_default();
     o.strategy = mode == 2 ? LLMEM_KV_STATIC : mode == 3 ? LLMEM_KV_BUCKETS : LLMEM_KV_PAGED;
+    if (mode == 2 && first & 0x80) o.strategy = LLMEM_KV_CONTIGUOUS; /* STATIC's layout, committed as it grows */
     o.prefix_cache = o.strategy == LLMEM_KV_PAGED;
     o.layers = LAYERS;
     o.kv_heads = 1;

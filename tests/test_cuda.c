@@ -7,7 +7,8 @@
  * fenced frees with CUDA events are never reused before their event and
  * are waited for (one event, not the device) when the pool is full;
  * cuda-vmm commits and decommits inside a reservation keeping every other
- * byte, and a pool over it grows in place.
+ * byte, a pool over it grows in place, and the KV manager's CONTIGUOUS
+ * layout over it keeps positions fixed while memory follows the tokens.
  *
  * Without a device every test prints "skipped: no CUDA device (...)" and
  * skips (tests/test_cuda_absent.c covers that path's statuses).
@@ -541,6 +542,66 @@ static void vmm_pool_grows_in_place(void **state)
     llmem_resource_destroy(r);
 }
 
+/* KV CONTIGUOUS on cuda-vmm: each layer of a sequence at fixed device
+ * addresses, memory committed as it grows, bytes kept across growth. */
+static void vmm_kv_contiguous(void **state)
+{
+    (void)state;
+    NEED_DEVICE();
+    llmem_resource *r = NULL;
+    llmem_status st = llmem_cuda_vmm_resource_create(NULL, &r);
+    if (st == LLMEM_ENOTSUP) {
+        printf("skipped: %s\n", llmem_last_error());
+        skip();
+    }
+    assert_ok(st);
+    llmem_kv_options ko = llmem_kv_options_default();
+    ko.name = "gpu-kv";
+    ko.strategy = LLMEM_KV_CONTIGUOUS;
+    ko.layers = 4;
+    ko.kv_heads = 8;
+    ko.head_dim = 128;
+    ko.dtype = LLMEM_KV_F16;
+    ko.max_seq_len = 8192;
+    ko.resource = r;
+    llmem_kv *kv = NULL;
+    assert_ok(llmem_kv_create(&ko, &kv));
+    llmem_kv_seq s;
+    assert_ok(llmem_kv_seq_create(kv, 0, &s));
+    size_t tb = llmem_kv_token_bytes(kv);
+    unsigned char *host = malloc(tb), *back = malloc(tb);
+    void *k0 = NULL, *v0 = NULL;
+    for (size_t t = 0; t < 3000; t++) {
+        assert_ok(llmem_kv_seq_append(kv, s, 1, NULL, NULL));
+        void *k, *v;
+        assert_ok(llmem_kv_seq_token(kv, s, 3, t, &k, &v));
+        if (t == 0) k0 = k, v0 = v;
+        pattern(host, tb, (unsigned)t);
+        assert_ok(llmem_resource_copy(r, k, host, tb));
+    }
+    /* Position 0 did not move while the sequence grew, and kept its bytes. */
+    void *k, *v;
+    assert_ok(llmem_kv_seq_token(kv, s, 3, 0, &k, &v));
+    assert_ptr_equal(k, k0);
+    assert_ptr_equal(v, v0);
+    for (size_t t = 0; t < 3000; t += 499) {
+        assert_ok(llmem_kv_seq_token(kv, s, 3, t, &k, &v));
+        pattern(host, tb, (unsigned)t);
+        assert_ok(llmem_resource_copy(r, back, k, tb));
+        assert_memory_equal(host, back, tb);
+    }
+    llmem_kv_stats ks = {sizeof ks};
+    assert_ok(llmem_kv_get_stats(kv, &ks));
+    assert_true(ks.bytes_reserved < (size_t)8192 * llmem_kv_bytes_per_token(kv)); /* not the whole reservation */
+    assert_ok(llmem_kv_check(kv));
+    assert_ok(llmem_kv_seq_free(kv, s));
+    llmem_kv_destroy(kv);
+    assert_int_equal(rstats(r).mapped_bytes, 0);
+    free(host);
+    free(back);
+    llmem_resource_destroy(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -556,6 +617,7 @@ int main(void)
         cmocka_unit_test(full_device_pool_waits_for_events),
         cmocka_unit_test(vmm_commit_decommit_keeps_bytes),
         cmocka_unit_test(vmm_pool_grows_in_place),
+        cmocka_unit_test(vmm_kv_contiguous),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

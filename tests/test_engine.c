@@ -221,6 +221,8 @@ static void reference_ids_one_thread_and_malloc_baseline(void **state)
     o.kv_strategy = LLMEM_KV_BUCKETS;
     o.kv_block_tokens = 8;
     check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    o.kv_strategy = LLMEM_KV_CONTIGUOUS; /* reserved per layer, committed as it grows */
+    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
 }
 
 /* ---- batched prefill --------------------------------------------------------------------- */

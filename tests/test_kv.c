@@ -72,6 +72,7 @@ typedef struct shseq {
     bool hashable;                /* the manager can register its next full blocks */
     int base;                     /* property test: which shared prompt it follows, -1 none */
     bool ontrack;
+    size_t hwm;                   /* CONTIGUOUS: the most tokens it held (what is committed for) */
 } shseq;
 
 typedef struct model {
@@ -94,7 +95,17 @@ typedef struct model {
     size_t ndead;
     unsigned char *scratch, *want;
     unsigned surfaced, absorbed;  /* fault campaign */
+    size_t gran, vstride;         /* CONTIGUOUS: the resource's granularity, bytes reserved per layer */
 } model;
+
+/* CONTIGUOUS: bytes committed per layer for a sequence that held `hwm`
+ * tokens at most: whole granules, never more than the reservation. */
+static size_t v_committed(const model *m, size_t hwm)
+{
+    size_t need = (hwm + m->B - 1) / m->B * m->bb;
+    need = (need + m->gran - 1) / m->gran * m->gran;
+    return need < m->vstride ? need : m->vstride;
+}
 
 static llmem_kv_options geo(llmem_kv_strategy strategy, uint32_t B)
 {
@@ -149,6 +160,9 @@ static void m_open(model *m, const llmem_kv_options *o, llmem_resource *dev)
     m->exact = o->budget_bytes == 0;
     m->scratch = malloc(m->bb);
     m->want = malloc(m->tb);
+    m->gran = llmem_resource_granularity(dev ? dev : llmem_resource_default());
+    m->vstride = (m->max_len + m->B - 1) / m->B * m->bb;
+    m->vstride = (m->vstride + m->gran - 1) / m->gran * m->gran;
     assert_ok(llmem_kv_create(&m->o, &m->kv));
     assert_int_equal(llmem_kv_token_bytes(m->kv), m->tb);
     assert_int_equal(llmem_kv_block_bytes(m->kv), m->bb);
@@ -270,6 +284,10 @@ static void verify_seq(model *m, const shseq *s, blkref *refs, size_t *nrefs, si
         assert_int_equal(in.capacity, (s->first / B + nb) * B);
     } else if (m->strategy == LLMEM_KV_STATIC) {
         assert_int_equal(in.capacity, m->max_len);
+    } else if (m->strategy == LLMEM_KV_CONTIGUOUS) { /* what its committed granules hold */
+        size_t cap = v_committed(m, s->hwm) / m->bb * m->B;
+        assert_int_equal(in.capacity, cap < m->max_len ? cap : m->max_len);
+        assert_true(in.capacity >= s->length);
     } else if (in.capacity) { /* BUCKETS: a class, B * 2^c or max_seq_len */
         assert_true(in.capacity >= s->length && in.capacity <= m->max_len);
         size_t c = B;
@@ -381,8 +399,15 @@ static void m_verify(model *m)
         assert_int_equal(st.blocks_cached, 0);
         assert_int_equal(st.blocks_used, buf_blocks); /* the buffers sequences hold; idle ones are free */
         assert_int_equal(st.blocks_used + st.blocks_free, st.blocks_total);
-        assert_int_equal(st.bytes_reserved, st.blocks_total * m->bb * m->layers);
         size_t per_static = (m->max_len + m->B - 1) / m->B * m->bb * m->layers;
+        if (m->strategy == LLMEM_KV_CONTIGUOUS) { /* committed granules, all layers */
+            size_t want = 0;
+            for (size_t i = 0; i < m->n; i++) want += v_committed(m, m->s[i].hwm) * m->layers;
+            assert_int_equal(st.bytes_reserved, want);
+            assert_true(st.blocks_total * m->bb * m->layers <= st.bytes_reserved);
+        } else {
+            assert_int_equal(st.bytes_reserved, st.blocks_total * m->bb * m->layers);
+        }
         if (m->strategy == LLMEM_KV_STATIC) assert_int_equal(st.bytes_reserved, m->n * per_static);
         else assert_true(st.bytes_reserved >= written * bpt);
     }
@@ -516,6 +541,7 @@ static llmem_status m_append(model *m, size_t i, size_t n, const int32_t *t, boo
         return st;
     }
     assert_int_equal(fp, L);
+    if (L + n > s->hwm) s->hwm = L + n;
     sh_push(s, t, n);
     sh_slide(m, s);
     if (pass && m->prefix && s->hashable)
@@ -543,6 +569,7 @@ static size_t m_fork(model *m, size_t i)
     shseq *c = &m->s[m->n], *p = &m->s[i];
     *c = *p;
     c->h = h;
+    c->hwm = p->length; /* a fork commits for what it copies */
     c->tok = NULL;
     c->ph = NULL;
     c->cap = 0;
@@ -688,7 +715,7 @@ static void create_rejects_bad_options(void **state)
         assert_null(kv);
     }
     llmem_kv_options o = good;
-    o.strategy = (llmem_kv_strategy)3;
+    o.strategy = (llmem_kv_strategy)(LLMEM_KV_CONTIGUOUS + 1);
     assert_status(llmem_kv_create(&o, &kv), LLMEM_EINVAL);
     o.strategy = (llmem_kv_strategy)-1;
     assert_status(llmem_kv_create(&o, &kv), LLMEM_EINVAL);
@@ -714,7 +741,7 @@ static void create_rejects_bad_options(void **state)
     assert_status(llmem_kv_create(&o, &kv), LLMEM_EOVERFLOW);
     assert_null(kv);
     /* The prefix cache and windows are PAGED only. */
-    for (int s = LLMEM_KV_STATIC; s <= LLMEM_KV_BUCKETS; s++) {
+    for (int s = LLMEM_KV_STATIC; s <= LLMEM_KV_CONTIGUOUS; s++) {
         o = geo((llmem_kv_strategy)s, 16);
         o.prefix_cache = true;
         assert_status(llmem_kv_create(&o, &kv), LLMEM_ENOTSUP);
@@ -843,6 +870,8 @@ static const prop_cfg prop_cfgs[] = {
     {"static-budget", LLMEM_KV_STATIC, false, false, 60, 150},
     {"buckets", LLMEM_KV_BUCKETS, false, false, 0, 150},
     {"buckets-budget", LLMEM_KV_BUCKETS, false, false, 50, 150},
+    {"contiguous", LLMEM_KV_CONTIGUOUS, false, false, 0, 150},
+    {"contiguous-budget", LLMEM_KV_CONTIGUOUS, false, false, 60, 150},
 };
 
 static void property_host(void **state)
@@ -1435,7 +1464,7 @@ static void static_reserves_and_max_len(void **state)
     m_close(&m);
 
     /* Past max_seq_len is LLMEM_ERANGE for every strategy; a PAGED window passes it. */
-    for (int st = LLMEM_KV_PAGED; st <= LLMEM_KV_BUCKETS; st++) {
+    for (int st = LLMEM_KV_PAGED; st <= LLMEM_KV_CONTIGUOUS; st++) {
         o = geo((llmem_kv_strategy)st, 16);
         o.max_seq_len = 40;
         m_open(&m, &o, NULL);
@@ -1553,10 +1582,70 @@ static void buckets_grow_reuse_trim(void **state)
 
 /* ---- truncation -------------------------------------------------------------- */
 
+/* ---- CONTIGUOUS: fixed addresses, memory that follows the tokens -------------- */
+
+static void contiguous_positions_stay_put(void **state)
+{
+    (void)state;
+    llmem_resource *os = NULL, *track = NULL;
+    assert_ok(llmem_os_resource_create(NULL, &os));
+    assert_ok(llmem_tracking_resource_create(os, &track));
+    llmem_kv_options o = geo(LLMEM_KV_CONTIGUOUS, 16);
+    o.max_seq_len = 4096;
+    o.resource = track;
+    llmem_kv *kv = NULL;
+    assert_ok(llmem_kv_create(&o, &kv));
+    size_t bpt = llmem_kv_bytes_per_token(kv), page = llmem_resource_granularity(track);
+    llmem_kv_seq a, b;
+    assert_ok(llmem_kv_seq_create(kv, 0, &a));
+    assert_ok(llmem_kv_seq_create(kv, 0, &b));
+    assert_int_equal(kstats(kv).bytes_reserved, 0); /* address space only */
+    void *k0 = NULL, *v0 = NULL;
+    for (size_t t = 0; t < 1000; t++) {
+        assert_ok(llmem_kv_seq_append(kv, a, 1, NULL, NULL));
+        void *k, *v;
+        assert_ok(llmem_kv_seq_token(kv, a, 1, t, &k, &v));
+        memset(k, (int)(t & 0xff), llmem_kv_token_bytes(kv));
+        if (!t) k0 = k, v0 = v;
+        /* Committed: the granules the tokens need, in every layer. */
+        size_t need = (t + 1 + 15) / 16 * llmem_kv_block_bytes(kv);
+        need = (need + page - 1) / page * page;
+        assert_int_equal(kstats(kv).bytes_reserved, need * o.layers);
+    }
+    void *k, *v;
+    assert_ok(llmem_kv_seq_token(kv, a, 1, 0, &k, &v));
+    assert_ptr_equal(k, k0);
+    assert_ptr_equal(v, v0);
+    for (size_t t = 0; t < 1000; t += 37) {
+        assert_ok(llmem_kv_seq_token(kv, a, 1, t, &k, &v));
+        assert_int_equal(((unsigned char *)k)[3], t & 0xff);
+    }
+    /* One sequence's positions are one run per layer: no block table needed. */
+    void *kp[80], *vp[80];
+    size_t n = 0;
+    assert_ok(llmem_kv_seq_table(kv, a, 0, kp, vp, 80, &n));
+    for (size_t i = 1; i < n; i++) assert_ptr_equal(kp[i], (char *)kp[0] + i * llmem_kv_block_bytes(kv));
+    /* The tracking resource saw exactly the commits. */
+    llmem_tracking_stats ts = {sizeof ts};
+    assert_ok(llmem_tracking_resource_get_stats(track, &ts));
+    assert_int_equal(ts.live_mappings, 2);
+    assert_true(kstats(kv).bytes_reserved <= (uint64_t)1000 * bpt + o.layers * page);
+    assert_ok(llmem_kv_check(kv));
+    assert_ok(llmem_kv_seq_free(kv, a));
+    assert_ok(llmem_kv_seq_free(kv, b));
+    assert_int_equal(kstats(kv).bytes_reserved, 0);
+    llmem_kv_destroy(kv);
+    assert_ok(llmem_tracking_resource_get_stats(track, &ts));
+    assert_int_equal(ts.live_mappings, 0);
+    assert_int_equal(ts.refused_total, 0);
+    llmem_resource_destroy(track);
+    llmem_resource_destroy(os);
+}
+
 static void truncate_rules(void **state)
 {
     (void)state;
-    for (int st = LLMEM_KV_PAGED; st <= LLMEM_KV_BUCKETS; st++) {
+    for (int st = LLMEM_KV_PAGED; st <= LLMEM_KV_CONTIGUOUS; st++) {
         llmem_kv_options o = geo((llmem_kv_strategy)st, 16);
         model m;
         m_open(&m, &o, NULL);
@@ -1954,7 +2043,9 @@ static void fault_campaign(void **state)
     static const struct {
         llmem_kv_strategy st;
         bool prefix;
-    } cfgs[] = {{LLMEM_KV_PAGED, false}, {LLMEM_KV_PAGED, true}, {LLMEM_KV_STATIC, false}, {LLMEM_KV_BUCKETS, false}};
+    } cfgs[] = {{LLMEM_KV_PAGED, false},  {LLMEM_KV_PAGED, true},
+                {LLMEM_KV_STATIC, false}, {LLMEM_KV_BUCKETS, false},
+                {LLMEM_KV_CONTIGUOUS, false}};
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
         /* 1. Count the map calls. */
         unsigned surfaced = 0, absorbed = 0, total_surfaced = 0;
@@ -2459,6 +2550,7 @@ int main(void)
         cmocka_unit_test(out_of_memory_mid_append),
         cmocka_unit_test(static_reserves_and_max_len),
         cmocka_unit_test(buckets_grow_reuse_trim),
+        cmocka_unit_test(contiguous_positions_stay_put),
         cmocka_unit_test(truncate_rules),
         cmocka_unit_test(stats_and_schema),
         cmocka_unit_test(bad_input),

@@ -29,7 +29,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: llmem replay --trace FILE --kv-budget BYTES --model-shape NAME|config.json\n"
-            "                    [--strategy paged|static|buckets|all] [--json] [options]\n"
+            "                    [--strategy paged|static|buckets|contiguous|all] [--json] [options]\n"
             "\n"
             "Replays a request trace through a continuous-batching scheduler whose KV cache is\n"
             "allocated through llmem (on a simulated device: nothing is touched), on a simulated\n"
@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "  --kv-budget BYTES      KV memory, e.g. 8GiB, 512MiB\n"
             "  --model-shape S        llama-2-7b, llama-2-13b, yi-coder-1.5b, tiny-15m, stories260k,\n"
             "                         tiny-random, or a Hugging Face config.json\n"
-            "  --strategy S           paged (default), static, buckets, or all three\n"
+            "  --strategy S           paged (default), static, buckets, contiguous, or all four\n"
             "  --json                 one JSON object (an array with --strategy all)\n"
             "  --max-seq-len N        context limit and STATIC's reservation (default: the model's)\n"
             "  --block-tokens N       tokens per KV block (default 16)\n"
@@ -111,9 +111,9 @@ static void print_table(const replay_result *rs, size_t n, const replay_options 
     ROW("TPOT p50 / p99 (ms)", "%5.1f /%5.1f", 1e3 * rs[i].tpot_p50_s, 1e3 * rs[i].tpot_p99_s);
     ROW("E2E p50 / p99 (s)", "%5.1f /%5.1f", rs[i].e2e_p50_s, rs[i].e2e_p99_s);
     ROW("throughput (tok/s)", "%12.0f", rs[i].throughput_tokens_per_s);
-    ROW("pool resource calls", "%12llu", (unsigned long long)rs[i].resource_calls);
-    ROW("pool peak committed (GiB)", "%12.2f", (double)rs[i].peak_committed_bytes / (1 << 30));
-    ROW("pool mean committed (GiB)", "%12.2f", rs[i].mean_committed_bytes / (1 << 30));
+    ROW("KV resource calls", "%12llu", (unsigned long long)rs[i].resource_calls);
+    ROW("KV peak committed (GiB)", "%12.2f", (double)rs[i].peak_committed_bytes / (1 << 30));
+    ROW("KV mean committed (GiB)", "%12.2f", rs[i].mean_committed_bytes / (1 << 30));
     if (o->controller) ROW("reserves/grows/shrinks", "%4llu/%3llu/%3llu", (unsigned long long)rs[i].controller_reserves,
                            (unsigned long long)rs[i].controller_grows, (unsigned long long)rs[i].controller_shrinks);
     ROW("simulated time (s)", "%12.0f", rs[i].sim_time_s);
@@ -197,18 +197,20 @@ int llmem_cmd_replay(int argc, char **argv)
         fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
         return 1;
     }
-    llmem_kv_strategy list[3];
+    llmem_kv_strategy list[4];
     size_t ns = 0;
     if (!strcmp(strategy, "all")) {
         list[0] = LLMEM_KV_STATIC;
         list[1] = LLMEM_KV_BUCKETS;
         list[2] = LLMEM_KV_PAGED;
-        ns = 3;
+        list[3] = LLMEM_KV_CONTIGUOUS;
+        ns = 4;
     } else if (!strcmp(strategy, "paged")) list[ns++] = LLMEM_KV_PAGED;
     else if (!strcmp(strategy, "static")) list[ns++] = LLMEM_KV_STATIC;
     else if (!strcmp(strategy, "buckets")) list[ns++] = LLMEM_KV_BUCKETS;
+    else if (!strcmp(strategy, "contiguous")) list[ns++] = LLMEM_KV_CONTIGUOUS;
     else {
-        fprintf(stderr, "llmem replay: --strategy must be paged, static, buckets or all\n");
+        fprintf(stderr, "llmem replay: --strategy must be paged, static, buckets, contiguous or all\n");
         llmem_trace_free(&trace);
         return 2;
     }
@@ -218,7 +220,7 @@ int llmem_cmd_replay(int argc, char **argv)
         return 2;
     }
     o.progress = !json && isatty(STDERR_FILENO);
-    replay_result rs[3];
+    replay_result rs[4];
     llmem_log_set(NULL, NULL, LLMEM_LOG_ERROR);
     for (size_t i = 0; i < ns; i++) {
         o.strategy = list[i];

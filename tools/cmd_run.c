@@ -35,7 +35,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: llmem run MODEL [-z TOKENIZER] [-i PROMPT] [-n STEPS] [-t TEMP] [-p TOPP] [-s SEED]\n"
             "                 [--threads N] [--batch N] [--print-ids] [--alloc llmem|malloc] [--stats[=json|=prometheus]]\n"
-            "                 [--kv paged|static|buckets] [--kv-dtype f32|f16] [--max-seq-len N]\n"
+            "                 [--kv paged|static|buckets|contiguous] [--kv-dtype f32|f16] [--max-seq-len N]\n"
             "                 [--populate] [--shared] [--mlock] [--sequential] [--hugepage] [--timeline FILE.html]\n"
             "\n"
             "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q8_0).\n"
@@ -481,6 +481,7 @@ int llmem_cmd_run(int argc, char **argv)
             if (!strcmp(v, "paged")) a.eo.kv_strategy = LLMEM_KV_PAGED;
             else if (!strcmp(v, "static")) a.eo.kv_strategy = LLMEM_KV_STATIC;
             else if (!strcmp(v, "buckets")) a.eo.kv_strategy = LLMEM_KV_BUCKETS;
+            else if (!strcmp(v, "contiguous")) a.eo.kv_strategy = LLMEM_KV_CONTIGUOUS;
             else ok = false;
         } else if (TAKE("--kv-dtype")) {
             if (!strcmp(v, "f32")) a.eo.kv_dtype = LLMEM_KV_F32;

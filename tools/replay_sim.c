@@ -95,6 +95,7 @@ typedef struct sim {
     size_t nttft, ntpot, ne2e;
     double busy_t, util_acc, conc_acc;
     llmem_pool *pool;
+    llmem_resource *dev;            /* the KV's device memory: under the pool, and CONTIGUOUS's own */
     llmem_controller *ctl;
     llmem_timeline *tl;
     double committed_acc;           /* committed bytes x simulated seconds */
@@ -197,17 +198,20 @@ static uint64_t sim_clock(void *ctx)
     return (uint64_t)llround(s->t * 1e9);
 }
 
-static uint64_t pool_committed(const sim *s)
+/* Committed device bytes: the resource's figure, which is the pool's for
+ * the strategies that allocate from it, and counts CONTIGUOUS's direct
+ * reservations too. */
+static uint64_t dev_committed(const sim *s)
 {
-    llmem_pool_stats ps = {sizeof ps};
-    llmem_pool_get_stats(s->pool, &ps);
-    return ps.committed_bytes;
+    llmem_resource_stats rs = {sizeof rs};
+    llmem_resource_get_stats(s->dev, &rs);
+    return rs.committed_bytes;
 }
 
-/* Account the pool's committed bytes over dt simulated seconds (from now). */
+/* Account the committed device bytes over dt simulated seconds (from now). */
 static void account(sim *s, double dt)
 {
-    uint64_t c = pool_committed(s);
+    uint64_t c = dev_committed(s);
     s->committed_acc += (double)c * dt;
     if (c > s->peak_committed) s->peak_committed = c;
 }
@@ -256,7 +260,7 @@ static void idle_until(sim *s, double until)
 int replay_run(const llmem_trace *trace, const replay_options *o, replay_result *r)
 {
     memset(r, 0, sizeof *r);
-    static const char *names[] = {"paged", "static", "buckets"};
+    static const char *names[] = {"paged", "static", "buckets", "contiguous"};
     r->strategy = names[o->strategy];
     if (!o->kv_budget) {
         fprintf(stderr, "llmem replay: --kv-budget is required\n");
@@ -312,6 +316,7 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
         return 1;
     }
     s.pool = pool;
+    s.dev = dev;
     llmem_predictor *pred = NULL;
     if (o->controller) {
         llmem_predictor_options pro = llmem_predictor_options_default();
@@ -524,9 +529,9 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
     r->sim_time_s = s.t;
     r->wall_time_s = now_s() - wall0;
     r->throughput_tokens_per_s = s.t > 0 ? (double)r->tokens_generated / s.t : 0;
-    llmem_pool_stats ps = {sizeof ps};
-    llmem_pool_get_stats(pool, &ps);
-    r->resource_calls = ps.resource_calls_total;
+    llmem_resource_stats rst = {sizeof rst};
+    llmem_resource_get_stats(dev, &rst);
+    r->resource_calls = rst.map_calls_total + rst.unmap_calls_total + rst.commit_calls_total + rst.decommit_calls_total;
     r->peak_committed_bytes = s.peak_committed;
     r->mean_committed_bytes = s.t > 0 ? s.committed_acc / s.t : 0;
     if (s.ctl) {

@@ -95,7 +95,8 @@ typedef struct replay_result {
     double sim_time_s, wall_time_s;
     uint64_t steps, tokens_generated, prompt_tokens;
     double throughput_tokens_per_s; /* generated tokens / simulated time */
-    /* The KV pool on the device, over the simulated time (idle gaps included). */
+    /* The KV's device memory (the resource under the pool; CONTIGUOUS maps it
+     * directly), over the simulated time (idle gaps included). */
     uint64_t resource_calls;      /* map, unmap, commit, decommit */
     uint64_t peak_committed_bytes;
     double mean_committed_bytes;  /* time-weighted */

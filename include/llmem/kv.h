@@ -4,7 +4,7 @@
  * The KV cache grows one slot per token per sequence and dies with the
  * request. llmem_kv hands an engine the memory for it, from a pool over any
  * resource, host or device (it never touches device memory itself: copies
- * go through the resource). Three strategies behind one interface, so they
+ * go through the resource). Four strategies behind one interface, so they
  * can be compared on equal terms:
  *  - PAGED (default): fixed blocks of block_tokens tokens. One block id space
  *    is shared by all layers; each layer's storage grows in slabs of a few
@@ -30,6 +30,15 @@
  *  - BUCKETS: a contiguous buffer per sequence from capacity classes (powers
  *    of two from one block to max_seq_len), reused across requests, grown by
  *    copying into the next class when outgrown.
+ *  - CONTIGUOUS: as STATIC, each layer of a sequence is one run of blocks
+ *    for max_seq_len tokens at fixed addresses, but reserved as address
+ *    space only (straight from the pool's resource, which must be able to
+ *    reserve: os, sim-device, cuda-vmm; LLMEM_ENOTSUP otherwise) and
+ *    committed a granule at a time as the sequence grows: memory follows the
+ *    tokens held, positions never move, and a kernel needs no block table
+ *    (vAttention's layout). The budget counts committed bytes; truncating
+ *    keeps the committed memory until the sequence is freed. Not in the
+ *    pool's stats: its resource calls are the manager's own.
  *
  * Layout: for every layer, a block holds K for block_tokens tokens, then V
  * for them; a token's K (or V) is kv_heads * head_dim elements, head-major.
@@ -85,7 +94,8 @@ typedef uint64_t llmem_kv_seq; /* 0 is never a sequence */
 typedef enum llmem_kv_strategy {
     LLMEM_KV_PAGED = 0,
     LLMEM_KV_STATIC = 1,
-    LLMEM_KV_BUCKETS = 2
+    LLMEM_KV_BUCKETS = 2,
+    LLMEM_KV_CONTIGUOUS = 3
 } llmem_kv_strategy;
 
 typedef enum llmem_kv_dtype {

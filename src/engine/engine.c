@@ -384,7 +384,7 @@ static llmem_status check_options(const llmem_model_config *c, llmem_engine_opti
         return llmem__fail(LLMEM_ENOTSUP, "engine: KV element type %d not supported (f32 or f16)", (int)o->kv_dtype);
     if (o->alloc != LLMEM_ENGINE_ALLOC_LLMEM && o->alloc != LLMEM_ENGINE_ALLOC_MALLOC)
         return llmem__fail(LLMEM_EINVAL, "engine: unknown alloc mode %d", (int)o->alloc);
-    if ((unsigned)o->kv_strategy > LLMEM_KV_BUCKETS)
+    if ((unsigned)o->kv_strategy > LLMEM_KV_CONTIGUOUS)
         return llmem__fail(LLMEM_EINVAL, "engine: unknown KV strategy %d", (int)o->kv_strategy);
     return LLMEM_OK;
 }

@@ -91,10 +91,12 @@ typedef struct kv_slab {     /* storage: slab_base; free stack: slab_free (llmem
     bool live;              /* false: absent (its storage went back to the pool) */
 } kv_slab;
 
-typedef struct kv_buf {     /* STATIC / BUCKETS: one buffer per layer */
+typedef struct kv_buf {     /* STATIC / BUCKETS / CONTIGUOUS: one buffer per layer */
     size_t capacity;        /* tokens */
     int cls;                /* BUCKETS class */
     struct kv_buf *next;    /* idle list of its class */
+    void *map;              /* CONTIGUOUS: the reservation, layers x kv->vstride bytes */
+    size_t committed;       /* CONTIGUOUS: bytes committed at the start of every layer's range */
     void *base[];           /* [layers] */
 } kv_buf;
 
@@ -128,6 +130,7 @@ struct llmem_kv {
     bool host, prefix;
     llmem_resource *swap_res; /* borrowed host resource for swapped sequences; NULL: no swapping */
     size_t swap_budget;       /* cap on st.swap_bytes_held; 0 = none */
+    size_t vgran, vstride;    /* CONTIGUOUS: commit granule, and bytes reserved per layer */
     /* PAGED */
     uint32_t S;             /* blocks per slab */
     kv_slab *slabs;         /* [slab_cap] */
@@ -762,6 +765,13 @@ static size_t buf_bytes(const llmem_kv *kv, size_t capacity)
 
 static void buf_release(llmem_kv *kv, kv_buf *b)
 {
+    if (b->map) {
+        llmem_resource_unmap(kv->res, b->map, kv->vstride * kv->layers, b->committed * kv->layers);
+        note_reserved(kv, -(int64_t)(b->committed * kv->layers));
+        kv->st.shrinks_total++;
+        kv_meta_free(kv, b);
+        return;
+    }
     for (uint32_t l = 0; l < kv->layers; l++) llmem_pool_free(kv->pool, b->base[l]);
     note_reserved(kv, -(int64_t)(buf_bytes(kv, b->capacity) * kv->layers));
     kv->st.shrinks_total++;
@@ -814,6 +824,50 @@ static llmem_status buf_new(llmem_kv *kv, size_t capacity, int cls, kv_buf **out
     return LLMEM_OK;
 }
 
+/* CONTIGUOUS: a reservation of vstride bytes per layer, nothing committed. */
+static llmem_status vbuf_new(llmem_kv *kv, kv_buf **out)
+{
+    kv_buf *b = kv_meta_alloc(kv, 1, sizeof *b + (size_t)kv->layers * sizeof b->base[0]);
+    if (!b) return llmem__fail(LLMEM_ENOMEM, "kv '%s': out of host memory", kv->name);
+    memset(b, 0, sizeof *b);
+    b->cls = -1;
+    llmem_status st = llmem_resource_map_tagged(kv->res, kv->vstride * kv->layers, kv->vgran, LLMEM_MAP_UNCOMMITTED,
+                                                kv->name, &b->map);
+    if (st) {
+        kv_meta_free(kv, b);
+        return st;
+    }
+    for (uint32_t l = 0; l < kv->layers; l++) b->base[l] = (char *)b->map + (size_t)l * kv->vstride;
+    *out = b;
+    return LLMEM_OK;
+}
+
+/* CONTIGUOUS: commit every layer's range up to `tokens`; all layers or
+ * none (a failure decommits what this call committed). */
+static llmem_status vbuf_fit(llmem_kv *kv, kv_buf *b, size_t tokens)
+{
+    size_t need = (buf_bytes(kv, tokens) + kv->vgran - 1) / kv->vgran * kv->vgran;
+    if (need > kv->vstride) need = kv->vstride;
+    if (need <= b->committed) return LLMEM_OK;
+    size_t more = need - b->committed;
+    if (!budget_allows(kv, more * kv->layers))
+        return llmem__fail(LLMEM_ENOMEM, "kv '%s': %zu more bytes would pass the budget (%llu of %zu held)", kv->name,
+                           more * kv->layers, (unsigned long long)kv->st.bytes_reserved, kv->budget);
+    for (uint32_t l = 0; l < kv->layers; l++) {
+        llmem_status st = llmem_resource_commit(kv->res, (char *)b->base[l] + b->committed, more);
+        if (st) {
+            for (uint32_t k = 0; k < l; k++) llmem_resource_decommit(kv->res, (char *)b->base[k] + b->committed, more);
+            return st;
+        }
+    }
+    b->committed = need;
+    size_t cap = need / kv->block_bytes * kv->B;
+    b->capacity = cap < kv->max_len ? cap : kv->max_len;
+    kv->st.grows_total++;
+    note_reserved(kv, (int64_t)(more * kv->layers));
+    return LLMEM_OK;
+}
+
 static void buf_done(llmem_kv *kv, kv_buf *b)
 {
     if (!b) return;
@@ -860,6 +914,15 @@ static llmem_status contig_append(llmem_kv *kv, kv_seq *s, size_t n)
         s->length = want;
         return LLMEM_OK;
     }
+    if (kv->strategy == LLMEM_KV_CONTIGUOUS) { /* commit in place: nothing moves */
+        llmem_status st = vbuf_fit(kv, s->buf, want);
+        if (st) {
+            kv->st.preemptions_total++;
+            return st;
+        }
+        s->length = want;
+        return LLMEM_OK;
+    }
     /* BUCKETS only (STATIC reserved everything at create): the next class. */
     size_t capacity;
     int c = bucket_for(kv, want, &capacity);
@@ -903,7 +966,7 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
     const char *name = o.name && *o.name ? o.name : "kv";
     if (!o.layers || !o.kv_heads || !o.head_dim || !o.max_seq_len)
         return llmem__fail(LLMEM_EINVAL, "kv '%s': layers, kv_heads, head_dim and max_seq_len are required", name);
-    if ((unsigned)o.strategy > LLMEM_KV_BUCKETS) return llmem__fail(LLMEM_EINVAL, "kv '%s': unknown strategy", name);
+    if ((unsigned)o.strategy > LLMEM_KV_CONTIGUOUS) return llmem__fail(LLMEM_EINVAL, "kv '%s': unknown strategy", name);
     size_t elem = dtype_size(o.dtype);
     if (!elem) return llmem__fail(LLMEM_EINVAL, "kv '%s': unknown dtype %d", name, (int)o.dtype);
     if (!o.block_tokens) o.block_tokens = 16;
@@ -974,6 +1037,19 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
         kv->S = (uint32_t)(S < 1 ? 1 : S > 65536 ? 65536 : S);
         size_t cap;
         kv->nclasses = bucket_for(kv, kv->max_len, &cap) + 1;
+        if (kv->strategy == LLMEM_KV_CONTIGUOUS) {
+            llmem_resource_info info;
+            memset(&info, 0, sizeof info);
+            llmem_resource_get_info(kv->res, &info);
+            kv->vgran = info.granularity;
+            size_t per = buf_bytes(kv, kv->max_len);
+            if (!(info.caps & LLMEM_RES_CAP_RESERVE) || !(info.caps & LLMEM_RES_CAP_DECOMMIT))
+                st = llmem__fail(LLMEM_ENOTSUP, "kv '%s': the CONTIGUOUS strategy needs a resource that reserves "
+                                 "address space (%s cannot)", name, llmem_resource_name(kv->res));
+            else if (!llmem__align_up(per, kv->vgran, &kv->vstride) || !llmem__mul_ok(kv->vstride, kv->layers, &cap) ||
+                     cap > (size_t)PTRDIFF_MAX)
+                st = llmem__fail(LLMEM_EOVERFLOW, "kv '%s': the reservation per sequence overflows", name);
+        }
         /* With a budget, the per-slab arrays hold its slabs from the start
          * (up to KV_META_PRESIZE bytes), so no append grows them. */
         size_t slab_all = (size_t)kv->S * block_bytes * kv->layers;
@@ -1185,8 +1261,8 @@ static llmem_status seq_create_locked(llmem_kv *kv, size_t window, llmem_kv_seq 
         *out = 0;
         return st;
     }
-    if (kv->strategy == LLMEM_KV_STATIC) {
-        st = buf_new(kv, kv->max_len, -1, &s->buf);
+    if (kv->strategy == LLMEM_KV_STATIC || kv->strategy == LLMEM_KV_CONTIGUOUS) {
+        st = kv->strategy == LLMEM_KV_STATIC ? buf_new(kv, kv->max_len, -1, &s->buf) : vbuf_new(kv, &s->buf);
         if (st) {
             kv->st.preemptions_total++;
             seq_release_slot(kv, s);
@@ -1260,7 +1336,12 @@ static llmem_status fork_locked(llmem_kv *kv, llmem_kv_seq ph, llmem_kv_seq *out
     } else if (p->buf) {
         size_t cap = p->buf->capacity;
         int cls = kv->strategy == LLMEM_KV_BUCKETS ? bucket_for(kv, p->length ? p->length : 1, &cap) : -1;
-        st = buf_new(kv, cap, cls, &c->buf);
+        if (kv->strategy == LLMEM_KV_CONTIGUOUS) {
+            st = vbuf_new(kv, &c->buf);
+            if (!st) st = vbuf_fit(kv, c->buf, p->length);
+        } else {
+            st = buf_new(kv, cap, cls, &c->buf);
+        }
         if (!st) st = buf_copy(kv, c->buf, p->buf, p->length);
         if (st) {
             if (c->buf) buf_done(kv, c->buf);
@@ -1631,7 +1712,13 @@ llmem_status llmem_kv_get_stats(const llmem_kv *ckv, llmem_kv_stats *out)
             written += q->length;
             if (q->buf) s.blocks_used += (q->buf->capacity + kv->B - 1) / kv->B;
         }
-        s.blocks_total = s.bytes_reserved / kv->block_bytes / kv->layers;
+        if (kv->strategy == LLMEM_KV_CONTIGUOUS) { /* whole blocks of each sequence's committed granules */
+            s.blocks_total = 0;
+            for (uint32_t i = 0; i < kv->nseqs; i++)
+                if (kv->seqs[i].live && kv->seqs[i].buf) s.blocks_total += kv->seqs[i].buf->committed / kv->block_bytes;
+        } else {
+            s.blocks_total = s.bytes_reserved / kv->block_bytes / kv->layers;
+        }
         s.blocks_free = s.blocks_total - s.blocks_used;
     }
     s.tokens_written = written;

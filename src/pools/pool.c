@@ -128,71 +128,16 @@ static void sb_free_meta(superblock *sb)
  * block goes into the tree. Lock held. */
 static void mark_runs(llmem_pool *p, superblock *sb, uintptr_t r0, uintptr_t r1, bool decommitted);
 
-/* Map the reserve_bytes range once, address space only: every page of it
- * starts decommitted and take_run commits pages as blocks need them. */
-static llmem_status grow_reserved(llmem_pool *p)
+/* Map a superblock of `size` bytes and add it to the pool as one free run:
+ * committed, or (reserved) address space whose every page starts
+ * decommitted, for take_run to commit as blocks need it. The map comes
+ * first: a size the resource cannot hold (an absurd request) must fail
+ * there, not cost host metadata in proportion to it first. Lock held. */
+static llmem_status sb_map(llmem_pool *p, size_t size, bool reserved, superblock **out)
 {
     void *base;
-    llmem_status st = llmem_resource_map_tagged(p->res, p->reserve, p->sb_align, LLMEM_MAP_UNCOMMITTED, p->name, &base);
-    p->st.resource_calls_total++;
-    if (st) return st;
-    size_t units = p->reserve >> p->ushift;
-    superblock *sb = calloc(1, sizeof *sb);
-    pblock *b = llmem__pool_desc_new(p);
-    if (sb) {
-        sb->owner = calloc(units, sizeof *sb->owner);
-        sb->decommitted = calloc((units + 63) / 64, sizeof(uint64_t));
-        sb->slab_info = calloc(units, sizeof *sb->slab_info);
-    }
-    if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b)
-        st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for the reserved range's metadata", p->name);
-    else st = llmem__addrmap_set((uintptr_t)base, p->reserve, sb);
-    if (st) {
-        if (sb) sb_free_meta(sb);
-        if (b) llmem__pool_desc_free(p, b);
-        llmem_resource_unmap(p->res, base, p->reserve, 0);
-        p->st.resource_calls_total++;
-        return st;
-    }
-    sb->base = (uintptr_t)base;
-    sb->size = p->reserve;
-    sb->pool = p;
-    sb->reserved = true;
-    mark_runs(p, sb, sb->base, sb->base + sb->size, true);
-    sb->next = p->sbs;
-    if (p->sbs) p->sbs->prev = sb;
-    p->sbs = sb;
-    b->start = sb->base;
-    b->size = sb->size;
-    b->sb = sb;
-    b->purged = true; /* nothing of it is committed */
-    sb->owner[0] = b;
-    llmem__pool_tree_insert(p, b);
-    p->rsb = sb;
-    p->st.reserved_bytes += sb->size;
-    if (p->st.reserved_bytes > p->st.reserved_peak_bytes) p->st.reserved_peak_bytes = p->st.reserved_bytes;
-    p->st.superblocks++;
-    p->st.grows_total++;
-    return LLMEM_OK;
-}
-
-static llmem_status grow(llmem_pool *p, size_t need, size_t align)
-{
-    if (p->reserve && !p->rsb) return grow_reserved(p);
-    size_t want = need, size;
-    if (align > p->unit && !llmem__add_ok(want, align - p->unit, &want))
-        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes at alignment %zu overflow", p->name, need, align);
-    bool dedicated = want > p->max_sb;
-    if (!dedicated && want < p->next_sb) want = p->next_sb;
-    if (!llmem__align_up(want, p->sb_align, &size) || size > (size_t)PTRDIFF_MAX)
-        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': a superblock for %zu bytes overflows", p->name, need);
-    if (p->max_bytes && (size > p->max_bytes || p->st.reserved_bytes > p->max_bytes - size))
-        return llmem__fail(LLMEM_ENOMEM, "pool '%s': a %zu-byte superblock would pass max_bytes %zu (%llu mapped)",
-                           p->name, size, p->max_bytes, (unsigned long long)p->st.reserved_bytes);
-    /* Map first: a size the resource cannot hold (an absurd request) must
-     * fail there, not cost host metadata in proportion to it first. */
-    void *base;
-    llmem_status st = llmem_resource_map_tagged(p->res, size, p->sb_align, 0, p->name, &base);
+    llmem_status st = llmem_resource_map_tagged(p->res, size, p->sb_align, reserved ? LLMEM_MAP_UNCOMMITTED : 0,
+                                                p->name, &base);
     p->st.resource_calls_total++;
     if (st) return st;
     size_t units = size >> p->ushift;
@@ -209,14 +154,16 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
     if (st) {
         if (sb) sb_free_meta(sb);
         if (b) llmem__pool_desc_free(p, b);
-        llmem_resource_unmap(p->res, base, size, size);
+        llmem_resource_unmap(p->res, base, size, reserved ? 0 : size);
         p->st.resource_calls_total++;
         return st;
     }
-    if (p->host) LLMEM_POISON(base, size);
+    if (p->host && !reserved) LLMEM_POISON(base, size);
     sb->base = (uintptr_t)base;
     sb->size = size;
     sb->pool = p;
+    sb->reserved = reserved;
+    if (reserved) mark_runs(p, sb, sb->base, sb->base + size, true);
     sb->next = p->sbs;
     if (p->sbs) p->sbs->prev = sb;
     p->sbs = sb;
@@ -225,12 +172,33 @@ static llmem_status grow(llmem_pool *p, size_t need, size_t align)
     b->sb = sb;
     sb->owner[0] = b;
     llmem__pool_tree_insert(p, b);
-    empty_list_add(p, sb);
+    b->purged = reserved; /* nothing of a reserved range is committed yet */
+    empty_list_add(p, sb); /* a reserved range is never listed: see there */
     p->st.reserved_bytes += size;
-    p->st.committed_bytes += size;
+    if (!reserved) p->st.committed_bytes += size;
     if (p->st.reserved_bytes > p->st.reserved_peak_bytes) p->st.reserved_peak_bytes = p->st.reserved_bytes;
     p->st.superblocks++;
     p->st.grows_total++;
+    *out = sb;
+    return LLMEM_OK;
+}
+
+static llmem_status grow(llmem_pool *p, size_t need, size_t align)
+{
+    if (p->reserve && !p->rsb) return sb_map(p, p->reserve, true, &p->rsb);
+    size_t want = need, size;
+    if (align > p->unit && !llmem__add_ok(want, align - p->unit, &want))
+        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes at alignment %zu overflow", p->name, need, align);
+    bool dedicated = want > p->max_sb;
+    if (!dedicated && want < p->next_sb) want = p->next_sb;
+    if (!llmem__align_up(want, p->sb_align, &size) || size > (size_t)PTRDIFF_MAX)
+        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': a superblock for %zu bytes overflows", p->name, need);
+    if (p->max_bytes && (size > p->max_bytes || p->st.reserved_bytes > p->max_bytes - size))
+        return llmem__fail(LLMEM_ENOMEM, "pool '%s': a %zu-byte superblock would pass max_bytes %zu (%llu mapped)",
+                           p->name, size, p->max_bytes, (unsigned long long)p->st.reserved_bytes);
+    superblock *sb;
+    llmem_status st = sb_map(p, size, false, &sb);
+    if (st) return st;
     if (!dedicated) p->next_sb = p->next_sb > p->max_sb / 2 ? p->max_sb : p->next_sb * 2;
     return LLMEM_OK;
 }
