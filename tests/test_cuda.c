@@ -8,7 +8,8 @@
  * are waited for (one event, not the device) when the pool is full;
  * cuda-vmm commits and decommits inside a reservation keeping every other
  * byte, a pool over it grows in place, and the KV manager's CONTIGUOUS
- * layout over it keeps positions fixed while memory follows the tokens.
+ * layout over it keeps positions fixed while memory follows the tokens;
+ * KV swapped out to pinned memory and back keeps every byte.
  *
  * Without a device every test prints "skipped: no CUDA device (...)" and
  * skips (tests/test_cuda_absent.c covers that path's statuses).
@@ -602,6 +603,72 @@ static void vmm_kv_contiguous(void **state)
     llmem_resource_destroy(r);
 }
 
+/* KV on the device, preempted to pinned host memory and back: every byte
+ * of every layer comes back, at the sequence's positions. */
+static void kv_swap_round_trip_to_pinned(void **state)
+{
+    (void)state;
+    NEED_DEVICE();
+    llmem_resource *dev = make(llmem_cuda_resource_create), *pinned = make(llmem_cuda_host_resource_create);
+    llmem_kv_options ko = llmem_kv_options_default();
+    ko.name = "gpu-kv-swap";
+    ko.layers = 4;
+    ko.kv_heads = 8;
+    ko.head_dim = 64;
+    ko.dtype = LLMEM_KV_F16;
+    ko.max_seq_len = 2048;
+    ko.resource = dev;
+    ko.swap_resource = pinned;
+    llmem_kv *kv = NULL;
+    assert_ok(llmem_kv_create(&ko, &kv));
+    llmem_kv_seq s, other;
+    assert_ok(llmem_kv_seq_create(kv, 0, &s));
+    assert_ok(llmem_kv_seq_create(kv, 0, &other));
+    const size_t n = 700;
+    assert_ok(llmem_kv_seq_append(kv, s, n, NULL, NULL));
+    size_t tb = llmem_kv_token_bytes(kv);
+    unsigned char *host = malloc(tb), *back = malloc(tb);
+    for (uint32_t l = 0; l < ko.layers; l++)
+        for (size_t t = 0; t < n; t++) {
+            void *k, *v;
+            assert_ok(llmem_kv_seq_token(kv, s, l, t, &k, &v));
+            pattern(host, tb, (unsigned)(l * 100003 + t));
+            assert_ok(llmem_resource_copy(dev, k, host, tb));
+            pattern(host, tb, (unsigned)(l * 100003 + t + 7));
+            assert_ok(llmem_resource_copy(dev, v, host, tb));
+        }
+    assert_ok(llmem_kv_seq_swap_out(kv, s));
+    /* Another sequence takes the freed device blocks meanwhile. */
+    assert_ok(llmem_kv_seq_append(kv, other, n, NULL, NULL));
+    assert_ok(llmem_kv_seq_free(kv, other));
+    assert_ok(llmem_kv_seq_swap_in(kv, s));
+    for (uint32_t l = 0; l < ko.layers; l++)
+        for (size_t t = 0; t < n; t += 13) {
+            void *k, *v;
+            assert_ok(llmem_kv_seq_token(kv, s, l, t, &k, &v));
+            pattern(host, tb, (unsigned)(l * 100003 + t));
+            assert_ok(llmem_resource_copy(dev, back, k, tb));
+            assert_memory_equal(host, back, tb);
+            pattern(host, tb, (unsigned)(l * 100003 + t + 7));
+            assert_ok(llmem_resource_copy(dev, back, v, tb));
+            assert_memory_equal(host, back, tb);
+        }
+    llmem_kv_stats ks = {sizeof ks};
+    assert_ok(llmem_kv_get_stats(kv, &ks));
+    assert_int_equal(ks.swap_out_total, 1);
+    assert_int_equal(ks.swap_in_total, 1);
+    assert_true(ks.bytes_swapped_out_total >= n * llmem_kv_bytes_per_token(kv));
+    printf("swap: %llu bytes out and in, %.3f ms in copies\n", (unsigned long long)ks.bytes_swapped_out_total,
+           ks.swap_seconds_total * 1e3);
+    assert_ok(llmem_kv_check(kv));
+    assert_ok(llmem_kv_seq_free(kv, s));
+    llmem_kv_destroy(kv);
+    free(host);
+    free(back);
+    llmem_resource_destroy(pinned);
+    llmem_resource_destroy(dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -618,6 +685,7 @@ int main(void)
         cmocka_unit_test(vmm_commit_decommit_keeps_bytes),
         cmocka_unit_test(vmm_pool_grows_in_place),
         cmocka_unit_test(vmm_kv_contiguous),
+        cmocka_unit_test(kv_swap_round_trip_to_pinned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
