@@ -80,8 +80,9 @@ bench: build
 fuzz:
 	@scripts/deps.sh fuzz
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DLLMEM_SANITIZE=address -DLLMEM_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-fuzz -j$(JOBS) --target $(patsubst %,fuzz_%_lf,$(FUZZ_TARGETS)) test_model
+	cmake --build build-fuzz -j$(JOBS) --target $(patsubst %,fuzz_%_lf,$(FUZZ_TARGETS)) test_model test_tokenizer
 	@mkdir -p build-fuzz/corpus/model && LLMEM_WRITE_MODEL_SEEDS=build-fuzz/corpus/model build-fuzz/tests/test_model
+	@mkdir -p build-fuzz/corpus/tokenizer && LLMEM_WRITE_TOKENIZER_SEEDS=build-fuzz/corpus/tokenizer build-fuzz/tests/test_tokenizer
 	@echo "# target execs seconds new_units (FUZZ_SECONDS=$(FUZZ_SECONDS))" >build-fuzz/fuzz-summary.txt
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p build-fuzz/corpus/$$t && cp -n fuzz/corpus/$$t/* build-fuzz/corpus/$$t/ ; \

@@ -12,6 +12,11 @@
  *    rescan after every merge) agreeing with the library on random texts;
  *  - a 100 KB text in well under a second, several threads at once;
  *  - GGUF vocabularies (from_model) encoding exactly as their tokenizer.bin.
+ *
+ * `LLMEM_WRITE_TOKENIZER_SEEDS=DIR test_tokenizer` writes fuzz_tokenizer's
+ * seed built on the shared tok512.bin into DIR and exits (nothing when the
+ * file is absent): CTest (fixture fuzz_tokenizer_seeds) and `make fuzz`
+ * make it this way instead of keeping a copy of a model file here.
  */
 #include <ctype.h>
 #include <math.h>
@@ -1111,8 +1116,37 @@ static void gguf_vocabulary_rules(void **state)
     llmem_model_close(m);
 }
 
+/* fuzz_tokenizer's input format (fuzz/fuzz_tokenizer.c): flags (BOS), the
+ * vocabulary size and the image's length (uint16 LE), the image, the text. */
+static int write_seeds(const char *dir)
+{
+    size_t n = 0;
+    char *vocab = read_all(TOK512, &n);
+    if (!vocab) {
+        fprintf(stderr, "no tokenizer seed: %s is absent\n", TOK512);
+        return 0;
+    }
+    static const char text[] = "Once upon a time, Lily liked the big dog. \xf0\x9f\x98\x80\n\"Hi!\"";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tok512_once", dir);
+    FILE *f = fopen(path, "wb");
+    unsigned char head[5] = {1, 512 & 0xff, 512 >> 8, (unsigned char)(n & 0xff), (unsigned char)(n >> 8)};
+    bool ok = f && n <= 0xffff && fwrite(head, 1, sizeof head, f) == sizeof head && fwrite(vocab, 1, n, f) == n &&
+              fwrite(text, 1, sizeof text - 1, f) == sizeof text - 1;
+    if (f && fclose(f)) ok = false;
+    free(vocab);
+    if (!ok) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return 1;
+    }
+    fprintf(stderr, "seeds written to %s\n", dir);
+    return 0;
+}
+
 int main(void)
 {
+    const char *seeds = getenv("LLMEM_WRITE_TOKENIZER_SEEDS");
+    if (seeds) return write_seeds(seeds);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(null_and_bad_arguments),
         cmocka_unit_test(every_truncation_is_eformat),
