@@ -428,10 +428,10 @@ static void full_device_pool_waits_for_events(void **state)
 
 /* ---- cuda-vmm: reserve, commit, decommit; a pool that grows in place ---- */
 
-static void vmm_commit_decommit_keeps_bytes(void **state)
+/* A cuda-vmm resource on device 0; skips on a device without virtual
+ * memory management. */
+static llmem_resource *make_vmm(void)
 {
-    (void)state;
-    NEED_DEVICE();
     llmem_resource *r = NULL;
     llmem_status st = llmem_cuda_vmm_resource_create(NULL, &r);
     if (st == LLMEM_ENOTSUP) {
@@ -439,6 +439,14 @@ static void vmm_commit_decommit_keeps_bytes(void **state)
         skip();
     }
     assert_ok(st);
+    return r;
+}
+
+static void vmm_commit_decommit_keeps_bytes(void **state)
+{
+    (void)state;
+    NEED_DEVICE();
+    llmem_resource *r = make_vmm();
     llmem_resource_info info;
     assert_ok(llmem_resource_get_info(r, &info));
     assert_string_equal(info.name, "cuda-vmm");
@@ -496,13 +504,7 @@ static void vmm_pool_grows_in_place(void **state)
 {
     (void)state;
     NEED_DEVICE();
-    llmem_resource *r = NULL;
-    llmem_status st = llmem_cuda_vmm_resource_create(NULL, &r);
-    if (st == LLMEM_ENOTSUP) {
-        printf("skipped: %s\n", llmem_last_error());
-        skip();
-    }
-    assert_ok(st);
+    llmem_resource *r = make_vmm();
     llmem_pool_options po = llmem_pool_options_default();
     po.name = "gpu-in-place";
     po.resource = r;
@@ -549,13 +551,7 @@ static void vmm_kv_contiguous(void **state)
 {
     (void)state;
     NEED_DEVICE();
-    llmem_resource *r = NULL;
-    llmem_status st = llmem_cuda_vmm_resource_create(NULL, &r);
-    if (st == LLMEM_ENOTSUP) {
-        printf("skipped: %s\n", llmem_last_error());
-        skip();
-    }
-    assert_ok(st);
+    llmem_resource *r = make_vmm();
     llmem_kv_options ko = llmem_kv_options_default();
     ko.name = "gpu-kv";
     ko.strategy = LLMEM_KV_CONTIGUOUS;

@@ -51,6 +51,22 @@ static inline size_t llmem__next_pow2(size_t x)
 }
 
 /* ---- relaxed atomic counters on plain uint64_t --------------------------- */
+/* Offset of the first of n bytes at p that is not `byte`, or n: a word at
+ * a time (checked pools verify fills and guards with it). */
+static inline size_t llmem__first_unlike(const void *p, size_t n, unsigned char byte)
+{
+    const unsigned char *b = p;
+    const uint64_t want = 0x0101010101010101ull * byte;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        __builtin_memcpy(&w, b + i, 8);
+        if (w != want) break;
+    }
+    while (i < n && b[i] == byte) i++;
+    return i;
+}
+
 static inline uint64_t llmem__ld(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 static inline void llmem__st(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 static inline uint64_t llmem__add(uint64_t *p, uint64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_RELAXED); }

@@ -176,14 +176,7 @@ static void freed_fill(const llmem_fixed *p, void *b)
 static void freed_verify(llmem_fixed *p, const void *b)
 {
     const unsigned char *c = b;
-    const uint64_t want = 0x0101010101010101ull * FREED_BYTE;
-    size_t i = 0;
-    for (; i + 8 <= p->stride; i += 8) {
-        uint64_t w;
-        memcpy(&w, c + i, 8);
-        if (w != want) break;
-    }
-    while (i < p->stride && c[i] == FREED_BYTE) i++;
+    size_t i = llmem__first_unlike(b, p->stride, FREED_BYTE);
     if (i == p->stride) return;
     llmem__add(&p->corruptions, 1);
     llmem__log(LLMEM_LOG_ERROR,

@@ -615,13 +615,12 @@ static bool guards_header(uintptr_t block, size_t *n, size_t *g)
 /* True when both guards are intact. */
 static bool guards_intact(uintptr_t block, size_t bsize, uintptr_t user, size_t n)
 {
-    bool ok = true;
     LLMEM_UNPOISON((void *)block, user - block);
-    for (uintptr_t a = block + 16; a < user && ok; a++) ok = *(unsigned char *)a == GUARD_BYTE;
+    bool ok = llmem__first_unlike((const void *)(block + 16), user - block - 16, GUARD_BYTE) == user - block - 16;
     LLMEM_POISON((void *)block, user - block);
     uintptr_t tail = user + n, end = block + bsize;
     LLMEM_UNPOISON((void *)tail, end - tail);
-    for (uintptr_t a = tail; a < end && ok; a++) ok = *(unsigned char *)a == GUARD_BYTE;
+    ok = ok && llmem__first_unlike((const void *)tail, end - tail, GUARD_BYTE) == end - tail;
     LLMEM_POISON((void *)tail, end - tail);
     return ok;
 }
@@ -644,18 +643,10 @@ static void freed_fill(uintptr_t block, size_t csize)
 /* Offset of the first byte that is not FREED_BYTE, or csize if none. */
 static size_t freed_damage(uintptr_t block, size_t csize)
 {
-    const unsigned char *b = (const unsigned char *)block;
     LLMEM_UNPOISON((void *)block, csize);
-    size_t i = 0;
-    const uint64_t want = 0x0101010101010101ull * FREED_BYTE;
-    for (; i + 8 <= csize; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        if (w != want) break;
-    }
-    while (i < csize && b[i] == FREED_BYTE) i++;
+    size_t at = llmem__first_unlike((const void *)block, csize, FREED_BYTE);
     LLMEM_POISON((void *)block, csize);
-    return i;
+    return at;
 }
 
 /* ---- slabs ---------------------------------------------------------------- */
@@ -1014,7 +1005,7 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
     if (got < want && p->nfenced) llmem__pool_poll_fenced_locked(p);
     while (got < want) {
         uintptr_t b = small_take(p, c, st);
-        if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p)) continue;
+        if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) continue;
         if (!b) break;
         t->items[c][got++] = (void *)b;
     }
@@ -1136,7 +1127,7 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
     if (p->nfenced) llmem__pool_poll_fenced_locked(p);
     void *r = alloc_locked(p, size, align, &st);
     /* Memory still in flight is not memory lost: wait for it before failing. */
-    while (!r && st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p)) r = alloc_locked(p, size, align, &st);
+    while (!r && st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) r = alloc_locked(p, size, align, &st);
     if (!r) p->st.failures_total++;
     pthread_mutex_unlock(&p->lock);
     if (status) *status = st;
@@ -1355,19 +1346,37 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
     return st;
 }
 
+/* The rules of every free (`what` names the call in messages): a live raw
+ * block of this pool, not a handle's, not pending a fenced free; else the
+ * refusal, counted and logged. Lock held. */
+static llmem_status check_free(llmem_pool *p, uintptr_t a, located *l, const char *what)
+{
+    where w = find_block(p, a, l);
+    if (w != AT_BLOCK) return refuse_free(p, a, w, l);
+    if (l->b->kind == D_LARGE && l->b->handle) {
+        p->st.invalid_frees_total++;
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EINVAL,
+                               "pool '%s': %s of %p, which belongs to a handle: use llmem_pool_hfree", p->name, what,
+                               (void *)a);
+    }
+    return LLMEM_OK;
+}
+
 llmem_status llmem__pool_validate_free(llmem_pool *p, uintptr_t a, size_t *bytes, pblock **b)
 {
     located l;
-    where w = find_block(p, a, &l);
-    if (w != AT_BLOCK) return refuse_free(p, a, w, &l);
-    if (l.b->kind == D_LARGE && l.b->handle) {
-        p->st.invalid_frees_total++;
-        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EINVAL,
-                               "pool '%s': fenced free of %p, which belongs to a handle", p->name, (void *)a);
-    }
+    llmem_status st = check_free(p, a, &l, "fenced free");
+    if (st) return st;
     *bytes = l.b->kind == D_SLAB ? p->cls.size[l.b->cls] : l.b->size;
     *b = l.b;
     return LLMEM_OK;
+}
+
+llmem_status llmem__pool_free_locked(llmem_pool *p, uintptr_t a, const char *what)
+{
+    located l;
+    llmem_status st = check_free(p, a, &l, what);
+    return st ? st : free_located(p, a, &l);
 }
 
 llmem_status llmem__pool_free_valid(llmem_pool *p, uintptr_t a)
@@ -1419,17 +1428,8 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
             return LLMEM_OK;
         }
     }
-    located l;
     pthread_mutex_lock(&p->lock);
-    where w = find_block(p, (uintptr_t)ptr, &l);
-    llmem_status st;
-    if (w == AT_BLOCK && l.b->kind == D_LARGE && l.b->handle) {
-        p->st.invalid_frees_total++;
-        st = llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EINVAL,
-                             "pool '%s': free of %p, which belongs to a handle: use llmem_pool_hfree", p->name, ptr);
-    } else {
-        st = w == AT_BLOCK ? free_located(p, (uintptr_t)ptr, &l) : refuse_free(p, (uintptr_t)ptr, w, &l);
-    }
+    llmem_status st = llmem__pool_free_locked(p, (uintptr_t)ptr, "free");
     pthread_mutex_unlock(&p->lock);
     return st;
 }

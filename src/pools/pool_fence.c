@@ -82,13 +82,13 @@ size_t llmem__pool_poll_fenced_locked(llmem_pool *p)
     return done;
 }
 
-bool llmem__pool_wait_one_fenced(llmem_pool *p)
+bool llmem__pool_wait_one_fenced(llmem_pool *p, bool forced)
 {
     if (!p->nfenced) return false;
     fenced_free e = p->fenced[0];
     memmove(&p->fenced[0], &p->fenced[1], (size_t)(p->nfenced - 1) * sizeof *p->fenced);
     p->nfenced--;
-    p->st.fence_waits_total++;
+    if (forced) p->st.fence_waits_total++;
     pthread_mutex_unlock(&p->lock);
     llmem_status st = fence_wait(&e.fence);
     pthread_mutex_lock(&p->lock);
@@ -130,15 +130,11 @@ llmem_status llmem_pool_free_fenced(llmem_pool *p, void *ptr, const llmem_fence 
     pthread_mutex_lock(&p->lock);
     size_t bytes = 0;
     pblock *b = NULL;
-    llmem_status st = llmem__pool_validate_free(p, a, &bytes, &b);
-    if (st) {
-        pthread_mutex_unlock(&p->lock);
-        fence_drop(&fence);
-        return st;
-    }
-    if (p->profile) llmem_profile_record_free(p->profile, ptr); /* the caller is done with it now */
-    if (fence.done(fence.fence)) { /* nothing in flight: an ordinary free */
-        st = llmem__pool_free_valid(p, a);
+    bool done = fence.done(fence.fence);
+    /* Nothing in flight: an ordinary free. Else the block waits. */
+    llmem_status st = done ? llmem__pool_free_locked(p, a, "fenced free") : llmem__pool_validate_free(p, a, &bytes, &b);
+    if (!st && p->profile) llmem_profile_record_free(p->profile, ptr); /* the caller is done with it now */
+    if (st || done) {
         pthread_mutex_unlock(&p->lock);
         fence_drop(&fence);
         return st;
@@ -158,8 +154,7 @@ llmem_status llmem_pool_free_fenced(llmem_pool *p, void *ptr, const llmem_fence 
             fence_drop(&fence);
             if (st) return st;
             pthread_mutex_lock(&p->lock);
-            st = llmem__pool_validate_free(p, a, &bytes, &b);
-            if (!st) st = llmem__pool_free_valid(p, a);
+            st = llmem__pool_free_locked(p, a, "fenced free");
             pthread_mutex_unlock(&p->lock);
             return st;
         }
@@ -191,10 +186,7 @@ size_t llmem_pool_drain_fenced(llmem_pool *p)
     size_t n = 0;
     pthread_mutex_lock(&p->lock);
     n += p->nfenced ? llmem__pool_poll_fenced_locked(p) : 0;
-    while (llmem__pool_wait_one_fenced(p)) {
-        p->st.fence_waits_total--; /* a drain is asked for, not forced by an allocation */
-        n++;
-    }
+    while (llmem__pool_wait_one_fenced(p, false)) n++; /* asked for, not forced by an allocation */
     pthread_mutex_unlock(&p->lock);
     return n;
 }

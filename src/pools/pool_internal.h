@@ -174,6 +174,9 @@ void llmem__pool_note_peak(llmem_pool *p);
  * a small block), or the refusal llmem_pool_free would give (counted and
  * logged). Lock held. */
 llmem_status llmem__pool_validate_free(llmem_pool *p, uintptr_t a, size_t *bytes, pblock **b);
+/* Validate as above and free, with one lookup (`what` names the call in
+ * messages). Lock held. */
+llmem_status llmem__pool_free_locked(llmem_pool *p, uintptr_t a, const char *what);
 /* Free a block validated before (and still live). Lock held. */
 llmem_status llmem__pool_free_valid(llmem_pool *p, uintptr_t a);
 /* Is a's fenced free pending? Lock held. */
@@ -181,8 +184,9 @@ bool llmem__pool_fenced_has(const llmem_pool *p, uintptr_t a);
 /* Complete the fenced frees whose fences are done; how many. Lock held. */
 size_t llmem__pool_poll_fenced_locked(llmem_pool *p);
 /* Wait for the oldest pending fence (the lock is dropped while waiting) and
- * complete its free; false if none was pending. Lock held. */
-bool llmem__pool_wait_one_fenced(llmem_pool *p);
+ * complete its free; false if none was pending. `forced`: an allocation
+ * would have failed without it (counted in fence_waits_total). Lock held. */
+bool llmem__pool_wait_one_fenced(llmem_pool *p, bool forced);
 /* Drop every pending fence without waiting (destroy). */
 void llmem__pool_drop_fenced(llmem_pool *p);
 
