@@ -212,6 +212,12 @@ LLMEM_API llmem_status llmem_kv_seq_append(llmem_kv *kv, llmem_kv_seq s, size_t 
  * the sequence or before what a window dropped. */
 LLMEM_API llmem_status llmem_kv_seq_truncate(llmem_kv *kv, llmem_kv_seq s, size_t new_length);
 
+/* Truncate to undo an append whose slots were never written (an engine
+ * step that failed after its appends): as truncate, and the dropped blocks
+ * that this sequence alone holds leave the prefix cache, which the append
+ * may have registered them in. */
+LLMEM_API llmem_status llmem_kv_seq_rollback(llmem_kv *kv, llmem_kv_seq s, size_t new_length);
+
 /* Where position pos of layer `layer` lives: K and V for that token
  * (kv_heads * head_dim elements each). Either out may be NULL. */
 LLMEM_API llmem_status llmem_kv_seq_token(llmem_kv *kv, llmem_kv_seq s, uint32_t layer, size_t pos, void **k,
@@ -263,6 +269,22 @@ LLMEM_API llmem_status llmem_kv_seq_swap_in(llmem_kv *kv, llmem_kv_seq s);
 LLMEM_API size_t llmem_kv_token_bytes(const llmem_kv *kv);
 LLMEM_API size_t llmem_kv_block_bytes(const llmem_kv *kv);
 LLMEM_API size_t llmem_kv_bytes_per_token(const llmem_kv *kv);
+
+/* Room left, for admission control: cheap (no walk over the blocks). */
+typedef struct llmem_kv_room {
+    llmem_kv_strategy strategy;
+    size_t block_tokens;
+    size_t max_seq_len;
+    size_t block_bytes_all_layers; /* one block's storage over every layer, K and V */
+    size_t budget_bytes;           /* the cap on KV storage; 0 = none */
+    size_t reserved_bytes;         /* KV storage held now */
+    size_t free_blocks;            /* PAGED: blocks free in the slabs held */
+    size_t cached_blocks;          /* PAGED: held by no sequence, kept for the prefix cache (evictable) */
+    size_t used_blocks;            /* PAGED: held by sequences */
+    bool can_swap;                 /* PAGED with a swap resource: llmem_kv_seq_swap_out works */
+} llmem_kv_room;
+
+LLMEM_API llmem_status llmem_kv_get_room(const llmem_kv *kv, llmem_kv_room *out);
 
 /* Give back storage nothing holds: cached blocks (if evict_cached), then
  * wholly free slabs (PAGED) or idle buffers (BUCKETS). Returns bytes. */

@@ -37,5 +37,8 @@
 #include "llmem/predictor.h"
 #include "llmem/timeline.h"
 #include "llmem/controller.h"
+#include "llmem/memctl.h"
+#include "llmem/step_model.h"
+#include "llmem/sched.h"
 
 #endif /* LLMEM_LLMEM_H */
