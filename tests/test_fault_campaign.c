@@ -41,14 +41,15 @@
  *
  * Replay: the first 200 requests of the Azure code trace
  * (LLMEM_SHARED_DIR/traces; skipped when absent) through the replay
- * scheduler (tools/replay_sim.c; PAGED, llama-2-7b shape, 3 GiB of KV so it
- * preempts and rejects what never fits, slabs of 8 blocks), without and
- * with the controller, its KV pool over fault(tracking(sim-device)). The
- * scheduler's recovery is documented in replay_sim.h (a refused decode
- * append preempts, a refused admission leaves the request queued, a
- * request alone is tried twice). With one failure, every run completes and
- * rejects exactly the requests the run without faults does; failing
- * forever, it still finishes cleanly with every request completed or
+ * (llmem/replay.h: the library's scheduler over a simulated engine; PAGED,
+ * llama-2-7b shape, 3 GiB of KV so it preempts and rejects what never
+ * fits, slabs of 8 blocks), without and with the controller, its KV pool
+ * over fault(tracking(sim-device)). The scheduler's recovery is documented
+ * in llmem/replay.h (a refused step preempts, a refused admission leaves
+ * the request queued, a request alone is tried twice). With one failure,
+ * every run completes and rejects exactly the requests the run without
+ * faults does; failing forever, it still finishes cleanly with every
+ * request completed or
  * rejected; no leak, llmem_kv_check after every step. k: every k up to
  * REPLAY_DENSE, then a stride covering the rest in about REPLAY_STRIDED runs
  * (LLMEM_FAULT_FULL=1: every k).
@@ -57,7 +58,6 @@
  * docs/RELIABILITY.md.
  */
 
-#include "replay_sim.h"
 #include "test_util.h"
 
 #define KiB ((size_t)1 << 10)
@@ -663,9 +663,9 @@ enum { REPLAY_DENSE = 16, REPLAY_STRIDED = 16 };
 enum { REPLAY_DENSE = 150, REPLAY_STRIDED = 150 };
 #endif
 
-static void replay_setup(replay_options *o, stack *s, bool controller)
+static void replay_setup(llmem_replay_options *o, stack *s, bool controller)
 {
-    replay_options_default(o);
+    *o = llmem_replay_options_default();
     o->strategy = LLMEM_KV_PAGED;
     assert_ok(llmem_shape_preset("llama-2-7b", &o->shape));
     o->kv_budget = (size_t)3 << 30; /* 6144 tokens: the first 200 requests preempt */
@@ -695,11 +695,11 @@ static void replay_campaign(bool controller, bool forever)
     assert_true(tr.count >= 200);
     stack s;
     stack_init(&s, true);
-    replay_options o;
+    llmem_replay_options o;
     replay_setup(&o, &s, controller);
-    replay_result ref, r;
+    llmem_replay_result ref, r;
     arm(&s, 0, false, 0);
-    assert_int_equal(replay_run(&tr, &o, &ref), 0);
+    assert_ok(llmem_replay_run(&tr, &o, &ref));
     uint64_t n = fstats(&s).calls_total;
     assert_no_leak(&s, "replay, no faults", 0);
     assert_int_equal(ref.requests_total, 200);
@@ -707,7 +707,7 @@ static void replay_campaign(bool controller, bool forever)
     assert_true(ref.preemptions > 0);
     /* Deterministic: the same count again. */
     arm(&s, 0, false, 0);
-    assert_int_equal(replay_run(&tr, &o, &r), 0);
+    assert_ok(llmem_replay_run(&tr, &o, &r));
     assert_int_equal(fstats(&s).calls_total, n);
     assert_int_equal(r.steps, ref.steps);
     double t_ref = secs_since(t0) / 2;
@@ -723,7 +723,7 @@ static void replay_campaign(bool controller, bool forever)
     size_t most_rejected = 0;
     for (uint64_t k = 1; k <= n; k = k < dense ? k + 1 : k + stride) {
         arm(&s, k, forever, 0);
-        int rc = replay_run(&tr, &o, &r);
+        llmem_status rc = llmem_replay_run(&tr, &o, &r);
         if (rc) fail_msg("replay, k = %llu: did not finish cleanly (%s)", (unsigned long long)k, llmem_last_error());
         if (forever) assert_true(fstats(&s).injected_total >= 1);
         else assert_int_equal(fstats(&s).injected_total, 1);

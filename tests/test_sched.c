@@ -227,7 +227,7 @@ static void preempted(bool swap, bool prefix)
     llmem_engine *e = engine(8, 512, budget, prefix, host);
     llmem_sched_options so = llmem_sched_options_default();
     so.preempt = swap ? LLMEM_SCHED_PREEMPT_SWAP : LLMEM_SCHED_PREEMPT_RECOMPUTE;
-    so.headroom_blocks = 0; /* admit greedily: decodes will run out */
+    /* no headroom (the default): admission is greedy, decodes run out */
     llmem_sched *s;
     assert_ok(llmem_sched_create_engine(e, &so, &s));
     for (size_t i = 0; i < N; i++) {

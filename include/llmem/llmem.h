@@ -40,5 +40,6 @@
 #include "llmem/memctl.h"
 #include "llmem/step_model.h"
 #include "llmem/sched.h"
+#include "llmem/replay.h"
 
 #endif /* LLMEM_LLMEM_H */

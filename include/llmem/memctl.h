@@ -34,6 +34,7 @@
 #include "llmem/resource.h"
 #include "llmem/shape.h"
 #include "llmem/status.h"
+#include "llmem/timeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,7 +47,7 @@ typedef struct llmem_memctl_options {
     const char *name;                 /* the pool's name; default "memctl" */
     llmem_resource *resource;         /* the pool's resource, borrowed; default the os resource without huge
                                          pages (llmem_resource_default) */
-    size_t first_superblock_bytes;    /* default 1 MiB */
+    size_t first_superblock_bytes;    /* 0 = the pool's default (llmem_memctl_create_for_engine: 1 MiB) */
     uint32_t pool_decay_ms;           /* the pool's decay_ms; 0 = its default */
     bool no_predictor;                /* reserve from controller.bytes_per_token_hint alone */
     llmem_predictor_options predictor; /* llmem_memctl_create: required unless no_predictor (the _for_
@@ -74,6 +75,12 @@ LLMEM_API llmem_status llmem_memctl_kv_predictor_options(const llmem_shape *shap
                                                          llmem_predictor_options *out);
 
 LLMEM_API void llmem_memctl_destroy(llmem_memctl *mc);
+
+/* Put the controller's decisions that moved memory on a timeline (a
+ * reserve already satisfied is noise on a chart; stage changes are the
+ * timeline's own bands). Nothing for NULL arguments; LLMEM_ENOMEM when the
+ * events cannot be copied. */
+LLMEM_API llmem_status llmem_memctl_add_decisions(const llmem_controller *ctl, llmem_timeline *tl);
 
 LLMEM_API llmem_pool *llmem_memctl_pool(const llmem_memctl *mc);
 LLMEM_API llmem_predictor *llmem_memctl_predictor(const llmem_memctl *mc);

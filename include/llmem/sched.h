@@ -189,7 +189,7 @@ typedef struct llmem_sched_options {
     uint32_t max_waiting;          /* requests queued (not yet admitted) at most: submit answers
                                       LLMEM_ECAPACITY past it; 0 = no limit */
     uint32_t headroom_blocks;      /* admission keeps this many free KV blocks per running sequence
-                                      (decode room); default 1 */
+                                      (decode room, fewer preemptions); default 0 */
     llmem_sched_preempt preempt;   /* default AUTO */
     llmem_controller *controller;  /* optional, borrowed: ticked when idle; a simulation reports its
                                       stages to it */

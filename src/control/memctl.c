@@ -44,7 +44,7 @@ llmem_status llmem_memctl_create(const llmem_memctl_options *o, llmem_memctl **o
     llmem_pool_options po = llmem_pool_options_default();
     po.name = o->name ? o->name : "memctl";
     po.resource = o->resource ? o->resource : llmem_resource_default();
-    po.first_superblock_bytes = o->first_superblock_bytes ? o->first_superblock_bytes : (size_t)1 << 20;
+    if (o->first_superblock_bytes) po.first_superblock_bytes = o->first_superblock_bytes;
     po.purge = LLMEM_POOL_PURGE_MANUAL; /* the controller decides */
     if (o->pool_decay_ms) po.decay_ms = o->pool_decay_ms;
     llmem_status st = llmem_pool_create(&po, &mc->pool);
@@ -71,6 +71,9 @@ llmem_status llmem_memctl_create_for_engine(const llmem_model *m, llmem_engine_o
     llmem_status st = llmem_engine_predictor_options(m, eo, &mo.predictor);
     if (st) return st;
     mo.controller.skip_pool_note = true; /* the engine notes its stages to its pool itself */
+    /* Plain pages and a small first superblock, as the engine's own pool:
+     * the KV grows a block at a time. */
+    if (!mo.first_superblock_bytes) mo.first_superblock_bytes = (size_t)1 << 20;
     if ((st = llmem_memctl_create(&mo, out))) return st;
     eo->pool = (*out)->pool;
     eo->on_stage = llmem_controller_on_stage;
@@ -99,3 +102,20 @@ llmem_status llmem_memctl_kv_predictor_options(const llmem_shape *shape, const l
 llmem_pool *llmem_memctl_pool(const llmem_memctl *mc) { return mc ? mc->pool : NULL; }
 llmem_predictor *llmem_memctl_predictor(const llmem_memctl *mc) { return mc ? mc->pred : NULL; }
 llmem_controller *llmem_memctl_controller(const llmem_memctl *mc) { return mc ? mc->ctl : NULL; }
+
+llmem_status llmem_memctl_add_decisions(const llmem_controller *ctl, llmem_timeline *tl)
+{
+    llmem_controller_stats cs = {sizeof cs};
+    if (!tl || !ctl || llmem_controller_get_stats(ctl, &cs)) return LLMEM_OK;
+    size_t cap = (size_t)(cs.events_total - cs.events_dropped);
+    if (!cap) return LLMEM_OK;
+    llmem_ctl_event *ev = malloc(cap * sizeof *ev);
+    if (!ev) return llmem__fail(LLMEM_ENOMEM, "memctl: no memory to copy %zu controller events", cap);
+    size_t n = llmem_controller_events(ctl, ev, cap);
+    for (size_t i = 0; i < n; i++) /* best effort: a full timeline keeps what it has */
+        if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
+            llmem_timeline_event(tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action), ev[i].reason,
+                                 ev[i].bytes_before, ev[i].bytes_after);
+    free(ev);
+    return LLMEM_OK;
+}

@@ -75,6 +75,7 @@ struct sreq {
     llmem_sched_req id;
     uint64_t serial;            /* submission number (synthetic tokens) */
     uint32_t n, prompt_len, max_tokens, cache_limit;
+    uint32_t want;              /* max_tokens as asked (0 = up to the context) */
     int32_t stop_tok[MAX_STOPS];
     uint32_t nstop_tok;
     int32_t stop_seq[MAX_STOPS][MAX_STOP_LEN];
@@ -129,6 +130,7 @@ struct llmem_sched {
     uint64_t serial;
     size_t pending;             /* submitted, not finished */
     size_t waiting_reqs;        /* in wq as never-admitted leaders (max_waiting) */
+    size_t live_units;          /* units not finished: the deque holds room for all */
     /* lists */
     unit **run;                 /* [max_batch] */
     uint32_t nrun, nswapped, reserved;
@@ -204,12 +206,14 @@ static void hist_observe(hist *h, double v)
     h->sum += v;
 }
 
-static void wq_grow(llmem_sched *s, size_t need, bool *ok)
+/* Room in the deque for `units` units at once (every unit not finished
+ * may be queued at the same time). */
+static void wq_grow(llmem_sched *s, size_t units, bool *ok)
 {
     *ok = true;
-    if (s->wq_len + need <= s->wq_cap) return;
+    if (units <= s->wq_cap) return;
     size_t ncap = s->wq_cap ? s->wq_cap * 2 : 64;
-    while (ncap < s->wq_len + need) ncap *= 2;
+    while (ncap < units) ncap *= 2;
     unit **n = malloc(ncap * sizeof *n);
     if (!n) {
         *ok = false;
@@ -222,8 +226,8 @@ static void wq_grow(llmem_sched *s, size_t need, bool *ok)
     s->wq_cap = ncap;
 }
 
-/* Room for the pushes is made at submission (one slot per unit), so these
- * never allocate. */
+/* Room for the pushes is made at submission (a slot for every unit not
+ * finished), so these never allocate. */
 static void wq_push_back(llmem_sched *s, unit *u)
 {
     s->wq[(s->wq_head + s->wq_len) % s->wq_cap] = u;
@@ -341,6 +345,7 @@ static void finish_unit(llmem_sched *s, unit *u, llmem_sched_finish why)
     if (why == LLMEM_SCHED_FINISH_CANCELLED && u->out_len > u->visible) u->out_len = u->visible;
     if (why != LLMEM_SCHED_FINISH_CANCELLED) reveal(s, u, u->out_len);
     u->state = LLMEM_SCHED_FINISHED;
+    s->live_units--;
     u->finish = why;
     u->finish_ns = now_ns(s);
     llmem_sampler_destroy(u->sampler);
@@ -420,11 +425,11 @@ static void take_token(llmem_sched *s, unit *u, int32_t tok)
             return;
         }
     u->out_len = u->generated;
-    if (u->generated >= r->max_tokens) {
+    if (r->want && u->generated >= r->want) {
         finish_unit(s, u, LLMEM_SCHED_FINISH_LENGTH);
         return;
     }
-    if (u->total >= s->max_len) {
+    if (u->total >= s->max_len || u->generated >= r->max_tokens) {
         finish_unit(s, u, LLMEM_SCHED_FINISH_CONTEXT);
         return;
     }
@@ -470,7 +475,11 @@ static room kv_room(const llmem_sched *s)
     rm.paged = kr.strategy == LLMEM_KV_PAGED;
     rm.B = kr.block_tokens ? kr.block_tokens : 1;
     rm.unit_bytes = rm.paged ? kr.block_bytes_all_layers : kr.block_bytes_all_layers / rm.B;
-    if (!kr.budget_bytes) return rm;
+    /* STATIC reserves at creation (which refuses by itself) and BUCKETS
+     * holds idle buffers it reuses, which its reserved bytes count: the
+     * attempt itself is the only honest test there (a refused step lets the
+     * fresh admissions go first, uncounted). */
+    if (!kr.budget_bytes || kr.strategy == LLMEM_KV_STATIC || kr.strategy == LLMEM_KV_BUCKETS) return rm;
     rm.unlimited = false;
     size_t left = kr.budget_bytes > kr.reserved_bytes ? kr.budget_bytes - kr.reserved_bytes : 0;
     rm.free = left / (rm.unit_bytes ? rm.unit_bytes : 1);
@@ -612,7 +621,7 @@ static void admitted(llmem_sched *s, unit *u)
         s->st.prompt_tokens_total += r->prompt_len;
     }
     if (s->b.ops->match_prefix) {
-        s->st.prefix_cache_queries_total += u->total - 1;
+        s->st.prefix_cache_queries_total += u->total;
         s->st.prefix_cache_hits_total += u->matched;
         if (u->matched) s->st.prefix_cache_requests_hit_total++;
     }
@@ -695,7 +704,6 @@ llmem_status llmem__sched_create(const llmem__sched_backend *b, const llmem_sche
     if (b->max_step_tokens && s->max_step > b->max_step_tokens) s->max_step = b->max_step_tokens;
     if (s->max_step < s->max_batch && b->max_step_tokens) s->max_batch = s->max_step; /* a token each */
     s->max_len = b->max_seq_len;
-    if (!s->o.headroom_blocks) s->o.headroom_blocks = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->step_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -821,7 +829,8 @@ static llmem_status build_req(llmem_sched *s, const llmem_sched_params *p, uint3
     r->n = n;
     r->prompt_len = p->prompt_len;
     uint32_t left = s->max_len > p->prompt_len ? s->max_len - p->prompt_len : 1;
-    r->max_tokens = p->max_tokens && p->max_tokens < left ? p->max_tokens : left;
+    r->max_tokens = p->max_tokens && p->max_tokens < left ? p->max_tokens : left; /* the output's room */
+    r->want = p->max_tokens;
     r->cache_limit = p->cache_limit;
     r->nstop_tok = p->stop_token_count;
     if (r->nstop_tok) memcpy(r->stop_tok, p->stop_tokens, r->nstop_tok * sizeof *r->stop_tok);
@@ -905,7 +914,7 @@ llmem_status llmem_sched_submit(llmem_sched *s, const llmem_sched_params *p, llm
                            s->waiting_reqs, s->o.max_waiting);
     }
     bool ok;
-    wq_grow(s, n, &ok); /* every unit may be queued at once */
+    wq_grow(s, s->live_units + n, &ok);
     uint32_t idx = 0;
     if (!ok || (st = table_slot(s, &idx))) {
         pthread_mutex_unlock(&s->mu);
@@ -920,6 +929,7 @@ llmem_status llmem_sched_submit(llmem_sched *s, const llmem_sched_params *p, llm
     r->followers_waiting = n - 1;
     wq_push_back(s, &r->u[0]);
     s->waiting_reqs++;
+    s->live_units += n;
     s->pending++;
     s->st.requests_submitted_total++;
     pthread_cond_broadcast(&s->cv);
@@ -1276,7 +1286,6 @@ llmem_status llmem_sched_step(llmem_sched *s, llmem_sched_step_report *rep)
     rep->start_ns = now_ns(s);
     size_t ni = plan(s, rep);
     if (!ni) goto done;
-    rep->running = s->nrun;
     uint64_t prefill = 0;
     uint32_t decode = 0;
     for (size_t i = 0; i < ni; i++) {
@@ -1328,6 +1337,7 @@ llmem_status llmem_sched_step(llmem_sched *s, llmem_sched_step_report *rep)
             else rep->prefill_tokens += s->items[i].n;
         }
         rep->sequences = (uint32_t)ni;
+        rep->running = s->nrun;
         s->st.steps_total++;
         s->st.step_prefill_tokens_total += rep->prefill_tokens;
         s->st.step_decode_tokens_total += rep->decode_tokens;
