@@ -167,7 +167,7 @@ static void timeline_sample(llmem_timeline *tl, llmem_pool *pool, llmem_engine *
 
 static void timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char *path)
 {
-    tool_timeline_add_decisions(tl, ctl);
+    llmem_memctl_add_decisions(ctl, tl);
     if (llmem_timeline_write_html(tl, path, "llmem run"))
         fprintf(stderr, "llmem run: timeline: %s\n", llmem_last_error());
     else
@@ -189,8 +189,8 @@ static int generate(const run_args *a)
     struct stat sb;
     if (isatty(2) && stat(a->model, &sb) == 0 && sb.st_size > 100 * 1000 * 1000) mo.populate = true;
     llmem_model *m = NULL;
+    llmem_memctl *mc = NULL;
     llmem_pool *pool = NULL;
-    llmem_predictor *pred = NULL;
     llmem_controller *ctl = NULL;
     llmem_timeline *tl = NULL;
     llmem_tokenizer *tok = NULL;
@@ -220,33 +220,18 @@ static int generate(const run_args *a)
     eo.threads = a->threads;
     eo.max_seqs = a->batch;
     if (a->timeline || a->events) {
-        /* The timeline watches a pool the stage-aware controller runs. */
-        llmem_pool_options po = llmem_pool_options_default();
-        po.name = "run";
-        po.resource = llmem_resource_default();
-        po.first_superblock_bytes = 1u << 20;
-        po.purge = LLMEM_POOL_PURGE_MANUAL;
-        llmem_predictor_options pro = llmem_predictor_options_default();
-        pro.shape = c->shape;
-        pro.weight_type = c->weight_type;
-        pro.activations_apart = true; /* the engine's workspace is its own arena */
-        pro.kv_elem_bytes = eo.kv_dtype == LLMEM_KV_F16 ? 2 : 4;
-        if ((st = llmem_pool_create(&po, &pool)) || (st = llmem_predictor_create(&pro, &pred)) ||
+        /* The timeline watches a pool the stage-aware controller runs:
+         * pool, predictor and controller for this engine in one call (eo
+         * gets the pool and the stage listener). */
+        llmem_memctl_options mco = llmem_memctl_options_default();
+        mco.name = "run";
+        if ((st = llmem_memctl_create_for_engine(m, &eo, &mco, &mc)) ||
             (a->timeline && (st = llmem_timeline_create(0, &tl)))) {
-            rc = fail("timeline", st);
-            goto out;
-        }
-        llmem_controller_options co = llmem_controller_options_default();
-        co.pool = pool;
-        co.predictor = pred;
-        co.skip_pool_note = true; /* the engine notes its stages to the pool itself */
-        if ((st = llmem_controller_create(&co, &ctl))) {
             rc = fail("controller", st);
             goto out;
         }
-        eo.pool = pool;
-        eo.on_stage = llmem_controller_on_stage;
-        eo.stage_ctx = ctl;
+        pool = llmem_memctl_pool(mc);
+        ctl = llmem_memctl_controller(mc);
     }
     if ((st = llmem_engine_create(m, &eo, &e))) {
         rc = fail("engine", st);
@@ -422,10 +407,8 @@ out:
     free(done);
     free(prompt);
     llmem_engine_destroy(e);
-    llmem_controller_destroy(ctl);
-    llmem_predictor_destroy(pred);
     llmem_timeline_destroy(tl);
-    llmem_pool_destroy(pool);
+    llmem_memctl_destroy(mc);
     llmem_tokenizer_destroy(tok);
     llmem_model_close(m);
     return rc;

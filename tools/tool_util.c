@@ -44,17 +44,3 @@ uint64_t tool_now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
-
-void tool_timeline_add_decisions(llmem_timeline *tl, const llmem_controller *ctl)
-{
-    llmem_controller_stats cs = {sizeof cs};
-    if (!tl || !ctl || llmem_controller_get_stats(ctl, &cs)) return;
-    size_t cap = (size_t)(cs.events_total - cs.events_dropped);
-    llmem_ctl_event *ev = cap ? malloc(cap * sizeof *ev) : NULL;
-    size_t n = ev ? llmem_controller_events(ctl, ev, cap) : 0;
-    for (size_t i = 0; i < n; i++)
-        if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
-            llmem_timeline_event(tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action), ev[i].reason,
-                                 ev[i].bytes_before, ev[i].bytes_after);
-    free(ev);
-}

@@ -1,6 +1,6 @@
 /*
- * tool_util.h - what several llmem subcommands share: argument parsing,
- * the clock, and the controller's decisions on a timeline.
+ * tool_util.h - what several llmem subcommands share: argument parsing and
+ * the clock.
  */
 #ifndef LLMEM_TOOLS_TOOL_UTIL_H
 #define LLMEM_TOOLS_TOOL_UTIL_H
@@ -18,10 +18,5 @@ bool tool_parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
 
 /* Monotonic nanoseconds. */
 uint64_t tool_now_ns(void);
-
-/* Put the controller's decisions that moved memory on the timeline (a
- * reserve already satisfied is noise on a chart; stage changes are the
- * timeline's own bands). */
-void tool_timeline_add_decisions(llmem_timeline *tl, const llmem_controller *ctl);
 
 #endif
