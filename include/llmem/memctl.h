@@ -48,6 +48,7 @@ typedef struct llmem_memctl_options {
     llmem_resource *resource;         /* the pool's resource, borrowed; default the os resource without huge
                                          pages (llmem_resource_default) */
     size_t first_superblock_bytes;    /* 0 = the pool's default (llmem_memctl_create_for_engine: 1 MiB) */
+    size_t max_superblock_bytes;      /* the pool's cap on one superblock; 0 = its default */
     uint32_t pool_decay_ms;           /* the pool's decay_ms; 0 = its default */
     bool no_predictor;                /* reserve from controller.bytes_per_token_hint alone */
     llmem_predictor_options predictor; /* llmem_memctl_create: required unless no_predictor (the _for_

@@ -46,6 +46,7 @@ llmem_status llmem_memctl_create(const llmem_memctl_options *o, llmem_memctl **o
     po.resource = o->resource ? o->resource : llmem_resource_default();
     if (o->first_superblock_bytes) po.first_superblock_bytes = o->first_superblock_bytes;
     po.purge = LLMEM_POOL_PURGE_MANUAL; /* the controller decides */
+    if (o->max_superblock_bytes) po.max_superblock_bytes = o->max_superblock_bytes;
     if (o->pool_decay_ms) po.decay_ms = o->pool_decay_ms;
     llmem_status st = llmem_pool_create(&po, &mc->pool);
     if (!st && !o->no_predictor) st = llmem_predictor_create(&o->predictor, &mc->pred);
