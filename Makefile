@@ -23,7 +23,7 @@ NOASLR := $(shell setarch "$$(uname -m)" -R true >/dev/null 2>&1 && echo 'setarc
 
 FUZZ_SECONDS ?= 60
 # Every libFuzzer target, by corpus name (fuzz/fuzz_<t>.c, fuzz/corpus/<t>).
-FUZZ_TARGETS = trace shape kv model tokenizer pool fixed arena
+FUZZ_TARGETS = trace shape kv model tokenizer pool fixed arena sched
 SOAK_MINUTES ?= 30
 SOAK_STRESS_SECONDS ?= 60
 
@@ -63,7 +63,7 @@ check-asan:
 check-tsan:
 	@scripts/deps.sh test
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMEM_SANITIZE=thread -DLLMEM_WERROR=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-tsan -j$(JOBS) --target test_fixed_threads test_resource_threads test_pool_threads test_kv_threads test_threads test_controller_threads test_stress_threads test_fence
+	cmake --build build-tsan -j$(JOBS) --target test_fixed_threads test_resource_threads test_pool_threads test_kv_threads test_threads test_controller_threads test_sched_threads test_stress_threads test_fence
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(NOASLR) $(CTEST) -L threads
 
 bench: build
