@@ -749,11 +749,14 @@ static void step_model_fit_recovers_coefficients(void **state)
     }
     llmem_step_model fit;
     double err;
-    assert_ok(llmem_step_model_fit(sh, t, 40, &fit, &err));
+    assert_ok(llmem_step_model_fit(sh, t, 40, false, &fit, &err));
     assert_true(fabs(fit.c0 - truth.c0) < 1e-9 && fabs(fit.c_prefill_token - truth.c_prefill_token) < 1e-12);
     assert_true(fabs(fit.c_decode_seq - truth.c_decode_seq) < 1e-11 && fabs(fit.c_attn_pair - truth.c_attn_pair) < 1e-15);
     assert_true(err < 1e-6);
-    assert_status(llmem_step_model_fit(sh, t, 3, &fit, &err), LLMEM_EINVAL);
+    assert_status(llmem_step_model_fit(sh, t, 3, false, &fit, &err), LLMEM_EINVAL);
+    llmem_step_model rfit;
+    assert_ok(llmem_step_model_fit(sh, t, 40, true, &rfit, &err)); /* exact data: both weightings agree */
+    assert_true(fabs(rfit.c_prefill_token - truth.c_prefill_token) < 1e-12 && err < 1e-6);
     /* The roofline: decode of a 7B model is bandwidth-bound. */
     llmem_shape shape;
     assert_ok(llmem_shape_preset("llama-2-7b", &shape));

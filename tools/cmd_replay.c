@@ -103,7 +103,11 @@ static void usage(FILE *f)
             "  --step-model linear:C0,CP,CD,CA  a linear step model instead of the roofline: seconds =\n"
             "                         C0 + CP x prefill tokens + CD x decode sequences + CA x attention pairs\n"
             "  --calibrate MODEL      measure MODEL's steps on this machine's CPU engine (--threads N), fit\n"
-            "                         the linear model, print it, and replay with it when a trace is given\n");
+            "                         the linear model, print it, and replay with it when a trace is given\n"
+            "  --engine MODEL         replay on MODEL's real engine instead (wall clock; --kv-budget, --max-batch\n"
+            "                         (default 16), --max-prefill (default 512), --threads), to compare\n"
+            "  --first-request N      start at request N of the trace\n"
+            "  --prompt-scale F       prompt lengths x F (a small model's context); --output-scale F likewise\n");
 }
 
 static void print_json(const llmem_replay_result *r, const llmem_replay_options *o)
@@ -167,10 +171,67 @@ static void print_table(const llmem_replay_result *rs, size_t n, const llmem_rep
 #undef ROW
 }
 
+/* The trace on a real engine (wall clock), printed as the simulation is. */
+static int replay_on_engine(const char *path, const char *trace_path, llmem_replay_options *o, uint32_t threads,
+                            bool json)
+{
+    if (!trace_path) {
+        fprintf(stderr, "llmem replay: --engine needs --trace\n");
+        return 2;
+    }
+    llmem_model *m;
+    if (llmem_model_open(path, NULL, &m)) {
+        fprintf(stderr, "llmem replay: %s: %s\n", path, llmem_last_error());
+        return 1;
+    }
+    o->shape = llmem_model_get_config(m)->shape;
+    llmem_engine_options eo = llmem_engine_options_default();
+    eo.threads = threads;
+    eo.max_seqs = o->max_batch < 256 ? o->max_batch : 16;
+    eo.max_step_tokens = o->max_prefill_tokens < 8192 ? o->max_prefill_tokens : 512;
+    eo.max_seq_len = o->max_seq_len;
+    eo.kv_budget_bytes = o->kv_budget;
+    eo.kv_prefix_cache = o->prefix_cache;
+    o->max_batch = eo.max_seqs;
+    o->max_prefill_tokens = eo.max_step_tokens;
+    llmem_engine *e = NULL;
+    llmem_trace trace = {0};
+    llmem_replay_result r;
+    int rc = 1;
+    if (llmem_engine_create(m, &eo, &e) || llmem_trace_load(trace_path, &trace)) {
+        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+    } else {
+        o->engine = e;
+        o->fit_steps = true;
+        if (llmem_replay_run(&trace, o, &r)) {
+            fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+        } else {
+            rc = 0;
+            if (json) {
+                print_json(&r, o);
+                printf("\n");
+            } else {
+                print_table(&r, 1, o, trace_path);
+            }
+            const llmem_step_model *f = &r.step_fit;
+            fprintf(json ? stderr : stdout,
+                    "steps as they ran, least squares: %.4g s + %.4g s x prefill tokens + %.4g s x decode sequences"
+                    " + %.4g s x attention pairs (mean relative error %.1f%%)\n  --step-model linear:%.6g,%.6g,%.6g,%.6g\n",
+                    f->c0, f->c_prefill_token, f->c_decode_seq, f->c_attn_pair, 100 * r.step_fit_error, f->c0,
+                    f->c_prefill_token, f->c_decode_seq, f->c_attn_pair);
+        }
+    }
+    llmem_trace_free(&trace);
+    llmem_engine_destroy(e);
+    llmem_model_close(m);
+    return rc;
+}
+
 int llmem_cmd_replay(int argc, char **argv)
 {
     llmem_replay_options o = llmem_replay_options_default();
-    const char *trace_path = NULL, *shape = NULL, *strategy = "paged", *timeline_path = NULL, *calibrate = NULL;
+    const char *trace_path = NULL, *shape = NULL, *strategy = "paged", *timeline_path = NULL, *calibrate = NULL,
+               *engine_path = NULL;
     bool json = false;
     uint32_t threads = 0;
     llmem_step_model linear;
@@ -187,6 +248,13 @@ int llmem_cmd_replay(int argc, char **argv)
         else if (!strcmp(a, "--controller")) o.controller = true;
         else if (TAKE("--timeline")) timeline_path = v, o.controller = true;
         else if (TAKE("--calibrate")) calibrate = v;
+        else if (TAKE("--engine")) engine_path = v;
+        else if (TAKE("--first-request")) {
+            uint32_t f;
+            ok = tool_parse_u32(v, 0, UINT32_MAX, &f);
+            o.first_request = f;
+        } else if (TAKE("--prompt-scale")) ok = parse_pos_arg(v, false, &o.prompt_scale);
+        else if (TAKE("--output-scale")) ok = parse_pos_arg(v, false, &o.output_scale);
         else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &threads);
         else if (TAKE("--step-model")) {
             double c[4];
@@ -244,6 +312,7 @@ int llmem_cmd_replay(int argc, char **argv)
         if (rc || !trace_path) return rc;
         o.model = &linear;
     }
+    if (engine_path) return replay_on_engine(engine_path, trace_path, &o, threads, json);
     if (!trace_path || !shape || !o.kv_budget) {
         fprintf(stderr, "llmem replay: --trace, --model-shape and --kv-budget are required\n\n");
         usage(stderr);

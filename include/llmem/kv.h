@@ -282,6 +282,7 @@ typedef struct llmem_kv_room {
     size_t cached_blocks;          /* PAGED: held by no sequence, kept for the prefix cache (evictable) */
     size_t used_blocks;            /* PAGED: held by sequences */
     bool can_swap;                 /* PAGED with a swap resource: llmem_kv_seq_swap_out works */
+    bool prefix_cache;             /* PAGED with the prefix cache: llmem_kv_seq_match_prefix can find blocks */
 } llmem_kv_room;
 
 LLMEM_API llmem_status llmem_kv_get_room(const llmem_kv *kv, llmem_kv_room *out);

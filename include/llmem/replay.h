@@ -20,6 +20,10 @@
  * context, or that runs alone when the KV refuses it twice, stops there
  * (truncated).
  *
+ * With options.engine the same trace runs on a real engine instead (wall
+ * clock, measured step times): the figures of the two are comparable line
+ * by line (docs/BENCHMARKS.md compares them).
+ *
  * Refusals (what a fault campaign drives: tests/test_fault_campaign.c): the
  * KV manager answers LLMEM_ENOMEM the same whether the budget or the
  * resource beneath refused, and changes nothing either way, so a refused
@@ -35,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "llmem/engine.h"
 #include "llmem/kv.h"
 #include "llmem/resource.h"
 #include "llmem/shape.h"
@@ -78,6 +83,18 @@ typedef struct llmem_replay_options {
     uint32_t pool_decay_ms;       /* the KV pool's decay_ms (wall clock: an empty superblock kept longer
                                      goes back on a slow path); 0 = the pool's default; UINT32_MAX = never,
                                      so the resource calls do not depend on timing (fault campaigns) */
+    llmem_engine *engine;         /* borrowed: run the trace on this real engine instead, on the wall clock
+                                     (arrivals waited for; its KV, budget and geometry are its own, the
+                                     options above that describe the KV and the step model unused; no
+                                     controller): what the simulation is compared with */
+    size_t first_request;         /* start at this request of the trace (arrivals counted from it) */
+    bool fit_steps;               /* fit a LINEAR step model to the steps as they ran (measured on an
+                                     engine): result.step_fit */
+    double prompt_scale;          /* prompt lengths x this (at least 1 token), to fit a small model's
+                                     context; default 1 */
+    double output_scale;          /* output lengths x this (at least 1 token); default 1 */
+    uint32_t vocab;               /* synthetic token ids are below it (an engine's vocabulary; the same in
+                                     the simulation it is compared with); default 2^31 - 1 */
     void (*progress)(void *ctx, size_t done, size_t total, double sim_s); /* now and then; optional */
     void *progress_ctx;
 } llmem_replay_options;
@@ -101,6 +118,8 @@ typedef struct llmem_replay_result {
     uint64_t peak_committed_bytes;
     double mean_committed_bytes;  /* time-weighted */
     uint64_t controller_reserves, controller_grows, controller_shrinks;
+    llmem_step_model step_fit;    /* fit_steps: the least-squares LINEAR model of this run's steps */
+    double step_fit_error;        /* its mean relative error over them */
 } llmem_replay_result;
 
 LLMEM_API llmem_replay_options llmem_replay_options_default(void);

@@ -172,6 +172,8 @@ typedef struct llmem_sched_step_report {
     uint32_t preempted;
     uint32_t finished;             /* samples finished (0 when on_step sees it) */
     uint32_t running;              /* sequences admitted when the step ran */
+    double attn_pairs;             /* query-key pairs its attention computed (llmem_step_shape's) */
+    double decode_kv_tokens;       /* KV tokens its decodes read */
     uint64_t start_ns;             /* the clock when it began */
     double seconds;                /* the step's time: measured (engine) or modelled (simulation) */
 } llmem_sched_step_report;

@@ -13,12 +13,14 @@
  *  - LINEAR, for an engine we can measure: c0 + c_prefill_token x prefill
  *    tokens + c_decode_seq x decode sequences + c_attn_pair x query-key
  *    pairs, its coefficients a least-squares fit (llmem_step_model_fit) of
- *    measured steps; llmem_step_model_calibrate measures them on a real
- *    llmem_engine over a grid of step shapes.
+ *    measured steps: the steps of a real run (llmem/replay.h fit_steps:
+ *    what `llmem replay --engine` prints) or a grid of step shapes
+ *    measured on an idle engine (llmem_step_model_calibrate).
  */
 #ifndef LLMEM_STEP_MODEL_H
 #define LLMEM_STEP_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,12 +83,14 @@ LLMEM_API double llmem_step_model_time(const llmem_step_model *m, const llmem_st
 LLMEM_API llmem_status llmem_step_model_check(const llmem_step_model *m);
 
 /* Least squares: the LINEAR coefficients that best fit seconds[i] for
- * shapes[i], i < n (normal equations, 4 x 4, solved with partial
- * pivoting; a column that never varies gets coefficient 0). *rel_error
+ * shapes[i], i < n, none negative (a coefficient that comes out negative is
+ * dropped and the rest refitted). relative: minimise the squared relative
+ * error (a grid of very different steps) instead of the squared seconds (a
+ * real run's steps: the fit then keeps their total). *rel_error
  * (optional): mean |fit - measured| / measured. LLMEM_EINVAL for n < 4 or
  * a singular system. */
 LLMEM_API llmem_status llmem_step_model_fit(const llmem_step_shape *shapes, const double *seconds, size_t n,
-                                            llmem_step_model *out, double *rel_error);
+                                            bool relative, llmem_step_model *out, double *rel_error);
 
 typedef struct llmem_step_calibration {
     size_t struct_size;

@@ -1568,6 +1568,7 @@ llmem_status llmem_kv_get_room(const llmem_kv *ckv, llmem_kv_room *out)
     r.budget_bytes = kv->budget;
     r.reserved_bytes = (size_t)kv->st.bytes_reserved;
     r.can_swap = kv->strategy == LLMEM_KV_PAGED && kv->swap_res;
+    r.prefix_cache = kv->prefix;
     if (kv->strategy == LLMEM_KV_PAGED) {
         for (uint32_t i = 0; i < kv->nslabs; i++)
             if (kv->slabs[i].live) r.free_blocks += kv->slabs[i].nfree;

@@ -18,9 +18,11 @@
  * ((finish - first token) / (generated - 1), for two tokens or more) and
  * E2E; utilisation and concurrency are weighted by step time.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llmem/memctl.h"
 #include "llmem/pool.h"
@@ -47,6 +49,8 @@ llmem_replay_options llmem_replay_options_default(void)
     o.peak_flops = 989e12;
     o.mfu = 0.5;
     o.step_overhead_s = 0.0003;
+    o.prompt_scale = 1.0;
+    o.output_scale = 1.0;
     return o;
 }
 
@@ -63,6 +67,10 @@ typedef struct rp {
     llmem_sched_req *done;
     size_t ndone, done_cap;
     bool oom;
+    llmem_step_shape *shapes;   /* fit_steps: every step's shape and time */
+    double *secs;
+    size_t nshapes, shapes_cap;
+    uint64_t t0_ns;             /* the trace's zero on the scheduler's clock (0 simulated; the start on an engine) */
     /* figures */
     double *ttft, *tpot, *e2e;
     size_t nttft, ntpot, ne2e;
@@ -124,6 +132,24 @@ static void on_step(void *ctx, const llmem_sched_step_report *rep)
     if (c > x->peak_committed) x->peak_committed = c;
     if (rep->running > x->r->max_concurrency) x->r->max_concurrency = rep->running;
     sample(x, rep->prefill_tokens ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE, rep->start_ns);
+    if (x->o->fit_steps) {
+        if (x->nshapes == x->shapes_cap) {
+            size_t ncap = x->shapes_cap ? 2 * x->shapes_cap : 1024;
+            llmem_step_shape *ns = realloc(x->shapes, ncap * sizeof *ns);
+            if (ns) x->shapes = ns;
+            double *nt = ns ? realloc(x->secs, ncap * sizeof *nt) : NULL;
+            if (nt) x->secs = nt;
+            if (!ns || !nt) {
+                x->oom = true;
+                return;
+            }
+            x->shapes_cap = ncap;
+        }
+        llmem_step_shape sh = {rep->sequences, rep->prefill_tokens, rep->decode_tokens, rep->attn_pairs,
+                               rep->decode_kv_tokens, 0};
+        x->shapes[x->nshapes] = sh;
+        x->secs[x->nshapes++] = rep->seconds;
+    }
 }
 
 static bool on_event(void *ctx, const llmem_sched_event *ev)
@@ -197,19 +223,70 @@ static llmem_status idle_until(rp *x, uint64_t until)
     return LLMEM_OK;
 }
 
+/* On the engine, nothing to run until `until` (wall clock): sleep, the
+ * scheduler told of it (IDLE) by an empty step. */
+static llmem_status wait_until(rp *x, uint64_t until)
+{
+    llmem_status st = llmem_sched_step(x->s, NULL);
+    uint64_t now = llmem_sched_now_ns(x->s);
+    if (!st && until > now) {
+        struct timespec ts = {(time_t)((until - now) / 1000000000ull), (long)((until - now) % 1000000000ull)};
+        while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
+    }
+    return st;
+}
+
 /* Synthetic token ids (below 2^31): a declared shared prefix gets the same
  * ids in every request naming it; everything else is unique to its request. */
-static void tokens_of(const llmem_trace_request *tr, uint32_t index, int32_t *out)
+static void tokens_of(const llmem_trace_request *tr, uint32_t index, uint32_t n, uint32_t prefix, uint32_t vocab,
+                      int32_t *out)
 {
-    for (uint32_t pos = 0; pos < tr->prompt_tokens; pos++)
-        out[pos] = tr->prefix_id && pos < tr->prefix_tokens
-                       ? (int32_t)((tr->prefix_id * 2654435761u + pos) & 0x7fffffff)
-                       : (int32_t)(((index + 1u) * 40503u + pos * 97u + 0x40000000u) & 0x7fffffff);
+    for (uint32_t pos = 0; pos < n; pos++) {
+        uint32_t t = tr->prefix_id && pos < prefix ? (tr->prefix_id * 2654435761u + pos) & 0x7fffffff
+                                                   : ((index + 1u) * 40503u + pos * 97u + 0x40000000u) & 0x7fffffff;
+        out[pos] = (int32_t)(t % vocab);
+    }
+}
+
+/* A length under the scale, at least 1 (0 stays 0: rejected as before). */
+static uint32_t scaled(uint32_t n, double scale)
+{
+    if (!n || scale == 1.0) return n;
+    double v = floor((double)n * scale + 0.5);
+    return v < 1 ? 1 : v > 4e9 ? 4000000000u : (uint32_t)v;
+}
+
+/* The scheduler's options, the same for both backends. */
+static llmem_sched_options sched_options(rp *x)
+{
+    llmem_sched_options sco = llmem_sched_options_default();
+    sco.max_batch = x->o->max_batch;
+    sco.max_step_tokens = x->o->max_prefill_tokens;
+    sco.controller = x->ctl;
+    sco.on_event = on_event;
+    sco.event_ctx = x;
+    sco.on_step = on_step;
+    sco.step_ctx = x;
+    sco.check = x->o->check;
+    return sco;
+}
+
+/* On a real engine: its KV, its pool's resource for the committed bytes. */
+static llmem_status setup_engine(rp *x)
+{
+    x->kv = llmem_engine_kv(x->o->engine);
+    x->pool = llmem_engine_pool(x->o->engine);
+    if (!x->kv || !x->pool) return llmem__fail(LLMEM_ENOTSUP, "replay: the engine must use llmem's KV (not ALLOC_MALLOC)");
+    x->dev = llmem_pool_get_resource(x->pool);
+    x->kv_tok = (double)llmem_kv_bytes_per_token(x->kv);
+    llmem_sched_options sco = sched_options(x);
+    return llmem_sched_create_engine(x->o->engine, &sco, &x->s);
 }
 
 static llmem_status setup(rp *x, llmem_resource **own_dev, llmem_memctl **mc)
 {
     const llmem_replay_options *o = x->o;
+    if (o->engine) return setup_engine(x);
     const llmem_shape *sh = &o->shape;
     uint32_t ctx = o->max_seq_len ? o->max_seq_len : sh->max_ctx;
     llmem_status st;
@@ -274,15 +351,8 @@ static llmem_status setup(rp *x, llmem_resource **own_dev, llmem_memctl **mc)
         so.model.mfu = o->mfu;
         so.model.overhead_s = o->step_overhead_s;
     }
-    llmem_sched_options sco = llmem_sched_options_default();
-    sco.max_batch = o->max_batch;
-    sco.max_step_tokens = o->max_prefill_tokens;
-    sco.controller = x->ctl;
-    sco.on_event = on_event;
-    sco.event_ctx = x;
-    sco.on_step = on_step;
-    sco.step_ctx = x;
-    sco.check = o->check;
+    if (o->vocab) so.vocab = o->vocab;
+    llmem_sched_options sco = sched_options(x);
     return llmem_sched_create_sim(&so, &sco, &x->s);
 }
 
@@ -295,30 +365,40 @@ static llmem_status drive(rp *x, const llmem_trace *trace, size_t n)
     size_t next = 0;
     uint64_t steps = 0, idle_steps = 0;
     llmem_status st = LLMEM_OK;
+    uint32_t vocab = o->vocab ? o->vocab : 0x7fffffff;
+    if (o->engine) {
+        llmem_engine_info info;
+        if ((st = llmem_engine_get_info(o->engine, &info))) return st;
+        if (!o->vocab || o->vocab > info.vocab) vocab = info.vocab;
+    }
+    uint64_t t0 = x->t0_ns; /* the trace's zero on the scheduler's clock */
+    double base_s = n ? trace->req[0].arrival_s : 0; /* 0 unless first_request skipped some */
     while (!st && (next < n || llmem_sched_pending(x->s))) {
         uint64_t now = llmem_sched_now_ns(x->s);
         if (!llmem_sched_pending(x->s) && next < n) {
-            uint64_t at = (uint64_t)llround(trace->req[next].arrival_s / o->speedup * 1e9);
-            if (at > now && (st = idle_until(x, at))) break;
+            uint64_t at = t0 + (uint64_t)llround((trace->req[next].arrival_s - base_s) / o->speedup * 1e9);
+            if (at > now && (st = o->engine ? wait_until(x, at) : idle_until(x, at))) break;
             now = llmem_sched_now_ns(x->s);
         }
         for (; next < n; next++) {
             const llmem_trace_request *tr = &trace->req[next];
-            uint64_t at = (uint64_t)llround(tr->arrival_s / o->speedup * 1e9);
+            uint64_t at = t0 + (uint64_t)llround((tr->arrival_s - base_s) / o->speedup * 1e9);
             if (at > now) break;
-            if (tr->prompt_tokens > tokcap) {
+            uint32_t plen = scaled(tr->prompt_tokens, o->prompt_scale);
+            uint32_t olen = scaled(tr->output_tokens, o->output_scale);
+            if (plen > tokcap) {
                 free(tok);
-                tokcap = tr->prompt_tokens;
+                tokcap = plen;
                 if (!(tok = malloc(tokcap * sizeof *tok))) {
-                    st = llmem__fail(LLMEM_ENOMEM, "replay: no memory for a %u-token prompt", tr->prompt_tokens);
+                    st = llmem__fail(LLMEM_ENOMEM, "replay: no memory for a %u-token prompt", plen);
                     break;
                 }
             }
-            tokens_of(tr, (uint32_t)next, tok);
+            tokens_of(tr, (uint32_t)next, plen, scaled(tr->prefix_tokens, o->prompt_scale), vocab, tok);
             llmem_sched_params p = llmem_sched_params_default();
             p.prompt = tok;
-            p.prompt_len = tr->prompt_tokens;
-            p.max_tokens = tr->output_tokens ? tr->output_tokens : 1;
+            p.prompt_len = plen;
+            p.max_tokens = olen ? olen : 1;
             p.arrival_ns = at ? at : 1;
             llmem_sched_req id;
             llmem_status sst = llmem_sched_submit(x->s, &p, &id);
@@ -348,10 +428,17 @@ llmem_status llmem_replay_run(const llmem_trace *trace, const llmem_replay_optio
     static const char *names[] = {"paged", "static", "buckets", "contiguous"};
     if ((unsigned)o->strategy >= LLMEM_ARRAY_LEN(names))
         return llmem__fail(LLMEM_EINVAL, "replay: unknown KV strategy %d", (int)o->strategy);
-    r->strategy = names[o->strategy];
-    if (!o->kv_budget) return llmem__fail(LLMEM_EINVAL, "replay: a KV budget is required");
-    if (!o->shape.layers || !o->shape.kv_heads || !o->shape.head_dim || !(o->speedup > 0) || !o->block_tokens)
+    r->strategy = o->engine ? "engine" : names[o->strategy];
+    if (!o->kv_budget && !o->engine) return llmem__fail(LLMEM_EINVAL, "replay: a KV budget is required");
+    if ((!o->engine && (!o->shape.layers || !o->shape.kv_heads || !o->shape.head_dim || !o->block_tokens)) ||
+        !(o->speedup > 0) || !(o->prompt_scale > 0) || !(o->output_scale > 0))
         return llmem__fail(LLMEM_EINVAL, "replay: incomplete shape or options");
+    if (o->first_request >= trace->count && trace->count)
+        return llmem__fail(LLMEM_EINVAL, "replay: first request %zu of %zu", o->first_request, trace->count);
+    llmem_trace sub = *trace;
+    sub.req += o->first_request;
+    sub.count -= o->first_request;
+    trace = &sub;
     size_t n = trace->count;
     if (o->max_requests && o->max_requests < n) n = o->max_requests;
     uint64_t wall0 = llmem__now_ns();
@@ -367,6 +454,7 @@ llmem_status llmem_replay_run(const llmem_trace *trace, const llmem_replay_optio
     x.e2e = malloc((n + 1) * sizeof(double));
     if (!x.ttft || !x.tpot || !x.e2e) st = llmem__fail(LLMEM_ENOMEM, "replay: no memory for %zu requests' figures", n);
     if (!st) st = setup(&x, &own_dev, &mc);
+    if (!st && o->engine) x.t0_ns = llmem_sched_now_ns(x.s);
     r->requests_total = n;
     if (!st) st = drive(&x, trace, n);
     if (!st) {
@@ -392,7 +480,7 @@ llmem_status llmem_replay_run(const llmem_trace *trace, const llmem_replay_optio
         r->tpot_p99_s = pct(x.tpot, x.ntpot, 0.99);
         r->e2e_p50_s = pct(x.e2e, x.ne2e, 0.50);
         r->e2e_p99_s = pct(x.e2e, x.ne2e, 0.99);
-        r->sim_time_s = (double)llmem_sched_now_ns(x.s) * 1e-9;
+        r->sim_time_s = (double)(llmem_sched_now_ns(x.s) - x.t0_ns) * 1e-9;
         r->throughput_tokens_per_s = r->sim_time_s > 0 ? (double)r->tokens_generated / r->sim_time_s : 0;
         llmem_resource_stats rst = {sizeof rst};
         llmem_resource_get_stats(x.dev, &rst);
@@ -408,20 +496,25 @@ llmem_status llmem_replay_run(const llmem_trace *trace, const llmem_replay_optio
             r->controller_shrinks = cs.shrinks_total;
             if (o->timeline) st = llmem_memctl_add_decisions(x.ctl, o->timeline);
         }
+        if (o->fit_steps && !st) st = llmem_step_model_fit(x.shapes, x.secs, x.nshapes, false, &r->step_fit, &r->step_fit_error);
     }
     /* Keep the first error's message over what teardown may say. */
     char msg[256] = "";
     if (st) snprintf(msg, sizeof msg, "%s", llmem_last_error());
     llmem_sched_destroy(x.s);
     x.s = NULL;
-    llmem_kv_destroy(x.kv);
-    if (mc) llmem_memctl_destroy(mc);
-    else llmem_pool_destroy(x.pool);
+    if (!o->engine) {
+        llmem_kv_destroy(x.kv);
+        if (mc) llmem_memctl_destroy(mc);
+        else llmem_pool_destroy(x.pool);
+    }
     llmem_resource_destroy(own_dev);
     free(x.ttft);
     free(x.tpot);
     free(x.e2e);
     free(x.done);
+    free(x.shapes);
+    free(x.secs);
     r->wall_time_s = (double)(llmem__now_ns() - wall0) * 1e-9;
     if (st) llmem__fail(st, "%s", msg);
     return st;

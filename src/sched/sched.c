@@ -460,7 +460,7 @@ static int32_t pick(llmem_sched *s, unit *u, float *logits)
 /* Tokens (non-PAGED) or blocks (PAGED) the KV can still give, and what a
  * unit that must hold `tokens` more (after `held`) needs, in the same unit. */
 typedef struct room {
-    bool unlimited, paged;
+    bool unlimited, paged, prefix;
     size_t free;      /* blocks or tokens */
     size_t B;
     size_t unit_bytes; /* bytes per block (PAGED) or token */
@@ -468,11 +468,12 @@ typedef struct room {
 
 static room kv_room(const llmem_sched *s)
 {
-    room rm = {true, false, 0, 1, 1};
+    room rm = {true, false, false, 0, 1, 1};
     if (!s->b.kv) return rm;
     llmem_kv_room kr;
     if (llmem_kv_get_room(s->b.kv, &kr)) return rm;
     rm.paged = kr.strategy == LLMEM_KV_PAGED;
+    rm.prefix = kr.prefix_cache;
     rm.B = kr.block_tokens ? kr.block_tokens : 1;
     rm.unit_bytes = rm.paged ? kr.block_bytes_all_layers : kr.block_bytes_all_layers / rm.B;
     /* STATIC reserves at creation (which refuses by itself) and BUCKETS
@@ -572,6 +573,10 @@ static int admit_head(llmem_sched *s, unit *u, bool alone)
     }
     uint32_t need_slots = 1 + (u->idx == 0 && !r->slots_reserved ? r->followers_waiting : 0);
     if (s->nrun + s->nswapped + s->reserved + need_slots > s->max_batch) return 0;
+    /* Not even with the longest possible prefix match: do not create a
+     * sequence only to free it. */
+    size_t best = rm.prefix ? (u->total - 1) / rm.B * rm.B : 0;
+    if (!alone && !fits(s, &rm, need_of(&rm, best, u->total), u->total - (uint32_t)best)) return 0;
     uint64_t seq = 0;
     llmem_status st = create_retry(s, alone, &seq);
     size_t matched = 0;
@@ -1333,8 +1338,14 @@ llmem_status llmem_sched_step(llmem_sched *s, llmem_sched_step_report *rep)
     }
     if (ni) {
         for (size_t i = 0; i < ni; i++) {
-            if (s->items[i].n == 1 && s->items[i].context > 0) rep->decode_tokens++;
-            else rep->prefill_tokens += s->items[i].n;
+            double c = (double)s->items[i].context, m = s->items[i].n;
+            rep->attn_pairs += m * c + m * (m + 1) / 2;
+            if (s->items[i].n == 1 && s->items[i].context > 0) {
+                rep->decode_tokens++;
+                rep->decode_kv_tokens += c + 1;
+            } else {
+                rep->prefill_tokens += s->items[i].n;
+            }
         }
         rep->sequences = (uint32_t)ni;
         rep->running = s->nrun;

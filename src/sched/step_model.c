@@ -2,12 +2,14 @@
  * step_model.c - step-time models (llmem/step_model.h): the roofline, the
  * linear model, its least-squares fit and its calibration on a real engine.
  *
- * The fit solves the weighted 4 x 4 normal equations (X^T W X) c = X^T W y
- * over the columns [1, prefill tokens, decode sequences, attention pairs],
- * W = 1 / time^2 so that relative error counts (a one-token step as much
- * as a full prompt), each column scaled to unit range first so the system
- * is well conditioned; a column that is constant over the points (besides
- * the intercept), or whose coefficient comes out negative, is dropped and
+ * The fit solves the 4 x 4 normal equations (X^T W X) c = X^T W y over the
+ * columns [1, prefill tokens, decode sequences, attention pairs]: W = 1
+ * (plain least squares, for the steps of a real run: the fit keeps their
+ * total time, which is what a simulated clock adds up) or W = 1 / time^2
+ * (relative, for a calibration grid whose points span a token to a full
+ * prompt). Each column is scaled to unit range first so the system is well
+ * conditioned; a column that is constant over the points (besides the
+ * intercept), or whose coefficient comes out negative, is dropped and
  * gets coefficient 0. Calibration measures each point `repeats` times and
  * keeps the median, which shrugs off a step that another process slowed.
  */
@@ -94,7 +96,7 @@ static void columns(const llmem_step_shape *s, double x[4])
 }
 
 /* Weighted least squares over the columns in use; false if singular. */
-static bool solve(const llmem_step_shape *shapes, const double *seconds, size_t n, const bool use[4],
+static bool solve(const llmem_step_shape *shapes, const double *seconds, size_t n, bool relative, const bool use[4],
                   const double scale[4], double coef[4])
 {
     double A[4][5];
@@ -103,9 +105,10 @@ static bool solve(const llmem_step_shape *shapes, const double *seconds, size_t 
         double x[4];
         columns(&shapes[i], x);
         for (int j = 0; j < 4; j++) x[j] = use[j] ? x[j] / scale[j] : 0;
-        /* Relative error is what matters across step sizes from a token to
-         * a full prompt: weight each point by 1 / time^2. */
-        double w = seconds[i] > 0 ? 1.0 / (seconds[i] * seconds[i]) : 0;
+        /* relative: each point weighs 1 / time^2, so a one-token step
+         * counts as much as a full prompt (a grid of shapes); else plain
+         * least squares, whose fit keeps the sum of the times (a clock). */
+        double w = !relative ? 1.0 : seconds[i] > 0 ? 1.0 / (seconds[i] * seconds[i]) : 0;
         for (int r = 0; r < 4; r++) {
             for (int c = 0; c < 4; c++) A[r][c] += w * x[r] * x[c];
             A[r][4] += w * x[r] * seconds[i];
@@ -138,7 +141,7 @@ static bool solve(const llmem_step_shape *shapes, const double *seconds, size_t 
     return true;
 }
 
-llmem_status llmem_step_model_fit(const llmem_step_shape *shapes, const double *seconds, size_t n,
+llmem_status llmem_step_model_fit(const llmem_step_shape *shapes, const double *seconds, size_t n, bool relative,
                                   llmem_step_model *out, double *rel_error)
 {
     if (!shapes || !seconds || !out) return llmem__fail(LLMEM_EINVAL, "step model fit: null argument");
@@ -165,7 +168,7 @@ llmem_status llmem_step_model_fit(const llmem_step_shape *shapes, const double *
      * (an active-set non-negative least squares, at most 4 rounds). */
     double coef[4];
     for (int round = 0; round < 4; round++) {
-        if (!solve(shapes, seconds, n, use, scale, coef))
+        if (!solve(shapes, seconds, n, relative, use, scale, coef))
             return llmem__fail(LLMEM_EINVAL, "step model fit: singular system");
         int worst = -1;
         for (int j = 0; j < 4; j++)
@@ -290,7 +293,7 @@ llmem_status llmem_step_model_calibrate(llmem_engine *e, uint32_t repeats, llmem
             secs[npts++] = rep[repeats / 2];
         }
     double err = 0;
-    if ((st = llmem_step_model_fit(shapes, secs, npts, out, &err))) goto out;
+    if ((st = llmem_step_model_fit(shapes, secs, npts, true, out, &err))) goto out;
     if (report) {
         llmem_step_calibration r = {sizeof r, npts, repeats, err, (double)(llmem__now_ns() - t_start) * 1e-9};
         size_t n = llmem_stats_fill_size(report->struct_size, sizeof r);
