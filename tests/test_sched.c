@@ -406,6 +406,22 @@ static void refused_step_leaves_nothing_cached(void **state)
     assert_int_equal(matched, 16);
     assert_int_equal(llmem_engine_seq_length(e, qd), 16);
     assert_status(llmem_engine_seq_match_prefix(e, qd, a, 17, &matched), LLMEM_ESTATE);
+    /* A block the refused step completes is registered full; rolled back to
+     * partial it must leave the cache too. */
+    int32_t c[17];
+    make_prompt(c, 17, 23);
+    llmem_engine_seq qe, qf;
+    assert_ok(llmem_engine_seq_free(e, qd));
+    assert_ok(llmem_engine_seq_free(e, qa));
+    assert_ok(llmem_engine_seq_create(e, &qe));
+    llmem_engine_batch_item first = {qe, c, 10, 0};
+    assert_ok(llmem_engine_step(e, &first, 1));
+    llmem_engine_batch_item two[2] = {{qe, c + 10, 6, 0}, {qb, b, 100, 0}};
+    assert_status(llmem_engine_step(e, two, 2), LLMEM_ENOMEM);
+    assert_int_equal(llmem_engine_seq_length(e, qe), 10);
+    assert_ok(llmem_engine_seq_create(e, &qf));
+    assert_ok(llmem_engine_seq_match_prefix(e, qf, c, 17, &matched));
+    assert_int_equal(matched, 0);
     llmem_engine_destroy(e);
 }
 

@@ -213,9 +213,9 @@ LLMEM_API llmem_status llmem_kv_seq_append(llmem_kv *kv, llmem_kv_seq s, size_t 
 LLMEM_API llmem_status llmem_kv_seq_truncate(llmem_kv *kv, llmem_kv_seq s, size_t new_length);
 
 /* Truncate to undo an append whose slots were never written (an engine
- * step that failed after its appends): as truncate, and the dropped blocks
- * that this sequence alone holds leave the prefix cache, which the append
- * may have registered them in. */
+ * step that failed after its appends): as truncate, and the blocks this
+ * sequence alone holds that the append may have registered in the prefix
+ * cache leave it - those dropped, and a kept last block left partial. */
 LLMEM_API llmem_status llmem_kv_seq_rollback(llmem_kv *kv, llmem_kv_seq s, size_t new_length);
 
 /* Where position pos of layer `layer` lives: K and V for that token

@@ -258,8 +258,8 @@ typedef struct llmem_sched_params {
     uint32_t stop_seq_count;
     uint32_t cache_limit;          /* prompt positions from this one on are not offered to the prefix
                                       cache (a prompt's private part); 0 = every position */
-    uint64_t arrival_ns;           /* when the request arrived, on the scheduler's clock; 0 = now
-                                      (latencies count from it) */
+    uint64_t arrival_ns;           /* when the request arrived, on the scheduler's clock; 0 (or a time
+                                      still to come) = now; latencies count from it */
     void *user;                    /* handed back in events and info */
 } llmem_sched_params;
 

@@ -1450,6 +1450,12 @@ static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len, bo
             if (forget && kv->blocks[b].ref == 1 && kv->blocks[b].hashed) ht_remove(kv, b);
             block_put(kv, b);
         }
+        /* ...and so does a kept last block left partial that the undone
+         * append filled: it was registered full. */
+        if (forget && len % kv->B && s->nblocks) {
+            uint32_t b = s->blocks[s->nblocks - 1];
+            if (kv->blocks[b].ref == 1 && kv->blocks[b].hashed) ht_remove(kv, b);
+        }
     }
     if (len < s->length) s->hashable = false; /* the chain hash is not kept per block */
     if (len == 0) { /* empty again: the (empty) chain is known */

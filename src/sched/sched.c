@@ -928,7 +928,8 @@ llmem_status llmem_sched_submit(llmem_sched *s, const llmem_sched_params *p, llm
     }
     r->id = ((uint64_t)(++s->req_gen[idx]) << 32) | (idx + 1);
     r->serial = ++s->serial;
-    r->arrival_ns = p->arrival_ns ? p->arrival_ns : now_ns(s);
+    uint64_t now = now_ns(s);
+    r->arrival_ns = p->arrival_ns && p->arrival_ns <= now ? p->arrival_ns : now; /* not in the future */
     s->reqs[idx] = r;
     for (uint32_t i = 1; i < n; i++) r->u[i].fork_wait = true;
     r->followers_waiting = n - 1;
