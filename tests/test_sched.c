@@ -724,6 +724,121 @@ static void sim_deterministic_and_checked(void **state)
     assert_int_equal(c.requests_finished_total, 60);
 }
 
+typedef struct most_running {
+    uint32_t most;
+} most_running;
+
+static void on_step_running(void *ctx, const llmem_sched_step_report *rep)
+{
+    most_running *m = ctx;
+    if (rep->running > m->most) m->most = rep->running;
+}
+
+/* Run 12 requests of 200 tokens at once over a 2-layer KV; the most
+ * sequences that ran together. With a predictor whose reserve for a step
+ * counts activations in the same pool, admission must also leave room for
+ * that reserve: fewer run at once. */
+static uint32_t most_at_once(bool with_predictor)
+{
+    llmem_pool *pool;
+    llmem_kv *kv = sim_kv(64 * 1024 * 8, &pool, NULL);
+    llmem_predictor *pred = NULL;
+    if (with_predictor) {
+        llmem_predictor_options po = llmem_predictor_options_default();
+        llmem_shape sh = {"t", 2, 128, 8, 2, 16, 512, 32000, 1024, 10000.0, 0};
+        po.shape = sh;
+        po.kv_elem_bytes = 2;
+        po.activations_apart = false; /* the workspace would come from this pool: a large reserve */
+        assert_ok(llmem_predictor_create(&po, &pred));
+    }
+    llmem_sched_sim_options sim = llmem_sched_sim_options_default();
+    sim.kv = kv;
+    llmem_sched_options so = llmem_sched_options_default();
+    most_running m = {0};
+    so.predictor = pred;
+    so.on_step = on_step_running;
+    so.step_ctx = &m;
+    llmem_sched *s;
+    assert_ok(llmem_sched_create_sim(&sim, &so, &s));
+    int32_t prompt[200];
+    make_prompt(prompt, 200, 3);
+    for (int i = 0; i < 12; i++) {
+        llmem_sched_params p = llmem_sched_params_default();
+        p.prompt = prompt;
+        p.prompt_len = 200;
+        p.max_tokens = 20;
+        llmem_sched_req id;
+        assert_ok(llmem_sched_submit(s, &p, &id));
+    }
+    run_all(s);
+    llmem_sched_stats st = {sizeof st};
+    assert_ok(llmem_sched_get_stats(s, &st));
+    assert_int_equal(st.requests_finished_total, 12);
+    assert_int_equal(st.samples_length_total, 12);
+    llmem_sched_destroy(s);
+    llmem_predictor_destroy(pred);
+    llmem_kv_destroy(kv);
+    llmem_pool_destroy(pool);
+    return m.most;
+}
+
+static void predictor_reserve_limits_admission(void **state)
+{
+    (void)state;
+    uint32_t free_run = most_at_once(false), reserved = most_at_once(true);
+    print_message("most sequences at once: %u without the predictor, %u with its reserve\n", free_run, reserved);
+    assert_int_equal(free_run, 12); /* 12 x 220 tokens fit the 4096 */
+    assert_true(reserved >= 1 && reserved <= free_run / 2);
+}
+
+/* Cancelling a swapped-out request gives its swap memory back at once. */
+static void cancel_swapped_frees_swap(void **state)
+{
+    (void)state;
+    llmem_resource *host;
+    assert_ok(llmem_os_resource_create(NULL, &host));
+    llmem_pool *pool;
+    llmem_kv *kv = sim_kv(64 * 1024 * 2, &pool, host); /* 1024 tokens */
+    llmem_sched_sim_options sim = llmem_sched_sim_options_default();
+    sim.kv = kv;
+    sim.write_kv = true;
+    llmem_sched *s;
+    assert_ok(llmem_sched_create_sim(&sim, NULL, &s));
+    int32_t prompt[300];
+    llmem_sched_req ids[6];
+    for (int i = 0; i < 6; i++) {
+        make_prompt(prompt, 300, 40 + (uint32_t)i);
+        llmem_sched_params p = llmem_sched_params_default();
+        p.prompt = prompt;
+        p.prompt_len = 60 + 30 * (uint32_t)i;
+        p.max_tokens = 400;
+        assert_ok(llmem_sched_submit(s, &p, &ids[i]));
+    }
+    llmem_kv_stats ks = {sizeof ks};
+    for (int guard = 0; guard < 5000; guard++) {
+        assert_ok(llmem_sched_step(s, NULL));
+        assert_ok(llmem_kv_get_stats(kv, &ks));
+        if (ks.swapped_sequences) break;
+    }
+    assert_true(ks.swapped_sequences > 0 && ks.swap_bytes_held > 0);
+    for (int i = 0; i < 6; i++) {
+        llmem_sched_info info;
+        assert_ok(llmem_sched_get_info(s, ids[i], 0, &info));
+        if (info.state == LLMEM_SCHED_SWAPPED) assert_ok(llmem_sched_cancel(s, ids[i]));
+    }
+    assert_ok(llmem_kv_get_stats(kv, &ks));
+    assert_int_equal(ks.swapped_sequences, 0);
+    assert_int_equal(ks.swap_bytes_held, 0);
+    run_all(s);
+    llmem_sched_sim_stats ss = {sizeof ss};
+    assert_ok(llmem_sched_get_sim_stats(s, &ss));
+    assert_int_equal(ss.kv_corruptions_total, 0);
+    llmem_sched_destroy(s);
+    llmem_kv_destroy(kv);
+    llmem_pool_destroy(pool);
+    llmem_resource_destroy(host);
+}
+
 static void sim_bad_options(void **state)
 {
     (void)state;
@@ -832,6 +947,8 @@ int main(void)
         cmocka_unit_test(admission_and_bad_input),
         cmocka_unit_test(sim_deterministic_and_checked),
         cmocka_unit_test(sim_bad_options),
+        cmocka_unit_test(predictor_reserve_limits_admission),
+        cmocka_unit_test(cancel_swapped_frees_swap),
         cmocka_unit_test(step_model_fit_recovers_coefficients),
         cmocka_unit_test(calibration_on_the_engine),
     };
