@@ -1,7 +1,9 @@
 /*
  * sched.c - the continuous-batching scheduler (llmem/sched.h): queue,
  * admission, chunked prefill, preemption, sampling, stop conditions,
- * cancellation, stats. What it steps is a backend (sched_backend.h).
+ * stepping. Submission, cancellation and reads are in sched_requests.c,
+ * the figures in sched_stats.c, the records below in sched_internal.h.
+ * What it steps is a backend (sched_backend.h).
  *
  * Records. A request (sreq) holds n units, one per sample; a unit is what
  * is scheduled: one sequence of the backend. A unit knows `total` tokens
@@ -45,60 +47,7 @@
 #include "llmem/sched.h"
 
 #include "../core/internal.h"
-#include "sched_backend.h"
-
-#define MAX_STOP_LEN 32u  /* tokens in one stop sequence at most */
-#define MAX_STOPS 16u     /* stop tokens, and stop sequences, at most */
-
-typedef struct sreq sreq;
-
-typedef struct unit {
-    sreq *r;
-    uint32_t idx;               /* sample index */
-    llmem_sched_state state;
-    llmem_sched_finish finish;
-    uint64_t seq;               /* backend sequence; 0 = none */
-    int32_t *tok;               /* [cap]: prompt, then output */
-    uint32_t cap, total, computed;
-    uint32_t generated, out_len, visible;
-    llmem_sampler *sampler;     /* NULL: argmax */
-    uint64_t admit_order;
-    bool queued, fork_wait, in_run;
-    bool fresh;                 /* admitted in the step being planned: its ADMIT event and prefix
-                                   figures wait for the step to succeed */
-    uint32_t matched;           /* prompt tokens the prefix cache gave at that admission */
-    uint32_t preemptions, swaps;
-    uint64_t first_token_ns, last_token_ns, finish_ns;
-} unit;
-
-struct sreq {
-    llmem_sched_req id;
-    uint64_t serial;            /* submission number (synthetic tokens) */
-    uint32_t n, prompt_len, max_tokens, cache_limit;
-    uint32_t want;              /* max_tokens as asked (0 = up to the context) */
-    int32_t stop_tok[MAX_STOPS];
-    uint32_t nstop_tok;
-    int32_t stop_seq[MAX_STOPS][MAX_STOP_LEN];
-    uint32_t stop_len[MAX_STOPS];
-    uint32_t nstop_seq;
-    void *user;
-    unit *u;                    /* [n] */
-    uint32_t unfinished;
-    uint32_t followers_waiting; /* units with fork_wait */
-    bool slots_reserved;        /* the followers' slots are counted */
-    bool prompt_counted, cancelled_counted;
-    uint32_t cached_tokens, computed_tokens;
-    uint64_t arrival_ns, scheduled_ns, finish_ns;
-    uint64_t progress;
-};
-
-typedef struct hist {
-    uint32_t nb;
-    const double *le;
-    uint64_t counts[LLMEM_SCHED_HIST_MAX_BUCKETS]; /* per bucket, not cumulative */
-    uint64_t count;
-    double sum;
-} hist;
+#include "sched_internal.h"
 
 /* vLLM's bucket bounds (so dashboards built for it read ours), with finer
  * ones below where a small CPU model lives. */
@@ -109,44 +58,6 @@ static const double tpot_le[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 
                                  20.0,   40.0,    80.0};
 static const double e2e_le[] = {0.01, 0.025, 0.05, 0.1,  0.3,  0.5,  0.8,   1.0,   1.5,   2.0,   2.5,   5.0,
                                 10.0, 15.0,  20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
-
-typedef struct event_buf {
-    llmem_sched_event *ev;
-    size_t n, cap;
-} event_buf;
-
-struct llmem_sched {
-    llmem__sched_backend b;
-    llmem_sched_options o;
-    uint32_t max_batch, max_step, max_len;
-    pthread_mutex_t mu, step_mu;
-    pthread_cond_t cv;          /* progress of any request, or new work */
-    pthread_t owner;
-    bool owned;
-    /* requests */
-    sreq **reqs;                /* [nreq_cap]; NULL = free slot */
-    uint32_t *req_gen;
-    uint32_t nreq_cap, *free_slots, nfree;
-    uint64_t serial;
-    size_t pending;             /* submitted, not finished */
-    size_t waiting_reqs;        /* in wq as never-admitted leaders (max_waiting) */
-    size_t live_units;          /* units not finished: the deque holds room for all */
-    /* lists */
-    unit **run;                 /* [max_batch] */
-    uint32_t nrun, nswapped, reserved;
-    unit **wq;
-    size_t wq_head, wq_len, wq_cap;
-    uint64_t admit_seq;
-    /* the step's tables */
-    llmem__sched_item *items;   /* [max_batch] */
-    unit **item_unit;           /* [max_batch] */
-    float *keep, *tmp;          /* [vocab] logits for forked samples */
-    event_buf eb;
-    bool idle_reported;
-    bool sim;
-    hist h[LLMEM_SCHED_HIST_COUNT_];
-    llmem_sched_stats st;
-};
 
 /* ---- names, defaults ------------------------------------------------------------ */
 
@@ -179,8 +90,6 @@ llmem_sched_params llmem_sched_params_default(void)
 
 /* ---- small helpers (mu held) ---------------------------------------------------- */
 
-static uint64_t now_ns(const llmem_sched *s) { return s->b.ops->now_ns(s->b.self); }
-
 static void emit(llmem_sched *s, llmem_sched_event_kind k, const unit *u, int32_t tok, uint32_t index)
 {
     if (!s->o.on_event) return;
@@ -208,7 +117,7 @@ static void hist_observe(hist *h, double v)
 
 /* Room in the deque for `units` units at once (every unit not finished
  * may be queued at the same time). */
-static void wq_grow(llmem_sched *s, size_t units, bool *ok)
+void llmem__sched_wq_grow(llmem_sched *s, size_t units, bool *ok)
 {
     *ok = true;
     if (units <= s->wq_cap) return;
@@ -228,7 +137,7 @@ static void wq_grow(llmem_sched *s, size_t units, bool *ok)
 
 /* Room for the pushes is made at submission (a slot for every unit not
  * finished), so these never allocate. */
-static void wq_push_back(llmem_sched *s, unit *u)
+void llmem__sched_wq_push_back(llmem_sched *s, unit *u)
 {
     s->wq[(s->wq_head + s->wq_len) % s->wq_cap] = u;
     s->wq_len++;
@@ -281,7 +190,7 @@ static void run_add(llmem_sched *s, unit *u)
     u->admit_order = ++s->admit_seq;
 }
 
-static sreq *lookup(const llmem_sched *s, llmem_sched_req id)
+sreq *llmem__sched_lookup(const llmem_sched *s, llmem_sched_req id)
 {
     uint32_t idx = (uint32_t)(id & 0xffffffffu);
     if (!idx || idx > s->nreq_cap) return NULL;
@@ -308,7 +217,7 @@ static void drop_seq(llmem_sched *s, unit *u)
 
 static void request_done(llmem_sched *s, sreq *r)
 {
-    r->finish_ns = now_ns(s);
+    r->finish_ns = llmem__sched_now(s);
     s->pending--;
     s->st.requests_finished_total++;
     hist_observe(&s->h[LLMEM_SCHED_HIST_E2E], (double)(r->finish_ns - r->arrival_ns) * 1e-9);
@@ -326,7 +235,7 @@ static void reveal(llmem_sched *s, unit *u, uint32_t v)
 
 /* End a unit (anywhere but in the middle of the backend's step): its
  * sequence goes, it leaves every list. */
-static void finish_unit(llmem_sched *s, unit *u, llmem_sched_finish why)
+void llmem__sched_finish_unit(llmem_sched *s, unit *u, llmem_sched_finish why)
 {
     if (u->state == LLMEM_SCHED_FINISHED) return;
     sreq *r = u->r;
@@ -347,7 +256,7 @@ static void finish_unit(llmem_sched *s, unit *u, llmem_sched_finish why)
     u->state = LLMEM_SCHED_FINISHED;
     s->live_units--;
     u->finish = why;
-    u->finish_ns = now_ns(s);
+    u->finish_ns = llmem__sched_now(s);
     llmem_sampler_destroy(u->sampler);
     u->sampler = NULL;
     switch (why) {
@@ -363,7 +272,7 @@ static void finish_unit(llmem_sched *s, unit *u, llmem_sched_finish why)
      * along (they would have forked from it). */
     if (u->idx == 0 && r->followers_waiting)
         for (uint32_t i = 1; i < r->n; i++)
-            if (r->u[i].fork_wait) finish_unit(s, &r->u[i], why);
+            if (r->u[i].fork_wait) llmem__sched_finish_unit(s, &r->u[i], why);
     if (--r->unfinished == 0) {
         release_slots(s, r);
         if (why == LLMEM_SCHED_FINISH_REJECTED) s->st.requests_rejected_total++;
@@ -401,7 +310,7 @@ static uint32_t held_back(const unit *u)
 static void take_token(llmem_sched *s, unit *u, int32_t tok)
 {
     sreq *r = u->r;
-    uint64_t t = now_ns(s);
+    uint64_t t = llmem__sched_now(s);
     u->tok[u->total++] = tok;
     u->generated++;
     s->st.generation_tokens_total++;
@@ -415,22 +324,22 @@ static void take_token(llmem_sched *s, unit *u, int32_t tok)
     for (uint32_t i = 0; i < r->nstop_tok; i++)
         if (tok == r->stop_tok[i]) {
             u->out_len = u->generated - 1;
-            finish_unit(s, u, LLMEM_SCHED_FINISH_STOP);
+            llmem__sched_finish_unit(s, u, LLMEM_SCHED_FINISH_STOP);
             return;
         }
     for (uint32_t j = 0; j < r->nstop_seq; j++)
         if (ends_with(u, r->stop_seq[j], r->stop_len[j])) {
             u->out_len = u->generated - r->stop_len[j];
-            finish_unit(s, u, LLMEM_SCHED_FINISH_STOP);
+            llmem__sched_finish_unit(s, u, LLMEM_SCHED_FINISH_STOP);
             return;
         }
     u->out_len = u->generated;
     if (r->want && u->generated >= r->want) {
-        finish_unit(s, u, LLMEM_SCHED_FINISH_LENGTH);
+        llmem__sched_finish_unit(s, u, LLMEM_SCHED_FINISH_LENGTH);
         return;
     }
     if (u->total >= s->max_len || u->generated >= r->max_tokens) {
-        finish_unit(s, u, LLMEM_SCHED_FINISH_CONTEXT);
+        llmem__sched_finish_unit(s, u, LLMEM_SCHED_FINISH_CONTEXT);
         return;
     }
     reveal(s, u, u->generated - held_back(u));
@@ -593,7 +502,7 @@ static int admit_head(llmem_sched *s, unit *u, bool alone)
         if (st != LLMEM_ENOMEM && st != LLMEM_ECAPACITY) return 0; /* not now; the step reports nothing */
         s->st.admissions_refused_total++;
         if (!alone) return 0;
-        finish_unit(s, u, u->generated ? LLMEM_SCHED_FINISH_MEMORY : LLMEM_SCHED_FINISH_REJECTED);
+        llmem__sched_finish_unit(s, u, u->generated ? LLMEM_SCHED_FINISH_MEMORY : LLMEM_SCHED_FINISH_REJECTED);
         return -1;
     }
     wq_pop_front(s);
@@ -609,7 +518,7 @@ static int admit_head(llmem_sched *s, unit *u, bool alone)
         r->slots_reserved = true;
     }
     if (!r->scheduled_ns) {
-        r->scheduled_ns = now_ns(s);
+        r->scheduled_ns = llmem__sched_now(s);
         hist_observe(&s->h[LLMEM_SCHED_HIST_QUEUE], (double)(r->scheduled_ns - r->arrival_ns) * 1e-9);
     }
     return 1;
@@ -722,7 +631,7 @@ llmem_status llmem__sched_create(const llmem__sched_backend *b, const llmem_sche
         s->tmp = malloc((size_t)b->vocab * sizeof(float));
     }
     bool ok = true;
-    wq_grow(s, 64, &ok);
+    llmem__sched_wq_grow(s, 64, &ok);
     if (!s->run || !s->items || !s->item_unit || (o.on_event && !s->eb.ev) || (b->ops->logits && (!s->keep || !s->tmp)) ||
         !ok) {
         llmem_sched_destroy(s);
@@ -759,17 +668,6 @@ llmem_status llmem_sched_create_sim(const llmem_sched_sim_options *so, const llm
     return llmem__sched_create(&b, o, out);
 }
 
-static void free_req(sreq *r)
-{
-    if (!r) return;
-    for (uint32_t i = 0; r->u && i < r->n; i++) {
-        free(r->u[i].tok);
-        llmem_sampler_destroy(r->u[i].sampler);
-    }
-    free(r->u);
-    free(r);
-}
-
 void llmem_sched_destroy(llmem_sched *s)
 {
     if (!s) return;
@@ -778,7 +676,7 @@ void llmem_sched_destroy(llmem_sched *s)
         if (!r) continue;
         for (uint32_t k = 0; k < r->n; k++)
             if (r->u[k].seq) s->b.ops->seq_free(s->b.self, r->u[k].seq);
-        free_req(r);
+        llmem__sched_free_req(r);
     }
     s->b.ops->destroy(s->b.self);
     free(s->reqs);
@@ -796,326 +694,6 @@ void llmem_sched_destroy(llmem_sched *s)
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
-
-/* ---- submission --------------------------------------------------------------------- */
-
-static llmem_status check_params(const llmem_sched *s, const llmem_sched_params *p, uint32_t n)
-{
-    if (!p->prompt || !p->prompt_len) return llmem__fail(LLMEM_EINVAL, "sched submit: no prompt");
-    if (p->prompt_len > s->max_len)
-        return llmem__fail(LLMEM_ERANGE, "sched submit: the prompt has %u tokens, the context holds %u",
-                           p->prompt_len, s->max_len);
-    for (uint32_t i = 0; i < p->prompt_len; i++)
-        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= s->b.vocab)
-            return llmem__fail(LLMEM_EINVAL, "sched submit: prompt token %u is %d, outside the vocabulary (%u)", i,
-                               p->prompt[i], s->b.vocab);
-    if (n > s->max_batch)
-        return llmem__fail(LLMEM_ECAPACITY, "sched submit: n = %u samples, at most %u sequences run at once", n,
-                           s->max_batch);
-    if (!(p->temperature >= 0) || !isfinite(p->temperature) || !(p->top_p >= 0 && p->top_p <= 1))
-        return llmem__fail(LLMEM_EINVAL, "sched submit: temperature %g or top_p %g out of range", p->temperature,
-                           p->top_p);
-    if (p->stop_token_count > MAX_STOPS || p->stop_seq_count > MAX_STOPS)
-        return llmem__fail(LLMEM_EINVAL, "sched submit: at most %u stop tokens and %u stop sequences", MAX_STOPS,
-                           MAX_STOPS);
-    if ((p->stop_token_count && !p->stop_tokens) || (p->stop_seq_count && (!p->stop_seqs || !p->stop_seq_lens)))
-        return llmem__fail(LLMEM_EINVAL, "sched submit: stop counts without their arrays");
-    for (uint32_t j = 0; j < p->stop_seq_count; j++)
-        if (!p->stop_seqs[j] || !p->stop_seq_lens[j] || p->stop_seq_lens[j] > MAX_STOP_LEN)
-            return llmem__fail(LLMEM_EINVAL, "sched submit: stop sequence %u is empty or longer than %u tokens", j,
-                               MAX_STOP_LEN);
-    return LLMEM_OK;
-}
-
-static llmem_status build_req(llmem_sched *s, const llmem_sched_params *p, uint32_t n, sreq **out)
-{
-    sreq *r = calloc(1, sizeof *r);
-    if (!r) return llmem__fail(LLMEM_ENOMEM, "sched submit: no memory");
-    r->n = n;
-    r->prompt_len = p->prompt_len;
-    uint32_t left = s->max_len > p->prompt_len ? s->max_len - p->prompt_len : 1;
-    r->max_tokens = p->max_tokens && p->max_tokens < left ? p->max_tokens : left; /* the output's room */
-    r->want = p->max_tokens;
-    r->cache_limit = p->cache_limit;
-    r->nstop_tok = p->stop_token_count;
-    if (r->nstop_tok) memcpy(r->stop_tok, p->stop_tokens, r->nstop_tok * sizeof *r->stop_tok);
-    r->nstop_seq = p->stop_seq_count;
-    for (uint32_t j = 0; j < r->nstop_seq; j++) {
-        r->stop_len[j] = p->stop_seq_lens[j];
-        memcpy(r->stop_seq[j], p->stop_seqs[j], r->stop_len[j] * sizeof(int32_t));
-    }
-    r->user = p->user;
-    r->unfinished = n;
-    r->u = calloc(n, sizeof *r->u);
-    if (!r->u) goto nomem;
-    for (uint32_t i = 0; i < n; i++) {
-        unit *u = &r->u[i];
-        u->r = r;
-        u->idx = i;
-        u->cap = r->prompt_len + r->max_tokens;
-        u->tok = malloc((size_t)u->cap * sizeof *u->tok);
-        if (!u->tok) goto nomem;
-        memcpy(u->tok, p->prompt, (size_t)r->prompt_len * sizeof *u->tok);
-        u->total = r->prompt_len;
-        if (p->temperature > 0 && s->b.ops->logits) {
-            llmem_sampler_options so = llmem_sampler_options_default();
-            so.vocab_size = s->b.vocab;
-            so.temperature = p->temperature;
-            so.top_p = p->top_p;
-            so.seed = p->seed + i;
-            llmem_status st = llmem_sampler_create(&so, &u->sampler);
-            if (st) {
-                free_req(r);
-                return st;
-            }
-        }
-    }
-    *out = r;
-    return LLMEM_OK;
-nomem:
-    free_req(r);
-    return llmem__fail(LLMEM_ENOMEM, "sched submit: no memory for a request of %u samples", n);
-}
-
-/* A slot in the request table (mu held). */
-static llmem_status table_slot(llmem_sched *s, uint32_t *idx)
-{
-    if (!s->nfree) {
-        uint32_t ncap = s->nreq_cap ? s->nreq_cap * 2 : 64;
-        sreq **nr = realloc(s->reqs, ncap * sizeof *nr);
-        if (!nr) return llmem__fail(LLMEM_ENOMEM, "sched: no memory for the request table");
-        s->reqs = nr;
-        uint32_t *ng = realloc(s->req_gen, ncap * sizeof *ng);
-        if (!ng) return llmem__fail(LLMEM_ENOMEM, "sched: no memory for the request table");
-        s->req_gen = ng;
-        uint32_t *nf = realloc(s->free_slots, ncap * sizeof *nf);
-        if (!nf) return llmem__fail(LLMEM_ENOMEM, "sched: no memory for the request table");
-        s->free_slots = nf;
-        for (uint32_t i = ncap; i > s->nreq_cap; i--) {
-            s->reqs[i - 1] = NULL;
-            s->req_gen[i - 1] = 0;
-            s->free_slots[s->nfree++] = i - 1;
-        }
-        s->nreq_cap = ncap;
-    }
-    *idx = s->free_slots[--s->nfree];
-    return LLMEM_OK;
-}
-
-llmem_status llmem_sched_submit(llmem_sched *s, const llmem_sched_params *p, llmem_sched_req *out)
-{
-    if (out) *out = 0;
-    if (!s || !p || !out) return llmem__fail(LLMEM_EINVAL, "sched submit: null argument");
-    uint32_t n = p->n ? p->n : 1;
-    llmem_status st = check_params(s, p, n);
-    if (st) return st;
-    sreq *r = NULL;
-    if ((st = build_req(s, p, n, &r))) return st;
-    pthread_mutex_lock(&s->mu);
-    if (s->o.max_waiting && s->waiting_reqs >= s->o.max_waiting) {
-        pthread_mutex_unlock(&s->mu);
-        free_req(r);
-        return llmem__fail(LLMEM_ECAPACITY, "sched submit: %zu requests are waiting already (max_waiting %u)",
-                           s->waiting_reqs, s->o.max_waiting);
-    }
-    bool ok;
-    wq_grow(s, s->live_units + n, &ok);
-    uint32_t idx = 0;
-    if (!ok || (st = table_slot(s, &idx))) {
-        pthread_mutex_unlock(&s->mu);
-        free_req(r);
-        return st ? st : llmem__fail(LLMEM_ENOMEM, "sched submit: no memory for the queue");
-    }
-    r->id = ((uint64_t)(++s->req_gen[idx]) << 32) | (idx + 1);
-    r->serial = ++s->serial;
-    uint64_t now = now_ns(s);
-    r->arrival_ns = p->arrival_ns && p->arrival_ns <= now ? p->arrival_ns : now; /* not in the future */
-    s->reqs[idx] = r;
-    for (uint32_t i = 1; i < n; i++) r->u[i].fork_wait = true;
-    r->followers_waiting = n - 1;
-    wq_push_back(s, &r->u[0]);
-    s->waiting_reqs++;
-    s->live_units += n;
-    s->pending++;
-    s->st.requests_submitted_total++;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    *out = r->id;
-    return LLMEM_OK;
-}
-
-/* ---- cancellation, release ------------------------------------------------------------ */
-
-static bool lock_step(llmem_sched *s)
-{
-    pthread_mutex_lock(&s->mu);
-    bool mine = s->owned && pthread_equal(s->owner, pthread_self());
-    pthread_mutex_unlock(&s->mu);
-    if (!mine) pthread_mutex_lock(&s->step_mu);
-    return !mine;
-}
-
-static void cancel_locked(llmem_sched *s, sreq *r)
-{
-    bool any = false;
-    for (uint32_t i = 0; i < r->n; i++) {
-        unit *u = &r->u[i];
-        if (u->state == LLMEM_SCHED_FINISHED) continue;
-        any = true;
-        finish_unit(s, u, LLMEM_SCHED_FINISH_CANCELLED);
-    }
-    if (any && !r->cancelled_counted) {
-        r->cancelled_counted = true;
-        s->st.requests_cancelled_total++;
-    }
-}
-
-llmem_status llmem_sched_cancel(llmem_sched *s, llmem_sched_req id)
-{
-    if (!s) return llmem__fail(LLMEM_EINVAL, "sched cancel: null scheduler");
-    bool locked = lock_step(s);
-    pthread_mutex_lock(&s->mu);
-    size_t events = s->eb.n;
-    sreq *r = lookup(s, id);
-    llmem_status st = LLMEM_OK;
-    if (!r) st = llmem__fail(LLMEM_EINVAL, "sched cancel: unknown request %llx", (unsigned long long)id);
-    else cancel_locked(s, r);
-    s->eb.n = events; /* a cancellation's events are not delivered: the canceller knows */
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    if (locked) pthread_mutex_unlock(&s->step_mu);
-    return st;
-}
-
-llmem_status llmem_sched_release(llmem_sched *s, llmem_sched_req id)
-{
-    if (!s) return llmem__fail(LLMEM_EINVAL, "sched release: null scheduler");
-    bool locked = lock_step(s);
-    pthread_mutex_lock(&s->mu);
-    size_t events = s->eb.n;
-    sreq *r = lookup(s, id);
-    llmem_status st = LLMEM_OK;
-    if (!r) {
-        st = llmem__fail(LLMEM_EINVAL, "sched release: unknown request %llx", (unsigned long long)id);
-    } else {
-        cancel_locked(s, r);
-        s->eb.n = events;
-        uint32_t idx = (uint32_t)(id & 0xffffffffu) - 1;
-        s->reqs[idx] = NULL;
-        s->free_slots[s->nfree++] = idx;
-        free_req(r);
-    }
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    if (locked) pthread_mutex_unlock(&s->step_mu);
-    return st;
-}
-
-/* ---- reading ------------------------------------------------------------------------------ */
-
-llmem_status llmem_sched_get_info(llmem_sched *s, llmem_sched_req id, uint32_t sample, llmem_sched_info *out)
-{
-    if (!s || !out) return llmem__fail(LLMEM_EINVAL, "sched info: null argument");
-    pthread_mutex_lock(&s->mu);
-    sreq *r = lookup(s, id);
-    llmem_status st = LLMEM_OK;
-    if (!r) st = llmem__fail(LLMEM_EINVAL, "sched info: unknown request %llx", (unsigned long long)id);
-    else if (sample >= r->n) st = llmem__fail(LLMEM_ERANGE, "sched info: sample %u of %u", sample, r->n);
-    else {
-        const unit *u = &r->u[sample];
-        memset(out, 0, sizeof *out);
-        out->state = u->state;
-        out->finish = u->finish;
-        out->n = r->n;
-        out->prompt_tokens = r->prompt_len;
-        out->cached_tokens = r->cached_tokens;
-        out->generated = u->generated;
-        out->visible = u->visible;
-        out->preemptions = u->preemptions;
-        out->swaps = u->swaps;
-        out->computed_tokens = r->computed_tokens;
-        out->arrival_ns = r->arrival_ns;
-        out->scheduled_ns = r->scheduled_ns;
-        out->first_token_ns = u->first_token_ns;
-        out->finish_ns = u->state == LLMEM_SCHED_FINISHED ? u->finish_ns : 0;
-        out->user = r->user;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-llmem_status llmem_sched_read(llmem_sched *s, llmem_sched_req id, uint32_t sample, size_t from, int32_t *out,
-                              size_t cap, size_t *n)
-{
-    if (n) *n = 0;
-    if (!s || !n || (cap && !out)) return llmem__fail(LLMEM_EINVAL, "sched read: null argument");
-    pthread_mutex_lock(&s->mu);
-    sreq *r = lookup(s, id);
-    llmem_status st = LLMEM_OK;
-    if (!r) st = llmem__fail(LLMEM_EINVAL, "sched read: unknown request %llx", (unsigned long long)id);
-    else if (sample >= r->n) st = llmem__fail(LLMEM_ERANGE, "sched read: sample %u of %u", sample, r->n);
-    else {
-        const unit *u = &r->u[sample];
-        size_t k = 0;
-        for (size_t i = from; i < u->visible && k < cap; i++) out[k++] = u->tok[r->prompt_len + i];
-        *n = k;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-llmem_status llmem_sched_wait(llmem_sched *s, llmem_sched_req id, uint64_t *progress, uint64_t timeout_ns)
-{
-    if (!s || !progress) return llmem__fail(LLMEM_EINVAL, "sched wait: null argument");
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    uint64_t t = (uint64_t)dl.tv_nsec + timeout_ns;
-    dl.tv_sec += (time_t)(t / 1000000000ull);
-    dl.tv_nsec = (long)(t % 1000000000ull);
-    pthread_mutex_lock(&s->mu);
-    llmem_status st = LLMEM_OK;
-    for (;;) {
-        sreq *r = lookup(s, id);
-        if (!r) {
-            st = llmem__fail(LLMEM_EINVAL, "sched wait: unknown request %llx", (unsigned long long)id);
-            break;
-        }
-        if (r->progress != *progress || !r->unfinished) {
-            *progress = r->progress;
-            break;
-        }
-        if (pthread_cond_timedwait(&s->cv, &s->mu, &dl)) break;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-size_t llmem_sched_pending(llmem_sched *s)
-{
-    if (!s) return 0;
-    pthread_mutex_lock(&s->mu);
-    size_t n = s->pending;
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-bool llmem_sched_wait_work(llmem_sched *s, uint64_t timeout_ns)
-{
-    if (!s) return false;
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    uint64_t t = (uint64_t)dl.tv_nsec + timeout_ns;
-    dl.tv_sec += (time_t)(t / 1000000000ull);
-    dl.tv_nsec = (long)(t % 1000000000ull);
-    pthread_mutex_lock(&s->mu);
-    while (!s->nrun && !s->wq_len)
-        if (pthread_cond_timedwait(&s->cv, &s->mu, &dl)) break;
-    bool work = s->nrun || s->wq_len;
-    pthread_mutex_unlock(&s->mu);
-    return work;
-}
-
-uint64_t llmem_sched_now_ns(const llmem_sched *s) { return s ? now_ns(s) : 0; }
 
 /* ---- stepping -------------------------------------------------------------------------------- */
 
@@ -1135,18 +713,18 @@ static void deliver(llmem_sched *s)
             for (size_t k = 0; k < nstopped; k++)
                 if (stopped[k].req == ev.req && stopped[k].sample == ev.sample) skip = true;
         pthread_mutex_lock(&s->mu);
-        if (!lookup(s, ev.req)) skip = true; /* released by an earlier callback */
+        if (!llmem__sched_lookup(s, ev.req)) skip = true; /* released by an earlier callback */
         pthread_mutex_unlock(&s->mu);
         if (skip) continue;
         bool stop = s->o.on_event(s->o.event_ctx, &ev);
         if (!stop || ev.kind != LLMEM_SCHED_EV_TOKEN) continue;
         pthread_mutex_lock(&s->mu);
-        sreq *r = lookup(s, ev.req);
+        sreq *r = llmem__sched_lookup(s, ev.req);
         if (r && ev.sample < r->n && r->u[ev.sample].state != LLMEM_SCHED_FINISHED) {
             unit *u = &r->u[ev.sample];
             u->out_len = ev.index + 1;
             if (u->visible > u->out_len) u->visible = u->out_len;
-            finish_unit(s, u, LLMEM_SCHED_FINISH_STOP);
+            llmem__sched_finish_unit(s, u, LLMEM_SCHED_FINISH_STOP);
             pthread_cond_broadcast(&s->cv);
             if (nstopped < STOPPED_MAX) {
                 stopped[nstopped].req = ev.req;
@@ -1161,7 +739,7 @@ static void deliver(llmem_sched *s)
 static void report_stage(llmem_sched *s, llmem_stage st, uint32_t batch, uint64_t tokens)
 {
     if (!s->o.controller || s->b.ops->reports_stages) return;
-    llmem_stage_event ev = {st, batch, tokens, now_ns(s)};
+    llmem_stage_event ev = {st, batch, tokens, llmem__sched_now(s)};
     llmem_controller_on_stage(s->o.controller, &ev);
 }
 
@@ -1289,7 +867,7 @@ llmem_status llmem_sched_step(llmem_sched *s, llmem_sched_step_report *rep)
         goto done;
     }
     s->idle_reported = false;
-    rep->start_ns = now_ns(s);
+    rep->start_ns = llmem__sched_now(s);
     size_t ni = plan(s, rep);
     if (!ni) goto done;
     uint64_t prefill = 0;
@@ -1312,7 +890,7 @@ llmem_status llmem_sched_step(llmem_sched *s, llmem_sched_step_report *rep)
             break;
         }
         if (st != LLMEM_ENOMEM) {
-            for (size_t i = 0; i < ni; i++) finish_unit(s, s->item_unit[i], LLMEM_SCHED_FINISH_ERROR);
+            for (size_t i = 0; i < ni; i++) llmem__sched_finish_unit(s, s->item_unit[i], LLMEM_SCHED_FINISH_ERROR);
             ni = 0;
             ret = st;
             break;
@@ -1332,7 +910,7 @@ llmem_status llmem_sched_step(llmem_sched *s, llmem_sched_step_report *rep)
             continue;
         }
         unit *u = s->item_unit[0];
-        finish_unit(s, u, u->generated ? LLMEM_SCHED_FINISH_MEMORY : LLMEM_SCHED_FINISH_REJECTED);
+        llmem__sched_finish_unit(s, u, u->generated ? LLMEM_SCHED_FINISH_MEMORY : LLMEM_SCHED_FINISH_REJECTED);
         rep->finished++;
         ni = 0;
         break;
@@ -1391,7 +969,7 @@ llmem_status llmem_sched_advance(llmem_sched *s, uint64_t t_ns)
         pthread_mutex_unlock(&s->mu);
         if (s->b.realtime) {
             /* Sleep in slices, ticking the controller as a server loop would. */
-            for (uint64_t now = now_ns(s); now < t_ns && !st; now = now_ns(s)) {
+            for (uint64_t now = llmem__sched_now(s); now < t_ns && !st; now = llmem__sched_now(s)) {
                 uint64_t to = t_ns - now > 20000000ull ? now + 20000000ull : t_ns;
                 st = s->b.ops->advance(s->b.self, to);
                 if (s->o.controller) llmem_controller_tick(s->o.controller);
@@ -1407,113 +985,3 @@ llmem_status llmem_sched_advance(llmem_sched *s, uint64_t t_ns)
     return st;
 }
 
-/* ---- stats ------------------------------------------------------------------------------------ */
-
-llmem_status llmem_sched_get_stats(llmem_sched *s, llmem_sched_stats *out)
-{
-    if (!s || !out) return llmem__fail(LLMEM_EINVAL, "sched stats: null argument");
-    pthread_mutex_lock(&s->mu);
-    llmem_sched_stats st = s->st;
-    st.requests_waiting = st.requests_running = 0;
-    for (uint32_t i = 0; i < s->nreq_cap; i++) {
-        const sreq *r = s->reqs[i];
-        if (!r || !r->unfinished) continue;
-        bool admitted = false;
-        for (uint32_t k = 0; k < r->n; k++)
-            if (r->u[k].in_run) admitted = true;
-        if (admitted) st.requests_running++;
-        else st.requests_waiting++;
-    }
-    st.sequences_running = s->nrun;
-    st.sequences_swapped = s->nswapped;
-    st.clock_seconds = (double)now_ns(s) * 1e-9;
-    pthread_mutex_unlock(&s->mu);
-    st.kv_usage = 0;
-    llmem_kv_room kr;
-    if (s->b.kv && !llmem_kv_get_room(s->b.kv, &kr)) {
-        if (kr.strategy == LLMEM_KV_PAGED) {
-            size_t cap = kr.budget_bytes ? kr.budget_bytes / (kr.block_bytes_all_layers ? kr.block_bytes_all_layers : 1)
-                                         : kr.used_blocks + kr.free_blocks + kr.cached_blocks;
-            st.kv_usage = cap ? (double)kr.used_blocks / (double)cap : 0;
-        } else {
-            st.kv_usage = kr.budget_bytes ? (double)kr.reserved_bytes / (double)kr.budget_bytes : 0;
-        }
-        if (st.kv_usage > 1) st.kv_usage = 1;
-    }
-    size_t n = llmem_stats_fill_size(out->struct_size, sizeof st);
-    st.struct_size = n;
-    memcpy(out, &st, n);
-    return LLMEM_OK;
-}
-
-llmem_status llmem_sched_get_histogram(llmem_sched *s, llmem_sched_hist_kind kind, llmem_sched_histogram *out)
-{
-    if (!s || !out) return llmem__fail(LLMEM_EINVAL, "sched histogram: null argument");
-    if ((unsigned)kind >= LLMEM_SCHED_HIST_COUNT_)
-        return llmem__fail(LLMEM_EINVAL, "sched histogram: unknown kind %d", (int)kind);
-    pthread_mutex_lock(&s->mu);
-    const hist *h = &s->h[kind];
-    memset(out, 0, sizeof *out);
-    out->buckets = h->nb;
-    uint64_t c = 0;
-    for (uint32_t i = 0; i < h->nb; i++) {
-        out->le[i] = h->le[i];
-        c += h->counts[i];
-        out->cumulative[i] = c;
-    }
-    out->count = h->count;
-    out->sum = h->sum;
-    pthread_mutex_unlock(&s->mu);
-    return LLMEM_OK;
-}
-
-llmem_status llmem_sched_get_sim_stats(llmem_sched *s, llmem_sched_sim_stats *out)
-{
-    if (!s || !out) return llmem__fail(LLMEM_EINVAL, "sched sim stats: null argument");
-    if (!s->sim) return llmem__fail(LLMEM_ENOTSUP, "sched sim stats: not a simulation");
-    pthread_mutex_lock(&s->step_mu);
-    llmem_status st = llmem__sched_sim_stats(s->b.self, out);
-    pthread_mutex_unlock(&s->step_mu);
-    return st;
-}
-
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_sched_stats, name)}
-#define D(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_DOUBLE, offsetof(llmem_sched_stats, name)}
-static const llmem_stat_field sched_fields[] = {
-    F(GAUGE, requests_waiting, "Requests none of whose samples is admitted."),
-    F(GAUGE, requests_running, "Requests with a sample admitted."),
-    F(GAUGE, sequences_running, "Sequences admitted (holding KV)."),
-    F(GAUGE, sequences_swapped, "Sequences swapped out to host memory."),
-    D(GAUGE, kv_usage, "KV held by sequences over KV capacity (0..1)."),
-    F(COUNTER, requests_submitted_total, "Requests submitted."),
-    F(COUNTER, requests_finished_total, "Requests whose every sample finished."),
-    F(COUNTER, requests_cancelled_total, "Requests cancelled."),
-    F(COUNTER, requests_rejected_total, "Requests whose prompt could never fit in the KV."),
-    F(COUNTER, samples_length_total, "Samples that generated max_tokens."),
-    F(COUNTER, samples_stop_total, "Samples ended by a stop token or sequence."),
-    F(COUNTER, samples_context_total, "Samples that reached the context length."),
-    F(COUNTER, samples_memory_total, "Samples truncated: alone, and refused KV."),
-    F(COUNTER, prompt_tokens_total, "Prompt tokens of admitted requests."),
-    F(COUNTER, generation_tokens_total, "Tokens generated."),
-    F(COUNTER, computed_tokens_total, "Prompt tokens computed, recomputation included."),
-    F(COUNTER, prefix_cache_queries_total, "Prompt tokens looked up in the prefix cache."),
-    F(COUNTER, prefix_cache_hits_total, "Prompt tokens found in the prefix cache (prefill skipped)."),
-    F(COUNTER, prefix_cache_requests_hit_total, "Admissions that found cached blocks."),
-    F(COUNTER, preemptions_total, "Sequences preempted."),
-    F(COUNTER, preemptions_swap_total, "Sequences preempted by swapping their KV out."),
-    F(COUNTER, swap_ins_total, "Swapped sequences swapped back in."),
-    F(COUNTER, forks_total, "Samples forked from their prompt's sequence."),
-    F(COUNTER, fork_fallbacks_total, "Samples that prefilled their prompt themselves."),
-    F(COUNTER, admissions_refused_total, "Admissions the KV refused at sequence creation."),
-    F(COUNTER, steps_total, "Steps run."),
-    F(COUNTER, step_prefill_tokens_total, "Prefill tokens in steps."),
-    F(COUNTER, step_decode_tokens_total, "Decode tokens in steps."),
-    D(COUNTER, step_seconds_total, "Seconds of steps (measured or modelled)."),
-    D(COUNTER, busy_seconds_total, "Clock seconds spent in steps."),
-    D(GAUGE, clock_seconds, "The scheduler's clock."),
-};
-#undef F
-#undef D
-static const llmem_stats_schema sched_schema = {"sched", sizeof(llmem_sched_stats), LLMEM_ARRAY_LEN(sched_fields),
-                                                sched_fields};
-const llmem_stats_schema *llmem_sched_stats_schema(void) { return &sched_schema; }
