@@ -23,14 +23,15 @@
  *  2. Then the queue, head first (preempted sequences wait at the head):
  *     a swapped-out sequence is swapped back in; a request is admitted when
  *     a sequence slot is free (max_batch running, n slots for n samples)
- *     and the KV can hold the rest of its prompt plus a block of headroom
- *     per running sequence (and, with a predictor, its reserve for the
- *     step) - the admission test. Admission creates the sequence and
+ *     and the KV can hold the rest of its prompt plus headroom_blocks per
+ *     running sequence (and, with a predictor, its reserve for the step) -
+ *     the admission test (STATIC and BUCKETS: the attempt itself). Admission creates the sequence and
  *     attaches the longest run of cached prompt blocks (prefix cache:
  *     those tokens are not computed again; counted as queries and hits).
  *  3. The backend runs the step. When the KV cannot hold it (LLMEM_ENOMEM;
  *     the engine's step changes nothing then), the most recently admitted
- *     running sequence is preempted - swapped out to the KV's swap resource
+ *     running sequence goes (one admitted for this very step is simply not
+ *     admitted) - swapped out to the KV's swap resource
  *     when it has one (PREEMPT_AUTO) and the swap succeeds, else freed to be
  *     recomputed (its prompt and every token it generated, prefilled again
  *     when it is readmitted) - and the step is tried again without it. A
