@@ -29,12 +29,15 @@
  *    range; anything else (a pointer no allocator here handed out) is
  *    ignored by free and counted, and refused by realloc with EINVAL.
  *    Side blocks passed to realloc move into the pool.
+ *  - realloc and malloc_usable_size read a block's size without the
+ *    pool's lock (llmem__pool_usable_nolock): programs such as redis ask
+ *    for it at every malloc and free.
  *  - Errors are those of glibc: NULL with errno ENOMEM for a size that
  *    cannot be had (calloc and reallocarray check their products), EINVAL
  *    for a bad alignment; never an abort.
  *
  * fork: pthread_atfork handlers hold the pool's lock and the side lock
- * across fork (pool_fork.h), so a child of a threaded parent can allocate.
+ * across fork (pool_shim.h), so a child of a threaded parent can allocate.
  * Thread exit: the pool's thread caches go back through its pthread key's
  * destructor. Process exit: nothing is torn down (destructors and atexit
  * handlers that run later may still free).
@@ -58,7 +61,7 @@
 #include "internal.h"
 #include "llmem/os_resource.h"
 #include "llmem/pool.h"
-#include "pool_fork.h"
+#include "pool_shim.h"
 #include "side.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -316,12 +319,28 @@ static void *shim_realloc(void *ptr, size_t n)
         shim_free(ptr);
         return NULL;
     }
-    if (LLMEM_LIKELY(pool_block(ptr))) {
-        llmem_status st;
-        int was = inside;
+    if (LLMEM_LIKELY(pool_block(ptr) && !inside)) {
+        /* Without the pool's lock: stay in place when the block fits and
+         * wastes at most half (the pool's own rule), else allocate, copy
+         * and free, each on its thread-cache fast path when small. A
+         * pointer that is not a live block start (usable 0) gets the
+         * pool's refusal from llmem_pool_realloc. */
         inside = 1;
-        void *r = llmem_pool_realloc(pool, ptr, n, &st);
-        inside = was;
+        size_t have = llmem__pool_usable_nolock(pool, ptr);
+        void *r;
+        llmem_status st = LLMEM_OK;
+        if (have && n <= have && n >= have / 2) {
+            r = ptr;
+        } else if (have) {
+            r = llmem_pool_alloc(pool, n, &st);
+            if (r) {
+                memcpy(r, ptr, have < n ? have : n);
+                llmem_pool_free(pool, ptr);
+            }
+        } else {
+            r = llmem_pool_realloc(pool, ptr, n, &st);
+        }
+        inside = 0;
         if (LLMEM_UNLIKELY(!r)) errno = st == LLMEM_ENOMEM || st == LLMEM_EOVERFLOW ? ENOMEM : EINVAL;
         return r;
     }
@@ -367,7 +386,7 @@ EXPORT size_t malloc_usable_size(void *ptr)
     if (pool_block(ptr)) {
         int was = inside;
         inside = 1;
-        size_t n = llmem_pool_usable_size(pool, ptr);
+        size_t n = llmem__pool_usable_nolock(pool, ptr);
         inside = was;
         return n;
     }
