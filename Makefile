@@ -74,7 +74,7 @@ bench: build
 # Real programs from Debian under glibc, jemalloc, mimalloc, tcmalloc and
 # libllmem-malloc.so, side by side (a few minutes; docs/BENCHMARKS.md).
 bench-programs: build
-	bench/programs.sh --rounds 3
+	bench/programs.sh --rounds 5
 
 # Each fuzz target runs for FUZZ_SECONDS on a copy of its corpus (new inputs
 # stay in build-fuzz/corpus; add the interesting ones to fuzz/corpus). Each

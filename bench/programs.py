@@ -281,10 +281,10 @@ def main():
     ap.add_argument("--glibc-preload", required=True)
     ap.add_argument("--source", required=True, help="the llmem checkout (gcc compiles its sources)")
     ap.add_argument("--work", required=True)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default="redis,gcc,python,sqlite")
-    ap.add_argument("--redis-n", type=int, default=150000)
-    ap.add_argument("--sqlite-rows", type=int, default=150000)
+    ap.add_argument("--redis-n", type=int, default=100000)
+    ap.add_argument("--sqlite-rows", type=int, default=100000)
     ap.add_argument("--json", help="append the run's figures to this file (one JSON object per line)")
     sys.exit(Bench(ap.parse_args()).main())
 

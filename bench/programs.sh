@@ -9,7 +9,7 @@
 # Builds build/libllmem-malloc.so first (BUILD=dir to use another build
 # folder) and installs the Debian packages of the bench group. Run it
 # under the bench lock on a shared machine:
-#   flock /work/bench.lock bench/programs.sh --rounds 3
+#   flock /work/bench.lock bench/programs.sh --rounds 5
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
