@@ -45,6 +45,8 @@
  * Environment (read once, at the first allocation):
  *   LLMEM_MALLOC_THP=1       advise transparent huge pages on superblocks
  *   LLMEM_MALLOC_DECAY_MS=n  how long free superblocks are kept (default 250)
+ *   LLMEM_MALLOC_CLASSES=a,b exact size classes of their own for these byte
+ *                            sizes (up to 24; e.g. from an llmem profile)
  *   LLMEM_MALLOC_STATS=1     print the pool's figures to stderr at exit (a path
  *                            instead of 1: append them to that file)
  */
@@ -138,6 +140,18 @@ static __attribute__((noinline, cold)) llmem_pool *init_pool(void)
         if (llmem_os_resource_create(&oo, &thp) == LLMEM_OK) res = thp;
     }
     o.resource = res;
+    /* Exact classes for sizes a program is known to use a lot. */
+    static uint32_t extra[LLMEM_POOL_MAX_EXTRA_CLASSES];
+    const char *cv = getenv("LLMEM_MALLOC_CLASSES");
+    while (cv && *cv && o.extra_class_count < LLMEM_POOL_MAX_EXTRA_CLASSES) {
+        char *end;
+        unsigned long v = strtoul(cv, &end, 10);
+        if (end == cv) break;
+        if (v > 0 && v <= UINT32_MAX) extra[o.extra_class_count++] = (uint32_t)v;
+        cv = *end == ',' ? end + 1 : end;
+        if (*end != ',') break;
+    }
+    if (o.extra_class_count) o.extra_classes = extra;
     llmem_pool *p = NULL;
     llmem_status st = llmem_pool_create(&o, &p);
     if (st == LLMEM_OK && pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) {
