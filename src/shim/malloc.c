@@ -81,10 +81,50 @@ static int init_state;
 static char stats_to[256];
 static uint64_t unknown_frees;
 
-/* Set while this thread is inside a pool call: allocations the C library
- * makes meanwhile go to the side allocator. Initial-exec TLS: the shim is
- * loaded at start-up, and a TLS access must not allocate. */
+/* What this thread is doing: IN_POOL inside a pool call (allocations the
+ * C library makes meanwhile go to the side allocator), IN_FORK between
+ * the fork handlers, holding the pool's and the side allocator's locks
+ * (another library's prepare handler that runs after ours and allocates
+ * gets the fork buffer, and its frees are dropped). Initial-exec TLS: the
+ * shim is loaded at start-up, and a TLS access must not allocate. */
+enum { IN_NONE = 0, IN_POOL = 1, IN_FORK = 2 };
 static __thread int inside __attribute__((tls_model("initial-exec")));
+
+/* ---- the fork buffer ------------------------------------------------------- */
+
+/* Allocations in the fork window: a lock-free bump over a static buffer,
+ * a 16-byte header holding the size; never reused (a fork's worth of them
+ * is small), freed blocks are dropped, realloc moves them into the pool. */
+#define FORK_BUF_BYTES ((size_t)256 << 10)
+static _Alignas(64) unsigned char fork_buf[FORK_BUF_BYTES];
+static size_t fork_buf_used;
+static uint64_t fork_dropped_frees;
+
+static void *fork_alloc(size_t n, size_t align, bool zero)
+{
+    (void)zero; /* never reused: still zero */
+    if (align < 16) align = 16;
+    size_t at = __atomic_load_n(&fork_buf_used, __ATOMIC_RELAXED), user, end;
+    do {
+        user = (at + 16 + align - 1) & ~(align - 1);
+        if (user > FORK_BUF_BYTES || n > FORK_BUF_BYTES - user) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        end = user + n;
+    } while (!__atomic_compare_exchange_n(&fork_buf_used, &at, end, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    memcpy(&fork_buf[user - 16], &n, sizeof n);
+    return &fork_buf[user];
+}
+
+static inline bool fork_owns(const void *p) { return (uintptr_t)p - (uintptr_t)fork_buf < FORK_BUF_BYTES; }
+
+static size_t fork_usable(const void *p)
+{
+    size_t n;
+    memcpy(&n, (const unsigned char *)p - 16, sizeof n);
+    return n;
+}
 
 /* ---- set-up ---------------------------------------------------------------- */
 
@@ -92,16 +132,19 @@ static void fork_prepare(void)
 {
     llmem__pool_fork_prepare(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
     llmem__side_fork_prepare();
+    inside = IN_FORK;
 }
 
 static void fork_parent(void)
 {
+    inside = IN_NONE;
     llmem__side_fork_parent();
     llmem__pool_fork_parent(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
 }
 
 static void fork_child(void)
 {
+    inside = IN_NONE;
     llmem__side_fork_child();
     llmem__pool_fork_child(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
 }
@@ -124,7 +167,7 @@ static __attribute__((noinline, cold)) llmem_pool *init_pool(void)
     if (inside || !__atomic_compare_exchange_n(&init_state, &expect, INIT_RUNNING, false, __ATOMIC_ACQ_REL,
                                                __ATOMIC_ACQUIRE))
         return __atomic_load_n(&pool, __ATOMIC_ACQUIRE);
-    inside = 1;
+    inside = IN_POOL;
     const char *sv = getenv("LLMEM_MALLOC_STATS");
     if (sv && *sv && strcmp(sv, "0") != 0 && strlen(sv) < sizeof stats_to) strcpy(stats_to, sv);
     llmem_pool_options o = llmem_pool_options_default();
@@ -168,7 +211,7 @@ static __attribute__((noinline, cold)) llmem_pool *init_pool(void)
     }
     __atomic_store_n(&pool, p, __ATOMIC_RELEASE);
     __atomic_store_n(&init_state, p ? INIT_DONE : INIT_FAILED, __ATOMIC_RELEASE);
-    inside = 0;
+    inside = IN_NONE;
     return p;
 }
 
@@ -185,6 +228,7 @@ static inline bool pool_block(const void *ptr) { return llmem__addrmap_get((uint
 
 static void *side_or_enomem(size_t n, size_t align, bool zero)
 {
+    if (LLMEM_UNLIKELY(inside == IN_FORK)) return fork_alloc(n, align, zero);
     void *r = llmem__side_alloc(n, align, zero);
     if (!r) errno = ENOMEM;
     return r;
@@ -199,9 +243,9 @@ static inline void *shim_malloc(size_t n)
 {
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, false);
-    inside = 1;
+    inside = IN_POOL;
     void *r = llmem_pool_alloc(p, n ? n : 1, NULL);
-    inside = 0;
+    inside = IN_NONE;
     if (LLMEM_UNLIKELY(!r)) errno = ENOMEM;
     return r;
 }
@@ -217,9 +261,9 @@ EXPORT void *calloc(size_t count, size_t size)
     }
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, true);
-    inside = 1;
+    inside = IN_POOL;
     void *r = llmem_pool_alloc(p, n ? n : 1, NULL);
-    inside = 0;
+    inside = IN_NONE;
     if (LLMEM_UNLIKELY(!r)) {
         errno = ENOMEM;
         return NULL;
@@ -235,9 +279,9 @@ static void *alloc_aligned(size_t align, size_t n)
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, align, false);
     llmem_status st;
-    inside = 1;
+    inside = IN_POOL;
     void *r = align <= 16 ? llmem_pool_alloc(p, n, &st) : llmem_pool_alloc_aligned(p, n, align, &st);
-    inside = 0;
+    inside = IN_NONE;
     if (LLMEM_UNLIKELY(!r)) {
         if (st == LLMEM_EALIGN) return side_or_enomem(n, align, false);
         errno = ENOMEM;
@@ -292,16 +336,17 @@ EXPORT void *pvalloc(size_t n)
 
 static __attribute__((noinline)) void free_other(void *ptr)
 {
-    if (llmem__side_owns(ptr)) llmem__side_free(ptr);
+    if (fork_owns(ptr) || inside == IN_FORK) __atomic_add_fetch(&fork_dropped_frees, 1, __ATOMIC_RELAXED);
+    else if (llmem__side_owns(ptr)) llmem__side_free(ptr);
     else __atomic_add_fetch(&unknown_frees, 1, __ATOMIC_RELAXED); /* not ours to free: leave it */
 }
 
 static inline void shim_free(void *ptr)
 {
     if (!ptr) return;
-    if (LLMEM_LIKELY(pool_block(ptr))) {
+    if (LLMEM_LIKELY(pool_block(ptr) && inside != IN_FORK)) {
         int was = inside;
-        inside = 1;
+        inside = IN_POOL;
         llmem_pool_free(pool, ptr); /* a refusal (double free) is logged by the pool */
         inside = was;
         return;
@@ -333,13 +378,13 @@ static void *shim_realloc(void *ptr, size_t n)
         shim_free(ptr);
         return NULL;
     }
-    if (LLMEM_LIKELY(pool_block(ptr) && !inside)) {
+    if (LLMEM_LIKELY(pool_block(ptr) && inside == IN_NONE)) {
         /* Without the pool's lock: stay in place when the block fits and
          * wastes at most half (the pool's own rule), else allocate, copy
          * and free, each on its thread-cache fast path when small. A
          * pointer that is not a live block start (usable 0) gets the
          * pool's refusal from llmem_pool_realloc. */
-        inside = 1;
+        inside = IN_POOL;
         size_t have = llmem__pool_usable_nolock(pool, ptr);
         void *r;
         llmem_status st = LLMEM_OK;
@@ -354,16 +399,27 @@ static void *shim_realloc(void *ptr, size_t n)
         } else {
             r = llmem_pool_realloc(pool, ptr, n, &st);
         }
-        inside = 0;
+        inside = IN_NONE;
         if (LLMEM_UNLIKELY(!r)) errno = st == LLMEM_ENOMEM || st == LLMEM_EOVERFLOW ? ENOMEM : EINVAL;
         return r;
     }
-    if (!llmem__side_owns(ptr)) {
+    bool from_fork = fork_owns(ptr), from_side = !from_fork && llmem__side_owns(ptr);
+    size_t have = from_fork ? fork_usable(ptr)
+                  : from_side ? llmem__side_usable(ptr)
+                  : pool_block(ptr) ? llmem__pool_usable_nolock(pool, ptr) /* inside a pool call or fork */
+                                    : 0;
+    if (!have) {
         errno = EINVAL;
         return NULL;
     }
-    size_t have = llmem__side_usable(ptr);
-    if (!have) {
+    if (from_fork || inside == IN_FORK) {
+        /* Copy and keep the old block: fork blocks are never reused, and
+         * in the fork window a free could need a lock held. */
+        void *r = inside == IN_FORK ? fork_alloc(n, 16, false) : shim_malloc(n);
+        if (r) memcpy(r, ptr, have < n ? have : n);
+        return r;
+    }
+    if (!from_side) { /* a pool block while inside a pool call: cannot happen, refuse */
         errno = EINVAL;
         return NULL;
     }
@@ -397,9 +453,10 @@ EXPORT void *reallocarray(void *ptr, size_t count, size_t size)
 EXPORT size_t malloc_usable_size(void *ptr)
 {
     if (!ptr) return 0;
+    if (fork_owns(ptr)) return fork_usable(ptr);
     if (pool_block(ptr)) {
         int was = inside;
-        inside = 1;
+        if (!was) inside = IN_POOL;
         size_t n = llmem__pool_usable_nolock(pool, ptr);
         inside = was;
         return n;
@@ -414,9 +471,9 @@ EXPORT int malloc_trim(size_t pad)
     (void)pad;
     llmem_pool *p = pool_for_call();
     if (!p) return 0;
-    inside = 1;
+    inside = IN_POOL;
     size_t released = llmem_pool_trim(p);
-    inside = 0;
+    inside = IN_NONE;
     return released > 0;
 }
 
@@ -428,9 +485,9 @@ static __attribute__((destructor)) void report_at_exit(void)
     if (!stats_to[0]) return;
     llmem_pool_stats s = {.struct_size = sizeof s};
     if (p) {
-        inside = 1;
+        inside = IN_POOL;
         llmem_pool_get_stats(p, &s);
-        inside = 0;
+        inside = IN_NONE;
     }
     llmem__side_stats ss;
     llmem__side_get_stats(&ss);

@@ -28,8 +28,10 @@
  * free one's FREE_MAGIC; a block on list k is 2^k bytes, aligned to
  * min(2^k, 4096), and carved once, never split or merged.
  *
- * Locking: one mutex for everything but llmem__side_owns (which reads
- * only values fixed once set). Held across fork by the shim's handlers.
+ * Locking: one mutex for the lists, the bump pointers and the figures;
+ * llmem__side_owns and llmem__side_usable read only what cannot change
+ * under them (range bounds fixed once set, a live block's header). Held
+ * across fork by the shim's handlers.
  */
 #include "side.h"
 
@@ -178,7 +180,7 @@ void *llmem__side_alloc(size_t size, size_t align, bool zero)
     return (void *)user;
 }
 
-/* The block of a live pointer, or 0 (not a block: counted). Lock held. */
+/* The block of a live pointer, or 0 (not a block). */
 static uintptr_t block_of(const void *p, unsigned *k)
 {
     if (!llmem__side_owns(p) || ((uintptr_t)p & (HDR - 1))) return 0;
@@ -217,13 +219,13 @@ void llmem__side_free(void *p)
     pthread_mutex_unlock(&S.lock);
 }
 
+/* No lock: a live block's header does not change (and this must work
+ * while the fork handlers hold the lock). */
 size_t llmem__side_usable(const void *p)
 {
     if (!p) return 0;
-    pthread_mutex_lock(&S.lock);
     unsigned k;
     uintptr_t block = block_of(p, &k);
-    pthread_mutex_unlock(&S.lock);
     return block ? (size_t)(block + ((uintptr_t)1 << k) - (uintptr_t)p) : 0;
 }
 

@@ -39,7 +39,8 @@ void *llmem__side_realloc(void *p, size_t size);
 /* True if p lies in memory the side allocator hands out. Lock-free. */
 bool llmem__side_owns(const void *p);
 
-/* Bytes usable from p (a block start it handed out), 0 if it is not one. */
+/* Bytes usable from p (a block start it handed out), 0 if it is not one.
+ * Lock-free. */
 size_t llmem__side_usable(const void *p);
 
 typedef struct llmem__side_stats {

@@ -535,9 +535,12 @@ static void expect_child_ok(pid_t pid)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* The parent's fork() can deadlock too (a prepare handler that allocates
+ * under the allocator's locks): an alarm ends the test then. */
 static void test_fork_single_threaded(void **state)
 {
     (void)state;
+    alarm(30);
     void *keep = malloc(100000);
     memset(keep, 7, 100000);
     for (int i = 0; i < 20; i++) {
@@ -550,6 +553,7 @@ static void test_fork_single_threaded(void **state)
         expect_child_ok(pid);
     }
     free(keep);
+    alarm(0);
 }
 
 static volatile int churn_stop;
@@ -575,6 +579,7 @@ static void test_fork_multi_threaded(void **state)
 {
     (void)state;
     pthread_t t[3];
+    alarm(30);
     churn_stop = 0;
     for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&t[i], NULL, churn, (void *)(uintptr_t)(i + 1)), 0);
     for (int i = 0; i < 25; i++) {
@@ -584,6 +589,7 @@ static void test_fork_multi_threaded(void **state)
     }
     churn_stop = 1;
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    alarm(0);
 }
 
 /* ---- dlopen, and TLS allocated on first touch ----------------------------------- */
