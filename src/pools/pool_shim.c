@@ -49,7 +49,10 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
         unsigned c = (info >> 24) - 1;
         size_t csize = p->cls.size[c];
         size_t off = ((a - sb->base) & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
-        if (off % csize == 0) return csize;
+        /* A block boundary: exact division by the class size with the
+         * pool's reciprocal (as its free path checks it). */
+        uint64_t i = ((uint64_t)off * p->magic[c]) >> MAGIC_SHIFT;
+        if (i * csize == off) return csize;
     } else {
         const pblock *b = sb->owner[u];
         if (b && b->kind == D_LARGE && b->user == a) return b->start + b->size - a;

@@ -21,7 +21,7 @@ def work(seed, n):
 results = {}
 
 def thread_main(seed):
-    results[seed] = work(seed, 20000)
+    results[seed] = work(seed, 8000)
 
 threads = [threading.Thread(target=thread_main, args=(s,)) for s in range(4)]
 for t in threads:
@@ -53,5 +53,5 @@ for t in threads:
     t.join()
 for s in sorted(results):
     print("thread", s, results[s])
-big = sorted(("%07d" % ((i * 2654435761) % 10**7)) for i in range(200000))
+big = sorted(("%07d" % ((i * 2654435761) % 10**7)) for i in range(100000))
 print("sorted", big[0], big[-1], hashlib.md5("".join(big).encode()).hexdigest())
