@@ -5,6 +5,7 @@
 #   make demo     the main job: build, then run `llmem demo`
 #   make check    all tests: normal build, ASan+UBSan build, TSan for threaded tests
 #   make bench    the benchmarks, results on stdout
+#   make bench-programs  redis, gcc, python3, sqlite3 under each malloc (bench/programs.sh)
 #   make fuzz     coverage-guided fuzzing with libFuzzer (clang), FUZZ_SECONDS each
 #   make check-fuzz  the same, 20 s per target (part of make check)
 #   make soak     SOAK_MINUTES (30) of bursts under the controller: RSS drift and leaks;
@@ -27,7 +28,7 @@ FUZZ_TARGETS = trace shape kv model tokenizer pool fixed arena sched
 SOAK_MINUTES ?= 30
 SOAK_STRESS_SECONDS ?= 60
 
-.PHONY: all build deps demo check check-normal check-asan check-tsan check-fuzz bench fuzz soak install clean
+.PHONY: all build deps demo check check-normal check-asan check-tsan check-fuzz bench bench-programs fuzz soak install clean
 
 all: build
 
@@ -69,6 +70,11 @@ check-tsan:
 bench: build
 	@scripts/deps.sh bench
 	build/llmem bench pools
+
+# Real programs from Debian under glibc, jemalloc, mimalloc, tcmalloc and
+# libllmem-malloc.so, side by side (a few minutes; docs/BENCHMARKS.md).
+bench-programs: build
+	bench/programs.sh --rounds 5
 
 # Each fuzz target runs for FUZZ_SECONDS on a copy of its corpus (new inputs
 # stay in build-fuzz/corpus; add the interesting ones to fuzz/corpus). Each
