@@ -18,7 +18,8 @@
 
 #include "test_util.h"
 
-#define SHARED_MODELS LLMEM_SHARED_DIR "/models"
+/* A file in the shared folder's models/ (test_util.h: test_shared_path). */
+#define MODEL(rel) test_shared_path("models/" rel)
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 static char tmpdir[64];
@@ -1033,18 +1034,6 @@ static void truncation(void **state)
     truncate_all(b.p, b.n, 1, b.n);
     free(b.p);
     free(r.kv.p);
-    /* The real ones: all of the GGUF header region, then a stride. */
-    p = read_all(SHARED_MODELS "/stories260K.gguf", &size);
-    if (p) {
-        truncate_all(p, size, 4099, 16384);
-        free(p);
-        p = read_all(SHARED_MODELS "/stories260K.bin", &size);
-        assert_non_null(p);
-        truncate_all(p, size, 4099, 512);
-        free(p);
-    } else {
-        print_message("skipped the real models: " SHARED_MODELS " is absent\n");
-    }
     /* Through files too. */
     int fd = open(path, O_WRONLY | O_TRUNC);
     assert_true(fd >= 0);
@@ -1058,6 +1047,21 @@ static void truncation(void **state)
     close(fd);
     assert_status(llmem_model_open(path, NULL, &m), LLMEM_EFORMAT);
     assert_error_mentions("(0 bytes)");
+}
+
+/* The real ones: all of the GGUF header region, then a stride. */
+static void truncation_real_models(void **state)
+{
+    (void)state;
+    size_t size;
+    uint8_t *p = read_all(MODEL("stories260K.gguf"), &size);
+    assert_non_null(p);
+    truncate_all(p, size, 4099, 16384);
+    free(p);
+    p = read_all(MODEL("stories260K.bin"), &size);
+    assert_non_null(p);
+    truncate_all(p, size, 4099, 512);
+    free(p);
 }
 
 static size_t bit_flips_in(const uint8_t *good, size_t size, size_t region)
@@ -1116,12 +1120,8 @@ static void shared_models(void **state)
 {
     (void)state;
     llmem_model *bin, *gguf, *tiny;
-    if (access(SHARED_MODELS "/stories260K.bin", R_OK) != 0) {
-        print_message("skipped: " SHARED_MODELS "/stories260K.bin is absent\n");
-        skip();
-    }
-    assert_ok(llmem_model_open(SHARED_MODELS "/stories260K.bin", NULL, &bin));
-    assert_ok(llmem_model_open(SHARED_MODELS "/stories260K.gguf", NULL, &gguf));
+    assert_ok(llmem_model_open(MODEL("stories260K.bin"), NULL, &bin));
+    assert_ok(llmem_model_open(MODEL("stories260K.gguf"), NULL, &gguf));
     const llmem_model_config *a = llmem_model_get_config(bin), *b = llmem_model_get_config(gguf);
     assert_int_equal(a->shape.layers, 5);
     assert_int_equal(a->shape.hidden, 64);
@@ -1166,7 +1166,7 @@ static void shared_models(void **state)
     llmem_model_close(bin);
     llmem_model_close(gguf);
 
-    assert_ok(llmem_model_open(SHARED_MODELS "/llama-2-tiny-random.gguf", NULL, &tiny));
+    assert_ok(llmem_model_open(MODEL("llama-2-tiny-random.gguf"), NULL, &tiny));
     const llmem_model_config *c = llmem_model_get_config(tiny);
     assert_int_equal(c->weight_type, LLMEM_DTYPE_F16);
     assert_int_equal(c->shape.hidden, 8);
@@ -1401,7 +1401,7 @@ static void write_seeds(const char *dir)
     fprintf(stderr, "seeds written to %s\n", dir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const char *seeds = getenv("LLMEM_WRITE_MODEL_SEEDS");
     if (seeds) {
@@ -1418,10 +1418,19 @@ int main(void)
         cmocka_unit_test(hostile_gguf),
         cmocka_unit_test(truncation),
         cmocka_unit_test(bit_flips),
-        cmocka_unit_test(shared_models),
         cmocka_unit_test(mapping_options),
         cmocka_unit_test(no_leaks),
         cmocka_unit_test(stats_export),
     };
+    /* The real models of the shared folder (test_model_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(truncation_real_models),
+        cmocka_unit_test(shared_models),
+    };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/stories260K.bin", "models/stories260K.gguf", "models/llama-2-tiny-random.gguf",
+                            NULL);
+        return cmocka_run_group_tests_name("test_model (shared data)", shared_tests, make_tmpdir, remove_tmpdir);
+    }
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }

@@ -180,11 +180,8 @@ static void config_json_bad(void **state)
 static void tiny_preset_matches_checkpoint(void **state)
 {
     (void)state;
-    FILE *f = fopen(LLMEM_SHARED_DIR "/models/stories260K.bin", "rb");
-    if (!f) {
-        print_message("skipped: " LLMEM_SHARED_DIR "/models/stories260K.bin is absent\n");
-        skip();
-    }
+    FILE *f = fopen(test_shared_path("models/stories260K.bin"), "rb");
+    assert_non_null(f);
     int32_t h[7];
     assert_int_equal(fread(h, sizeof h, 1, f), 1);
     fclose(f);
@@ -199,14 +196,21 @@ static void tiny_preset_matches_checkpoint(void **state)
     assert_int_equal(s.max_ctx, h[6]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* The real checkpoint of the shared folder (test_shape_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(tiny_preset_matches_checkpoint),
+    };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/stories260K.bin", NULL);
+        return cmocka_run_group_tests_name("test_shape (shared data)", shared_tests, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(presets_have_published_sizes),
         cmocka_unit_test(unknown_preset_and_nulls),
         cmocka_unit_test(config_json_good),
         cmocka_unit_test(config_json_bad),
-        cmocka_unit_test(tiny_preset_matches_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
