@@ -165,18 +165,22 @@ static void timeline_sample(llmem_timeline *tl, llmem_pool *pool, llmem_engine *
     llmem_timeline_record(tl, &s);
 }
 
-static void timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char *path)
+/* False (and a message) when the page could not be written. */
+static bool timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char *path)
 {
     tool_timeline_add_decisions(tl, ctl);
-    if (llmem_timeline_write_html(tl, path, "llmem run"))
-        fprintf(stderr, "llmem run: timeline: %s\n", llmem_last_error());
-    else
-        fprintf(stderr, "llmem run: timeline written to %s\n", path);
+    if (llmem_timeline_write_html(tl, path, "llmem run")) {
+        fprintf(stderr, "llmem run: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+        return false;
+    }
+    fprintf(stderr, "llmem run: timeline written to %s\n", path);
+    return true;
 }
 
 static int generate(const run_args *a)
 {
     double t_start = now_s();
+    bool output_failed = false; /* --timeline or --events could not be written */
     llmem_model_options mo = llmem_model_options_default();
     mo.populate = a->populate;
     mo.shared = a->shared;
@@ -371,19 +375,20 @@ static int generate(const run_args *a)
     llmem_engine_set_idle(e);
     if (tl) {
         timeline_sample(tl, pool, e, LLMEM_STAGE_IDLE);
-        timeline_write(tl, ctl, a->timeline);
+        if (!timeline_write(tl, ctl, a->timeline)) output_failed = true;
     }
     free(items);
     free(next);
     free(slot);
     if (a->events) {
-        FILE *f = fopen(a->events, "w");
-        llmem_status wst = f ? llmem_controller_write_events(ctl, f) : LLMEM_EIO;
-        if (f && fclose(f)) wst = LLMEM_EIO;
+        llmem_outfile *of;
+        llmem_status wst = llmem_outfile_open(a->events, &of);
+        if (!wst && (wst = llmem_controller_write_events(ctl, llmem_outfile_stream(of))) != LLMEM_OK)
+            llmem_outfile_abort(of);
+        else if (!wst) wst = llmem_outfile_commit(of);
         if (wst) {
-            fprintf(stderr, "llmem run: cannot write %s\n", a->events);
-            rc = 1;
-            goto out;
+            fprintf(stderr, "llmem run: events: %s\n", llmem_last_error());
+            output_failed = true;
         }
     }
     if (a->print_ids) {
@@ -408,7 +413,7 @@ static int generate(const run_args *a)
     double total = now_s() - t_start;
     if (generated > 0) fprintf(stderr, "achieved tok/s: %f\n", (double)generated / (total - t_first));
     if (a->stats) print_stats(a, m, e, ctl, load_s, t_first);
-    rc = 0;
+    rc = output_failed ? 1 : 0; /* the text is out; a file asked for is not: a failure */
 out:
     for (uint32_t b = 0; seqs && b < a->batch; b++) {
         if (e && seqs[b]) llmem_engine_seq_free(e, seqs[b]);

@@ -541,12 +541,14 @@ int replay_run(const llmem_trace *trace, const replay_options *o, replay_result 
         r->controller_grows = cs.grows_total;
         r->controller_shrinks = cs.shrinks_total;
     }
+    int rc = 0;
     if (s.tl) {
         tool_timeline_add_decisions(s.tl, s.ctl);
-        if (llmem_timeline_write_html(s.tl, o->timeline, "llmem replay: KV pool under the controller"))
-            fprintf(stderr, "llmem replay: timeline: %s\n", llmem_last_error());
+        if (llmem_timeline_write_html(s.tl, o->timeline, "llmem replay: KV pool under the controller")) {
+            fprintf(stderr, "llmem replay: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+            rc = 1;
+        }
     }
-    int rc = 0;
     if (0) {
     fail:
         if (s.oom) fprintf(stderr, "llmem replay: out of host memory\n");

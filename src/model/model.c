@@ -1,7 +1,8 @@
 /*
  * model.c - model files mapped, not copied: open, map, hints, lookups, stats.
  *
- * Opening a file: open(2), fstat, one read-only mmap of the whole file (the
+ * Opening a file: open(2) without blocking (O_NONBLOCK; a FIFO or device
+ * is refused, file.c), fstat, one read-only mmap of the whole file (the
  * descriptor is closed right after), then the parser the magic names
  * (gguf.c for "GGUF", llama2c.c otherwise) checks every byte it will ever
  * hand out and builds the tables. Only a model that passed is given the
@@ -296,18 +297,12 @@ llmem_status llmem_model_open(const char *path, const llmem_model_options *opts,
     llmem_model_options o = opts ? *opts : llmem_model_options_default();
     uint64_t t0 = llmem__now_ns();
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return llmem__fail(LLMEM_EIO, "model: cannot open '%s': %s", path, strerror(errno));
+    /* O_NONBLOCK, then a regular file or LLMEM_EINVAL: a FIFO or a device
+     * given as the model returns at once instead of hanging in open(). */
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return llmem__fail(LLMEM_EIO, "model: cannot stat '%s': %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return llmem__fail(LLMEM_EIO, "model: '%s' is not a regular file", path);
-    }
+    llmem_status ost = llmem__open_regular(path, "model", &fd, &sb);
+    if (ost) return ost;
     if (sb.st_size < 4) { /* mmap cannot map 0 bytes; and no format fits in 3 */
         close(fd);
         return llmem__fail(LLMEM_EFORMAT, "model: '%s': file too short to tell its format (%lld bytes)", path,

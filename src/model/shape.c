@@ -130,17 +130,12 @@ llmem_status llmem_shape_load(const char *name_or_path, llmem_shape *out)
 {
     if (!name_or_path || !out) return llmem__fail(LLMEM_EINVAL, "shape: null argument");
     if (!strchr(name_or_path, '/') && !strstr(name_or_path, ".json")) return llmem_shape_preset(name_or_path, out);
-    FILE *f = fopen(name_or_path, "rb");
-    if (!f) return llmem__fail(LLMEM_EIO, "shape: cannot open '%s': %s", name_or_path, strerror(errno));
-    char *buf = malloc(1 << 20);
-    size_t n = buf ? fread(buf, 1, 1 << 20, f) : 0;
-    bool too_big = buf && n == (1 << 20) && fgetc(f) != EOF;
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (!buf) return llmem__fail(LLMEM_ENOMEM, "shape: out of memory");
-    llmem_status st = err ? llmem__fail(LLMEM_EIO, "shape: reading '%s' failed", name_or_path)
-                      : too_big ? llmem__fail(LLMEM_EFORMAT, "shape: '%s' is over 1 MiB, not a config.json", name_or_path)
-                                : llmem_shape_from_json(buf, n, out);
+    void *buf;
+    size_t n;
+    /* Never blocks on a FIFO; a regular file of at most 1 MiB (file.c). */
+    llmem_status st = llmem__read_file(name_or_path, 1 << 20, "shape", &buf, &n);
+    if (st) return st;
+    st = llmem_shape_from_json(buf, n, out);
     free(buf);
     return st;
 }
