@@ -890,6 +890,11 @@ static void hostile_gguf(void **state)
     CASE(r.t[2].type = LLMEM_DTYPE_Q8_0, LLMEM_EFORMAT, "q8_0 blocks"); /* rows of 8 */
     CASE(r_u32(&r, "general.alignment", 0), LLMEM_EFORMAT, "alignment 0");
     CASE(r_u32(&r, "general.alignment", 3), LLMEM_EFORMAT, "alignment 3");
+    /* Powers of two below 8: the specification wants a multiple of 8 (the
+     * kernels would load misaligned floats at alignment 1, 2 or 4). */
+    CASE(r_u32(&r, "general.alignment", 1), LLMEM_EFORMAT, "alignment 1 (offset");
+    CASE(r_u32(&r, "general.alignment", 2), LLMEM_EFORMAT, "alignment 2 (offset");
+    CASE(r_u32(&r, "general.alignment", 4), LLMEM_EFORMAT, "not a power of two of at least 8");
     CASE(r_s(&r, "general.alignment", "32"), LLMEM_EFORMAT, "general.alignment");
     CASE(r_u32(&r, "llama.context_length", 9), LLMEM_EFORMAT, "duplicate metadata key 'llama.context_length'");
     CASE(r_key(&r, "bad.type", 13), LLMEM_EFORMAT, "unknown value type 13");

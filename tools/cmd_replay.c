@@ -145,6 +145,10 @@ int llmem_cmd_replay(int argc, char **argv)
         else if (TAKE("--strategy")) strategy = v;
         else if (TAKE("--kv-budget")) {
             double b = tool_parse_bytes(v);
+            if (b == TOOL_BYTES_TOO_LARGE) {
+                fprintf(stderr, "llmem replay: --kv-budget '%s' is too large (at most 9e18 bytes)\n", v);
+                return 2;
+            }
             if (b <= 0) {
                 fprintf(stderr, "llmem replay: --kv-budget '%s' is not a size (e.g. 8GiB)\n", v);
                 return 2;
