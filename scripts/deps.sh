@@ -8,7 +8,10 @@ pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev"
 pkgs_test="libcmocka-dev libnuma1"
 pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered headless (tests/timeline_render.sh)
 pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
-pkgs_fuzz="clang"
+# clang's sanitizer and libFuzzer runtimes and headers (sanitizer/*.h) are
+# in libclang-rt-14-dev, only a Recommends of clang on Debian 12 (and
+# apt-get runs with --no-install-recommends below).
+pkgs_fuzz="clang libclang-rt-14-dev"
 
 want=""
 for g in "$@"; do

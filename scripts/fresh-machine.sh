@@ -179,8 +179,12 @@ step() { # step NAME LOG COMMAND
         tail -40 "$log"
         status=1
     fi
-    # ctest's own lines: the totals and what did not run.
-    grep -E '^[0-9]+% tests passed|Skipped|\*\*\*Failed|Not Run|Timeout' "$log" | sed 's/^/    /' >>"$summary" || true
+    # ctest's totals and wall times, failures, and tests/skip_summary.sh's
+    # list of what was skipped and why.
+    awk '/^[0-9]+% tests passed|^Total Test time|\*\*\*Failed|\*\*\*Timeout|Not Run/ { print "    " $0; next }
+         /^ctest: [0-9]+ skipped:/ { print "    " $0; in_skip = 1; next }
+         in_skip && /^  / { print "    " $0; next }
+         { in_skip = 0 }' "$log" >>"$summary"
     return $rc
 }
 

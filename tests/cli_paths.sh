@@ -11,7 +11,8 @@
 #  - the demo's default timeline is in a new private folder, not at a
 #    fixed name in TMPDIR (a link planted there stays untouched);
 #  - a FIFO given as the model, the tokenizer or the trace is refused at
-#    once (each run under `timeout`: a hang fails).
+#    once (each run under `timeout`: a hang fails);
+#  - run --copy gives the tokens of the mapped model.
 set -u
 LLMEM=$1
 T=$2
@@ -96,6 +97,11 @@ esac
 [ -f "$page" ] && grep -q "<svg" "$page" || fail "no demo timeline page at $page"
 [ "$(stat -c %a "$(dirname "$page")")" = 700 ] || fail "the demo's folder is not private"
 [ "$(cat "$T/target.txt")" = precious ] || fail "the demo wrote through a planted link"
+
+# run --copy (the model read into private memory) gives the same tokens.
+a=$(to "$LLMEM" run "$T/m.gguf" -n 8 --print-ids 2>/dev/null) || fail "run"
+b=$(to "$LLMEM" run "$T/m.gguf" -n 8 --print-ids --copy 2>/dev/null) || fail "run --copy"
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "run --copy gave other tokens ('$b', not '$a')"
 
 # A FIFO as an input: refused at once, not a hang in open().
 expect_refused "run on a FIFO model" "is a FIFO, not a regular file" -- "$LLMEM" run "$T/fifo" -n 4

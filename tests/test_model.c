@@ -1120,6 +1120,108 @@ static void bit_flips(void **state)
     free(p);
 }
 
+/* ---- the file under the mapping ------------------------------------------ */
+
+typedef struct touch_arg {
+    const volatile uint8_t *p;
+    size_t n;
+} touch_arg;
+
+static void touch_all(void *arg)
+{
+    const touch_arg *a = arg;
+    unsigned sum = 0;
+    for (size_t i = 0; i < a->n; i++) sum += a->p[i];
+    if (sum == 0xdeadbeef) printf("!");
+}
+
+/* The last tensor: its data ends nearest the end of the file. */
+static const llmem_tensor *last_tensor(const llmem_model *m)
+{
+    const llmem_tensor *last = NULL;
+    for (size_t i = 0; i < llmem_model_tensor_count(m); i++) {
+        const llmem_tensor *t = llmem_model_tensor_at(m, i);
+        if (!last || t->offset > last->offset) last = t;
+    }
+    assert_non_null(last);
+    return last;
+}
+
+/* A mapped file truncated by someone else: check_file says so before a
+ * touch would raise SIGBUS (shown in a child); the copy mode is immune. A
+ * file rewritten in place, replaced or removed is told apart. */
+static void file_changed_under_the_model(void **state)
+{
+    (void)state;
+    const char *path = tmp_path("changing.gguf");
+    write_model(&mixed, path, NULL, NULL);
+    size_t size;
+    uint8_t *orig = read_all(path, &size);
+    llmem_model *mapped, *copied;
+    llmem_model_options o = llmem_model_options_default();
+    assert_false(o.copy);
+    assert_ok(llmem_model_open(path, &o, &mapped));
+    o.copy = true;
+    assert_ok(llmem_model_open(path, &o, &copied));
+    assert_ok(llmem_model_check_file(mapped));
+    assert_ok(llmem_model_check_file(copied));
+    const llmem_tensor *tm = last_tensor(mapped), *tc = last_tensor(copied);
+    assert_memory_equal(tc->data, tm->data, tc->bytes); /* the same bytes either way */
+
+    assert_int_equal(truncate(path, (off_t)(size / 2)), 0);
+    assert_status(llmem_model_check_file(mapped), LLMEM_ECORRUPT);
+    assert_error_mentions("truncated from");
+    assert_error_mentions("SIGBUS");
+    touch_arg ta = {tm->data, (size_t)tm->bytes};
+    assert_true(test_child_faults(touch_all, &ta)); /* what check_file warned of */
+    assert_ok(llmem_model_check_file(copied));       /* its own bytes */
+    ta.p = tc->data;
+    ta.n = (size_t)tc->bytes;
+    assert_false(test_child_faults(touch_all, &ta));
+    const uint8_t *want = NULL;
+    for (size_t i = 0; i + tc->bytes <= size && !want; i++) /* the bytes at open, still */
+        if (!memcmp(orig + i, tc->data, (size_t)tc->bytes)) want = orig + i;
+    assert_non_null(want);
+    llmem_model_close(mapped);
+
+    /* Rewritten in place (same size, a new modification time). */
+    write_all(path, orig, size);
+    assert_ok(llmem_model_open(path, NULL, &mapped));
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    struct timespec later[2] = {{0, UTIME_OMIT}, {time(NULL) + 100, 0}};
+    assert_int_equal(futimens(fd, later), 0);
+    close(fd);
+    assert_status(llmem_model_check_file(mapped), LLMEM_ECORRUPT);
+    assert_error_mentions("modified in place");
+    llmem_model_close(mapped);
+
+    /* Replaced by a rename (how models should be deployed), then removed:
+     * the old mapping is intact, the status says to reopen. */
+    assert_ok(llmem_model_open(path, NULL, &mapped));
+    const char *next = tmp_path("changing.next.gguf");
+    write_all(next, orig, size);
+    assert_int_equal(rename(next, path), 0);
+    assert_status(llmem_model_check_file(mapped), LLMEM_ESTATE);
+    assert_error_mentions("replaced");
+    assert_int_equal(unlink(path), 0);
+    assert_status(llmem_model_check_file(mapped), LLMEM_ESTATE);
+    assert_error_mentions("removed");
+    tm = last_tensor(mapped);
+    ta.p = tm->data;
+    ta.n = (size_t)tm->bytes;
+    assert_false(test_child_faults(touch_all, &ta));
+    llmem_model_close(mapped);
+    llmem_model_close(copied);
+
+    /* Memory models have no file; NULL is refused. */
+    assert_ok(llmem_model_open_memory(orig, size, &mapped));
+    assert_ok(llmem_model_check_file(mapped));
+    llmem_model_close(mapped);
+    assert_status(llmem_model_check_file(NULL), LLMEM_EINVAL);
+    free(orig);
+}
+
 /* ---- the real models ------------------------------------------------------ */
 
 static void shared_models(void **state)
@@ -1425,6 +1527,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(truncation),
         cmocka_unit_test(bit_flips),
         cmocka_unit_test(mapping_options),
+        cmocka_unit_test(file_changed_under_the_model),
         cmocka_unit_test(no_leaks),
         cmocka_unit_test(stats_export),
     };

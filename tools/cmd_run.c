@@ -36,7 +36,7 @@ static void usage(FILE *f)
             "usage: llmem run MODEL [-z TOKENIZER] [-i PROMPT] [-n STEPS] [-t TEMP] [-p TOPP] [-s SEED]\n"
             "                 [--threads N] [--batch N] [--print-ids] [--alloc llmem|malloc] [--stats[=json|=prometheus]]\n"
             "                 [--kv paged|static|buckets|contiguous] [--kv-dtype f32|f16] [--max-seq-len N]\n"
-            "                 [--populate] [--shared] [--mlock] [--sequential] [--hugepage] [--timeline FILE.html]\n"
+            "                 [--populate] [--shared] [--mlock] [--sequential] [--hugepage] [--copy] [--timeline FILE.html]\n"
             "\n"
             "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q8_0).\n"
             "  -z PATH          llama2.c tokenizer.bin (default: the vocabulary inside a GGUF model)\n"
@@ -57,6 +57,8 @@ static void usage(FILE *f)
             "  --populate       fault the whole model in at open (MAP_POPULATE)\n"
             "  --shared         map the model MAP_SHARED (one copy across processes)\n"
             "  --mlock          lock the model in memory\n"
+            "  --copy           read the model into private memory instead of mapping it (immune to the file\n"
+            "                   being truncated or rewritten while it runs; costs its size in RAM)\n"
             "  --sequential     madvise(SEQUENTIAL, WILLNEED) over the weights at open (read ahead)\n"
             "  --hugepage       madvise(HUGEPAGE) over the mapping where alignment allows\n"
             "  --timeline F     run the stage-aware controller and write its memory timeline to F (HTML)\n"
@@ -96,7 +98,7 @@ typedef struct run_args {
     uint32_t steps, threads, batch;
     float temperature, top_p;
     uint64_t seed;
-    bool print_ids, stats, stats_json, stats_prom, populate, shared, mlock, sequential, hugepage;
+    bool print_ids, stats, stats_json, stats_prom, populate, shared, mlock, sequential, hugepage, copy;
     const char *events;
     llmem_engine_options eo;
 } run_args;
@@ -185,6 +187,7 @@ static int generate(const run_args *a)
     mo.populate = a->populate;
     mo.shared = a->shared;
     mo.mlock = a->mlock;
+    mo.copy = a->copy;
     mo.sequential = a->sequential;
     mo.hugepage = a->hugepage;
     mo.progress = true;
@@ -462,6 +465,7 @@ int llmem_cmd_run(int argc, char **argv)
         else if (!strcmp(o, "--populate")) a.populate = true;
         else if (!strcmp(o, "--shared")) a.shared = true;
         else if (!strcmp(o, "--mlock")) a.mlock = true;
+        else if (!strcmp(o, "--copy")) a.copy = true;
         else if (!strcmp(o, "--sequential")) a.sequential = true;
         else if (!strcmp(o, "--hugepage")) a.hugepage = true;
         else if (TAKE("-z")) a.tokenizer = v;
