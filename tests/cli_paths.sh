@@ -32,6 +32,10 @@ expect_refused() {
     rc=$?
     [ $rc -eq 1 ] || { cat "$T/err.txt"; fail "$what: exit $rc, wanted 1"; }
     grep -q -- "$pat" "$T/err.txt" || { cat "$T/err.txt"; fail "$what: no message matching '$pat'"; }
+    if grep -Eq "tokenizer: tokenizer:|timeline: timeline:|model: model:|(: '[^']*'): \1" "$T/err.txt"; then
+        cat "$T/err.txt"
+        fail "$what: a doubled prefix"
+    fi
 }
 
 mkfifo "$T/fifo" || fail "mkfifo"
@@ -102,6 +106,18 @@ esac
 a=$(to "$LLMEM" run "$T/m.gguf" -n 8 --print-ids 2>/dev/null) || fail "run"
 b=$(to "$LLMEM" run "$T/m.gguf" -n 8 --print-ids --copy 2>/dev/null) || fail "run --copy"
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "run --copy gave other tokens ('$b', not '$a')"
+
+# Messages: a prompt cut to the positions that run says so; a llama2.c
+# model without -z says what to give, with no doubled prefix; an output
+# refusal names the page once.
+to "$LLMEM" run "$T/m.gguf" -i "Once upon a time there was a little dog who liked to run in the park" -n 4 \
+    --print-ids >/dev/null 2>"$T/err.txt" || fail "run with a long prompt"
+grep -q "more than the 4 positions that run: only its first 4 are used, [0-9]* dropped" "$T/err.txt" \
+    || { cat "$T/err.txt"; fail "a cut prompt is not reported"; }
+to "$LLMEM" synth --shape stories260k --format llama2c -o "$T/m.bin" >/dev/null 2>&1 || fail "synth llama2c"
+expect_refused "run a llama2.c model without -z" "give its tokenizer.bin with -z" -- "$LLMEM" run "$T/m.bin" -n 2
+expect_refused "run --timeline fifo, once more" "llmem run: timeline: refusing to write" -- \
+    "$LLMEM" run "$T/m.gguf" -n 4 --print-ids --timeline "$T/fifo"
 
 # A FIFO as an input: refused at once, not a hang in open().
 expect_refused "run on a FIFO model" "is a FIFO, not a regular file" -- "$LLMEM" run "$T/fifo" -n 4

@@ -103,10 +103,16 @@ typedef struct run_args {
     llmem_engine_options eo;
 } run_args;
 
+/* "llmem run: WHAT: message (STATUS)", without WHAT when the library's
+ * message already names it (a path it quotes, or its own "tokenizer: "
+ * prefix), so nothing is said twice. */
 static int fail(const char *what, llmem_status st)
 {
-    fprintf(stderr, "llmem run: %s: %s (%s)\n", what, llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st),
-            llmem_status_name(st));
+    const char *msg = llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st);
+    size_t wl = strlen(what);
+    bool named = strstr(msg, what) != NULL || (!strncmp(msg, what, wl) && msg[wl] == ':');
+    if (named) fprintf(stderr, "llmem run: %s (%s)\n", msg, llmem_status_name(st));
+    else fprintf(stderr, "llmem run: %s: %s (%s)\n", what, msg, llmem_status_name(st));
     return 1;
 }
 
@@ -263,7 +269,11 @@ static int generate(const run_args *a)
 
     size_t ctx = eo.max_seq_len && eo.max_seq_len < c->shape.max_ctx ? eo.max_seq_len : c->shape.max_ctx;
     size_t steps = a->steps ? a->steps : ctx;
-    if (steps > ctx) steps = ctx;
+    if (steps > ctx) {
+        fprintf(stderr, "llmem run: warning: -n %u is past the context of %zu positions: running %zu\n", a->steps, ctx,
+                ctx);
+        steps = ctx;
+    }
     size_t cap = strlen(a->prompt) + 3, n = 0;
     prompt = malloc(cap * sizeof *prompt);
     if (!prompt) goto out;
@@ -271,7 +281,13 @@ static int generate(const run_args *a)
         rc = fail("encode", st);
         goto out;
     }
-    if (n > steps) n = steps; /* as run.c: only the first steps positions run */
+    if (n > steps) { /* as run.c: only the first steps positions run; but say so */
+        fprintf(stderr,
+                "llmem run: warning: the prompt is %zu tokens (with BOS), more than the %zu positions that run: only "
+                "its first %zu are used, %zu dropped (raise -n%s)\n",
+                n, steps, steps, n - steps, steps == ctx ? ", or use a model with a longer context" : "");
+        n = steps;
+    }
 
     uint32_t B = a->batch;
     samplers = calloc(B, sizeof *samplers);

@@ -253,6 +253,19 @@ static llmem_status parse(llmem_model *m)
         return llmem__fail(LLMEM_EFORMAT, "model: file too short to tell its format (%zu bytes)", m->size);
     uint32_t magic;
     memcpy(&magic, m->base, 4);
+    /* Three of the four bytes of "GGUF" in place: a damaged GGUF, not a
+     * llama2.c header (whose first int32, the width, would be over a
+     * billion), so say that instead of complaining about "n_heads". */
+    int same = 0;
+    for (int i = 0; i < 4; i++) same += m->base[i] == (uint8_t)"GGUF"[i];
+    if (magic != GGUF_MAGIC && same == 3) {
+        char shown[24];
+        llmem__show(shown, sizeof shown, (const char *)m->base, 4);
+        return llmem__fail(LLMEM_EFORMAT,
+                           "model: bad magic '%s' (%02x %02x %02x %02x at offset 0): one byte from GGUF's 'GGUF', a "
+                           "damaged GGUF file",
+                           shown, m->base[0], m->base[1], m->base[2], m->base[3]);
+    }
     llmem_status st = magic == GGUF_MAGIC ? llmem__gguf_parse(m) : llmem__llama2c_parse(m);
     if (st) return st;
     for (size_t i = 0; i < m->n_tensors; i++) m->tensor_bytes += m->tensors[i].bytes;
