@@ -64,9 +64,13 @@ check-normal:
 	    rc=$$?; ../tests/skip_summary.sh ctest-no-shared.xml; exit $$rc
 	cd build && $(CTEST) -L shared --output-junit ctest-shared.xml; rc=$$?; ../tests/skip_summary.sh ctest-shared.xml; exit $$rc
 
+# ASan+UBSan at -O1 (what the sanitizers' authors advise): every check,
+# about three times faster than -O0 (the ASan demo: 45 s, not 158 s).
+ASAN_OPT = "-DCMAKE_C_FLAGS_DEBUG=-g -O1" "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1"
+
 check-asan:
 	@scripts/deps.sh test
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLLMEM_SANITIZE=address -DLLMEM_BUILD_TESTS=ON -DLLMEM_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug $(ASAN_OPT) -DLLMEM_SANITIZE=address -DLLMEM_BUILD_TESTS=ON -DLLMEM_WERROR=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -LE install \
 	    --output-junit ctest.xml; rc=$$?; ../tests/skip_summary.sh ctest.xml; exit $$rc

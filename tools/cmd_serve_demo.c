@@ -277,7 +277,7 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
     if (!rc && r->tl) {
         tool_timeline_add_decisions(r->tl, r->ctl);
         if (llmem_timeline_write_html(r->tl, timeline_path, "llmem demo: two bursts of requests, and idle")) {
-            fprintf(stderr, "llmem demo: timeline: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem demo: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
             rc = 1;
         }
     }
