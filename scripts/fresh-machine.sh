@@ -93,21 +93,37 @@ summary=$work/summary.txt
 : >"$summary"
 say() { echo "fresh-machine: $*"; echo "$*" >>"$summary"; }
 
+mounts="src/shared dev/shm dev/pts dev sys proc"
 umount_all() {
-    for m in src/shared dev/shm dev/pts dev sys proc; do
+    for m in $mounts; do
         if mountpoint -q "$root/$m" 2>/dev/null; then umount -l "$root/$m" || true; fi
     done
 }
-cleanup() {
+# Never delete through a mount: /dev, /proc or the shared folder would go
+# with the root. rm stays on the root's file system, and only runs when
+# nothing is mounted under it any more.
+remove_root() {
     umount_all
-    if [ "$keep" -eq 0 ] && [ -d "$root" ]; then rm -rf "$root"; fi
+    for m in $mounts; do
+        if mountpoint -q "$root/$m" 2>/dev/null; then
+            echo "fresh-machine: $root/$m is still mounted: not deleting $root" >&2
+            return 1
+        fi
+    done
+    if grep -q " $root/" /proc/self/mounts; then
+        echo "fresh-machine: something is still mounted under $root: not deleting it" >&2
+        return 1
+    fi
+    rm -rf --one-file-system "$root"
+}
+cleanup() {
+    if [ "$keep" -eq 0 ] && [ -d "$root" ]; then remove_root || true; else umount_all; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 if [ -e "$root" ]; then
-    umount_all
-    rm -rf "$root"
+    remove_root || exit 1
 fi
 mkdir -p "$root"
 t0=$(date +%s)
@@ -145,7 +161,7 @@ if [ -z "$base_tar" ]; then
     in_root 'apt-get clean'
     if [ -n "$save_base" ]; then
         umount_all
-        tar -C "$root" -cf "$save_base" .
+        tar --one-file-system -C "$root" -cf "$save_base" .
         say "bare root saved as $save_base"
         mount -t proc proc "$root/proc"
         mount -t sysfs sys "$root/sys"
