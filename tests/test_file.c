@@ -93,8 +93,12 @@ static void outfile_new_and_replaced(void **state)
     const char *p = path_in("out.txt");
     assert_ok(write_through(p, "first\n"));
     assert_string_equal(read_text(p), "first\n");
+    assert_int_equal(chmod(p, 0600), 0);
     assert_ok(write_through(p, "second\n")); /* a regular file: replaced whole */
     assert_string_equal(read_text(p), "second\n");
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600); /* its permissions kept */
     /* A relative path: the temporary file goes in the current folder. */
     char cwd[512];
     assert_non_null(getcwd(cwd, sizeof cwd));

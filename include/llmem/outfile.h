@@ -16,8 +16,8 @@
  *  - on any failure, or abort, removes the temporary file: the target is
  *    untouched.
  * A new file gets mode 0666 less the umask (as fopen would give it); a
- * file it replaces is replaced, not rewritten (its owner, mode and hard
- * links are not kept). What it cannot guard against: a process that can
+ * file it replaces is replaced, not rewritten: its permission bits are
+ * kept, its owner (unless the caller is that owner) and hard links are not. What it cannot guard against: a process that can
  * write the target's folder and swaps the target for something else
  * between the last check and the rename (rename then replaces that name);
  * in a sticky folder such as /tmp only the owner of a name can do that.

@@ -150,7 +150,7 @@ static int cookie_close(void *c)
 
 /* LLMEM_OK when path names nothing yet or a regular file (lstat: a link is
  * refused, whatever it points to). *exists says which. */
-static llmem_status check_target(const char *path, bool *exists)
+static llmem_status check_target(const char *path, bool *exists, mode_t *mode)
 {
     struct stat st;
     *exists = false;
@@ -162,6 +162,7 @@ static llmem_status check_target(const char *path, bool *exists)
         return llmem__fail(LLMEM_EIO, "refusing to write '%s': it exists and is %s, not a regular file", path,
                            llmem__file_kind(st.st_mode));
     *exists = true;
+    if (mode) *mode = st.st_mode & 07777;
     return LLMEM_OK;
 }
 
@@ -181,7 +182,8 @@ llmem_status llmem_outfile_open(const char *path, llmem_outfile **out)
     if (len == 0) return llmem__fail(LLMEM_EINVAL, "cannot write to an empty path");
     if (path[len - 1] == '/') return llmem__fail(LLMEM_EINVAL, "cannot write '%s': it names a folder", path);
     bool exists;
-    llmem_status st = check_target(path, &exists);
+    mode_t old_mode = 0;
+    llmem_status st = check_target(path, &exists, &old_mode);
     if (st) return st;
 
     const char *slash = strrchr(path, '/');
@@ -217,6 +219,7 @@ llmem_status llmem_outfile_open(const char *path, llmem_outfile **out)
         outfile_free(f);
         return st;
     }
+    if (exists) fchmod(fd, old_mode & 0777); /* a replaced file keeps its permissions (not set-id bits) */
     f->fd = fd;
     f->f = fopencookie(f, "wb", (cookie_io_functions_t){NULL, cookie_write, NULL, cookie_close});
     if (!f->f) {
@@ -244,7 +247,7 @@ llmem_status llmem_outfile_commit(llmem_outfile *f)
     llmem_status st = LLMEM_OK;
     if (e) st = llmem__fail(LLMEM_EIO, "cannot write '%s': %s", f->path, strerror(e));
     bool exists;
-    if (!st) st = check_target(f->path, &exists); /* still nothing, or a regular file */
+    if (!st) st = check_target(f->path, &exists, NULL); /* still nothing, or a regular file */
     if (!st) {
         /* Where nothing was there, take the name only if it is still free. */
         int r = -1;
