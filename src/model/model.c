@@ -340,7 +340,7 @@ llmem_status llmem_model_open(const char *path, const llmem_model_options *opts,
     llmem_model_options o = opts ? *opts : llmem_model_options_default();
     uint64_t t0 = llmem__now_ns();
 
-    /* O_NONBLOCK, then a regular file or LLMEM_EINVAL: a FIFO or a device
+    /* O_NONBLOCK, then a regular file or LLMEM_EIO: a FIFO or a device
      * given as the model returns at once instead of hanging in open(). */
     int fd;
     struct stat sb;
