@@ -280,6 +280,56 @@ static llmem_status compile_pre(const char *pre, size_t plen, llmem__tok_bpe *b)
     return LLMEM_OK;
 }
 
+/* tokenizer.ggml.merges into b's table (see the file comment); t is the
+ * built vocabulary. On failure the caller destroys t. */
+static llmem_status load_merges(const llmem_model *m, const llmem_tokenizer *t, llmem__tok_bpe *b,
+                                const byte_map *map, uint64_t count)
+{
+    size_t nslots = 16;
+    while (nslots < 2 * (size_t)count + 16) nslots *= 2;
+    b->slots = calloc(nslots, sizeof *b->slots);
+    if (!b->slots) return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory for %llu merges", (unsigned long long)count);
+    b->mask = nslots - 1;
+    char *scratch = NULL;
+    size_t scap = 0;
+    llmem_status st = LLMEM_OK;
+    for (uint32_t r = 0; r < count && !st; r++) {
+        const char *s;
+        size_t n;
+        if ((st = llmem_model_meta_array_str(m, "tokenizer.ggml.merges", r, &s, &n))) {
+            st = llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.merges[%u]: %s", r, llmem_status_name(st));
+            break;
+        }
+        /* "A B": the first space after the first byte (a half may itself be
+         * a space in odd vocabularies, never empty). */
+        const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
+        if (!sp || sp + 1 == s + n) {
+            st = llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.merges[%u] '%.*s' is not 'A B'", r,
+                             (int)(n > 64 ? 64 : n), s);
+            break;
+        }
+        if (n > scap) {
+            char *ns = realloc(scratch, n);
+            if (!ns) {
+                st = llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory for merge %u", r);
+                break;
+            }
+            scratch = ns;
+            scap = n;
+        }
+        size_t la = from_byte_level(map, s, (size_t)(sp - s), scratch);
+        size_t lb = from_byte_level(map, sp + 1, n - (size_t)(sp - s) - 1, scratch + la);
+        int32_t ia = llmem__tok_lookup2(t, scratch, la, "", 0), ib = llmem__tok_lookup2(t, scratch + la, lb, "", 0);
+        int32_t ir = llmem__tok_lookup2(t, scratch, la, scratch + la, lb);
+        if (ia < 0 || ib < 0 || ir < 0)
+            b->n_dropped++;
+        else
+            merge_add(b, ia, ib, r, ir);
+    }
+    free(scratch);
+    return st;
+}
+
 llmem_status llmem__tok_bpe_from_model(const llmem_model *m, llmem_tokenizer **out)
 {
     *out = NULL;
@@ -375,60 +425,20 @@ llmem_status llmem__tok_bpe_from_model(const llmem_model *m, llmem_tokenizer **o
         }
     }
     b->special = malloc((size_t)(n_special ? n_special : 1) * sizeof *b->special);
-    size_t nslots = 16;
-    while (nslots < 2 * (size_t)merges.count + 16) nslots *= 2;
-    b->slots = calloc(nslots, sizeof *b->slots);
-    if (!b->special || !b->slots) {
+    if (!b->special) {
         llmem_tokenizer_destroy(t);
-        return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory for %llu merges", (unsigned long long)merges.count);
+        return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory for %u special tokens", n_special);
     }
-    b->mask = nslots - 1;
     for (uint32_t i = 0; i < V; i++)
         if (is_special_type(t->type[i]) && llmem__tok_piece_len(t, (int32_t)i)) b->special[b->n_special++] = (int32_t)i;
     special_sorting = t;
     qsort(b->special, b->n_special, sizeof *b->special, special_cmp);
     special_sorting = NULL;
 
-    char *scratch = NULL;
-    size_t scap = 0;
-    for (uint32_t r = 0; r < merges.count; r++) {
-        const char *s;
-        size_t n;
-        if ((st = llmem_model_meta_array_str(m, "tokenizer.ggml.merges", r, &s, &n))) {
-            free(scratch);
-            llmem_tokenizer_destroy(t);
-            return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.merges[%u]: %s", r, llmem_status_name(st));
-        }
-        /* "A B": the first space after the first byte (a half may itself be
-         * a space in odd vocabularies, never empty). */
-        const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
-        if (!sp || sp + 1 == s + n) {
-            free(scratch);
-            llmem_tokenizer_destroy(t);
-            return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.merges[%u] '%.*s' is not 'A B'", r,
-                               (int)(n > 64 ? 64 : n), s);
-        }
-        if (n > scap) {
-            char *ns = realloc(scratch, n);
-            if (!ns) {
-                free(scratch);
-                llmem_tokenizer_destroy(t);
-                return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory for merge %u", r);
-            }
-            scratch = ns;
-            scap = n;
-        }
-        size_t la = from_byte_level(&map, s, (size_t)(sp - s), scratch);
-        size_t lb = from_byte_level(&map, sp + 1, n - (size_t)(sp - s) - 1, scratch + la);
-        int32_t ia = llmem__tok_lookup2(t, scratch, la, "", 0), ib = llmem__tok_lookup2(t, scratch + la, lb, "", 0);
-        int32_t ir = llmem__tok_lookup2(t, scratch, la, scratch + la, lb);
-        if (ia < 0 || ib < 0 || ir < 0) {
-            b->n_dropped++;
-            continue;
-        }
-        merge_add(b, ia, ib, r, ir);
+    if ((st = load_merges(m, t, b, &map, merges.count))) {
+        llmem_tokenizer_destroy(t);
+        return st;
     }
-    free(scratch);
     if (b->n_dropped)
         llmem__log(LLMEM_LOG_INFO, "tokenizer: %u of %llu merges name no token and are left out", b->n_dropped,
                    (unsigned long long)merges.count);
