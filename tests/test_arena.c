@@ -10,6 +10,7 @@
  * are checked against what really reached the resource.
  */
 #include "test_util.h"
+#include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -1380,15 +1381,6 @@ typedef struct pm_model {
     llmem_arena_mark stale;
 } pm_model;
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
 static size_t pm_reserved(const pm_model *md)
 {
     size_t r = 0;
@@ -1460,12 +1452,12 @@ static void pm_check_live(const pm_model *md, llmem_arena *a)
 
 static void pm_alloc(pm_model *md, llmem_arena *a, llmem_resource *tr, uint64_t *rs, size_t chunk_bytes)
 {
-    uint64_t r = rng_next(rs);
+    uint64_t r = test_rng_next(rs);
     size_t size;
     switch (r % 4) {
-    case 0: size = 1 + (size_t)(rng_next(rs) % 100000); break;
-    case 1: size = 1 + (size_t)(rng_next(rs) % 4096); break;
-    default: size = 1 + (size_t)(rng_next(rs) % 256); break;
+    case 0: size = 1 + (size_t)(test_rng_next(rs) % 100000); break;
+    case 1: size = 1 + (size_t)(test_rng_next(rs) % 4096); break;
+    default: size = 1 + (size_t)(test_rng_next(rs) % 256); break;
     }
     size_t align = (r >> 8) % 8 == 0 ? 0 : (size_t)1 << ((r >> 16) % 13);
     size_t eff = align ? align : 64;
@@ -1512,7 +1504,7 @@ static void pm_alloc(pm_model *md, llmem_arena *a, llmem_resource *tr, uint64_t 
 static void pm_rollback(pm_model *md, llmem_arena *a, uint64_t *rs)
 {
     if (!md->nmarks) return;
-    size_t k = (size_t)(rng_next(rs) % md->nmarks);
+    size_t k = (size_t)(test_rng_next(rs) % md->nmarks);
     pm_mark *mk = &md->marks[k];
     pm_check_live(md, a);
     size_t old_nlive = md->nlive;
@@ -1533,7 +1525,7 @@ static void pm_rollback(pm_model *md, llmem_arena *a, uint64_t *rs)
 static void pm_dead_rollback(pm_model *md, llmem_arena *a, llmem_resource *tr, uint64_t *rs)
 {
     if (!md->ndead) return;
-    size_t k = (size_t)(rng_next(rs) % md->ndead);
+    size_t k = (size_t)(test_rng_next(rs) % md->ndead);
     pm_mark d = md->dead[k];
     md->dead[k] = md->dead[--md->ndead];
     bool ahead = d.chunk > md->cur || (d.chunk == md->cur && d.off > md->off);
@@ -1585,7 +1577,7 @@ static void property_random_sequences(void **state)
         llmem_resource *tr = new_tracking();
         llmem_arena *a = arena_over(tr, chunk_bytes);
         for (int op = 0; op < 1500; op++) {
-            uint64_t r = rng_next(&rs) % 100;
+            uint64_t r = test_rng_next(&rs) % 100;
             if (r < 55) {
                 pm_alloc(&md, a, tr, &rs, chunk_bytes);
             } else if (r < 67) {

@@ -18,20 +18,12 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static size_t rng_below(uint64_t *s, size_t n) { return (size_t)(rng_next(s) % n); }
+static size_t rng_below(uint64_t *s, size_t n) { return (size_t)(test_rng_next(s) % n); }
 
 /* ===== 1. one stack, eight threads ======================================= */
 
