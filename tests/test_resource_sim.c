@@ -279,27 +279,6 @@ static void copy_round_trips_host_device_host(void **state)
     llmem_resource_destroy(r);
 }
 
-static void copy_device_to_device_between_mappings(void **state)
-{
-    (void)state;
-    const size_t pg = page(), n = 2 * pg + 5;
-    llmem_resource *r = sim_new(NULL);
-    char *a, *b;
-    assert_ok(llmem_resource_map(r, 3 * pg, 0, 0, (void **)&a));
-    assert_ok(llmem_resource_map(r, 3 * pg, 0, 0, (void **)&b));
-    unsigned char *in = malloc(n);
-    assert_non_null(in);
-    pattern(in, n, 11);
-    assert_ok(llmem_resource_copy(r, a + 3, in, n));
-    assert_ok(llmem_resource_copy(r, b + pg - 10, a + 3, n));
-    expect_device_bytes(r, b + pg - 10, in, n);
-    expect_device_bytes(r, a + 3, in, n); /* the source is unchanged */
-    free(in);
-    assert_ok(llmem_resource_unmap(r, a, 3 * pg, 3 * pg));
-    assert_ok(llmem_resource_unmap(r, b, 3 * pg, 3 * pg));
-    llmem_resource_destroy(r);
-}
-
 static void copy_within_one_mapping_without_overlap(void **state)
 {
     (void)state;
@@ -953,7 +932,6 @@ int main(void)
         cmocka_unit_test(host_write_of_device_memory_faults),
         cmocka_unit_test(pages_are_closed_again_after_copies),
         cmocka_unit_test(copy_round_trips_host_device_host),
-        cmocka_unit_test(copy_device_to_device_between_mappings),
         cmocka_unit_test(copy_within_one_mapping_without_overlap),
         cmocka_unit_test(copy_past_the_end_of_a_mapping_is_refused),
         cmocka_unit_test(copy_straddling_two_mappings_is_refused),
