@@ -18,118 +18,84 @@
 
 #include "llmem/cuda_resource.h"
 
-static llmem_status os_base(test_stack *s)
+/* A stack: its base, then up to three adaptors, each over the one before. */
+typedef enum base { OS, SIM, SIM_64K } base;
+typedef enum layer { NONE, LIMIT_COMMITTED, LIMIT_MAPPED, FAULT, TRACKING } layer;
+typedef struct recipe {
+    base base;
+    layer layers[3];
+} recipe;
+
+static llmem_status add_layer(test_stack *s, layer l)
 {
+    llmem_resource *up = s->r[s->n - 1], *r = NULL;
+    switch (l) {
+    case LIMIT_COMMITTED:
+    case LIMIT_MAPPED: {
+        llmem_limit_options o = llmem_limit_options_default();
+        o.limit_bytes = (size_t)1 << 34; /* far above what any case maps */
+        o.what = l == LIMIT_MAPPED ? LLMEM_LIMIT_MAPPED : LLMEM_LIMIT_COMMITTED;
+        return test_stack_push(s, llmem_limit_resource_create(up, &o, &r), &r);
+    }
+    case FAULT: {
+        llmem_fault_options o = llmem_fault_options_default(); /* armed with nothing */
+        return test_stack_push(s, llmem_fault_resource_create(up, &o, &r), &r);
+    }
+    case TRACKING: return test_stack_push(s, llmem_tracking_resource_create(up, &r), &r);
+    case NONE: break;
+    }
+    return LLMEM_OK;
+}
+
+static llmem_status build(test_stack *s, const void *arg)
+{
+    const recipe *rc = arg;
     llmem_resource *r = NULL;
-    return test_stack_push(s, llmem_os_resource_create(NULL, &r), &r);
-}
-
-static llmem_status sim_base_g(test_stack *s, size_t granularity)
-{
-    llmem_sim_options o = llmem_sim_options_default();
-    if (granularity) o.granularity = granularity;
-    llmem_resource *r = NULL;
-    return test_stack_push(s, llmem_sim_resource_create(&o, &r), &r);
-}
-
-static llmem_status sim_base(test_stack *s) { return sim_base_g(s, 0); }
-static llmem_status sim_64k(test_stack *s) { return sim_base_g(s, (size_t)64 << 10); }
-
-static llmem_status add_limit(test_stack *s, llmem_limit_what what)
-{
-    llmem_limit_options o = llmem_limit_options_default();
-    o.limit_bytes = (size_t)1 << 34; /* far above what any case maps */
-    o.what = what;
-    llmem_resource *r = NULL;
-    return test_stack_push(s, llmem_limit_resource_create(s->r[s->n - 1], &o, &r), &r);
-}
-
-static llmem_status add_fault(test_stack *s)
-{
-    llmem_fault_options o = llmem_fault_options_default(); /* armed with nothing */
-    llmem_resource *r = NULL;
-    return test_stack_push(s, llmem_fault_resource_create(s->r[s->n - 1], &o, &r), &r);
-}
-
-static llmem_status add_tracking(test_stack *s)
-{
-    llmem_resource *r = NULL;
-    return test_stack_push(s, llmem_tracking_resource_create(s->r[s->n - 1], &r), &r);
-}
-
-static llmem_status limit_os(test_stack *s)
-{
-    llmem_status st = os_base(s);
-    return st ? st : add_limit(s, LLMEM_LIMIT_COMMITTED);
-}
-
-static llmem_status limit_sim(test_stack *s)
-{
-    llmem_status st = sim_base(s);
-    return st ? st : add_limit(s, LLMEM_LIMIT_MAPPED);
-}
-
-static llmem_status fault_os(test_stack *s)
-{
-    llmem_status st = os_base(s);
-    return st ? st : add_fault(s);
-}
-
-static llmem_status fault_sim(test_stack *s)
-{
-    llmem_status st = sim_64k(s);
-    return st ? st : add_fault(s);
-}
-
-static llmem_status tracking_os(test_stack *s)
-{
-    llmem_status st = os_base(s);
-    return st ? st : add_tracking(s);
-}
-
-static llmem_status tracking_sim(test_stack *s)
-{
-    llmem_status st = sim_base(s);
-    return st ? st : add_tracking(s);
-}
-
-static llmem_status full_stack(test_stack *s)
-{
-    llmem_status st = os_base(s);
-    if (!st) st = add_tracking(s);
-    if (!st) st = add_limit(s, LLMEM_LIMIT_COMMITTED);
-    if (!st) st = add_fault(s);
+    llmem_status st;
+    if (rc->base == OS) {
+        st = test_stack_push(s, llmem_os_resource_create(NULL, &r), &r);
+    } else {
+        llmem_sim_options o = llmem_sim_options_default();
+        if (rc->base == SIM_64K) o.granularity = (size_t)64 << 10;
+        st = test_stack_push(s, llmem_sim_resource_create(&o, &r), &r);
+    }
+    for (int i = 0; i < 3 && !st; i++) st = add_layer(s, rc->layers[i]);
     return st;
 }
 
+static const recipe r_os = {OS, {NONE}}, r_sim = {SIM, {NONE}}, r_sim64 = {SIM_64K, {NONE}},
+                    r_limit_os = {OS, {LIMIT_COMMITTED}}, r_limit_sim = {SIM, {LIMIT_MAPPED}},
+                    r_fault_os = {OS, {FAULT}}, r_fault_sim = {SIM_64K, {FAULT}},
+                    r_track_os = {OS, {TRACKING}}, r_track_sim = {SIM, {TRACKING}},
+                    r_full = {OS, {TRACKING, LIMIT_COMMITTED, FAULT}};
+
 static const test_stack_def host_and_sim[] = {
-    {"os", LLMEM_MEM_HOST, os_base},
-    {"sim-device", LLMEM_MEM_DEVICE, sim_base},
-    {"sim-device", LLMEM_MEM_DEVICE, sim_64k},
-    {"limit(os)", LLMEM_MEM_HOST, limit_os},
-    {"limit(sim-device)", LLMEM_MEM_DEVICE, limit_sim},
-    {"fault(os)", LLMEM_MEM_HOST, fault_os},
-    {"fault(sim-device)", LLMEM_MEM_DEVICE, fault_sim},
-    {"tracking(os)", LLMEM_MEM_HOST, tracking_os},
-    {"tracking(sim-device)", LLMEM_MEM_DEVICE, tracking_sim},
-    {"fault(limit(tracking(os)))", LLMEM_MEM_HOST, full_stack},
+    {"os", LLMEM_MEM_HOST, build, &r_os},
+    {"sim-device", LLMEM_MEM_DEVICE, build, &r_sim},
+    {"sim-device", LLMEM_MEM_DEVICE, build, &r_sim64},
+    {"limit(os)", LLMEM_MEM_HOST, build, &r_limit_os},
+    {"limit(sim-device)", LLMEM_MEM_DEVICE, build, &r_limit_sim},
+    {"fault(os)", LLMEM_MEM_HOST, build, &r_fault_os},
+    {"fault(sim-device)", LLMEM_MEM_DEVICE, build, &r_fault_sim},
+    {"tracking(os)", LLMEM_MEM_HOST, build, &r_track_os},
+    {"tracking(sim-device)", LLMEM_MEM_DEVICE, build, &r_track_sim},
+    {"fault(limit(tracking(os)))", LLMEM_MEM_HOST, build, &r_full},
 };
 
 /* ---- CUDA ---------------------------------------------------------------------------- */
 
 typedef llmem_status (*cuda_creator)(const llmem_cuda_options *, llmem_resource **);
 
-static llmem_status cuda_push(test_stack *s, cuda_creator fn)
+static llmem_status cuda_build(test_stack *s, const void *arg)
 {
+    cuda_creator fn = *(const cuda_creator *)arg;
     llmem_resource *r = NULL;
     return test_stack_push(s, fn(NULL, &r), &r);
 }
 
-static llmem_status cuda_plain(test_stack *s) { return cuda_push(s, llmem_cuda_resource_create); }
-static llmem_status cuda_async(test_stack *s) { return cuda_push(s, llmem_cuda_async_resource_create); }
-static llmem_status cuda_managed(test_stack *s) { return cuda_push(s, llmem_cuda_managed_resource_create); }
-static llmem_status cuda_host(test_stack *s) { return cuda_push(s, llmem_cuda_host_resource_create); }
-static llmem_status cuda_vmm(test_stack *s) { return cuda_push(s, llmem_cuda_vmm_resource_create); }
+static const cuda_creator c_plain = llmem_cuda_resource_create, c_async = llmem_cuda_async_resource_create,
+                          c_managed = llmem_cuda_managed_resource_create, c_host = llmem_cuda_host_resource_create,
+                          c_vmm = llmem_cuda_vmm_resource_create;
 
 static int run_cuda(void)
 {
@@ -140,15 +106,17 @@ static int run_cuda(void)
         return 77;
     }
     const test_stack_def all[] = {
-        {"cuda", LLMEM_MEM_DEVICE, cuda_plain},       {"cuda-async", LLMEM_MEM_DEVICE, cuda_async},
-        {"cuda-managed", LLMEM_MEM_DEVICE, cuda_managed}, {"cuda-host", LLMEM_MEM_HOST, cuda_host},
-        {"cuda-vmm", LLMEM_MEM_DEVICE, cuda_vmm},
+        {"cuda", LLMEM_MEM_DEVICE, cuda_build, &c_plain},
+        {"cuda-async", LLMEM_MEM_DEVICE, cuda_build, &c_async},
+        {"cuda-managed", LLMEM_MEM_DEVICE, cuda_build, &c_managed},
+        {"cuda-host", LLMEM_MEM_HOST, cuda_build, &c_host},
+        {"cuda-vmm", LLMEM_MEM_DEVICE, cuda_build, &c_vmm},
     };
     test_stack_def run[sizeof all / sizeof all[0]];
     size_t k = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         test_stack s = {{0}, 0};
-        st = all[i].build(&s);
+        st = all[i].build(&s, all[i].arg);
         if (st == LLMEM_ENOTSUP) { /* this device cannot offer the flavour */
             printf("%s: left out: %s\n", all[i].name, llmem_last_error());
             continue;

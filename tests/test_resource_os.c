@@ -33,14 +33,6 @@ static llmem_resource *os_new(const llmem_os_options *o)
     return r;
 }
 
-static llmem_resource_stats rstats(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
-}
-
 static llmem_os_stats ostats(const llmem_resource *r)
 {
     llmem_os_stats s;
@@ -112,10 +104,10 @@ static void map_unmap_writes_first_and_last_byte(void **state)
     assert_int_equal(b[0], 0x11);
     assert_int_equal(b[3 * pg - 1], 0x22);
     assert_int_equal(b[pg], 0); /* fresh anonymous memory is zero */
-    assert_int_equal(rstats(r).mapped_bytes, 3 * pg);
+    assert_int_equal(test_resource_stats(r).mapped_bytes, 3 * pg);
     /* unmap takes the size passed to map and rounds it the same way. */
     assert_ok(llmem_resource_unmap(r, p, 3 * pg - 100, 3 * pg));
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 0);
     assert_int_equal(s.mappings, 0);
     assert_true(test_child_faults(touch_read, p)); /* really gone */
@@ -134,8 +126,8 @@ static void map_of_more_than_the_address_space_is_enomem(void **state)
     assert_status(llmem_resource_map(r, (size_t)1 << 62, 0, LLMEM_MAP_UNCOMMITTED, &p), LLMEM_ENOMEM);
     assert_null(p);
     assert_error_mentions("mmap");
-    assert_int_equal(rstats(r).failures_total, 1);
-    assert_int_equal(rstats(r).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(r).failures_total, 1);
+    assert_int_equal(test_resource_stats(r).mapped_bytes, 0);
     llmem_resource_destroy(r);
 }
 
@@ -151,7 +143,7 @@ static void unmap_twice_is_refused_and_counters_stay_right(void **state)
     llmem_clear_error();
     assert_status(llmem_resource_unmap(r, p, 4 * pg, 4 * pg), LLMEM_EINVAL);
     assert_error_mentions("not (all) mapped");
-    assert_int_equal(rstats(r).mapped_bytes, 0); /* not wrapped below zero */
+    assert_int_equal(test_resource_stats(r).mapped_bytes, 0); /* not wrapped below zero */
     llmem_resource_destroy(r);
 }
 
@@ -193,7 +185,7 @@ static void calls_on_a_range_with_a_hole_change_nothing(void **state)
     assert_int_equal(p[pg], 10);
     assert_int_equal(munmap(p, 2 * pg), 0);
 
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.failures_total, 3);
     assert_int_equal(s.unmap_calls_total + s.commit_calls_total + s.decommit_calls_total, 0);
     assert_int_equal(s.committed_bytes, 0);
@@ -236,7 +228,7 @@ static void uncommitted_mapping_faults_until_committed(void **state)
     llmem_resource *r = os_new(NULL);
     char *p;
     assert_ok(llmem_resource_map(r, 16 * pg, 0, LLMEM_MAP_UNCOMMITTED, (void **)&p));
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 16 * pg);
     assert_int_equal(s.committed_bytes, 0);
     assert_true(test_child_faults(touch_read, p));
@@ -244,7 +236,7 @@ static void uncommitted_mapping_faults_until_committed(void **state)
     assert_true(test_child_faults(touch_write, p + 16 * pg - 1));
 
     assert_ok(llmem_resource_commit(r, p + 4 * pg, 4 * pg));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.committed_bytes, 4 * pg);
     assert_int_equal(s.commit_calls_total, 1);
     memset(p + 4 * pg, 0x5C, 4 * pg);
@@ -257,11 +249,11 @@ static void uncommitted_mapping_faults_until_committed(void **state)
     assert_true(test_child_faults(touch_write, p + 8 * pg));
 
     assert_ok(llmem_resource_decommit(r, p + 4 * pg, 4 * pg));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.committed_bytes, 0);
     assert_int_equal(s.decommit_calls_total, 1);
     assert_ok(llmem_resource_unmap(r, p, 16 * pg, 0));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 0);
     assert_int_equal(s.committed_peak_bytes, 4 * pg);
     llmem_resource_destroy(r);
@@ -281,7 +273,7 @@ static void decommit_returns_resident_memory(void **state)
     if (after + 48 * MiB > before)
         fail_msg("RSS went from %zu to %zu bytes; decommit of 64 MiB should drop it by 48 MiB or more", before,
                  after);
-    assert_int_equal(rstats(r).committed_bytes, 0);
+    assert_int_equal(test_resource_stats(r).committed_bytes, 0);
     /* Still mapped, and DONTNEED memory reads back as zero. */
     assert_int_equal(count_nonzero(p, size, pg), 0);
     assert_int_equal(p[size - 1], 0);
@@ -290,7 +282,7 @@ static void decommit_returns_resident_memory(void **state)
     p[0] = 1;
     p[size - 1] = 2;
     assert_int_equal(p[0] + p[size - 1], 3);
-    assert_int_equal(rstats(r).committed_bytes, size);
+    assert_int_equal(test_resource_stats(r).committed_bytes, size);
     assert_ok(llmem_resource_unmap(r, p, size, size));
     llmem_resource_destroy(r);
 }
@@ -306,7 +298,7 @@ static void decommit_free_mode_keeps_memory_usable(void **state)
     assert_ok(llmem_resource_map(r, size, 0, 0, (void **)&p));
     memset(p, 0x5A, size);
     assert_ok(llmem_resource_decommit(r, p, size));
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.committed_bytes, 0);
     assert_int_equal(s.decommit_calls_total, 1);
     assert_ok(llmem_resource_commit(r, p, size));
@@ -314,7 +306,7 @@ static void decommit_free_mode_keeps_memory_usable(void **state)
     for (size_t i = 0; i < size; i += 61) assert_int_equal(p[i], 0x33);
     assert_int_equal(p[size - 1], 0x33);
     assert_ok(llmem_resource_unmap(r, p, size, size));
-    assert_int_equal(rstats(r).failures_total, 0);
+    assert_int_equal(test_resource_stats(r).failures_total, 0);
     llmem_resource_destroy(r);
 }
 
@@ -477,7 +469,7 @@ static void hugetlb_strict_without_free_pages_is_enohuge(void **state)
         assert_null(p);
         assert_error_mentions("nr_hugepages");
     }
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.failures_total, 2);
     assert_int_equal(s.mappings, 0);
     llmem_os_stats os = ostats(r);
@@ -506,7 +498,7 @@ static void hugetlb_without_free_pages_falls_back(void **state)
     assert_int_equal(os.hugetlb_fallbacks_total, 1);
     assert_int_equal(os.hugetlb_bytes, 0);
     if (c.thp_available) assert_int_equal(os.thp_advised_bytes_total, huge);
-    assert_int_equal(rstats(r).mapped_bytes, huge); /* one granule: a whole huge page */
+    assert_int_equal(test_resource_stats(r).mapped_bytes, huge); /* one granule: a whole huge page */
     assert_false(test_child_faults(touch_write, p + huge - 1));
     p[0] = 1;
     p[huge - 1] = 2;
@@ -528,7 +520,7 @@ static void hugetlb_without_free_pages_falls_back(void **state)
 
     assert_ok(llmem_resource_unmap(r, p, 1, huge));
     assert_ok(llmem_resource_unmap(r, q, 2 * huge, huge));
-    assert_int_equal(rstats(r).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(r).mapped_bytes, 0);
     llmem_resource_destroy(r);
 }
 
@@ -630,7 +622,7 @@ static void mlock_option_locks_committed_memory(void **state)
         print_message("note: mlock refused here (RLIMIT_MEMLOCK); checking the refusal\n");
         assert_null(p);
         assert_error_mentions("RLIMIT_MEMLOCK");
-        llmem_resource_stats s = rstats(r);
+        llmem_resource_stats s = test_resource_stats(r);
         assert_int_equal(s.mappings, 0);
         assert_int_equal(s.mapped_bytes, 0);
         assert_int_equal(s.failures_total, 1);
@@ -660,7 +652,7 @@ static void mlock_option_locks_committed_memory(void **state)
     assert_ok(llmem_resource_unmap(r, q, 64 * KiB, 32 * KiB));
     assert_int_equal(ostats(r).mlocked_bytes, 0);
     if (MLOCK_IS_REAL) assert_int_equal(vmlck_bytes(), lck0);
-    assert_int_equal(rstats(r).failures_total, 0);
+    assert_int_equal(test_resource_stats(r).failures_total, 0);
     llmem_resource_destroy(r);
 }
 
@@ -744,7 +736,7 @@ static void default_resource_is_one_shared_host_resource(void **state)
     assert_ptr_equal(a, b);
     assert_int_equal(llmem_resource_kind(a), LLMEM_MEM_HOST);
     assert_string_equal(llmem_resource_name(a), "os");
-    llmem_resource_stats s0 = rstats(a);
+    llmem_resource_stats s0 = test_resource_stats(a);
     llmem_resource_destroy(a); /* a no-op */
     llmem_resource_destroy(NULL);
     assert_ptr_equal(llmem_resource_default(), a);
@@ -752,7 +744,7 @@ static void default_resource_is_one_shared_host_resource(void **state)
     assert_ok(llmem_resource_map(a, page(), 0, 0, &p));
     ((volatile char *)p)[0] = 1;
     assert_ok(llmem_resource_unmap(a, p, page(), page()));
-    llmem_resource_stats s1 = rstats(a);
+    llmem_resource_stats s1 = test_resource_stats(a);
     assert_int_equal(s1.map_calls_total, s0.map_calls_total + 1);
     assert_int_equal(s1.unmap_calls_total, s0.unmap_calls_total + 1);
     /* It is an os resource. */
@@ -850,7 +842,7 @@ static void host_copy_has_memmove_semantics(void **state)
     /* n == 0 is a no-op and not counted. */
     assert_ok(llmem_resource_copy(r, p, buf, 0));
     assert_int_equal(p[0], 1);
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.copy_calls_total, 4);
     assert_int_equal(s.copy_bytes_total, 255 + 255 + 300 + 300);
     assert_ok(llmem_resource_unmap(r, p, 2 * pg, 2 * pg));
@@ -931,9 +923,9 @@ static void unmap_rounds_the_committed_figure_like_the_size(void **state)
     llmem_resource *r = os_new(NULL);
     void *p;
     assert_ok(llmem_resource_map(r, 1, 0, 0, &p));
-    assert_int_equal(rstats(r).committed_bytes, page());
+    assert_int_equal(test_resource_stats(r).committed_bytes, page());
     assert_ok(llmem_resource_unmap(r, p, 1, 1));
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.committed_bytes, 0);
     assert_int_equal(s.mapped_bytes, 0);
     llmem_resource_destroy(r);

@@ -291,14 +291,6 @@ static void *hammer(void *arg)
     return NULL;
 }
 
-static llmem_resource_stats res_stats(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
-}
-
 static void hammer_stack(bool device)
 {
     shared s;
@@ -371,7 +363,7 @@ static void hammer_stack(bool device)
     assert_int_equal(used, 0);
     llmem_resource *layers[] = {s.limit, s.track, s.fault, s.base};
     for (int i = 0; i < 4; i++) {
-        llmem_resource_stats rs = res_stats(layers[i]);
+        llmem_resource_stats rs = test_resource_stats(layers[i]);
         assert_int_equal(rs.mapped_bytes, 0);
         assert_int_equal(rs.committed_bytes, 0);
         assert_int_equal(rs.mappings, 0);
@@ -383,7 +375,7 @@ static void hammer_stack(bool device)
     assert_ok(llmem_fault_resource_get_stats(s.fault, &fs));
     assert_int_equal(fs.calls_total, reached);
     assert_int_equal(fs.injected_total, injected);
-    assert_int_equal(res_stats(s.limit).failures_total, failures);
+    assert_int_equal(test_resource_stats(s.limit).failures_total, failures);
     assert_int_equal(failures, injected + limited);
     if (device) {
         llmem_sim_stats ss = {0};
@@ -578,7 +570,7 @@ static void fixed_pool_shared_by_threads(bool checked)
     assert_int_equal(leaks, 0);
     pthread_mutex_destroy(&s.lock);
     llmem_resource_destroy(track);
-    assert_int_equal(res_stats(os).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
     llmem_resource_destroy(os);
 }
 

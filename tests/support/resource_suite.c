@@ -40,7 +40,7 @@ static int setup(void **state)
     fx *f = calloc(1, sizeof *f);
     if (!f) return -1;
     f->def = *state;
-    llmem_status st = f->def->build(&f->s);
+    llmem_status st = f->def->build(&f->s, f->def->arg);
     if (st != LLMEM_OK || !f->s.n) {
         print_error("%s: building the stack: %s: %s\n", f->def->name, llmem_status_name(st), llmem_last_error());
         for (size_t i = f->s.n; i-- > 0;) llmem_resource_destroy(f->s.r[i]);
@@ -66,14 +66,6 @@ static int teardown(void **state)
     for (size_t i = f->s.n; i-- > 0;) llmem_resource_destroy(f->s.r[i]);
     free(f);
     return 0;
-}
-
-static llmem_resource_stats rstats(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
 }
 
 /* One byte into, or out of, a mapping: the only way to touch device memory. */
@@ -140,10 +132,10 @@ static void map_unmap_uses_the_whole_rounded_size(void **state)
     put(f, p + 3 * g - 1, 0x22);
     assert_int_equal(get(f, p), 0x11);
     assert_int_equal(get(f, p + 3 * g - 1), 0x22);
-    assert_int_equal(rstats(f->r).mapped_bytes, 3 * g);
+    assert_int_equal(test_resource_stats(f->r).mapped_bytes, 3 * g);
     /* unmap takes the size passed to map and rounds it the same way. */
     assert_ok(llmem_resource_unmap(f->r, p, ask, 3 * g));
-    llmem_resource_stats s = rstats(f->r);
+    llmem_resource_stats s = test_resource_stats(f->r);
     assert_int_equal(s.mapped_bytes, 0);
     assert_int_equal(s.mappings, 0);
 }
@@ -170,7 +162,7 @@ static void map_honours_alignment(void **state)
         }
     }
     /* Alignment slack is trimmed, never counted: only the sizes asked for. */
-    llmem_resource_stats s = rstats(f->r);
+    llmem_resource_stats s = test_resource_stats(f->r);
     assert_int_equal(s.mapped_bytes_total, maps * 2 * g);
     assert_int_equal(s.mapped_peak_bytes, 2 * g);
     assert_int_equal(s.mapped_bytes, 0);
@@ -205,7 +197,7 @@ static void copies_round_trip(void **state)
     }
     /* n == 0 is a no-op and not counted. */
     assert_ok(llmem_resource_copy(f->r, b, in, 0));
-    llmem_resource_stats s = rstats(f->r);
+    llmem_resource_stats s = test_resource_stats(f->r);
     assert_int_equal(s.copy_calls_total, 12);
     assert_int_equal(s.copy_bytes_total, bytes);
     assert_ok(llmem_resource_unmap(f->r, a, 3 * g, 3 * g));
@@ -221,7 +213,7 @@ static void stats_are_exact_over_a_sequence(void **state)
     fx *f = *state;
     const size_t g = f->g;
     llmem_resource *r = f->r;
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.struct_size, sizeof s);
     assert_int_equal(s.mapped_bytes + s.mapped_peak_bytes + s.mapped_bytes_total + s.committed_bytes +
                          s.committed_peak_bytes + s.mappings + s.map_calls_total + s.unmap_calls_total +
@@ -234,19 +226,19 @@ static void stats_are_exact_over_a_sequence(void **state)
         assert_ok(llmem_resource_map(r, 3 * g - 1, 0, 0, (void **)&a));
         assert_ok(llmem_resource_commit(r, a, g));
         if (!f->decommit) assert_status(llmem_resource_decommit(r, a, g), LLMEM_ENOTSUP);
-        s = rstats(r);
+        s = test_resource_stats(r);
         assert_int_equal(s.mapped_bytes, 3 * g);
         assert_int_equal(s.committed_bytes, 3 * g);
         assert_int_equal(s.commit_calls_total, 0);
         assert_int_equal(s.failures_total, f->decommit ? 0 : 1);
         assert_ok(llmem_resource_unmap(r, a, 3 * g - 1, 3 * g));
-        assert_int_equal(rstats(r).mapped_bytes, 0);
+        assert_int_equal(test_resource_stats(r).mapped_bytes, 0);
         return;
     }
 
     char *a, *b, *c;
     assert_ok(llmem_resource_map(r, 3 * g - 1, 0, 0, (void **)&a)); /* 3 granules, committed */
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 3 * g);
     assert_int_equal(s.mapped_peak_bytes, 3 * g);
     assert_int_equal(s.mapped_bytes_total, 3 * g);
@@ -256,7 +248,7 @@ static void stats_are_exact_over_a_sequence(void **state)
     assert_int_equal(s.map_calls_total, 1);
 
     assert_ok(llmem_resource_map(r, 5 * g, 0, LLMEM_MAP_UNCOMMITTED, (void **)&b)); /* 5 reserved */
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 8 * g);
     assert_int_equal(s.mapped_peak_bytes, 8 * g);
     assert_int_equal(s.mapped_bytes_total, 8 * g);
@@ -266,24 +258,24 @@ static void stats_are_exact_over_a_sequence(void **state)
     assert_int_equal(s.map_calls_total, 2);
 
     assert_ok(llmem_resource_commit(r, b + g, 2 * g));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.committed_bytes, 5 * g);
     assert_int_equal(s.committed_peak_bytes, 5 * g);
     assert_int_equal(s.commit_calls_total, 1);
 
     assert_ok(llmem_resource_decommit(r, a, g));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.committed_bytes, 4 * g);
     assert_int_equal(s.committed_peak_bytes, 5 * g);
     assert_int_equal(s.decommit_calls_total, 1);
 
     assert_ok(llmem_resource_copy(r, b + g, a + g, 100)); /* committed to committed */
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.copy_calls_total, 1);
     assert_int_equal(s.copy_bytes_total, 100);
 
     assert_ok(llmem_resource_unmap(r, a, 3 * g - 1, 2 * g));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 5 * g);
     assert_int_equal(s.mapped_peak_bytes, 8 * g);
     assert_int_equal(s.committed_bytes, 2 * g);
@@ -291,7 +283,7 @@ static void stats_are_exact_over_a_sequence(void **state)
     assert_int_equal(s.unmap_calls_total, 1);
 
     assert_ok(llmem_resource_map(r, g, 0, 0, (void **)&c));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 6 * g);
     assert_int_equal(s.mapped_peak_bytes, 8 * g);
     assert_int_equal(s.mapped_bytes_total, 9 * g);
@@ -302,7 +294,7 @@ static void stats_are_exact_over_a_sequence(void **state)
 
     assert_ok(llmem_resource_unmap(r, b, 5 * g, 2 * g));
     assert_ok(llmem_resource_unmap(r, c, g, g));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 0);
     assert_int_equal(s.committed_bytes, 0);
     assert_int_equal(s.mappings, 0);
@@ -352,7 +344,7 @@ static void map_rejects_null_resource_and_null_out(void **state)
     llmem_clear_error();
     assert_status(llmem_resource_map(f->r, f->g, 0, 0, NULL), LLMEM_EINVAL);
     assert_error_mentions("null out");
-    llmem_resource_stats s = rstats(f->r);
+    llmem_resource_stats s = test_resource_stats(f->r);
     assert_int_equal(s.mapped_bytes, 0);
     assert_int_equal(s.mappings, 0);
     assert_int_equal(s.map_calls_total, 0);
@@ -369,8 +361,8 @@ static void map_rejects_size_zero(void **state)
     p = &p;
     assert_status(llmem_resource_map(f->r, 0, 0, LLMEM_MAP_UNCOMMITTED, &p), LLMEM_EINVAL);
     assert_null(p);
-    assert_int_equal(rstats(f->r).failures_total, 2);
-    assert_int_equal(rstats(f->r).mappings, 0);
+    assert_int_equal(test_resource_stats(f->r).failures_total, 2);
+    assert_int_equal(test_resource_stats(f->r).mappings, 0);
 }
 
 static void map_rejects_sizes_that_overflow(void **state)
@@ -389,7 +381,7 @@ static void map_rejects_sizes_that_overflow(void **state)
             refused++;
         }
     }
-    llmem_resource_stats s = rstats(f->r);
+    llmem_resource_stats s = test_resource_stats(f->r);
     assert_int_equal(s.failures_total, refused);
     assert_int_equal(s.mapped_bytes, 0);
 }
@@ -410,7 +402,7 @@ static void map_rejects_bad_alignments(void **state)
     assert_ok(llmem_resource_map(f->r, f->g, 16, 0, &p));
     assert_int_equal((uintptr_t)p % f->info.min_align, 0);
     assert_ok(llmem_resource_unmap(f->r, p, f->g, f->g));
-    assert_int_equal(rstats(f->r).failures_total, 6);
+    assert_int_equal(test_resource_stats(f->r).failures_total, 6);
 }
 
 static void map_rejects_unknown_flags(void **state)
@@ -424,8 +416,8 @@ static void map_rejects_unknown_flags(void **state)
         assert_null(p);
         assert_error_mentions("flags");
     }
-    assert_int_equal(rstats(f->r).failures_total, 3);
-    assert_int_equal(rstats(f->r).mappings, 0);
+    assert_int_equal(test_resource_stats(f->r).failures_total, 3);
+    assert_int_equal(test_resource_stats(f->r).mappings, 0);
 }
 
 static void uncommitted_maps_need_the_reserve_cap(void **state)
@@ -434,11 +426,11 @@ static void uncommitted_maps_need_the_reserve_cap(void **state)
     void *p = &p;
     if (f->reserve) {
         assert_ok(llmem_resource_map(f->r, 2 * f->g, 0, LLMEM_MAP_UNCOMMITTED, &p));
-        assert_int_equal(rstats(f->r).committed_bytes, 0);
+        assert_int_equal(test_resource_stats(f->r).committed_bytes, 0);
         assert_ok(llmem_resource_commit(f->r, p, f->g));
         put(f, p, 5);
         assert_int_equal(get(f, p), 5);
-        assert_int_equal(rstats(f->r).committed_bytes, f->g);
+        assert_int_equal(test_resource_stats(f->r).committed_bytes, f->g);
         assert_ok(llmem_resource_unmap(f->r, p, 2 * f->g, f->g));
     } else {
         llmem_clear_error();
@@ -446,7 +438,7 @@ static void uncommitted_maps_need_the_reserve_cap(void **state)
         assert_null(p);
         assert_error_mentions("cannot reserve");
     }
-    llmem_resource_stats s = rstats(f->r);
+    llmem_resource_stats s = test_resource_stats(f->r);
     assert_int_equal(s.mappings, 0);
     assert_int_equal(s.committed_bytes, 0);
 }
@@ -475,7 +467,7 @@ static void unmap_rejects_bad_arguments(void **state)
     assert_error_mentions("wraps");
     /* Nothing was unmapped or counted as unmapped. */
     assert_int_equal(get(f, p), 42);
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.failures_total, 7);
     assert_int_equal(s.mappings, 1);
     assert_int_equal(s.mapped_bytes, 2 * g);
@@ -498,14 +490,14 @@ static void unmap_twice_is_refused_and_counters_stay_right(void **state)
     if (st != LLMEM_EINVAL && st != LLMEM_EFOREIGN)
         fail_msg("a second unmap -> %s (%s), expected a refusal", llmem_status_name(st), llmem_last_error());
     assert_true(llmem_last_error()[0] != '\0');
-    llmem_resource_stats s = rstats(f->r);
+    llmem_resource_stats s = test_resource_stats(f->r);
     assert_int_equal(s.mapped_bytes, g); /* not wrapped below zero */
     assert_int_equal(s.committed_bytes, g);
     assert_int_equal(s.mappings, 1);
     assert_int_equal(s.unmap_calls_total, 1);
     assert_int_equal(s.failures_total, 1);
     assert_ok(llmem_resource_unmap(f->r, q, g, g));
-    assert_int_equal(rstats(f->r).mappings, 0);
+    assert_int_equal(test_resource_stats(f->r).mappings, 0);
 }
 
 static void commit_and_decommit_reject_bad_ranges(void **state)
@@ -527,7 +519,7 @@ static void commit_and_decommit_reject_bad_ranges(void **state)
         assert_status(ops[i](r, p, SIZE_MAX), LLMEM_EOVERFLOW);
         assert_status(ops[i](r, top, 2 * g), LLMEM_EOVERFLOW);
     }
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.failures_total, 12); /* the null-resource calls have no resource to count on */
     assert_int_equal(s.commit_calls_total, 0);
     assert_int_equal(s.decommit_calls_total, 0);
@@ -555,7 +547,7 @@ static void copy_rejects_null_pointers(void **state)
     assert_ok(llmem_resource_copy(r, NULL, NULL, 0));
     assert_ok(llmem_resource_copy(r, dst, buf, 0));
     for (size_t i = 0; i < sizeof dst; i++) assert_int_equal(dst[i], 0);
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.failures_total, 5);
     assert_int_equal(s.copy_calls_total, 0);
     assert_int_equal(s.copy_bytes_total, 0);
@@ -573,7 +565,7 @@ static void failures_total_counts_every_bad_call(void **state)
     do {                                                         \
         assert_status((expr), (st));                             \
         want++;                                                  \
-        assert_int_equal(rstats(r).failures_total, want);        \
+        assert_int_equal(test_resource_stats(r).failures_total, want);        \
     } while (0)
     BAD(llmem_resource_map(r, 0, 0, 0, (void **)&q), LLMEM_EINVAL);
     BAD(llmem_resource_map(r, SIZE_MAX, 0, 0, (void **)&q), LLMEM_EOVERFLOW);
@@ -591,7 +583,7 @@ static void failures_total_counts_every_bad_call(void **state)
     /* Good calls in between do not count. */
     assert_ok(llmem_resource_copy(r, p + 1, p, 1));
     assert_ok(llmem_resource_unmap(r, p, g, g));
-    assert_int_equal(rstats(r).failures_total, want);
+    assert_int_equal(test_resource_stats(r).failures_total, want);
 }
 
 static void round_rounds_up_and_detects_overflow(void **state)

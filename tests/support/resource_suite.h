@@ -32,9 +32,10 @@ typedef struct test_stack {
 typedef struct test_stack_def {
     const char *name;   /* what the top's info.name must read, e.g. "limit(os)" */
     llmem_mem_kind kind;
-    /* Build the stack into *s (pushing each resource); any status but OK
-     * fails the case, with the library's message. */
-    llmem_status (*build)(test_stack *s);
+    /* Build the stack into *s (pushing each resource, base first) from
+     * arg; any status but OK fails the case, with the library's message. */
+    llmem_status (*build)(test_stack *s, const void *arg);
+    const void *arg;
 } test_stack_def;
 
 /* Push *r (when st, the status of the call that created it, is OK) and
