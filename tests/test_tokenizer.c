@@ -1327,8 +1327,8 @@ static void bpe_round_trip(void **state)
         char text[400], back[400 * 8];
         int32_t ids[1024];
         for (int i = 0; i < 300; i++) {
-            size_t len = rng_next(&rng) % 300;
-            for (size_t j = 0; j < len; j++) text[j] = alphabet[rng_next(&rng) % (sizeof alphabet - 1)];
+            size_t len = test_rng_next(&rng) % 300;
+            for (size_t j = 0; j < len; j++) text[j] = alphabet[test_rng_next(&rng) % (sizeof alphabet - 1)];
             text[len] = 0;
             size_t n;
             assert_ok(llmem_tokenizer_encode(t, text, false, false, ids, 1024, &n));
