@@ -6,7 +6,8 @@
  * truncation, stats, bad input, appends that take no malloc, and a
  * fault-injection campaign under the manager.
  *
- * The content model: a token's K (or V) bytes in one layer are a function
+ * The content model (tests/support/kv_content.h, shared with the other KV
+ * tests): a token's K (or V) bytes in one layer are a function
  * of every token up to and including it (a rolling hash of the prefix), its
  * position, the layer and K-or-V. So, as in a real model, identical
  * prefixes have identical KV, and a block handed out under the wrong prefix
@@ -139,7 +140,7 @@ static void sh_reserve(shseq *s, size_t n)
 static void sh_push(shseq *s, const int32_t *t, size_t n)
 {
     sh_reserve(s, s->length + n);
-    memcpy(s->tok + s->length, t, n * sizeof *t);
+    if (n) memcpy(s->tok + s->length, t, n * sizeof *t); /* tok may still be NULL when n is 0 */
     test_kv_chain(s->ph, s->length, t, n);
     s->length += n;
 }

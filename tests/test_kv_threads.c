@@ -6,8 +6,9 @@
  * reads everything back - while another thread reads stats, checks the
  * invariants and trims. Runs under TSan in `make check`.
  *
- * The content model is test_kv.c's: a token's K (or V) is a function of
- * every token up to it, its position and its layer. The shared prompts are
+ * The content model is tests/support/kv_content.h's, as in test_kv.c: a
+ * token's K (or V) is a function of every token up to it, its position and
+ * its layer. The shared prompts are
  * written before the workers start; afterwards every worker appends only
  * tokens of its own, so no block a thread writes is ever matched by another
  * thread (what an engine guarantees by writing a block before others can
@@ -47,7 +48,7 @@ typedef struct targ {
 static void push(lseq *s, const int32_t *t, size_t n)
 {
     assert_true(s->length + n <= 512);
-    memcpy(s->tok + s->length, t, n * sizeof *t);
+    if (n) memcpy(s->tok + s->length, t, n * sizeof *t);
     test_kv_chain(s->ph, s->length, t, n);
     s->length += n;
     if (s->window) {
