@@ -17,6 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../tests/support/rng.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 typedef struct input {
@@ -101,14 +103,8 @@ static void add_path(const char *path)
     free(names);
 }
 
-static uint64_t rng;
-static uint64_t next(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 0x2545f4914f6cdd1dull;
-}
+static uint64_t rng; /* nonzero: seeded in main */
+static uint64_t next(void) { return test_rng_next(&rng); }
 
 /* Derive one input from the corpus into buf (cap bytes); returns its size. */
 static size_t mutate(uint8_t *buf, size_t cap)

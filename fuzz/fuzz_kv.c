@@ -3,9 +3,12 @@
  *
  * The input is a program: each op byte picks create (with or without a
  * window), append with tokens, append without, fork, truncate, free, match
- * a prefix (of another sequence's tokens, so hits happen), trim, or swap
+ * a prefix (of another sequence's tokens, so hits happen), trim, swap
  * out / swap in (PAGED: through the os resource as swap memory, under a
- * small swap budget), and the following bytes are its arguments. The manager is PAGED with a prefix
+ * small swap budget), or an append rolled back (llmem_kv_seq_rollback, as
+ * an engine undoes a step that failed after its appends: the slots are
+ * never written, and no block the append registered may be matched
+ * later), and the following bytes are its arguments. The manager is PAGED with a prefix
  * cache, or STATIC (or CONTIGUOUS), or BUCKETS (the first byte), with a small budget so
  * that refusals and evictions happen.
  *
@@ -104,6 +107,39 @@ static void verify(llmem_kv *kv, shadow *seqs)
             }
         }
     }
+}
+
+/* Append n tokens (from the small alphabet, or fresh ones) and undo the
+ * append before any slot is written: back to the old length, or, where a
+ * window slid past it, to the first position still held (the positions
+ * before it are gone either way; the shadow records their tokens). A later
+ * match of these tokens must not find the unwritten blocks (verify reads
+ * every matched slot back). */
+static llmem_status append_rolled_back(llmem_kv *kv, shadow *s, input *in, uint32_t *fresh_tok)
+{
+    unsigned a = byte(in);
+    size_t n = 1 + a % 24, old = s->length;
+    if (old + n > MAXLEN) return LLMEM_OK;
+    uint32_t toks[24];
+    int32_t ids[24];
+    for (size_t i = 0; i < n; i++) {
+        toks[i] = a & 0x80 ? (*fresh_tok)++ : byte(in) % 3;
+        ids[i] = (int32_t)toks[i];
+    }
+    llmem_status st = llmem_kv_seq_append(kv, s->h, n, ids, NULL);
+    if (st) return st;
+    llmem_kv_seq_info info;
+    if (llmem_kv_seq_get_info(kv, s->h, &info)) fail();
+    size_t back = info.first > old ? info.first : old;
+    if (llmem_kv_seq_rollback(kv, s->h, back)) fail(); /* undoing an append always may */
+    if (llmem_kv_seq_get_info(kv, s->h, &info) || info.length != back) fail();
+    for (size_t pos = old; pos < back; pos++) {
+        s->tok[pos] = toks[pos - old];
+        s->val[pos] = chain(pos ? s->val[pos - 1] : 0, toks[pos - old]);
+    }
+    s->length = back;
+    s->first = info.first;
+    return LLMEM_OK;
 }
 
 /* Statuses an op may fail with; anything else is a bug. */
@@ -235,13 +271,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             s->first = info.first;
             break;
         }
-        default: { /* trim, or swap a sequence out or in */
+        default: { /* trim, swap a sequence out or in, or an append rolled back */
             unsigned x = byte(&in);
             if (!(x & 2)) {
                 llmem_kv_trim(kv, x & 1);
                 break;
             }
             if (!s->live) break;
+            if ((x & 12) == 12 && !s->swapped) {
+                st = append_rolled_back(kv, s, &in, &fresh_tok);
+                break;
+            }
             st = s->swapped ? llmem_kv_seq_swap_in(kv, s->h) : llmem_kv_seq_swap_out(kv, s->h);
             if (!st) s->swapped = !s->swapped;
             break;

@@ -27,6 +27,8 @@
 
 #include "llmem/llmem.h"
 
+#include "../src/core/hash.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum { MAXREQ = 24, MAXPROMPT = 300, VOCAB = 1000, MAXBATCH = 6 };
@@ -54,18 +56,9 @@ typedef struct shreq {
 } shreq;
 
 /* The simulation's synthetic token (sched.c's pick, without logits). */
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
-
 static int32_t token_at(const shreq *r, uint32_t sample, uint32_t total)
 {
-    uint64_t h = mix64(r->serial * 0x9e3779b97f4a7c15ull + (uint64_t)sample * 0x100000001b3ull + total);
+    uint64_t h = llmem__mix64(r->serial * 0x9e3779b97f4a7c15ull + (uint64_t)sample * 0x100000001b3ull + total);
     return (int32_t)(h % VOCAB);
 }
 

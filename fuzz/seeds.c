@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../tests/support/rng.h"
+
 enum { OPS = 400 };
 
 typedef struct seed {
@@ -66,10 +68,7 @@ int main(int argc, char **argv)
         uint8_t buf[4 + OPS];
         memcpy(buf, s->config, 4);
         for (size_t k = 4; k < sizeof buf; k++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            buf[k] = (uint8_t)(x >> 24);
+            buf[k] = (uint8_t)(test_rng_next(&x) >> 24);
         }
         if (fwrite(buf, 1, sizeof buf, f) != sizeof buf || fclose(f)) {
             perror(path);

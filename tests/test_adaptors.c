@@ -34,14 +34,6 @@ static llmem_resource *new_sim(size_t capacity, size_t granularity)
     return r;
 }
 
-static llmem_resource_stats res_stats(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
-}
-
 static llmem_resource *new_limit(llmem_resource *up, size_t limit, llmem_limit_what what)
 {
     llmem_limit_options o = llmem_limit_options_default();
@@ -128,7 +120,7 @@ static void limit_caps_maps_and_names_the_limit(void **state)
         fill(p[i], 256 * KiB, (unsigned)i); /* committed host memory: usable */
         assert_int_equal(limit_used(l), (size_t)(i + 1) * 256 * KiB);
     }
-    llmem_resource_stats up0 = res_stats(os);
+    llmem_resource_stats up0 = test_resource_stats(os);
     assert_int_equal(up0.map_calls_total, 4);
     assert_int_equal(up0.mapped_bytes, MiB);
 
@@ -143,13 +135,13 @@ static void limit_caps_maps_and_names_the_limit(void **state)
     assert_int_equal(limit_used(l), MiB);
 
     /* Refused maps never reached upstream: no call, no failure there. */
-    llmem_resource_stats up1 = res_stats(os);
+    llmem_resource_stats up1 = test_resource_stats(os);
     assert_int_equal(up1.map_calls_total, up0.map_calls_total);
     assert_int_equal(up1.failures_total, up0.failures_total);
     assert_int_equal(up1.mapped_bytes, MiB);
     /* The limit's own wrapper counted both refusals. */
-    assert_int_equal(res_stats(l).failures_total, 2);
-    assert_int_equal(res_stats(l).map_calls_total, 4);
+    assert_int_equal(test_resource_stats(l).failures_total, 2);
+    assert_int_equal(test_resource_stats(l).map_calls_total, 4);
 
     /* Unmap gives budget back, and exactly that much. */
     assert_true(holds(p[1], 256 * KiB, 1));
@@ -165,8 +157,8 @@ static void limit_caps_maps_and_names_the_limit(void **state)
         assert_ok(llmem_resource_unmap(l, p[i], 256 * KiB, 256 * KiB));
     }
     assert_int_equal(limit_used(l), 0);
-    assert_int_equal(res_stats(os).mapped_bytes, 0);
-    assert_int_equal(res_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(l);
     llmem_resource_destroy(os);
 }
@@ -189,8 +181,8 @@ static void limit_sizes_are_rounded_before_counting(void **state)
     assert_ok(llmem_resource_unmap(l, b, 3 * page, 3 * page));
     assert_int_equal(limit_used(l), 0);
     /* Upstream was handed the rounded committed figure too. */
-    assert_int_equal(res_stats(os).committed_bytes, 0);
-    assert_int_equal(res_stats(os).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(os).committed_bytes, 0);
+    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
     llmem_resource_destroy(l);
     llmem_resource_destroy(os);
 }
@@ -248,17 +240,17 @@ static void limit_committed_mode_counts_commits(void **state)
     char *v = NULL;
     assert_ok(llmem_resource_map(l, 4 * MiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&v));
     assert_int_equal(limit_used(l), 0);
-    assert_int_equal(res_stats(os).committed_bytes, 0);
+    assert_int_equal(test_resource_stats(os).committed_bytes, 0);
 
     /* Commit counts, and the memory is usable. */
     assert_ok(llmem_resource_commit(l, v, 512 * KiB));
     assert_int_equal(limit_used(l), 512 * KiB);
     fill(v, 512 * KiB, 3);
     /* A commit past the cap is refused before upstream sees it. */
-    uint64_t commits = res_stats(os).commit_calls_total;
+    uint64_t commits = test_resource_stats(os).commit_calls_total;
     assert_status(llmem_resource_commit(l, v + 512 * KiB, 512 * KiB + page), LLMEM_ENOMEM);
     assert_error_mentions("limit(os)");
-    assert_int_equal(res_stats(os).commit_calls_total, commits);
+    assert_int_equal(test_resource_stats(os).commit_calls_total, commits);
     assert_int_equal(limit_used(l), 512 * KiB);
     assert_ok(llmem_resource_commit(l, v + 512 * KiB, 512 * KiB));
     assert_int_equal(limit_used(l), MiB);
@@ -285,8 +277,8 @@ static void limit_committed_mode_counts_commits(void **state)
     assert_int_equal(limit_used(l), 384 * KiB);
     assert_ok(llmem_resource_unmap(l, w, 512 * KiB, 384 * KiB));
     assert_int_equal(limit_used(l), 0);
-    assert_int_equal(res_stats(os).committed_bytes, 0);
-    assert_int_equal(res_stats(os).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(os).committed_bytes, 0);
+    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
     llmem_resource_destroy(l);
     llmem_resource_destroy(os);
 }
@@ -510,11 +502,11 @@ static void fault_fail_nth(void **state)
     assert_error_mentions("fault(os)");
     assert_error_mentions("#2");
     /* The injected failure never reached upstream. */
-    llmem_resource_stats us = res_stats(os);
+    llmem_resource_stats us = test_resource_stats(os);
     assert_int_equal(us.map_calls_total, 1);
     assert_int_equal(us.failures_total, 0);
     assert_ok(llmem_resource_map(f, 3 * page, 0, 0, &c));
-    assert_int_equal(res_stats(os).map_calls_total, 2);
+    assert_int_equal(test_resource_stats(os).map_calls_total, 2);
 
     llmem_fault_stats fs = fault_stats(f);
     assert_int_equal(fs.struct_size, sizeof fs);
@@ -532,7 +524,7 @@ static void fault_fail_nth(void **state)
     assert_int_equal(fs.bytes_total, 5 * page); /* the reservation adds nothing, the commit a page */
     assert_ok(llmem_resource_unmap(f, a, 2 * page, page));
     assert_ok(llmem_resource_unmap(f, c, 3 * page, 3 * page));
-    assert_int_equal(res_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(f);
     llmem_resource_destroy(os);
 }
@@ -552,7 +544,7 @@ static void fault_fail_count_runs(void **state)
     llmem_fault_stats fs = fault_stats(f);
     assert_int_equal(fs.calls_total, 7);
     assert_int_equal(fs.injected_total, 3);
-    assert_int_equal(res_stats(os).map_calls_total, 4);
+    assert_int_equal(test_resource_stats(os).map_calls_total, 4);
 
     /* fail_count 0 means 1. */
     o.fail_count = 0;
@@ -579,7 +571,7 @@ static void fault_fail_forever(void **state)
     llmem_fault_stats fs = fault_stats(f);
     assert_int_equal(fs.calls_total, 202);
     assert_int_equal(fs.injected_total, 200);
-    assert_int_equal(res_stats(os).map_calls_total, 2);
+    assert_int_equal(test_resource_stats(os).map_calls_total, 2);
     llmem_resource_destroy(f);
     llmem_resource_destroy(os);
 }
@@ -617,7 +609,7 @@ static void fault_fail_after_bytes(void **state)
     assert_status(llmem_resource_commit(f, v + 3 * page, page), LLMEM_ENOMEM);
     assert_ok(llmem_resource_unmap(f, v, 4 * page, 3 * page));
     assert_ok(llmem_resource_unmap(f, a, 2 * page, 2 * page));
-    assert_int_equal(res_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(f);
     llmem_resource_destroy(os);
 }
@@ -665,7 +657,7 @@ static void fault_budget_counts_only_what_went_through(void **state)
     assert_int_equal(fault_stats(f).bytes_total, 2 * page);
     assert_ok(llmem_resource_unmap(f, v, 4 * page, page));
     assert_ok(llmem_resource_unmap(f, a, page, page));
-    assert_int_equal(res_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(f);
     llmem_resource_destroy(l);
     llmem_resource_destroy(os);
@@ -682,7 +674,7 @@ static void fault_probability_one_always_fails(void **state)
     for (int i = 0; i < 100; i++) assert_false(try_map(f, page, LLMEM_ENOMEM));
     assert_error_mentions("random");
     assert_int_equal(fault_stats(f).injected_total, 100);
-    assert_int_equal(res_stats(os).map_calls_total, 0);
+    assert_int_equal(test_resource_stats(os).map_calls_total, 0);
     /* And probability 0 is off. */
     o.probability = 0;
     assert_ok(llmem_fault_resource_arm(f, &o));
@@ -740,7 +732,7 @@ static void fault_probability_is_seeded(void **state)
     llmem_resource_destroy(f3);
     llmem_resource_destroy(f2);
     llmem_resource_destroy(f1);
-    assert_int_equal(res_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(os);
 }
 
@@ -765,7 +757,7 @@ static void fault_ops_mask_copy_only(void **state)
     assert_error_mentions("injected");
     assert_error_mentions("copy");
     for (size_t i = 0; i < page; i++) assert_int_equal(b[i], 0); /* nothing was copied */
-    assert_int_equal(res_stats(os).copy_calls_total, 0);
+    assert_int_equal(test_resource_stats(os).copy_calls_total, 0);
     /* n == 0 is a no-op that never reaches the adaptor. */
     assert_ok(llmem_resource_copy(f, b, a, 0));
     llmem_fault_stats fs = fault_stats(f);
@@ -793,15 +785,15 @@ static void fault_unmap_failure_leaves_mapping_live(void **state)
     assert_status(llmem_resource_unmap(f, a, 2 * page, 2 * page), LLMEM_ENOMEM);
     assert_error_mentions("unmap");
     /* Still mapped upstream and in the adaptor's own counters. */
-    llmem_resource_stats us = res_stats(os);
+    llmem_resource_stats us = test_resource_stats(os);
     assert_int_equal(us.mappings, 1);
     assert_int_equal(us.unmap_calls_total, 0);
-    assert_int_equal(res_stats(f).mappings, 1);
-    assert_int_equal(res_stats(f).mapped_bytes, 2 * page);
+    assert_int_equal(test_resource_stats(f).mappings, 1);
+    assert_int_equal(test_resource_stats(f).mapped_bytes, 2 * page);
     assert_true(holds(a, 2 * page, 4)); /* and usable */
     assert_ok(llmem_resource_unmap(f, a, 2 * page, 2 * page));
-    assert_int_equal(res_stats(os).mappings, 0);
-    assert_int_equal(res_stats(f).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(f).mappings, 0);
     llmem_fault_stats fs = fault_stats(f);
     assert_int_equal(fs.calls_total, 2);
     assert_int_equal(fs.injected_total, 1);
@@ -812,10 +804,10 @@ static void fault_unmap_failure_leaves_mapping_live(void **state)
     assert_ok(llmem_resource_map(f, 2 * page, 0, 0, (void **)&a));
     fill(a, 2 * page, 6);
     assert_status(llmem_resource_decommit(f, a, page), LLMEM_ENOMEM);
-    assert_int_equal(res_stats(os).committed_bytes, 2 * page);
+    assert_int_equal(test_resource_stats(os).committed_bytes, 2 * page);
     assert_true(holds(a, 2 * page, 6)); /* contents kept: decommit never happened */
     assert_ok(llmem_resource_decommit(f, a, page));
-    assert_int_equal(res_stats(os).committed_bytes, page);
+    assert_int_equal(test_resource_stats(os).committed_bytes, page);
     assert_ok(llmem_resource_unmap(f, a, 2 * page, page));
     llmem_resource_destroy(f);
     llmem_resource_destroy(os);
@@ -835,7 +827,7 @@ static void fault_custom_status(void **state)
     assert_null(p);
     assert_error_mentions("LLMEM_EIO");
     assert_int_equal(llmem_last_status(), LLMEM_EIO);
-    assert_int_equal(res_stats(f).failures_total, 1);
+    assert_int_equal(test_resource_stats(f).failures_total, 1);
     o.status = LLMEM_EDEVICE;
     o.ops = LLMEM_FAULT_OP_ALL;
     assert_ok(llmem_fault_resource_arm(f, &o));
@@ -1247,7 +1239,7 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     assert_ok(llmem_resource_map_tagged(t, 4 * page, 0, LLMEM_MAP_UNCOMMITTED, "res", (void **)&res));
     fill(mine, 4 * page, 1);
     fill(foreign, 2 * page, 2);
-    llmem_resource_stats up = res_stats(os);
+    llmem_resource_stats up = test_resource_stats(os);
     uint64_t refused = 0;
 
     /* A pointer it never mapped, and one inside a mapping it did. */
@@ -1290,7 +1282,7 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     refused++;
 
     /* None of it reached upstream. */
-    llmem_resource_stats up2 = res_stats(os);
+    llmem_resource_stats up2 = test_resource_stats(os);
     assert_int_equal(up2.unmap_calls_total, up.unmap_calls_total);
     assert_int_equal(up2.commit_calls_total, up.commit_calls_total + 1); /* the good commit */
     assert_int_equal(up2.decommit_calls_total, up.decommit_calls_total);
@@ -1303,7 +1295,7 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     assert_int_equal(ts.live_mappings, 2);
     assert_int_equal(ts.live_bytes, 8 * page);
     /* The tracking resource's wrapper counted every refusal as a failure. */
-    assert_int_equal(res_stats(t).failures_total, refused);
+    assert_int_equal(test_resource_stats(t).failures_total, refused);
 
     /* Everything is still live and tracked, with the right figures. */
     seen s;
@@ -1322,7 +1314,7 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     assert_ok(llmem_resource_unmap(os, foreign, 2 * page, 2 * page));
     assert_int_equal(track_stats(t).live_mappings, 0);
     assert_int_equal(track_stats(t).refused_total, refused);
-    assert_int_equal(res_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(os);
 }
@@ -1362,7 +1354,7 @@ static void tracking_upstream_failure_keeps_mapping(void **state)
     assert_int_equal(ts.live_mappings, 0);
     assert_int_equal(ts.live_bytes, 0);
     assert_int_equal(ts.peak_mappings, 1);
-    assert_int_equal(res_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(f);
     llmem_resource_destroy(os);
@@ -1386,7 +1378,7 @@ static void tracking_committed_figure_is_rounded(void **state)
     llmem_sim_stats ss = {0};
     assert_ok(llmem_sim_resource_get_stats(sim, &ss));
     assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(res_stats(sim).committed_bytes, 0);
+    assert_int_equal(test_resource_stats(sim).committed_bytes, 0);
     assert_int_equal(track_stats(t).live_mappings, 0);
     assert_int_equal(track_stats(t).refused_total, 1);
     llmem_resource_destroy(t);
@@ -1477,7 +1469,7 @@ static void tracking_unmap_refused_while_others_map(void **state)
     assert_int_equal(s.e[0].seq, 1);
     for (int i = 0; i <= N; i++) assert_ok(llmem_resource_unmap(t, p[i], page, page));
     assert_int_equal(track_stats(t).live_mappings, 0);
-    assert_int_equal(res_stats(os).mappings, 0);
+    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
     sem_destroy(&g.entered);
     sem_destroy(&g.release);
@@ -1624,13 +1616,13 @@ static void stack_names_and_info(void **state)
     size_t g = llmem_resource_granularity(s.sim), rounded = (100 * KiB + g - 1) / g * g;
     llmem_resource *layers[] = {s.fault, s.limit, s.track, s.sim};
     for (int i = 0; i < 4; i++) {
-        llmem_resource_stats rs = res_stats(layers[i]);
+        llmem_resource_stats rs = test_resource_stats(layers[i]);
         assert_int_equal(rs.mapped_bytes, rounded);
         assert_int_equal(rs.map_calls_total, 1);
     }
     assert_int_equal(limit_used(s.limit), rounded);
     assert_ok(llmem_resource_unmap(s.fault, p, 100 * KiB, rounded));
-    for (int i = 0; i < 4; i++) assert_int_equal(res_stats(layers[i]).mapped_bytes, 0);
+    for (int i = 0; i < 4; i++) assert_int_equal(test_resource_stats(layers[i]).mapped_bytes, 0);
     destroy_stack(&s);
 }
 
@@ -1726,7 +1718,7 @@ static void stack_fault_on_top_drives_pool_errors(void **state)
     assert_error_mentions("injected");
     assert_non_null(b[2] = llmem_fixed_alloc(p, &st));
     assert_int_equal(track_stats(s.track).live_mappings, 3);
-    assert_int_equal(res_stats(s.sim).map_calls_total, 3);
+    assert_int_equal(test_resource_stats(s.sim).map_calls_total, 3);
     llmem_fixed_destroy(p);
     assert_int_equal(track_stats(s.track).live_mappings, 0);
     assert_int_equal(limit_used(s.limit), 0);

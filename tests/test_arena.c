@@ -10,6 +10,7 @@
  * are checked against what really reached the resource.
  */
 #include "test_util.h"
+#include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -29,14 +30,6 @@ static llmem_arena_stats ast(const llmem_arena *a)
     memset(&s, 0, sizeof s);
     assert_ok(llmem_arena_get_stats(a, &s));
     assert_int_equal(s.struct_size, sizeof s);
-    return s;
-}
-
-static llmem_resource_stats rst(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
     return s;
 }
 
@@ -208,19 +201,19 @@ static void defaults_from_null_options(void **state)
 
     llmem_resource *os = llmem_resource_default();
     assert_int_equal(llmem_resource_kind(os), LLMEM_MEM_HOST);
-    llmem_resource_stats r0 = rst(os);
+    llmem_resource_stats r0 = test_resource_stats(os);
     llmem_arena *a = NULL;
     assert_ok(llmem_arena_create(NULL, &a));
     assert_non_null(a);
     /* Nothing is mapped until the first allocation. */
-    assert_int_equal(rst(os).map_calls_total, r0.map_calls_total);
+    assert_int_equal(test_resource_stats(os).map_calls_total, r0.map_calls_total);
     llmem_arena_stats s = ast(a);
     assert_int_equal(s.chunks, 0);
     assert_int_equal(s.reserved_bytes, 0);
 
     unsigned char *p = must_alloc(a, 100, 0);
     assert_true(is_aligned(p, 64));
-    llmem_resource_stats r1 = rst(os);
+    llmem_resource_stats r1 = test_resource_stats(os);
     assert_int_equal(r1.map_calls_total, r0.map_calls_total + 1);
     assert_int_equal(r1.mapped_bytes, r0.mapped_bytes + MiB); /* one default chunk */
     /* Bump allocation: the next one starts at the next 64-byte boundary. */
@@ -255,7 +248,7 @@ static void defaults_from_null_options(void **state)
     assert_int_equal(s.used_peak_bytes, s.used_bytes);
     assert_int_equal(s.failures_total, 0);
     llmem_arena_destroy(a);
-    llmem_resource_stats r2 = rst(os);
+    llmem_resource_stats r2 = test_resource_stats(os);
     assert_int_equal(r2.mapped_bytes, r0.mapped_bytes);
     assert_int_equal(r2.unmap_calls_total, r0.unmap_calls_total + 1);
 
@@ -550,7 +543,7 @@ static void reset_keeps_chunks(void **state)
     llmem_arena *a = arena_over(tr, 64 * KiB);
     unsigned char *first[16], *again[16];
     size_t n = run_request(a, first);
-    llmem_resource_stats r0 = rst(tr);
+    llmem_resource_stats r0 = test_resource_stats(tr);
     llmem_tracking_stats t0 = tst(tr);
     llmem_arena_stats s0 = ast(a);
     assert_true(r0.map_calls_total >= 3); /* several chunks */
@@ -565,7 +558,7 @@ static void reset_keeps_chunks(void **state)
         assert_int_equal(s.resets_total, (uint64_t)round);
         assert_int_equal(run_request(a, again), n);
         for (size_t i = 0; i < n; i++) assert_ptr_equal(again[i], first[i]);
-        llmem_resource_stats r = rst(tr);
+        llmem_resource_stats r = test_resource_stats(tr);
         assert_int_equal(r.map_calls_total, r0.map_calls_total);
         assert_int_equal(r.unmap_calls_total, 0);
         assert_int_equal(tst(tr).live_mappings, t0.live_mappings);
@@ -639,7 +632,7 @@ static void skip_ahead_reuses_retained_chunks_in_order(void **state)
     unsigned char *c2 = must_alloc(a, 100000, 0); /* a bigger chunk */
     assert_int_equal(ast(a).chunks, 3);
     llmem_arena_stats s3 = ast(a);
-    uint64_t maps = rst(tr).map_calls_total;
+    uint64_t maps = test_resource_stats(tr).map_calls_total;
 
     /* After a reset the same requests land in the same chunks, in order. */
     llmem_arena_reset(a);
@@ -647,7 +640,7 @@ static void skip_ahead_reuses_retained_chunks_in_order(void **state)
     llmem_arena_mark m = llmem_arena_save(a);
     assert_ptr_equal(must_alloc(a, 60000, 0), c1);
     assert_ptr_equal(must_alloc(a, 100000, 0), c2);
-    assert_int_equal(rst(tr).map_calls_total, maps);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, maps);
     /* After a rollback, too. */
     assert_ok(llmem_arena_rollback(a, m));
     assert_ptr_equal(must_alloc(a, 60000, 0), c1);
@@ -657,7 +650,7 @@ static void skip_ahead_reuses_retained_chunks_in_order(void **state)
     assert_ok(llmem_arena_rollback(a, m));
     unsigned char *b = must_alloc(a, 90000, 0);
     assert_ptr_equal(b, c2);
-    assert_int_equal(rst(tr).map_calls_total, maps);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, maps);
     llmem_arena_stats s = ast(a);
     assert_int_equal(s.used_bytes, 64 * KiB + 64 * KiB + 90000);
     assert_int_equal(s.requested_bytes, 60000 + 90000);
@@ -676,7 +669,7 @@ static void skip_ahead_reuses_retained_chunks_in_order(void **state)
     llmem_arena_reset(a);
     must_alloc(a, 10, 0);
     unsigned char *n = must_alloc(a, 150000, 0);
-    assert_int_equal(rst(tr).map_calls_total, maps + 1);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, maps + 1);
     assert_ptr_equal(newest_mapping(tr).ptr, n);
     s = ast(a);
     assert_int_equal(s.chunks, 4);
@@ -700,7 +693,7 @@ static void fixed_capacity_arena(void **state)
     o.capacity_bytes = 4096;
     o.name = "fixed4k";
     llmem_arena *a = arena_with(&o);
-    llmem_resource_stats r0 = rst(tr);
+    llmem_resource_stats r0 = test_resource_stats(tr);
     assert_int_equal(r0.map_calls_total, 1); /* mapped at create */
     assert_int_equal(ast(a).chunks, 1);
     unsigned char *first = NULL;
@@ -724,8 +717,8 @@ static void fixed_capacity_arena(void **state)
     assert_int_equal(s1.allocs_total, 64);
     assert_int_equal(s1.chunks, 1);
     assert_int_equal(s1.grows_total, 1);
-    assert_int_equal(rst(tr).map_calls_total, r0.map_calls_total); /* no growth attempted */
-    assert_int_equal(rst(tr).failures_total, 0);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, r0.map_calls_total); /* no growth attempted */
+    assert_int_equal(test_resource_stats(tr).failures_total, 0);
     for (size_t i = 0; i < 64; i++) assert_true(filled(first + i * 64, 64, (unsigned)i));
 
     /* Exactly the capacity in one piece, after a reset; one byte more fails. */
@@ -740,7 +733,7 @@ static void fixed_capacity_arena(void **state)
     assert_alloc_fails(a, 1, 1, LLMEM_ECAPACITY, "capacity");
     assert_ok(llmem_arena_rollback(a, m));
     assert_int_equal(ast(a).used_bytes, 0);
-    assert_int_equal(rst(tr).map_calls_total, 1);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, 1);
     llmem_arena_destroy(a);
     end_tracking(tr);
 
@@ -797,7 +790,7 @@ static void caller_buffer_arena(void **state)
     for (uintptr_t q = up((uintptr_t)buf, 64); q + 100 <= (uintptr_t)(buf + N); q += 128) fits++;
     assert_int_equal(n, fits);
     for (size_t i = 0; i < n; i++) assert_true(filled(ptrs[i], 100, (unsigned)i));
-    assert_int_equal(rst(tr).map_calls_total, 0);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, 0);
     assert_int_equal(llmem_arena_trim(a), 0);
 
     /* With alignment 1 the whole buffer, to the byte. */
@@ -809,8 +802,8 @@ static void caller_buffer_arena(void **state)
     llmem_arena_reset(a);
     assert_alloc_fails(a, N + 1, 1, LLMEM_ECAPACITY, "capacity");
     llmem_arena_destroy(a);
-    assert_int_equal(rst(tr).map_calls_total, 0);
-    assert_int_equal(rst(tr).unmap_calls_total, 0);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, 0);
+    assert_int_equal(test_resource_stats(tr).unmap_calls_total, 0);
     end_tracking(tr);
 
     /* The buffer is the caller's again: usable (and, under ASan, clean). */
@@ -837,7 +830,7 @@ static void max_bytes_caps_growth(void **state)
     unsigned char *p[3];
     for (int i = 0; i < 3; i++) p[i] = must_alloc(a, 60000, 0);
     llmem_arena_stats s0 = ast(a);
-    uint64_t maps = rst(tr).map_calls_total;
+    uint64_t maps = test_resource_stats(tr).map_calls_total;
     assert_int_equal(s0.chunks, 3);
     assert_alloc_fails(a, 60000, 0, LLMEM_ECAPACITY, "max_bytes");
     assert_error_mentions("capped");
@@ -848,7 +841,7 @@ static void max_bytes_caps_growth(void **state)
     assert_int_equal(s1.requested_bytes, s0.requested_bytes);
     assert_int_equal(s1.allocs_total, s0.allocs_total);
     assert_int_equal(s1.reserved_bytes, s0.reserved_bytes);
-    assert_int_equal(rst(tr).map_calls_total, maps);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, maps);
     assert_int_equal(tst(tr).live_mappings, 3);
     /* What fits still works: the tail of the last chunk. */
     unsigned char *t = must_alloc(a, 5000, 0);
@@ -929,9 +922,9 @@ static void trim_releases_retained_chunks(void **state)
     assert_int_equal(tst(tr).live_mappings, 1);
 
     /* Growth maps again. */
-    uint64_t maps = rst(tr).map_calls_total;
+    uint64_t maps = test_resource_stats(tr).map_calls_total;
     must_alloc(a, 60000, 0);
-    assert_int_equal(rst(tr).map_calls_total, maps + 1);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, maps + 1);
 
     /* After a reset, everything goes. */
     llmem_arena_reset(a);
@@ -948,9 +941,9 @@ static void trim_releases_retained_chunks(void **state)
     assert_false(llmem_arena_owns(a, p0));
 
     /* And the arena still works: it maps again. */
-    maps = rst(tr).map_calls_total;
+    maps = test_resource_stats(tr).map_calls_total;
     unsigned char *p = must_alloc(a, 100, 0);
-    assert_int_equal(rst(tr).map_calls_total, maps + 1);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, maps + 1);
     memset(p, 9, 100);
     assert_true(llmem_arena_owns(a, p));
     assert_int_equal(ast(a).used_bytes, 100);
@@ -1066,8 +1059,8 @@ static void bad_create_options(void **state)
     BAD(o.chunk_bytes = SIZE_MAX, LLMEM_EOVERFLOW, "chunk_bytes");
 #undef BAD
     /* No refused create reached the resource. */
-    assert_int_equal(rst(tr).map_calls_total, 0);
-    assert_int_equal(rst(tr).failures_total, 0);
+    assert_int_equal(test_resource_stats(tr).map_calls_total, 0);
+    assert_int_equal(test_resource_stats(tr).failures_total, 0);
 
     /* The largest alignment allowed is fine. */
     o = llmem_arena_options_default();
@@ -1380,15 +1373,6 @@ typedef struct pm_model {
     llmem_arena_mark stale;
 } pm_model;
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
 static size_t pm_reserved(const pm_model *md)
 {
     size_t r = 0;
@@ -1460,12 +1444,12 @@ static void pm_check_live(const pm_model *md, llmem_arena *a)
 
 static void pm_alloc(pm_model *md, llmem_arena *a, llmem_resource *tr, uint64_t *rs, size_t chunk_bytes)
 {
-    uint64_t r = rng_next(rs);
+    uint64_t r = test_rng_next(rs);
     size_t size;
     switch (r % 4) {
-    case 0: size = 1 + (size_t)(rng_next(rs) % 100000); break;
-    case 1: size = 1 + (size_t)(rng_next(rs) % 4096); break;
-    default: size = 1 + (size_t)(rng_next(rs) % 256); break;
+    case 0: size = 1 + (size_t)(test_rng_next(rs) % 100000); break;
+    case 1: size = 1 + (size_t)(test_rng_next(rs) % 4096); break;
+    default: size = 1 + (size_t)(test_rng_next(rs) % 256); break;
     }
     size_t align = (r >> 8) % 8 == 0 ? 0 : (size_t)1 << ((r >> 16) % 13);
     size_t eff = align ? align : 64;
@@ -1478,10 +1462,10 @@ static void pm_alloc(pm_model *md, llmem_arena *a, llmem_resource *tr, uint64_t 
     if (idx == SIZE_MAX)
         for (size_t j = md->nchunks ? md->cur + 1 : 0; j < md->nchunks && idx == SIZE_MAX; j++)
             if (pm_fits(&md->chunks[j], md->chunks[j].base, size, eff, &at)) idx = j;
-    uint64_t maps = rst(tr).map_calls_total;
+    uint64_t maps = test_resource_stats(tr).map_calls_total;
     unsigned char *p = must_alloc(a, size, align);
     if (idx == SIZE_MAX) {
-        assert_int_equal(rst(tr).map_calls_total, maps + 1);
+        assert_int_equal(test_resource_stats(tr).map_calls_total, maps + 1);
         found_mapping nm = newest_mapping(tr);
         assert_true(nm.size >= chunk_bytes && nm.size >= size);
         assert_true(md->nchunks < PM_CHUNKS);
@@ -1493,7 +1477,7 @@ static void pm_alloc(pm_model *md, llmem_arena *a, llmem_resource *tr, uint64_t 
         size_t res = pm_reserved(md);
         if (res > md->reserved_peak) md->reserved_peak = res;
     } else {
-        assert_int_equal(rst(tr).map_calls_total, maps);
+        assert_int_equal(test_resource_stats(tr).map_calls_total, maps);
     }
     if ((uintptr_t)p != at)
         fail_msg("alloc(%zu, %zu) at %p, the model expected %p (chunk %zu)", size, align, (void *)p, (void *)at, idx);
@@ -1512,7 +1496,7 @@ static void pm_alloc(pm_model *md, llmem_arena *a, llmem_resource *tr, uint64_t 
 static void pm_rollback(pm_model *md, llmem_arena *a, uint64_t *rs)
 {
     if (!md->nmarks) return;
-    size_t k = (size_t)(rng_next(rs) % md->nmarks);
+    size_t k = (size_t)(test_rng_next(rs) % md->nmarks);
     pm_mark *mk = &md->marks[k];
     pm_check_live(md, a);
     size_t old_nlive = md->nlive;
@@ -1533,7 +1517,7 @@ static void pm_rollback(pm_model *md, llmem_arena *a, uint64_t *rs)
 static void pm_dead_rollback(pm_model *md, llmem_arena *a, llmem_resource *tr, uint64_t *rs)
 {
     if (!md->ndead) return;
-    size_t k = (size_t)(rng_next(rs) % md->ndead);
+    size_t k = (size_t)(test_rng_next(rs) % md->ndead);
     pm_mark d = md->dead[k];
     md->dead[k] = md->dead[--md->ndead];
     bool ahead = d.chunk > md->cur || (d.chunk == md->cur && d.off > md->off);
@@ -1585,7 +1569,7 @@ static void property_random_sequences(void **state)
         llmem_resource *tr = new_tracking();
         llmem_arena *a = arena_over(tr, chunk_bytes);
         for (int op = 0; op < 1500; op++) {
-            uint64_t r = rng_next(&rs) % 100;
+            uint64_t r = test_rng_next(&rs) % 100;
             if (r < 55) {
                 pm_alloc(&md, a, tr, &rs, chunk_bytes);
             } else if (r < 67) {

@@ -89,16 +89,9 @@ static llmem_controller_stats cstats(const llmem_controller *c)
     return s;
 }
 
-static llmem_resource_stats rstats(const llmem_resource *r)
-{
-    llmem_resource_stats s = {0};
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
-}
-
 static uint64_t resource_calls(const llmem_resource *r)
 {
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     return s.map_calls_total + s.unmap_calls_total + s.commit_calls_total + s.decommit_calls_total;
 }
 
@@ -169,7 +162,7 @@ static void reserve_before_prefill(void **state)
     /* The step: the predicted bytes (tokens x hint) in blocks, and some
      * small objects, with no resource call. */
     uint64_t calls = resource_calls(r);
-    llmem_resource_stats before = rstats(r);
+    llmem_resource_stats before = test_resource_stats(r);
     void *blocks[512];
     for (int i = 0; i < 512; i++) {
         assert_non_null(blocks[i] = llmem_pool_alloc(p, 64 * KIB, NULL));
@@ -177,7 +170,7 @@ static void reserve_before_prefill(void **state)
     }
     void *small[64];
     for (int i = 0; i < 64; i++) assert_non_null(small[i] = llmem_pool_alloc(p, 200, NULL));
-    llmem_resource_stats after = rstats(r);
+    llmem_resource_stats after = test_resource_stats(r);
     assert_int_equal(after.map_calls_total, before.map_calls_total);
     assert_int_equal(after.commit_calls_total, before.commit_calls_total);
     assert_int_equal(resource_calls(r), calls);
@@ -434,7 +427,7 @@ static void idle_compaction(void **state)
     llmem_pool_stats s0 = pstats(p);
     assert_true(s0.fragmentation > 0.40);
     assert_int_equal(s0.committed_bytes, 4 * MIB);
-    uint64_t unmaps0 = rstats(r).unmap_calls_total;
+    uint64_t unmaps0 = test_resource_stats(r).unmap_calls_total;
 
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
     clk.ns += 1001 * MS;
@@ -448,7 +441,7 @@ static void idle_compaction(void **state)
     assert_int_equal(ev[0].bytes_after, s1.committed_bytes);
     assert_true(s1.committed_bytes < s0.committed_bytes);
     assert_true(s1.fragmentation < s0.fragmentation);
-    assert_true(rstats(r).unmap_calls_total > unmaps0);
+    assert_true(test_resource_stats(r).unmap_calls_total > unmaps0);
     llmem_controller_stats cs = cstats(c);
     assert_int_equal(cs.compactions_total, 1);
     assert_int_equal(cs.bytes_compacted_total, ev[0].detail);
@@ -709,7 +702,7 @@ static void on_stage_then_snapshot(void *ctx, const llmem_stage_event *ev)
 {
     listener *l = ctx;
     llmem_controller_on_stage(l->ctl, ev);
-    l->after_notice = rstats(l->res);
+    l->after_notice = test_resource_stats(l->res);
     l->pool_calls_after_notice = pstats(l->ctl_pool).resource_calls_total;
     if (ev->stage == LLMEM_STAGE_PREFILL) l->prefills++;
 }

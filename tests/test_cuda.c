@@ -47,14 +47,6 @@ static llmem_resource *make(creator fn)
     return r;
 }
 
-static llmem_resource_stats rstats(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
-}
-
 static void pattern(unsigned char *buf, size_t n, unsigned seed)
 {
     uint32_t x = seed * 2654435761u + 1;
@@ -105,7 +97,7 @@ static void contract(llmem_resource *r, const char *name, llmem_mem_kind kind)
             maps[i][j] = p;
             bytes += (sizes[i] + g - 1) / g * g;
         }
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, bytes);
     assert_int_equal(s.mappings, 36);
     assert_int_equal(s.map_calls_total, 36);
@@ -114,7 +106,7 @@ static void contract(llmem_resource *r, const char *name, llmem_mem_kind kind)
     round_trip(r, maps[4][0], maps[4][1], 1 * MiB + 3, 1);
     round_trip(r, maps[5][5], maps[5][4], 33 * MiB, 2);
     round_trip(r, maps[0][0], maps[1][2], 1, 3);
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.copy_calls_total, 9);
 
     /* Refusals: overlapping copy, decommit, foreign and mis-sized unmaps. */
@@ -126,12 +118,12 @@ static void contract(llmem_resource *r, const char *name, llmem_mem_kind kind)
     int local;
     assert_status(llmem_resource_unmap(r, &local, g, g), LLMEM_EINVAL);
     assert_status(llmem_resource_unmap(r, maps[4][0], 64 * MiB, 64 * MiB), LLMEM_EINVAL);
-    assert_int_equal(rstats(r).failures_total, failures + 4);
+    assert_int_equal(test_resource_stats(r).failures_total, failures + 4);
 
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         for (size_t j = 0; j < sizeof aligns / sizeof aligns[0]; j++)
             assert_ok(llmem_resource_unmap(r, maps[i][j], sizes[i], sizes[i]));
-    s = rstats(r);
+    s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 0);
     assert_int_equal(s.mappings, 0);
     assert_int_equal(s.unmap_calls_total, 36);
@@ -223,7 +215,7 @@ static void async_frees_and_maps_again(void **state)
         assert_ok(llmem_resource_unmap(r, a, n, n));
         assert_ok(llmem_resource_unmap(r, b, n, n));
     }
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.map_calls_total, 100);
     assert_int_equal(s.unmap_calls_total, 100);
     assert_int_equal(s.mapped_bytes, 0);
@@ -292,7 +284,7 @@ static void pool_over_cuda(void **state)
     llmem_pool_trim(p);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 0);
     llmem_resource_destroy(r);
 }
@@ -459,7 +451,7 @@ static void vmm_commit_decommit_keeps_bytes(void **state)
     /* 64 chunks of address space, nothing behind them. */
     void *base = NULL;
     assert_ok(llmem_resource_map(r, 64 * g, 0, LLMEM_MAP_UNCOMMITTED, &base));
-    assert_int_equal(rstats(r).committed_bytes, 0);
+    assert_int_equal(test_resource_stats(r).committed_bytes, 0);
     /* Commit the first 8 chunks, fill them, commit the next 8: same place,
      * first bytes intact (growth in place, nothing moved). */
     assert_ok(llmem_resource_commit(r, base, 8 * g));
@@ -470,11 +462,11 @@ static void vmm_commit_decommit_keeps_bytes(void **state)
     assert_ok(llmem_resource_copy(r, (char *)base + 8 * g, host + 8 * g, 8 * g));
     assert_ok(llmem_resource_copy(r, back, base, 16 * g));
     assert_memory_equal(host, back, 16 * g);
-    assert_int_equal(rstats(r).committed_bytes, 16 * g);
+    assert_int_equal(test_resource_stats(r).committed_bytes, 16 * g);
     /* Decommit the middle 4 chunks: the rest keeps its bytes; commit them
      * again and they are usable at the same addresses. */
     assert_ok(llmem_resource_decommit(r, (char *)base + 6 * g, 4 * g));
-    assert_int_equal(rstats(r).committed_bytes, 12 * g);
+    assert_int_equal(test_resource_stats(r).committed_bytes, 12 * g);
     assert_ok(llmem_resource_copy(r, back, base, 6 * g));
     assert_memory_equal(host, back, 6 * g);
     assert_ok(llmem_resource_copy(r, back, (char *)base + 10 * g, 6 * g));
@@ -493,7 +485,7 @@ static void vmm_commit_decommit_keeps_bytes(void **state)
     assert_ok(llmem_resource_map(r, 3 * g, 0, 0, &c));
     round_trip(r, c, (char *)c + g, g, 9);
     assert_ok(llmem_resource_unmap(r, c, 3 * g, 3 * g));
-    llmem_resource_stats s = rstats(r);
+    llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 0);
     assert_int_equal(s.committed_bytes, 0);
     free(host);
@@ -540,7 +532,7 @@ static void vmm_pool_grows_in_place(void **state)
     assert_int_equal(pstats(p).committed_bytes, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
-    assert_int_equal(rstats(r).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(r).mapped_bytes, 0);
     free(host);
     free(back);
     llmem_resource_destroy(r);
@@ -594,7 +586,7 @@ static void vmm_kv_contiguous(void **state)
     assert_ok(llmem_kv_check(kv));
     assert_ok(llmem_kv_seq_free(kv, s));
     llmem_kv_destroy(kv);
-    assert_int_equal(rstats(r).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(r).mapped_bytes, 0);
     free(host);
     free(back);
     llmem_resource_destroy(r);

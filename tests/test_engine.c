@@ -21,6 +21,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/synth_model.h"
 
 /* A file in the shared folder's models/ (test_util.h: test_shared_path). */
 #define MODEL(rel) test_shared_path("models/" rel)
@@ -631,151 +632,6 @@ static void full_kv_is_enomem_and_keeps_sequences(void **state)
 
 /* ---- weight types, rope, GGUF vocab -------------------------------------------------------- */
 
-typedef struct synth_model {
-    uint32_t dim, ffn, heads, kv_heads, layers, vocab;
-    uint32_t type;
-    float theta;
-    uint32_t rope_dim;
-    bool tied;
-} synth_model;
-
-/* Deterministic values in [-0.5, 0.5) from (tensor, element). */
-static float synth_value(size_t tensor, uint64_t i)
-{
-    uint64_t x = (tensor + 1) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    return (float)(x >> 40) / 16777216.0f - 0.5f;
-}
-
-typedef struct synth_ctx {
-    const synth_model *sm;
-    uint32_t types[64];
-    uint64_t n[64];
-    bool norm[64];
-} synth_ctx;
-
-static uint16_t to_f16(float f)
-{
-    /* Round to nearest even through the hardware-independent route the
-     * library uses: llmem writes f16 in llmem_synth; here a tiny copy. */
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, man = x & 0x7fffff;
-    if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31) return (uint16_t)(sign | 0x7c00);
-    if (e <= 0) {
-        if (e < -10) return (uint16_t)sign;
-        man |= 0x800000;
-        uint32_t shift = (uint32_t)(14 - e), half = 1u << (shift - 1);
-        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1);
-        if (rem > half || (rem == half && (r & 1))) r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = man >> 13, rem = man & 0x1fff;
-    uint32_t h = sign | ((uint32_t)e << 10) | r;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) h++;
-    return (uint16_t)h;
-}
-
-static llmem_status synth_fill(void *vctx, size_t index, void *buf, size_t bytes)
-{
-    synth_ctx *c = vctx;
-    uint64_t n = c->n[index];
-    unsigned char *out = buf;
-    (void)bytes;
-    for (uint64_t i = 0; i < n; i++) {
-        float v = c->norm[index] ? 1.0f + 0.25f * synth_value(index, i) : synth_value(index, i);
-        switch (c->types[index]) {
-        case LLMEM_DTYPE_F32: memcpy(out + 4 * i, &v, 4); break;
-        case LLMEM_DTYPE_F16: {
-            uint16_t h = to_f16(v);
-            memcpy(out + 2 * i, &h, 2);
-            break;
-        }
-        case LLMEM_DTYPE_BF16: {
-            uint32_t x;
-            memcpy(&x, &v, 4);
-            uint16_t h = (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-            memcpy(out + 2 * i, &h, 2);
-            break;
-        }
-        case LLMEM_DTYPE_Q8_0:
-            if (i % 32 == 0) {
-                float amax = 0;
-                for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(synth_value(index, i + (uint64_t)j)));
-                float d = amax / 127;
-                uint16_t h = to_f16(d);
-                unsigned char *blk = out + (i / 32) * 34;
-                memcpy(blk, &h, 2);
-                for (int j = 0; j < 32; j++)
-                    blk[2 + j] = (unsigned char)(int8_t)lrintf(d > 0 ? synth_value(index, i + (uint64_t)j) / d : 0);
-            }
-            break;
-        }
-    }
-    return LLMEM_OK;
-}
-
-static void write_synth(const synth_model *sm, const char *path)
-{
-    llmem_gguf_writer *w;
-    assert_ok(llmem_gguf_writer_create(&w));
-    synth_ctx *c = calloc(1, sizeof *c);
-    c->sm = sm;
-    assert_ok(llmem_gguf_add_str(w, "general.architecture", "llama"));
-    assert_ok(llmem_gguf_add_u32(w, "llama.context_length", 128));
-    assert_ok(llmem_gguf_add_u32(w, "llama.embedding_length", sm->dim));
-    assert_ok(llmem_gguf_add_u32(w, "llama.block_count", sm->layers));
-    assert_ok(llmem_gguf_add_u32(w, "llama.feed_forward_length", sm->ffn));
-    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count", sm->heads));
-    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count_kv", sm->kv_heads));
-    assert_ok(llmem_gguf_add_u32(w, "llama.rope.dimension_count", sm->rope_dim));
-    assert_ok(llmem_gguf_add_f32(w, "llama.rope.freq_base", sm->theta));
-    assert_ok(llmem_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
-    uint32_t hd = sm->dim / sm->heads;
-    size_t k = 0;
-    char name[64];
-#define ADD(nm, nd, a, b, is_norm)                                                                                  \
-    do {                                                                                                            \
-        uint64_t dims_[2] = {a, b};                                                                                 \
-        c->types[k] = (is_norm) ? LLMEM_DTYPE_F32 : sm->type;                                                       \
-        c->n[k] = (uint64_t)(a) * (b);                                                                              \
-        c->norm[k] = (is_norm);                                                                                     \
-        assert_ok(llmem_gguf_add_tensor(w, nm, c->types[k], nd, dims_, synth_fill, c));                            \
-        k++;                                                                                                        \
-    } while (0)
-    ADD("token_embd.weight", 2, sm->dim, sm->vocab, false);
-    for (uint32_t l = 0; l < sm->layers; l++) {
-        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
-        ADD(name, 1, sm->dim, 1, true);
-        snprintf(name, sizeof name, "blk.%u.attn_q.weight", l);
-        ADD(name, 2, sm->dim, sm->heads * hd, false);
-        snprintf(name, sizeof name, "blk.%u.attn_k.weight", l);
-        ADD(name, 2, sm->dim, sm->kv_heads * hd, false);
-        snprintf(name, sizeof name, "blk.%u.attn_v.weight", l);
-        ADD(name, 2, sm->dim, sm->kv_heads * hd, false);
-        snprintf(name, sizeof name, "blk.%u.attn_output.weight", l);
-        ADD(name, 2, sm->heads * hd, sm->dim, false);
-        snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
-        ADD(name, 1, sm->dim, 1, true);
-        snprintf(name, sizeof name, "blk.%u.ffn_gate.weight", l);
-        ADD(name, 2, sm->dim, sm->ffn, false);
-        snprintf(name, sizeof name, "blk.%u.ffn_down.weight", l);
-        ADD(name, 2, sm->ffn, sm->dim, false);
-        snprintf(name, sizeof name, "blk.%u.ffn_up.weight", l);
-        ADD(name, 2, sm->dim, sm->ffn, false);
-    }
-    ADD("output_norm.weight", 1, sm->dim, 1, true);
-    if (!sm->tied) ADD("output.weight", 2, sm->dim, sm->vocab, false);
-#undef ADD
-    assert_ok(llmem_gguf_write(w, path, false));
-    llmem_gguf_writer_destroy(w);
-    free(c);
-}
-
 /* Logits after a 20-token prompt and 4 more steps, concatenated. The
  * tokens fed after the prompt are `picked` when given (the f32 model's
  * argmaxes, so every model sees the same input), else this model's own. */
@@ -810,11 +666,11 @@ static void weight_types_agree_with_f32(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    synth_model sm = {64, 96, 4, 2, 2, 160, LLMEM_DTYPE_F32, 10000.0f, 16, false};
+    test_synth_model sm = {64, 96, 4, 2, 2, 160, 128, LLMEM_DTYPE_F32, 10000.0f, 16, false};
     enum { V = 160, K = 5 };
     static float f32[K * V], other[K * V];
     int32_t picks[K];
-    write_synth(&sm, path);
+    test_synth_write(&sm, path);
     synth_logits(path, f32, NULL);
     for (int k = 0; k < K; k++) picks[k] = llmem_argmax(f32 + k * V, V); /* what it fed itself */
     static const struct {
@@ -823,7 +679,7 @@ static void weight_types_agree_with_f32(void **state)
     } cases[] = {{LLMEM_DTYPE_F16, 0.01f}, {LLMEM_DTYPE_BF16, 0.06f}, {LLMEM_DTYPE_Q8_0, 0.06f}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         sm.type = cases[c].type;
-        write_synth(&sm, path);
+        test_synth_write(&sm, path);
         synth_logits(path, other, picks);
         float scale, d = max_abs_diff(other, f32, K * V, &scale);
         print_message("%s: logits within %.4f of f32 (scale %.3f)\n", llmem_dtype_name(sm.type), d, scale);
@@ -835,7 +691,7 @@ static void weight_types_agree_with_f32(void **state)
     sm.type = LLMEM_DTYPE_F32;
     sm.theta = 1e6f;
     sm.rope_dim = 8;
-    write_synth(&sm, path);
+    test_synth_write(&sm, path);
     llmem_model *m = open_model(path);
     assert_int_equal(llmem_model_get_config(m)->rope_dim, 8);
     assert_true(fabs(llmem_model_get_config(m)->shape.rope_theta - 1e6) < 1);
@@ -844,7 +700,7 @@ static void weight_types_agree_with_f32(void **state)
     assert_true(max_abs_diff(other, f32, K * V, NULL) > 1e-3f);
     /* Tied classifier: output.weight absent, token_embd serves. */
     sm.tied = true;
-    write_synth(&sm, path);
+    test_synth_write(&sm, path);
     synth_logits(path, other, picks);
     assert_true(max_abs_diff(other, f32, K * V, NULL) > 1e-3f);
     unlink(path);

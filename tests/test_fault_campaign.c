@@ -60,6 +60,7 @@
  */
 
 #include "test_util.h"
+#include "support/synth_model.h"
 
 #define KiB ((size_t)1 << 10)
 
@@ -156,83 +157,11 @@ static void assert_injected(llmem_status st, const char *what)
 
 enum { M_DIM = 64, M_FFN = 128, M_HEADS = 4, M_KVH = 4, M_LAYERS = 3, M_VOCAB = 128, M_CTX = 256 };
 
-static float synth_value(size_t tensor, uint64_t i)
-{
-    uint64_t x = (tensor + 1) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    return (float)(x >> 40) / 16777216.0f - 0.5f;
-}
-
-typedef struct synth_ctx {
-    uint64_t n[64];
-    bool norm[64];
-} synth_ctx;
-
-static llmem_status synth_fill(void *vctx, size_t index, void *buf, size_t bytes)
-{
-    synth_ctx *c = vctx;
-    float *out = buf;
-    (void)bytes;
-    for (uint64_t i = 0; i < c->n[index]; i++)
-        out[i] = c->norm[index] ? 1.0f + 0.25f * synth_value(index, i) : synth_value(index, i);
-    return LLMEM_OK;
-}
-
 static void write_model(const char *path)
 {
-    llmem_gguf_writer *w;
-    assert_ok(llmem_gguf_writer_create(&w));
-    static synth_ctx c;
-    memset(&c, 0, sizeof c);
-    assert_ok(llmem_gguf_add_str(w, "general.architecture", "llama"));
-    assert_ok(llmem_gguf_add_u32(w, "llama.context_length", M_CTX));
-    assert_ok(llmem_gguf_add_u32(w, "llama.embedding_length", M_DIM));
-    assert_ok(llmem_gguf_add_u32(w, "llama.block_count", M_LAYERS));
-    assert_ok(llmem_gguf_add_u32(w, "llama.feed_forward_length", M_FFN));
-    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count", M_HEADS));
-    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count_kv", M_KVH));
-    assert_ok(llmem_gguf_add_u32(w, "llama.rope.dimension_count", M_DIM / M_HEADS));
-    assert_ok(llmem_gguf_add_f32(w, "llama.rope.freq_base", 10000.0f));
-    assert_ok(llmem_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
-    uint32_t hd = M_DIM / M_HEADS;
-    size_t k = 0;
-    char name[64];
-#define ADD(nm, nd, a, b, is_norm)                                                                 \
-    do {                                                                                           \
-        uint64_t dims_[2] = {a, b};                                                                \
-        c.n[k] = (uint64_t)(a) * (b);                                                              \
-        c.norm[k] = (is_norm);                                                                     \
-        assert_ok(llmem_gguf_add_tensor(w, nm, LLMEM_DTYPE_F32, nd, dims_, synth_fill, &c));      \
-        k++;                                                                                       \
-    } while (0)
-    ADD("token_embd.weight", 2, M_DIM, M_VOCAB, false);
-    for (uint32_t l = 0; l < M_LAYERS; l++) {
-        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
-        ADD(name, 1, M_DIM, 1, true);
-        snprintf(name, sizeof name, "blk.%u.attn_q.weight", l);
-        ADD(name, 2, M_DIM, M_HEADS * hd, false);
-        snprintf(name, sizeof name, "blk.%u.attn_k.weight", l);
-        ADD(name, 2, M_DIM, M_KVH * hd, false);
-        snprintf(name, sizeof name, "blk.%u.attn_v.weight", l);
-        ADD(name, 2, M_DIM, M_KVH * hd, false);
-        snprintf(name, sizeof name, "blk.%u.attn_output.weight", l);
-        ADD(name, 2, M_HEADS * hd, M_DIM, false);
-        snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
-        ADD(name, 1, M_DIM, 1, true);
-        snprintf(name, sizeof name, "blk.%u.ffn_gate.weight", l);
-        ADD(name, 2, M_DIM, M_FFN, false);
-        snprintf(name, sizeof name, "blk.%u.ffn_down.weight", l);
-        ADD(name, 2, M_FFN, M_DIM, false);
-        snprintf(name, sizeof name, "blk.%u.ffn_up.weight", l);
-        ADD(name, 2, M_DIM, M_FFN, false);
-    }
-    ADD("output_norm.weight", 1, M_DIM, 1, true);
-    ADD("output.weight", 2, M_DIM, M_VOCAB, false);
-#undef ADD
-    assert_ok(llmem_gguf_write(w, path, false));
-    llmem_gguf_writer_destroy(w);
+    const test_synth_model sm = {M_DIM, M_FFN, M_HEADS, M_KVH, M_LAYERS, M_VOCAB, M_CTX,
+                                 LLMEM_DTYPE_F32, 10000.0f, M_DIM / M_HEADS, false};
+    test_synth_write(&sm, path);
 }
 
 /* ---- the engine scenario ------------------------------------------------------------ */

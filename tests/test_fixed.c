@@ -7,6 +7,7 @@
  * test_fixed_threads.c.
  */
 #include "test_util.h"
+#include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -1154,14 +1155,6 @@ static void asan_poisons_free_blocks(void **state)
 
 /* ---- property test against a shadow model --------------------------------------------- */
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s * 0x2545F4914F6CDD1Dull;
-}
-
 typedef struct live_block {
     void *b;
     uint64_t id;
@@ -1222,17 +1215,17 @@ static void property_run(variant v, bool device, uint64_t seed)
 {
     uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
     static const size_t sizes[] = {1, 8, 24, 64, 100, 1000, 5000};
-    size_t bs = sizes[rnd(&r) % ARRAY_LEN(sizes)];
+    size_t bs = sizes[test_rng_next(&r) % ARRAY_LEN(sizes)];
     model m = {.v = v};
     if (device) m.sim = make_sim(512 * MiB);
     llmem_fixed_options o = opts_for(v, bs);
     o.resource = m.sim;
     o.name = "prop";
-    o.chunk_bytes = (size_t)4096 << (rnd(&r) % 3); /* small chunks: many of them */
+    o.chunk_bytes = (size_t)4096 << (test_rng_next(&r) % 3); /* small chunks: many of them */
     o.max_chunk_bytes = o.chunk_bytes * 4;
-    size_t max_blocks = seed % 2 ? 100 + rnd(&r) % 200 : 0;
+    size_t max_blocks = seed % 2 ? 100 + test_rng_next(&r) % 200 : 0;
     o.max_blocks = max_blocks;
-    if (is_ts(v)) o.cache_blocks = rnd(&r) % 3 == 0 ? 0 : 2 + rnd(&r) % 20;
+    if (is_ts(v)) o.cache_blocks = test_rng_next(&r) % 3 == 0 ? 0 : 2 + test_rng_next(&r) % 20;
     m.p = make(&o);
     m.stride = llmem_fixed_block_size(m.p);
     m.align = device ? 256 : bs >= 64 ? 64 : 16;
@@ -1245,7 +1238,7 @@ static void property_run(variant v, bool device, uint64_t seed)
     uint64_t next_id = seed << 32;
     for (size_t op = 0; op < OPS; op++) {
         unsigned bias = (op / 400) % 2 ? 30 : 70; /* phases that fill and drain */
-        bool do_alloc = m.n == 0 || (m.n < CAP && rnd(&r) % 100 < bias);
+        bool do_alloc = m.n == 0 || (m.n < CAP && test_rng_next(&r) % 100 < bias);
         if (do_alloc) {
             llmem_status st = LLMEM_EINVAL;
             void *b = llmem_fixed_alloc(m.p, &st);
@@ -1267,7 +1260,7 @@ static void property_run(variant v, bool device, uint64_t seed)
                 if (m.n > m.peak) m.peak = m.n;
             }
         } else {
-            size_t i = (size_t)(rnd(&r) % m.n);
+            size_t i = (size_t)(test_rng_next(&r) % m.n);
             if (!block_intact(&m, &m.live[i]))
                 fail_msg("%s pool, seed %llu, op %zu: block %p lost its pattern before its free", variant_names[v],
                          (unsigned long long)seed, op, m.live[i].b);

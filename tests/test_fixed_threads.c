@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
 
@@ -27,14 +28,6 @@ enum { ROUNDS = 4000 };
 static const uint32_t LIVE = 0x4C495645u, DEAD = 0x44454144u;
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s * 0x2545F4914F6CDD1Dull;
-}
 
 static unsigned char pat(uint32_t tid, uint64_t seq, size_t i)
 {
@@ -181,7 +174,7 @@ static void *worker_main(void *arg)
     uint64_t r = 0x1234567ull + w->tid * 0x9E3779B97F4A7C15ull, seq = 0;
     void *mine[MAX_BATCH];
     for (int round = 0; round < ROUNDS && !w->failed; round++) {
-        size_t n = 1 + (size_t)(rnd(&r) % MAX_BATCH);
+        size_t n = 1 + (size_t)(test_rng_next(&r) % MAX_BATCH);
         for (size_t i = 0; i < n; i++) {
             llmem_status st = LLMEM_EINVAL;
             void *b = llmem_fixed_alloc(sh->p, &st);

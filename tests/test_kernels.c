@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 #include "llmem/model.h"
 
@@ -34,13 +35,7 @@ static const uint32_t wtypes[] = {F32, F16, BF16, Q8_0};
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rng_next(void) { return test_rng_next(&rng_state); }
 
 /* Uniform in [-1, 1). */
 static float rng_f(void) { return (float)((double)(rng_next() >> 11) * 0x1p-52 - 1.0); }

@@ -6,7 +6,8 @@
  * truncation, stats, bad input, appends that take no malloc, and a
  * fault-injection campaign under the manager.
  *
- * The content model: a token's K (or V) bytes in one layer are a function
+ * The content model (tests/support/kv_content.h, shared with the other KV
+ * tests): a token's K (or V) bytes in one layer are a function
  * of every token up to and including it (a rolling hash of the prefix), its
  * position, the layer and K-or-V. So, as in a real model, identical
  * prefixes have identical KV, and a block handed out under the wrong prefix
@@ -15,6 +16,8 @@
  * through llmem_resource_copy.
  */
 #include "test_util.h"
+#include "support/kv_content.h"
+#include "support/rng.h"
 
 /* glibc's allocator statistics, for appends_take_no_malloc; meaningless
  * under a sanitizer, whose allocator glibc does not see. */
@@ -25,41 +28,6 @@
 #endif
 
 enum { MAXS = 16 };
-
-/* ---- random numbers and the content model ------------------------------------ */
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
-
-/* The prefix hash through position pos, from the one before it. */
-static uint64_t prefix_step(uint64_t prev, int32_t tok, size_t pos)
-{
-    return mix(prev * 0x100000001b3ull + (uint64_t)(uint32_t)tok * 0x9e3779b97f4a7c15ull + pos + 1);
-}
-
-/* K (which 0) or V (which 1) of one token in one layer. */
-static void model_kv(uint64_t ph, size_t pos, uint32_t layer, int which, unsigned char *out, size_t n)
-{
-    uint64_t x = mix(ph ^ mix((uint64_t)pos * 0x2545f4914f6cdd1dull + (uint64_t)layer * 131u + (uint64_t)which + 7));
-    for (size_t i = 0; i < n; i++) {
-        if (i % 8 == 0) x = mix(x + i + 1);
-        out[i] = (unsigned char)(x >> (8 * (i % 8)));
-    }
-}
 
 /* ---- the shadow model -------------------------------------------------------- */
 
@@ -93,7 +61,7 @@ typedef struct model {
     size_t nkeys, capkeys;
     llmem_kv_seq dead[8];         /* handles of freed sequences */
     size_t ndead;
-    unsigned char *scratch, *want;
+    unsigned char *scratch;
     unsigned surfaced, absorbed;  /* fault campaign */
     size_t gran, vstride;         /* CONTIGUOUS: the resource's granularity, bytes reserved per layer */
 } model;
@@ -130,17 +98,7 @@ static llmem_kv_stats kstats(const llmem_kv *kv)
     return s;
 }
 
-static void dev_write(const model *m, void *dst, const void *src, size_t n)
-{
-    if (m->dev) assert_ok(llmem_resource_copy(m->dev, dst, src, n));
-    else memcpy(dst, src, n);
-}
-
-static void dev_read(const model *m, void *dst, const void *src, size_t n)
-{
-    if (m->dev) assert_ok(llmem_resource_copy(m->dev, dst, src, n));
-    else memcpy(dst, src, n);
-}
+static void dev_read(const model *m, void *dst, const void *src, size_t n) { test_kv_copy(m->dev, dst, src, n); }
 
 static void m_open(model *m, const llmem_kv_options *o, llmem_resource *dev)
 {
@@ -159,7 +117,6 @@ static void m_open(model *m, const llmem_kv_options *o, llmem_resource *dev)
     m->may_fail = o->budget_bytes != 0;
     m->exact = o->budget_bytes == 0;
     m->scratch = malloc(m->bb);
-    m->want = malloc(m->tb);
     m->gran = llmem_resource_granularity(dev ? dev : llmem_resource_default());
     m->vstride = (m->max_len + m->B - 1) / m->B * m->bb;
     m->vstride = (m->vstride + m->gran - 1) / m->gran * m->gran;
@@ -183,11 +140,8 @@ static void sh_reserve(shseq *s, size_t n)
 static void sh_push(shseq *s, const int32_t *t, size_t n)
 {
     sh_reserve(s, s->length + n);
-    for (size_t i = 0; i < n; i++) {
-        size_t p = s->length + i;
-        s->tok[p] = t[i];
-        s->ph[p] = prefix_step(p ? s->ph[p - 1] : 0, t[i], p);
-    }
+    if (n) memcpy(s->tok + s->length, t, n * sizeof *t); /* tok may still be NULL when n is 0 */
+    test_kv_chain(s->ph, s->length, t, n);
     s->length += n;
 }
 
@@ -230,30 +184,14 @@ static void key_add(model *m, uint64_t k)
 static void write_positions(model *m, const shseq *s, size_t from, size_t to)
 {
     if (from < s->first) from = s->first;
-    for (size_t p = from; p < to; p++)
-        for (uint32_t l = 0; l < m->layers; l++) {
-            void *k = NULL, *v = NULL;
-            assert_ok(llmem_kv_seq_token(m->kv, s->h, l, p, &k, &v));
-            model_kv(s->ph[p], p, l, 0, m->want, m->tb);
-            dev_write(m, k, m->want, m->tb);
-            model_kv(s->ph[p], p, l, 1, m->want, m->tb);
-            dev_write(m, v, m->want, m->tb);
-        }
+    test_kv_write(m->kv, m->dev, s->h, s->ph, from, to, m->layers);
 }
 
 static void expect_bytes(const model *m, const shseq *s, const unsigned char *got, size_t p, uint32_t l, int which,
                          const char *via)
 {
-    unsigned char want[512];
-    assert_true(m->tb <= sizeof want);
-    model_kv(s->ph[p], p, l, which, want, m->tb);
-    if (memcmp(got, want, m->tb)) {
-        size_t i = 0;
-        while (got[i] == want[i]) i++;
-        fail_msg("sequence 0x%llx position %zu layer %u %s (read through %s): byte %zu is %u, expected %u "
-                 "(length %zu, first %zu)",
-                 (unsigned long long)s->h, p, l, which ? "V" : "K", via, i, got[i], want[i], s->length, s->first);
-    }
+    test_kv_expect(got, m->tb, s->ph[p], p, l, which, "sequence 0x%llx (length %zu, first %zu, read through %s)",
+                   (unsigned long long)s->h, s->length, s->first, via);
 }
 
 typedef struct blkref {
@@ -478,7 +416,7 @@ static size_t predict_match(const model *m, const shseq *s, const int32_t *t, si
     uint64_t ph = 0;
     size_t k = 0;
     for (size_t p = 0; k < full; p++) {
-        ph = prefix_step(ph, t[p], p);
+        ph = test_prefix_step(ph, t[p], p);
         if (p % m->B == m->B - 1) {
             if (!key_known(m, ph)) break;
             k++;
@@ -618,7 +556,6 @@ static void m_close(model *m)
     llmem_kv_destroy(m->kv);
     free(m->keys);
     free(m->scratch);
-    free(m->want);
     memset(m, 0, sizeof *m);
 }
 
@@ -832,23 +769,23 @@ static void property_run(const prop_cfg *c, llmem_resource *dev, uint64_t seed)
      * that matched blocks by their tokens alone would hand out wrong KV. */
     int32_t prompts[NPROMPTS][PROMPT_LEN + 8];
     for (int p = 0; p < NPROMPTS; p++)
-        for (int i = 0; i < PROMPT_LEN + 8; i++) prompts[p][i] = (int32_t)(1 + rng_next(&r) % 5000);
+        for (int i = 0; i < PROMPT_LEN + 8; i++) prompts[p][i] = (int32_t)(1 + test_rng_next(&r) % 5000);
     for (size_t i = 0; i < PROMPT_LEN; i++) prompts[1][i] = prompts[0][i + B];
     for (size_t i = B; i < PROMPT_LEN; i++) prompts[2][i] = prompts[0][i];
     int32_t t[64];
     for (int op = 0; op < c->ops; op++) {
-        uint64_t x = rng_next(&r) % 100;
-        size_t i = m.n ? (size_t)(rng_next(&r) % m.n) : 0;
+        uint64_t x = test_rng_next(&r) % 100;
+        size_t i = m.n ? (size_t)(test_rng_next(&r) % m.n) : 0;
         if (m.n == 0 || (x < 14 && m.n < MAXS)) {
             /* A new request: maybe a window, maybe a prompt from the cache. */
             size_t w = 0;
-            if (c->windows && rng_next(&r) % 3 == 0) w = 1 + (size_t)(rng_next(&r) % (3 * B));
+            if (c->windows && test_rng_next(&r) % 3 == 0) w = 1 + (size_t)(test_rng_next(&r) % (3 * B));
             size_t j = m_create(&m, w);
             if (j == SIZE_MAX) continue;
-            m.s[j].base = (int)(rng_next(&r) % (NPROMPTS + 1)) - 1;
+            m.s[j].base = (int)(test_rng_next(&r) % (NPROMPTS + 1)) - 1;
             m.s[j].ontrack = m.s[j].base >= 0;
-            if (m.s[j].base >= 0 && rng_next(&r) % 3) {
-                size_t plen = 1 + (size_t)(rng_next(&r) % (PROMPT_LEN - 1));
+            if (m.s[j].base >= 0 && test_rng_next(&r) % 3) {
+                size_t plen = 1 + (size_t)(test_rng_next(&r) % (PROMPT_LEN - 1));
                 size_t got = m_match(&m, j, prompts[m.s[j].base], plen);
                 m_verify(&m);
                 if (got < plen && (m.s[j].window || got + (plen - got) <= m.max_len))
@@ -856,23 +793,24 @@ static void property_run(const prop_cfg *c, llmem_resource *dev, uint64_t seed)
             }
         } else if (x < 55) {
             shseq *s = &m.s[i];
-            size_t n = rng_next(&r) % 8 == 0 ? 1 + (size_t)(rng_next(&r) % 40) : 1 + (size_t)(rng_next(&r) % 9);
+            size_t n = test_rng_next(&r) % 8 == 0 ? 1 + (size_t)(test_rng_next(&r) % 40)
+                                                  : 1 + (size_t)(test_rng_next(&r) % 9);
             if (s->window && s->length > 400) continue;
-            if (!s->window && s->length >= m.max_len && rng_next(&r) % 4) continue;
-            if (s->ontrack && rng_next(&r) % 5 == 0) s->ontrack = false;
+            if (!s->window && s->length >= m.max_len && test_rng_next(&r) % 4) continue;
+            if (s->ontrack && test_rng_next(&r) % 5 == 0) s->ontrack = false;
             for (size_t k = 0; k < n; k++) {
                 size_t p = s->length + k;
-                t[k] = s->ontrack && p < PROMPT_LEN ? prompts[s->base][p] : (int32_t)(1 + rng_next(&r) % 5000);
+                t[k] = s->ontrack && p < PROMPT_LEN ? prompts[s->base][p] : (int32_t)(1 + test_rng_next(&r) % 5000);
             }
-            m_append(&m, i, n, t, rng_next(&r) % 6 != 0);
+            m_append(&m, i, n, t, test_rng_next(&r) % 6 != 0);
         } else if (x < 66 && m.n < MAXS) {
             m_fork(&m, i);
         } else if (x < 76) {
             shseq *s = &m.s[i];
-            uint64_t y = rng_next(&r) % 10;
-            size_t len = y == 0 ? s->length + 1 + (size_t)(rng_next(&r) % 5)
-                       : y == 1 && s->first ? s->first - 1 - (size_t)(rng_next(&r) % s->first)
-                       : s->first + (size_t)(rng_next(&r) % (s->length - s->first + 1));
+            uint64_t y = test_rng_next(&r) % 10;
+            size_t len = y == 0 ? s->length + 1 + (size_t)(test_rng_next(&r) % 5)
+                       : y == 1 && s->first ? s->first - 1 - (size_t)(test_rng_next(&r) % s->first)
+                       : s->first + (size_t)(test_rng_next(&r) % (s->length - s->first + 1));
             m_truncate(&m, i, len);
         } else if (x < 92) {
             m_free(&m, i);
@@ -887,7 +825,7 @@ static void property_run(const prop_cfg *c, llmem_resource *dev, uint64_t seed)
                 assert_int_equal(got, 0);
             }
         } else if (m.ndead) {
-            llmem_kv_seq d = m.dead[rng_next(&r) % m.ndead];
+            llmem_kv_seq d = m.dead[test_rng_next(&r) % m.ndead];
             void *k;
             assert_status(llmem_kv_seq_append(m.kv, d, 1, NULL, NULL), LLMEM_EINVAL);
             assert_status(llmem_kv_seq_token(m.kv, d, 0, 0, &k, NULL), LLMEM_EINVAL);
@@ -2089,17 +2027,17 @@ static void fault_scenario(fctx *f, llmem_kv_strategy strategy, bool prefix, uns
     int32_t prompt[64], t[64];
     fill_tokens(prompt, 64, 7);
     for (int op = 0; op < 36; op++) {
-        uint64_t x = rng_next(&r) % 10;
-        size_t i = m.n ? (size_t)(rng_next(&r) % m.n) : 0;
+        uint64_t x = test_rng_next(&r) % 10;
+        size_t i = m.n ? (size_t)(test_rng_next(&r) % m.n) : 0;
         if (m.n == 0 || (x < 3 && m.n < 10)) {
             size_t j = m_create(&m, 0);
             if (j != SIZE_MAX && prefix) {
-                size_t plen = 8 + (size_t)(rng_next(&r) % 40);
+                size_t plen = 8 + (size_t)(test_rng_next(&r) % 40);
                 size_t got = m_match(&m, j, prompt, plen);
                 m_append(&m, j, plen - got, prompt + got, true);
             }
         } else if (x < 7) {
-            size_t n = 1 + (size_t)(rng_next(&r) % 20);
+            size_t n = 1 + (size_t)(test_rng_next(&r) % 20);
             if (m.s[i].length + n > m.max_len) n = m.max_len - m.s[i].length;
             fill_tokens(t, n, (int32_t)(1000 * op));
             if (n) m_append(&m, i, n, t, true);
@@ -2252,7 +2190,7 @@ static void sw_close(swfix *f)
 /* Byte i of K (which 0) or V (1) of position pos in layer l, under tag. */
 static unsigned char sw_byte(uint32_t tag, size_t pos, uint32_t l, int which, size_t i)
 {
-    return (unsigned char)(mix(((uint64_t)tag << 40) ^ ((uint64_t)pos << 16) ^ ((uint64_t)l << 4) ^
+    return (unsigned char)(test_mix64(((uint64_t)tag << 40) ^ ((uint64_t)pos << 16) ^ ((uint64_t)l << 4) ^
                                ((uint64_t)which << 2) ^ ((uint64_t)i << 24)) >> 13);
 }
 

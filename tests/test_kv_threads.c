@@ -6,8 +6,9 @@
  * reads everything back - while another thread reads stats, checks the
  * invariants and trims. Runs under TSan in `make check`.
  *
- * The content model is test_kv.c's: a token's K (or V) is a function of
- * every token up to it, its position and its layer. The shared prompts are
+ * The content model is tests/support/kv_content.h's, as in test_kv.c: a
+ * token's K (or V) is a function of every token up to it, its position and
+ * its layer. The shared prompts are
  * written before the workers start; afterwards every worker appends only
  * tokens of its own, so no block a thread writes is ever matched by another
  * thread (what an engine guarantees by writing a block before others can
@@ -18,39 +19,10 @@
 #include <stdatomic.h>
 
 #include "test_util.h"
+#include "support/kv_content.h"
+#include "support/rng.h"
 
 enum { THREADS = 6, MAXL = 6, NPROMPT = 3, PLEN = 48, B = 16, LAYERS = 2, TB = 2 * 8 * 2, MAXLEN = 160 };
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
-
-static uint64_t prefix_step(uint64_t prev, int32_t tok, size_t pos)
-{
-    return mix(prev * 0x100000001b3ull + (uint64_t)(uint32_t)tok * 0x9e3779b97f4a7c15ull + pos + 1);
-}
-
-static void model_kv(uint64_t ph, size_t pos, uint32_t layer, int which, unsigned char *out)
-{
-    uint64_t x = mix(ph ^ mix((uint64_t)pos * 0x2545f4914f6cdd1dull + (uint64_t)layer * 131u + (uint64_t)which + 7));
-    for (size_t i = 0; i < TB; i++) {
-        if (i % 8 == 0) x = mix(x + i + 1);
-        out[i] = (unsigned char)(x >> (8 * (i % 8)));
-    }
-}
 
 typedef struct lseq {
     llmem_kv_seq h;
@@ -73,20 +45,11 @@ typedef struct targ {
     int id;
 } targ;
 
-static void io(const shared *sh, void *dst, const void *src)
-{
-    if (sh->dev) assert_ok(llmem_resource_copy(sh->dev, dst, src, TB));
-    else memcpy(dst, src, TB);
-}
-
 static void push(lseq *s, const int32_t *t, size_t n)
 {
     assert_true(s->length + n <= 512);
-    for (size_t i = 0; i < n; i++) {
-        size_t p = s->length + i;
-        s->tok[p] = t[i];
-        s->ph[p] = prefix_step(p ? s->ph[p - 1] : 0, t[i], p);
-    }
+    if (n) memcpy(s->tok + s->length, t, n * sizeof *t);
+    test_kv_chain(s->ph, s->length, t, n);
     s->length += n;
     if (s->window) {
         size_t wb = s->window / B + 1, blocks = (s->length + B - 1) / B;
@@ -96,17 +59,8 @@ static void push(lseq *s, const int32_t *t, size_t n)
 
 static void write_range(const shared *sh, const lseq *s, size_t from, size_t to)
 {
-    unsigned char buf[TB];
     if (from < s->first) from = s->first;
-    for (size_t p = from; p < to; p++)
-        for (uint32_t l = 0; l < LAYERS; l++) {
-            void *k, *v;
-            assert_ok(llmem_kv_seq_token(sh->kv, s->h, l, p, &k, &v));
-            model_kv(s->ph[p], p, l, 0, buf);
-            io(sh, k, buf);
-            model_kv(s->ph[p], p, l, 1, buf);
-            io(sh, v, buf);
-        }
+    test_kv_write(sh->kv, sh->dev, s->h, s->ph, from, to, LAYERS);
 }
 
 static void verify(const shared *sh, const lseq *s)
@@ -117,7 +71,6 @@ static void verify(const shared *sh, const lseq *s)
     assert_int_equal(in.first, s->first);
     size_t nb = s->length > s->first ? (s->length + B - 1) / B - s->first / B : 0;
     assert_int_equal(in.blocks, nb);
-    unsigned char got[TB], want[TB];
     for (uint32_t l = 0; l < LAYERS; l++) {
         void *kt[40], *vt[40];
         size_t n = 0;
@@ -129,14 +82,7 @@ static void verify(const shared *sh, const lseq *s)
             size_t i = p / B - s->first / B;
             assert_ptr_equal(k, (char *)kt[i] + (p % B) * TB);
             assert_ptr_equal(v, (char *)vt[i] + (p % B) * TB);
-            io(sh, got, k);
-            model_kv(s->ph[p], p, l, 0, want);
-            if (memcmp(got, want, TB)) fail_msg("sequence 0x%llx position %zu layer %u: K differs",
-                                                (unsigned long long)s->h, p, l);
-            io(sh, got, v);
-            model_kv(s->ph[p], p, l, 1, want);
-            if (memcmp(got, want, TB)) fail_msg("sequence 0x%llx position %zu layer %u: V differs",
-                                                (unsigned long long)s->h, p, l);
+            test_kv_expect_token(sh->kv, sh->dev, s->h, s->ph[p], p, l);
         }
         void *k;
         assert_status(llmem_kv_seq_token(sh->kv, s->h, l, s->length, &k, NULL), LLMEM_ERANGE);
@@ -146,7 +92,7 @@ static void verify(const shared *sh, const lseq *s)
 /* Tokens no other thread ever appends. */
 static void own_tokens(int id, uint64_t *r, int32_t *t, size_t n)
 {
-    for (size_t i = 0; i < n; i++) t[i] = (int32_t)((id + 1) * 1000000 + (int)(rng_next(r) % 999983));
+    for (size_t i = 0; i < n; i++) t[i] = (int32_t)((id + 1) * 1000000 + (int)(test_rng_next(r) % 999983));
 }
 
 static void *worker(void *arg)
@@ -159,18 +105,18 @@ static void *worker(void *arg)
     unsigned long long hits = 0;
     int32_t t[64];
     for (int round = 0; round < sh->rounds; round++) {
-        uint64_t x = rng_next(&r) % 100;
-        size_t i = n ? (size_t)(rng_next(&r) % n) : 0;
+        uint64_t x = test_rng_next(&r) % 100;
+        size_t i = n ? (size_t)(test_rng_next(&r) % n) : 0;
         if (n == 0 || (x < 20 && n < MAXL)) {
             lseq *q = &s[n];
             memset(q, 0, sizeof *q);
-            size_t w = rng_next(&r) % 4 == 0 ? 32 : 0;
+            size_t w = test_rng_next(&r) % 4 == 0 ? 32 : 0;
             assert_ok(llmem_kv_seq_create(sh->kv, w, &q->h));
             q->window = w;
             n++;
-            if (rng_next(&r) % 4) {
+            if (test_rng_next(&r) % 4) {
                 /* A shared prompt: every block comes from the cache. */
-                const int32_t *p = sh->prompts[rng_next(&r) % NPROMPT];
+                const int32_t *p = sh->prompts[test_rng_next(&r) % NPROMPT];
                 size_t got = 0;
                 assert_ok(llmem_kv_seq_match_prefix(sh->kv, q->h, p, PLEN, &got));
                 assert_int_equal(got, PLEN);
@@ -178,7 +124,7 @@ static void *worker(void *arg)
                 push(q, p, got);
                 verify(sh, q);
             }
-            size_t m = 1 + (size_t)(rng_next(&r) % 20);
+            size_t m = 1 + (size_t)(test_rng_next(&r) % 20);
             own_tokens(a->id, &r, t, m);
             size_t fp = 0;
             assert_ok(llmem_kv_seq_append(sh->kv, q->h, m, t, &fp));
@@ -187,10 +133,10 @@ static void *worker(void *arg)
             write_range(sh, q, fp, q->length);
         } else if (x < 55) {
             lseq *q = &s[i];
-            size_t m = 1 + (size_t)(rng_next(&r) % 24);
+            size_t m = 1 + (size_t)(test_rng_next(&r) % 24);
             if (q->length + m > (q->window ? 500 : MAXLEN)) continue;
             own_tokens(a->id, &r, t, m);
-            bool pass = rng_next(&r) % 5 != 0;
+            bool pass = test_rng_next(&r) % 5 != 0;
             size_t fp = 0;
             assert_ok(llmem_kv_seq_append(sh->kv, q->h, m, pass ? t : NULL, &fp));
             assert_int_equal(fp, q->length);
@@ -203,7 +149,7 @@ static void *worker(void *arg)
             n++;
         } else if (x < 75) {
             lseq *q = &s[i];
-            size_t len = q->first + (size_t)(rng_next(&r) % (q->length - q->first + 1));
+            size_t len = q->first + (size_t)(test_rng_next(&r) % (q->length - q->first + 1));
             assert_ok(llmem_kv_seq_truncate(sh->kv, q->h, len));
             q->length = len;
         } else if (x < 88) {
@@ -267,7 +213,7 @@ static void run(llmem_resource *dev, int rounds)
     /* The shared prompts, written before any worker runs, then cached. */
     uint64_t r = 42;
     for (int p = 0; p < NPROMPT; p++) {
-        for (int i = 0; i < PLEN; i++) sh->prompts[p][i] = (int32_t)(1 + rng_next(&r) % 50000);
+        for (int i = 0; i < PLEN; i++) sh->prompts[p][i] = (int32_t)(1 + test_rng_next(&r) % 50000);
         lseq *q = calloc(1, sizeof *q);
         assert_ok(llmem_kv_seq_create(sh->kv, 0, &q->h));
         size_t fp = 1;

@@ -5,6 +5,7 @@
  * layout), in-place reuse, and bad input.
  */
 #include "test_util.h"
+#include "support/rng.h"
 
 static unsigned char scratch[1 << 16];
 
@@ -80,13 +81,7 @@ static void zero_sized_and_empty(void **state)
 }
 
 static uint64_t rng = 88172645463325252ull;
-static uint32_t next_u32(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
+static uint32_t next_u32(void) { return (uint32_t)(test_rng_next(&rng) >> 32); }
 
 /* Random graphs: lifetimes, sizes from 1 byte to 1 MiB (log-uniform),
  * some in-place pairs. The plan is always sound; on average it stays near

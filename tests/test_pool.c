@@ -4,6 +4,7 @@
  * pools, and a shadow-model property test over host and sim-device.
  */
 #include "test_util.h"
+#include "support/rng.h"
 
 static llmem_pool *new_pool(llmem_resource *r, bool checked)
 {
@@ -32,21 +33,13 @@ typedef struct live {
     unsigned char tag;
 } live;
 
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 /* Log-uniform size in [1, max]. */
 static size_t rand_size(uint64_t *s, size_t max)
 {
-    unsigned bits = 1 + (unsigned)(rng_next(s) % 63);
+    unsigned bits = 1 + (unsigned)(test_rng_next(s) % 63);
     size_t cap = bits >= 63 ? max : ((size_t)1 << (bits % 23));
     if (cap > max) cap = max;
-    return 1 + (size_t)(rng_next(s) % cap);
+    return 1 + (size_t)(test_rng_next(s) % cap);
 }
 
 static void fill(llmem_resource *dev, unsigned char *p, size_t n, unsigned char tag)
@@ -101,11 +94,11 @@ static void property_run(llmem_resource *res, bool checked, uint64_t seed, int o
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
     unsigned char tag = 1;
     for (int op = 0; op < ops; op++) {
-        uint64_t r = rng_next(&s) % 100;
+        uint64_t r = test_rng_next(&s) % 100;
         if ((r < 55 || n == 0) && n < cap) {
             size_t size = rand_size(&s, max_size);
             size_t align = 0;
-            if (rng_next(&s) % 4 == 0) align = (size_t)1 << (rng_next(&s) % 17);
+            if (test_rng_next(&s) % 4 == 0) align = (size_t)1 << (test_rng_next(&s) % 17);
             llmem_status st;
             unsigned char *q = align ? llmem_pool_alloc_aligned(p, size, align, &st) : llmem_pool_alloc(p, size, &st);
             if (!q) fail_msg("alloc %zu align %zu: %s", size, align, llmem_last_error());
@@ -116,7 +109,7 @@ static void property_run(llmem_resource *res, bool checked, uint64_t seed, int o
             fill(dev, q, size, tag);
             v[n++] = (live){q, size, align, tag++};
         } else if (r < 70 && n) {
-            size_t i = rng_next(&s) % n;
+            size_t i = test_rng_next(&s) % n;
             size_t size = rand_size(&s, max_size);
             llmem_status st;
             unsigned char *q = llmem_pool_realloc(p, v[i].p, size, &st);
@@ -126,7 +119,7 @@ static void property_run(llmem_resource *res, bool checked, uint64_t seed, int o
             fill(dev, q, size, tag);
             v[i] = (live){q, size, 0, tag++};
         } else if (n) {
-            size_t i = rng_next(&s) % n;
+            size_t i = test_rng_next(&s) % n;
             verify(dev, v[i].p, v[i].size, v[i].tag);
             assert_ok(llmem_pool_free(p, v[i].p));
             v[i] = v[--n];

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 enum { THREADS = 8, OPS = 20000, QUEUE = 256 };
 
@@ -36,14 +37,6 @@ typedef struct targ {
     shared *sh;
     int id;
 } targ;
-
-static uint64_t xs(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 static void check_item(const item *it)
 {
@@ -90,17 +83,17 @@ static void *worker(void *arg)
     for (int op = 0; op < OPS; op++) {
         item it;
         while (pop(&sh->boxes[a->id], &it)) release(sh, a->id, &it);
-        uint64_t r = xs(&s) % 100;
+        uint64_t r = test_rng_next(&s) % 100;
         if (r < 50 && n < 64) {
-            size_t size = 1 + xs(&s) % (r < 2 && sh->with_large ? (300 << 10) : 2048);
+            size_t size = 1 + test_rng_next(&s) % (r < 2 && sh->with_large ? (300 << 10) : 2048);
             unsigned char *p = llmem_pool_alloc(sh->pool, size, NULL);
             if (!p) fail_msg("alloc %zu: %s", size, llmem_last_error());
-            unsigned char tag = (unsigned char)xs(&s);
+            unsigned char tag = (unsigned char)test_rng_next(&s);
             for (size_t i = 0; i < size; i += 61) p[i] = (unsigned char)(tag + i);
             mine[n++] = (item){p, size, tag};
             sh->allocs[a->id]++;
         } else if (n) {
-            size_t k = xs(&s) % n;
+            size_t k = test_rng_next(&s) % n;
             item it2 = mine[k];
             mine[k] = mine[--n];
             /* Half go to the next thread to free. */
@@ -329,19 +322,19 @@ static void *property_worker(void *arg)
     size_t n = 0;
     size_t min_align = a->dev ? 256 : 16;
     for (int op = 0; op < (a->dev ? 1200 : 3000); op++) {
-        uint64_t r = xs(&s) % 100;
+        uint64_t r = test_rng_next(&s) % 100;
         if ((r < 50 || n == 0) && n < CAP) {
-            size_t size = 1 + (size_t)(xs(&s) % (xs(&s) % 8 == 0 ? 262144 : 2048));
-            size_t align = xs(&s) % 5 == 0 ? (size_t)1 << (4 + xs(&s) % 9) : 0;
+            size_t size = 1 + (size_t)(test_rng_next(&s) % (test_rng_next(&s) % 8 == 0 ? 262144 : 2048));
+            size_t align = test_rng_next(&s) % 5 == 0 ? (size_t)1 << (4 + test_rng_next(&s) % 9) : 0;
             unsigned char *q = align ? llmem_pool_alloc_aligned(a->pool, size, align, NULL) : llmem_pool_alloc(a->pool, size, NULL);
             if (!q) fail_msg("alloc %zu: %s", size, llmem_last_error());
             size_t want = align > min_align ? align : min_align;
             if ((uintptr_t)q % want) fail_msg("%p not aligned to %zu", (void *)q, want);
-            unsigned char tag = (unsigned char)xs(&s);
+            unsigned char tag = (unsigned char)test_rng_next(&s);
             pm_fill(a->dev, q, size, tag);
             v[n++] = (pm_live){q, size, tag};
         } else if (r < 65 && n) {
-            size_t i = xs(&s) % n, size = 1 + (size_t)(xs(&s) % 70000);
+            size_t i = test_rng_next(&s) % n, size = 1 + (size_t)(test_rng_next(&s) % 70000);
             unsigned char *q = llmem_pool_realloc(a->pool, v[i].p, size, NULL);
             if (!q) fail_msg("realloc %zu: %s", size, llmem_last_error());
             pm_check(a->dev, q, size < v[i].n ? size : v[i].n, v[i].tag);
@@ -349,7 +342,7 @@ static void *property_worker(void *arg)
             v[i].p = q;
             v[i].n = size;
         } else if (n) {
-            size_t i = xs(&s) % n;
+            size_t i = test_rng_next(&s) % n;
             pm_check(a->dev, v[i].p, v[i].n, v[i].tag);
             assert_ok(llmem_pool_free(a->pool, v[i].p));
             v[i] = v[--n];

@@ -7,6 +7,7 @@
  * deterministic.
  */
 #include "test_util.h"
+#include "support/rng.h"
 
 
 /* A trace of n requests arriving `rate` per second, prompts and outputs
@@ -18,10 +19,9 @@ static llmem_trace synth(size_t n, double rate, uint32_t pmin, uint32_t pmax, ui
     t.req = calloc(n, sizeof *t.req);
     assert_non_null(t.req);
     t.count = n;
-    uint64_t x = 0x9e3779b97f4a7c15ull ^ seed;
+    uint64_t x = test_rng_seed(seed);
     for (size_t i = 0; i < n; i++) {
-        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        uint64_t r = x * 0x2545f4914f6cdd1dull;
+        uint64_t r = test_rng_next(&x);
         t.req[i].arrival_s = (double)i / rate;
         t.req[i].prompt_tokens = pmin + (uint32_t)(r % (pmax - pmin + 1));
         t.req[i].output_tokens = omin + (uint32_t)((r >> 32) % (omax - omin + 1));

@@ -18,20 +18,12 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static size_t rng_below(uint64_t *s, size_t n) { return (size_t)(rng_next(s) % n); }
+static size_t rng_below(uint64_t *s, size_t n) { return (size_t)(test_rng_next(s) % n); }
 
 /* ===== 1. one stack, eight threads ======================================= */
 
@@ -299,14 +291,6 @@ static void *hammer(void *arg)
     return NULL;
 }
 
-static llmem_resource_stats res_stats(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
-}
-
 static void hammer_stack(bool device)
 {
     shared s;
@@ -379,7 +363,7 @@ static void hammer_stack(bool device)
     assert_int_equal(used, 0);
     llmem_resource *layers[] = {s.limit, s.track, s.fault, s.base};
     for (int i = 0; i < 4; i++) {
-        llmem_resource_stats rs = res_stats(layers[i]);
+        llmem_resource_stats rs = test_resource_stats(layers[i]);
         assert_int_equal(rs.mapped_bytes, 0);
         assert_int_equal(rs.committed_bytes, 0);
         assert_int_equal(rs.mappings, 0);
@@ -391,7 +375,7 @@ static void hammer_stack(bool device)
     assert_ok(llmem_fault_resource_get_stats(s.fault, &fs));
     assert_int_equal(fs.calls_total, reached);
     assert_int_equal(fs.injected_total, injected);
-    assert_int_equal(res_stats(s.limit).failures_total, failures);
+    assert_int_equal(test_resource_stats(s.limit).failures_total, failures);
     assert_int_equal(failures, injected + limited);
     if (device) {
         llmem_sim_stats ss = {0};
@@ -586,7 +570,7 @@ static void fixed_pool_shared_by_threads(bool checked)
     assert_int_equal(leaks, 0);
     pthread_mutex_destroy(&s.lock);
     llmem_resource_destroy(track);
-    assert_int_equal(res_stats(os).mapped_bytes, 0);
+    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
     llmem_resource_destroy(os);
 }
 

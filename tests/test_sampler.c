@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 /* ---- an independent run.c sample() --------------------------------------- */
 
@@ -109,15 +110,7 @@ static llmem_sampler *make(uint32_t V, float temp, float topp, uint64_t seed)
     return s;
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static float rng_unit(uint64_t *s) { return (float)(rng_next(s) >> 40) / 16777216.0f; }
+static float rng_unit(uint64_t *s) { return (float)(test_rng_next(s) >> 40) / 16777216.0f; }
 
 /* ---- tests ---------------------------------------------------------------- */
 
@@ -345,11 +338,11 @@ static void matches_run_c(void **state)
     float *x = malloc(32000 * sizeof *x), *y = malloc(32000 * sizeof *y);
     int vectors = 0, draws = 0;
     for (int v = 0; v < 400; v++) {
-        uint32_t V = v % 50 == 49 ? 32000 : sizes[rng_next(&rng) % (sizeof sizes / sizeof *sizes)];
-        float temp = temps[rng_next(&rng) % (sizeof temps / sizeof *temps)];
-        float topp = topps[rng_next(&rng) % (sizeof topps / sizeof *topps)];
-        uint64_t seed = rng_next(&rng);
-        int style = (int)(rng_next(&rng) % 3);
+        uint32_t V = v % 50 == 49 ? 32000 : sizes[test_rng_next(&rng) % (sizeof sizes / sizeof *sizes)];
+        float temp = temps[test_rng_next(&rng) % (sizeof temps / sizeof *temps)];
+        float topp = topps[test_rng_next(&rng) % (sizeof topps / sizeof *topps)];
+        uint64_t seed = test_rng_next(&rng);
+        int style = (int)(test_rng_next(&rng) % 3);
         llmem_sampler *s = make(V, temp, topp, seed);
         unsigned long long ref_state = seed ? seed : 1;
         for (int d = 0; d < 8; d++) {

@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 /* The real model of the shared folder (test_sched_shared runs the cases
  * that need it; see test_util.h). */
@@ -25,11 +26,8 @@ static llmem_model *g_model;
 static void make_prompt(int32_t *p, uint32_t n, uint32_t seed)
 {
     p[0] = 1;
-    uint64_t x = 0x9e3779b97f4a7c15ull ^ seed;
-    for (uint32_t i = 1; i < n; i++) {
-        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        p[i] = 3 + (int32_t)((x * 0x2545f4914f6cdd1dull >> 33) % 500);
-    }
+    uint64_t x = test_rng_seed(seed);
+    for (uint32_t i = 1; i < n; i++) p[i] = 3 + (int32_t)((test_rng_next(&x) >> 33) % 500);
 }
 
 static llmem_engine *engine(uint32_t max_seqs, uint32_t step_tokens, size_t kv_budget, bool prefix,
@@ -640,7 +638,7 @@ static void sim_run(uint64_t seed, bool swap_on, llmem_sched_stats *st, llmem_sc
     int32_t prompt[900];
     llmem_sched_req ids[60];
     for (int i = 0; i < 60; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        test_rng_next(&x);
         uint32_t len = 10 + (uint32_t)(x % 700);
         make_prompt(prompt, len, (uint32_t)(i % 7)); /* shared beginnings: prefix hits */
         llmem_sched_params p = llmem_sched_params_default();

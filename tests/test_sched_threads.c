@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 enum { CLIENTS = 4, PER_CLIENT = 60, VOCAB = 4096 };
 
@@ -29,15 +30,6 @@ typedef struct world {
     atomic_size_t nids;
     atomic_uint_fast64_t tokens_read, cancels, rogue_cancels;
 } world;
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
 
 static void *stepper(void *arg)
 {
@@ -63,7 +55,7 @@ static void *client_main(void *arg)
     world *w = c->w;
     int32_t prompt[200], out[64];
     for (unsigned i = 0; i < PER_CLIENT; i++) {
-        c->rng = mix64(c->rng + i);
+        c->rng = test_mix64(c->rng + i);
         uint32_t len = 8 + (uint32_t)(c->rng % 150);
         for (uint32_t t = 0; t < len; t++) prompt[t] = (int32_t)((c->idx * 1000 + i * 31 + t * 7) % VOCAB);
         llmem_sched_params p = llmem_sched_params_default();
@@ -141,7 +133,7 @@ static void *rogue(void *arg)
     world *w = arg;
     uint64_t r = 77;
     while (!atomic_load(&w->stop)) {
-        r = mix64(r);
+        r = test_mix64(r);
         size_t n = atomic_load(&w->nids);
         if (n) {
             pthread_mutex_lock(&w->ids_mu);

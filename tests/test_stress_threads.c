@@ -42,6 +42,8 @@
 #include <stdatomic.h>
 
 #include "test_util.h"
+#include "support/kv_content.h"
+#include "support/rng.h"
 
 enum {
     THREADS = 8,
@@ -59,28 +61,14 @@ enum {
 
 /* ---- randomness and patterns --------------------------------------------- */
 
-static uint64_t rng(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
-
 /* Byte i of a pattern seeded with `seed`. Written and checked at the same
  * offsets whatever the length (every byte of the first 256, then every
  * 61st), so a prefix of a block can be checked after a realloc; cheap on
  * big blocks. */
-static unsigned char pat(uint64_t seed, size_t i) { return (unsigned char)(mix(seed + i / 64) >> (8 * (i % 8))); }
+static unsigned char pat(uint64_t seed, size_t i)
+{
+    return (unsigned char)(test_mix64(seed + i / 64) >> (8 * (i % 8)));
+}
 
 static void fill(unsigned char *p, size_t n, uint64_t seed)
 {
@@ -176,15 +164,11 @@ static bool pop(inbox *b, item *it)
 
 /* ---- KV contents ------------------------------------------------------------ */
 
+/* tests/support/kv_content.h's model, with a random word per position in
+ * place of the prefix hash (no tokens here); a fork copies the words. */
 static void kv_write(shared *sh, seqstate *q, size_t from, size_t to)
 {
-    for (size_t p = from; p < to; p++)
-        for (uint32_t l = 0; l < KV_LAYERS; l++) {
-            void *k, *v;
-            assert_ok(llmem_kv_seq_token(sh->kv, q->h, l, p, &k, &v));
-            fill(k, KV_TOKEN, q->seed[p] + 2 * l);
-            fill(v, KV_TOKEN, q->seed[p] + 2 * l + 1);
-        }
+    test_kv_write(sh->kv, NULL, q->h, q->seed, from, to, KV_LAYERS);
 }
 
 static void kv_verify(shared *sh, const seqstate *q)
@@ -193,12 +177,7 @@ static void kv_verify(shared *sh, const seqstate *q)
     assert_ok(llmem_kv_seq_get_info(sh->kv, q->h, &in));
     assert_int_equal(in.length, q->length);
     for (size_t p = 0; p < q->length; p++)
-        for (uint32_t l = 0; l < KV_LAYERS; l++) {
-            void *k, *v;
-            assert_ok(llmem_kv_seq_token(sh->kv, q->h, l, p, &k, &v));
-            if (!intact(k, KV_TOKEN, q->seed[p] + 2 * l) || !intact(v, KV_TOKEN, q->seed[p] + 2 * l + 1))
-                fail_msg("sequence 0x%llx position %zu layer %u: KV changed", (unsigned long long)q->h, p, l);
-        }
+        for (uint32_t l = 0; l < KV_LAYERS; l++) test_kv_expect_token(sh->kv, NULL, q->h, q->seed[p], p, l);
 }
 
 /* ---- releasing what a thread holds or was handed -------------------------- */
@@ -235,7 +214,7 @@ static void release(shared *sh, item *it)
 /* Hand the item to a random other thread, or free it here. */
 static void give_away(worker *w, item it)
 {
-    int to = (w->id + 1 + (int)(rng(&w->s) % (THREADS - 1))) % THREADS;
+    int to = (w->id + 1 + (int)(test_rng_next(&w->s) % (THREADS - 1))) % THREADS;
     if (push(&w->sh->boxes[to], it)) atomic_fetch_add(&w->sh->cross, 1);
     else release(w->sh, &it);
 }
@@ -250,21 +229,22 @@ static void drain(worker *w)
 
 static size_t pick_size(uint64_t *s)
 {
-    uint64_t r = rng(s) % 100;
-    if (r < 70) return 1 + rng(s) % 512;
-    if (r < 90) return 513 + rng(s) % (32 << 10);
-    if (r < 98) return (32 << 10) + rng(s) % (224 << 10);
-    return (256 << 10) + rng(s) % (1792 << 10);
+    uint64_t r = test_rng_next(s) % 100;
+    if (r < 70) return 1 + test_rng_next(s) % 512;
+    if (r < 90) return 513 + test_rng_next(s) % (32 << 10);
+    if (r < 98) return (32 << 10) + test_rng_next(s) % (224 << 10);
+    return (256 << 10) + test_rng_next(s) % (1792 << 10);
 }
 
 static void op_alloc(worker *w)
 {
     if (w->nblocks == MAX_BLOCKS) return;
     size_t n = pick_size(&w->s);
-    unsigned char *p = rng(&w->s) % 8 ? llmem_pool_alloc(w->sh->pool, n, NULL)
-                                      : llmem_pool_alloc_aligned(w->sh->pool, n, (size_t)64 << (rng(&w->s) % 8), NULL);
+    unsigned char *p = test_rng_next(&w->s) % 8
+                           ? llmem_pool_alloc(w->sh->pool, n, NULL)
+                           : llmem_pool_alloc_aligned(w->sh->pool, n, (size_t)64 << (test_rng_next(&w->s) % 8), NULL);
     if (!p) fail_msg("alloc %zu: %s", n, llmem_last_error());
-    uint64_t seed = rng(&w->s);
+    uint64_t seed = test_rng_next(&w->s);
     fill(p, n, seed);
     w->blocks[w->nblocks++] = (item){K_BLOCK, p, 0, n, seed};
 }
@@ -272,17 +252,17 @@ static void op_alloc(worker *w)
 static void op_free(worker *w)
 {
     if (!w->nblocks) return;
-    size_t i = rng(&w->s) % w->nblocks;
+    size_t i = test_rng_next(&w->s) % w->nblocks;
     item it = w->blocks[i];
     w->blocks[i] = w->blocks[--w->nblocks];
-    if (rng(&w->s) % 2) give_away(w, it);
+    if (test_rng_next(&w->s) % 2) give_away(w, it);
     else release(w->sh, &it);
 }
 
 static void op_realloc(worker *w)
 {
     if (!w->nblocks) return;
-    item *it = &w->blocks[rng(&w->s) % w->nblocks];
+    item *it = &w->blocks[test_rng_next(&w->s) % w->nblocks];
     if (!intact(it->p, it->n, it->seed)) fail_msg("pool block %p corrupted before realloc", it->p);
     size_t n = pick_size(&w->s);
     unsigned char *p = llmem_pool_realloc(w->sh->pool, it->p, n, NULL);
@@ -296,19 +276,19 @@ static void op_realloc(worker *w)
 
 static void op_handle(worker *w)
 {
-    uint64_t r = rng(&w->s) % 4;
+    uint64_t r = test_rng_next(&w->s) % 4;
     if (r < 2 && w->nhandles < MAX_HANDLES) {
-        size_t n = 1 + rng(&w->s) % (rng(&w->s) % 4 ? (64 << 10) : (1 << 20));
+        size_t n = 1 + test_rng_next(&w->s) % (test_rng_next(&w->s) % 4 ? (64 << 10) : (1 << 20));
         llmem_handle h;
         assert_ok(llmem_pool_halloc(w->sh->pool, n, &h));
         unsigned char *p = llmem_pool_pin(w->sh->pool, h, NULL);
         if (!p) fail_msg("pin: %s", llmem_last_error());
-        uint64_t seed = rng(&w->s);
+        uint64_t seed = test_rng_next(&w->s);
         fill(p, n, seed);
         assert_ok(llmem_pool_unpin(w->sh->pool, h));
         w->handles[w->nhandles++] = (item){K_HANDLE, NULL, h, n, seed};
     } else if (w->nhandles) {
-        size_t i = rng(&w->s) % w->nhandles;
+        size_t i = test_rng_next(&w->s) % w->nhandles;
         item it = w->handles[i];
         if (r == 2) {
             /* Pin, check, unpin: the contents survive any compaction. */
@@ -320,25 +300,25 @@ static void op_handle(worker *w)
             return;
         }
         w->handles[i] = w->handles[--w->nhandles];
-        if (rng(&w->s) % 2) give_away(w, it);
+        if (test_rng_next(&w->s) % 2) give_away(w, it);
         else release(w->sh, &it);
     }
 }
 
 static void op_fixed(worker *w)
 {
-    uint64_t r = rng(&w->s) % 2;
+    uint64_t r = test_rng_next(&w->s) % 2;
     if (r == 0 && w->nfixed < MAX_FIXED) {
         unsigned char *p = llmem_fixed_alloc(w->sh->fixed, NULL);
         if (!p) fail_msg("fixed alloc: %s", llmem_last_error());
-        uint64_t seed = rng(&w->s);
+        uint64_t seed = test_rng_next(&w->s);
         fill(p, FIXED_BYTES, seed);
         w->fixed[w->nfixed++] = (item){K_FIXED, p, 0, FIXED_BYTES, seed};
     } else if (w->nfixed) {
-        size_t i = rng(&w->s) % w->nfixed;
+        size_t i = test_rng_next(&w->s) % w->nfixed;
         item it = w->fixed[i];
         w->fixed[i] = w->fixed[--w->nfixed];
-        if (rng(&w->s) % 2) give_away(w, it);
+        if (test_rng_next(&w->s) % 2) give_away(w, it);
         else release(w->sh, &it);
     }
 }
@@ -347,7 +327,7 @@ static void seq_drop(worker *w, size_t i)
 {
     item it = {K_SEQ, w->seqs[i], 0, 0, 0};
     w->seqs[i] = w->seqs[--w->nseqs];
-    if (rng(&w->s) % 2) give_away(w, it);
+    if (test_rng_next(&w->s) % 2) give_away(w, it);
     else release(w->sh, &it);
 }
 
@@ -360,7 +340,7 @@ static bool seq_grow(worker *w, seqstate *q, size_t n)
         llmem_status st = llmem_kv_seq_append(w->sh->kv, q->h, n, NULL, &first);
         if (st == LLMEM_OK) {
             assert_int_equal(first, q->length);
-            for (size_t p = q->length; p < q->length + n; p++) q->seed[p] = rng(&w->s);
+            for (size_t p = q->length; p < q->length + n; p++) q->seed[p] = test_rng_next(&w->s);
             kv_write(w->sh, q, q->length, q->length + n);
             q->length += n;
             return true;
@@ -380,23 +360,23 @@ static bool seq_grow(worker *w, seqstate *q, size_t n)
 static void op_kv(worker *w)
 {
     shared *sh = w->sh;
-    uint64_t r = rng(&w->s) % 10;
+    uint64_t r = test_rng_next(&w->s) % 10;
     if ((r < 2 || !w->nseqs) && w->nseqs < MAX_SEQS) {
         seqstate *q = calloc(1, sizeof *q);
         assert_non_null(q);
         assert_ok(llmem_kv_seq_create(sh->kv, 0, &q->h));
         w->seqs[w->nseqs++] = q;
-        if (!seq_grow(w, q, 1 + rng(&w->s) % 64)) {
+        if (!seq_grow(w, q, 1 + test_rng_next(&w->s) % 64)) {
             for (size_t i = 0; i < w->nseqs; i++)
                 if (w->seqs[i] == q) seq_drop(w, i);
         }
         return;
     }
     if (!w->nseqs) return;
-    size_t i = rng(&w->s) % w->nseqs;
+    size_t i = test_rng_next(&w->s) % w->nseqs;
     seqstate *q = w->seqs[i];
     if (r < 6) {
-        size_t n = 1 + rng(&w->s) % (r < 4 ? 2 : 24);
+        size_t n = 1 + test_rng_next(&w->s) % (r < 4 ? 2 : 24);
         if (q->length + n > KV_MAXLEN) seq_drop(w, i);
         else if (!seq_grow(w, q, n)) seq_drop(w, i);
     } else if (r == 6 && w->nseqs < MAX_SEQS) {
@@ -412,7 +392,7 @@ static void op_kv(worker *w)
         memcpy(c->seed, q->seed, q->length * sizeof *q->seed);
         w->seqs[w->nseqs++] = c;
     } else if (r == 7 && q->length > 1) {
-        size_t n = rng(&w->s) % q->length;
+        size_t n = test_rng_next(&w->s) % q->length;
         assert_ok(llmem_kv_seq_truncate(sh->kv, q->h, n));
         q->length = n;
     } else if (r == 8) {
@@ -425,24 +405,24 @@ static void op_kv(worker *w)
 static void op_upkeep(worker *w)
 {
     shared *sh = w->sh;
-    uint64_t r = rng(&w->s) % 16;
-    if (r < 1 + (rng(&w->s) % 2)) {
+    uint64_t r = test_rng_next(&w->s) % 16;
+    if (r < 1 + (test_rng_next(&w->s) % 2)) {
         llmem_pool_compact_report rep = {sizeof rep, 0, 0, 0, 0, 0, 0};
-        assert_ok(llmem_pool_compact(sh->pool, rng(&w->s) % 4 ? (size_t)1 << 20 : 0, &rep));
+        assert_ok(llmem_pool_compact(sh->pool, test_rng_next(&w->s) % 4 ? (size_t)1 << 20 : 0, &rep));
         atomic_fetch_add(&sh->compactions, 1);
         atomic_fetch_add(&sh->moved, rep.bytes_moved);
     } else if (r < 5) {
         llmem_pool_stats st = {sizeof st};
         assert_ok(llmem_pool_get_stats(sh->pool, &st));
-        llmem_pool_shrink(sh->pool, (size_t)(rng(&w->s) % (st.committed_bytes + 1)));
+        llmem_pool_shrink(sh->pool, (size_t)(test_rng_next(&w->s) % (st.committed_bytes + 1)));
     } else if (r == 5) {
         llmem_pool_trim(sh->pool);
     } else if (r == 6) {
         llmem_pool_flush_thread_cache(sh->pool);
         llmem_fixed_flush_thread_cache(sh->fixed);
     } else if (r == 7) {
-        llmem_kv_trim(sh->kv, rng(&w->s) % 2);
-    } else if (r == 8 && rng(&w->s) % 8 == 0) {
+        llmem_kv_trim(sh->kv, test_rng_next(&w->s) % 2);
+    } else if (r == 8 && test_rng_next(&w->s) % 8 == 0) {
         assert_ok(llmem_pool_check(sh->pool));
         assert_ok(llmem_kv_check(sh->kv));
     } else {
@@ -472,13 +452,13 @@ static void op_upkeep(worker *w)
 static void op_inspect(worker *w)
 {
     if (w->nblocks) {
-        const item *it = &w->blocks[rng(&w->s) % w->nblocks];
+        const item *it = &w->blocks[test_rng_next(&w->s) % w->nblocks];
         if (!intact(it->p, it->n, it->seed)) fail_msg("pool block %p corrupted", it->p);
         assert_true(llmem_pool_owns(w->sh->pool, it->p));
         assert_true(llmem_pool_usable_size(w->sh->pool, it->p) >= it->n);
     }
     if (w->nfixed) {
-        const item *it = &w->fixed[rng(&w->s) % w->nfixed];
+        const item *it = &w->fixed[test_rng_next(&w->s) % w->nfixed];
         if (!intact(it->p, it->n, it->seed)) fail_msg("fixed block %p corrupted", it->p);
     }
 }
@@ -491,7 +471,7 @@ static void *worker_main(void *arg)
     for (;; ops++) {
         if (sh->ops_per_thread ? ops >= sh->ops_per_thread : (ops % 64 == 0 && now_ns() >= sh->deadline_ns)) break;
         if (ops % 16 == 0) drain(w);
-        uint64_t r = rng(&w->s) % 1000;
+        uint64_t r = test_rng_next(&w->s) % 1000;
         if (r < 280) op_alloc(w);
         else if (r < 520) op_free(w);
         else if (r < 550) op_realloc(w);
@@ -577,7 +557,7 @@ static void stress(void **state)
     for (int i = 0; i < THREADS; i++) {
         w[i].sh = sh;
         w[i].id = i;
-        w[i].s = mix(sh->seed * 0x9e3779b97f4a7c15ull + (uint64_t)i + 1) | 1;
+        w[i].s = test_mix64(sh->seed * 0x9e3779b97f4a7c15ull + (uint64_t)i + 1) | 1;
         assert_int_equal(pthread_create(&t[i], NULL, worker_main, &w[i]), 0);
     }
     for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 #if !defined(TEST_ASAN) && !defined(TEST_TSAN) && defined(__GLIBC__) &&                                    \
     (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
@@ -493,13 +494,7 @@ static void bad_input(void **state)
 /* ---- the demo page ------------------------------------------------------- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double rnd(void) /* xorshift64*, in [0, 1) */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
-}
+static double rnd(void) { return test_rng_unit(&rng_state); } /* in [0, 1) */
 
 #define MiB (1024.0 * 1024.0)
 

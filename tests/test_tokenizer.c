@@ -26,6 +26,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 /* A file in the shared folder's models/ (test_util.h: test_shared_path). */
 #define MODEL(rel) test_shared_path("models/" rel)
@@ -279,14 +280,6 @@ static size_t ref_encode(const ref_tok *r, const char *text, bool bos, bool eos,
 
 /* Random text: words, punctuation, whitespace runs, multi-byte code points
  * (some not in small vocabularies), broken UTF-8, literal "<0x41>". */
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 static void random_text(uint64_t *rng, char *out, size_t len)
 {
     static const char *const parts[] = {
@@ -296,7 +289,7 @@ static void random_text(uint64_t *rng, char *out, size_t len)
         "unbelievable", " antidisestablishment", "-", "(", ")", "&", "#", "@", "e\xCC\x81", "\xF0\x9F\x98\x80\x80\x80"};
     size_t n = 0;
     while (n < len) {
-        const char *p = parts[rng_next(rng) % (sizeof parts / sizeof *parts)];
+        const char *p = parts[test_rng_next(rng) % (sizeof parts / sizeof *parts)];
         size_t pl = strlen(p);
         if (n + pl > len) pl = len - n;
         memcpy(out + n, p, pl);
@@ -736,7 +729,7 @@ static void agree_with_reference(const char *path, uint32_t V, int texts, size_t
     char *text = malloc(maxlen + 1);
     int32_t *a = malloc((maxlen + 3) * sizeof *a), *b = malloc((maxlen + 3) * sizeof *b);
     for (int i = 0; i < texts; i++) {
-        size_t len = (size_t)(rng_next(&rng) % (maxlen + 1));
+        size_t len = (size_t)(test_rng_next(&rng) % (maxlen + 1));
         random_text(&rng, text, len);
         bool bos = i % 3 != 0, eos = i % 4 == 0;
         size_t na = enc(t, text, bos, eos, a, strlen(text) + 3);
@@ -781,13 +774,13 @@ static void random_vocabularies_agree_with_run_c(void **state)
         extra[n] = (img_tok){pieces[n], 0, -1};
         n++;
         while (n < 120) {
-            size_t len = 1 + rng_next(&rng) % 4;
-            for (size_t i = 0; i < len; i++) pieces[n][i] = " abc"[rng_next(&rng) % 4];
+            size_t len = 1 + test_rng_next(&rng) % 4;
+            for (size_t i = 0; i < len; i++) pieces[n][i] = " abc"[test_rng_next(&rng) % 4];
             pieces[n][len] = '\0';
             bool dup = false;
             for (size_t j = 0; j < n; j++) dup |= strcmp(pieces[j], pieces[n]) == 0;
             if (dup) continue;
-            extra[n] = (img_tok){pieces[n], -(float)(rng_next(&rng) % 4), -1};
+            extra[n] = (img_tok){pieces[n], -(float)(test_rng_next(&rng) % 4), -1};
             n++;
         }
         llmem_tokenizer *t = tok_llama(extra, n);
@@ -795,8 +788,8 @@ static void random_vocabularies_agree_with_run_c(void **state)
         char text[300];
         int32_t a[310], b[310];
         for (int i = 0; i < 40; i++) {
-            size_t len = rng_next(&rng) % 299;
-            for (size_t k = 0; k < len; k++) text[k] = "abc d"[rng_next(&rng) % 5];
+            size_t len = test_rng_next(&rng) % 299;
+            for (size_t k = 0; k < len; k++) text[k] = "abc d"[test_rng_next(&rng) % 5];
             text[len] = '\0';
             size_t na = enc(t, text, true, false, a, 310);
             size_t nb = ref_encode(&r, text, true, false, b);
@@ -940,7 +933,7 @@ static void gguf_matches_bin(const char *bin, uint32_t V, const char *gguf)
     uint64_t rng = 99;
     char text[1000];
     for (int i = 0; i < 100; i++) {
-        random_text(&rng, text, rng_next(&rng) % 999);
+        random_text(&rng, text, test_rng_next(&rng) % 999);
         size_t na = enc(tb, text, true, false, a, 4096);
         size_t nb = enc(tg, text, true, false, b, 4096);
         assert_int_equal(na, nb);
@@ -1334,8 +1327,8 @@ static void bpe_round_trip(void **state)
         char text[400], back[400 * 8];
         int32_t ids[1024];
         for (int i = 0; i < 300; i++) {
-            size_t len = rng_next(&rng) % 300;
-            for (size_t j = 0; j < len; j++) text[j] = alphabet[rng_next(&rng) % (sizeof alphabet - 1)];
+            size_t len = test_rng_next(&rng) % 300;
+            for (size_t j = 0; j < len; j++) text[j] = alphabet[test_rng_next(&rng) % (sizeof alphabet - 1)];
             text[len] = 0;
             size_t n;
             assert_ok(llmem_tokenizer_encode(t, text, false, false, ids, 1024, &n));

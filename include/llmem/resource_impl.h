@@ -50,6 +50,7 @@ struct llmem_resource {
     llmem_resource_info info;
     char name_buf[48];
     llmem_resource_stats counters_; /* private to the wrappers */
+    unsigned flags_;                /* private to the wrappers (llmem_resource_init zeroes it) */
 };
 
 /* Fill the common part. `name` is copied (truncated to 47 bytes).

@@ -142,6 +142,12 @@ void *llmem__mmap_aligned(size_t size, size_t align, size_t page, int prot, int 
  * default (os.c). Never destroyed. */
 llmem_resource *llmem__resource_default_thp(void);
 
+/* llmem_resource.flags_: an immortal resource (a process-wide default) is
+ * one llmem_resource_destroy leaves alone. Set once, at initialisation,
+ * before the resource is published. */
+#define LLMEM__RES_IMMORTAL 1u
+static inline void llmem__resource_make_immortal(llmem_resource *r) { r->flags_ |= LLMEM__RES_IMMORTAL; }
+
 /* Copy a name into a fixed buffer, NUL-terminated, truncating. */
 void llmem__copy_name(char *dst, size_t cap, const char *src, const char *fallback);
 

@@ -101,12 +101,6 @@ struct llmem_engine {
     uint64_t malloc_bytes;
 };
 
-const char *llmem_stage_name(llmem_stage s)
-{
-    static const char *const names[] = {"idle", "load", "prefill", "decode"};
-    return (unsigned)s < LLMEM_STAGE_COUNT_ ? names[s] : "?";
-}
-
 llmem_engine_options llmem_engine_options_default(void)
 {
     llmem_engine_options o;

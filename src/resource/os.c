@@ -488,6 +488,7 @@ static void default_init(void)
 {
     llmem_os_options o = llmem_os_options_default();
     os_init(&default_os, &o); /* default options cannot fail */
+    llmem__resource_make_immortal(&default_os.base);
 }
 
 llmem_resource *llmem_resource_default(void)
@@ -507,6 +508,7 @@ static void default_thp_init(void)
     o.name = "os-thp";
     o.huge = LLMEM_OS_HUGE_THP;
     os_init(&default_thp, &o); /* cannot fail */
+    llmem__resource_make_immortal(&default_thp.base);
 }
 
 llmem_resource *llmem__resource_default_thp(void)

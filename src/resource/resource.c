@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "internal.h"
-#include "llmem/os_resource.h"
 #include "llmem/resource_impl.h"
 
 #define C(r) (&(r)->counters_)
@@ -253,6 +252,6 @@ const llmem_stats_schema *llmem_resource_stats_schema(void) { return &resource_s
 
 void llmem_resource_destroy(llmem_resource *r)
 {
-    if (!r || r == llmem_resource_default() || r == llmem__resource_default_thp()) return;
+    if (!r || (r->flags_ & LLMEM__RES_IMMORTAL)) return; /* the process defaults */
     if (r->ops->destroy) r->ops->destroy(r);
 }

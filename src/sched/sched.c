@@ -46,6 +46,7 @@
 #include "llmem/sampler.h"
 #include "llmem/sched.h"
 
+#include "../core/hash.h"
 #include "../core/internal.h"
 #include "sched_internal.h"
 
@@ -345,20 +346,12 @@ static void take_token(llmem_sched *s, unit *u, int32_t tok)
     reveal(s, u, u->generated - held_back(u));
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
-
 /* The next token from logits (modified), or a synthetic one. */
 static int32_t pick(llmem_sched *s, unit *u, float *logits)
 {
     if (!logits) {
-        uint64_t h = mix64(u->r->serial * 0x9e3779b97f4a7c15ull + (uint64_t)u->idx * 0x100000001b3ull + u->total);
+        uint64_t h =
+            llmem__mix64(u->r->serial * 0x9e3779b97f4a7c15ull + (uint64_t)u->idx * 0x100000001b3ull + u->total);
         return (int32_t)(h % s->b.vocab);
     }
     return u->sampler ? llmem_sampler_sample(u->sampler, logits) : llmem_argmax(logits, s->b.vocab);

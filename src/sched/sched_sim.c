@@ -28,6 +28,7 @@
 #include "llmem/kv.h"
 #include "llmem/resource.h"
 
+#include "../core/hash.h"
 #include "../core/internal.h"
 #include "sched_backend.h"
 
@@ -53,23 +54,9 @@ typedef struct sim_backend {
     llmem_sched_sim_stats st;
 } sim_backend;
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
-}
-
-static uint64_t prefix_step(uint64_t prev, int32_t tok, size_t pos)
-{
-    return mix(prev * 0x100000001b3ull + (uint64_t)(uint32_t)tok * 0x9e3779b97f4a7c15ull + pos + 1);
-}
-
 static uint64_t slot_seed(uint64_t ph, uint32_t layer, int which)
 {
-    return mix(ph ^ ((uint64_t)layer * 2 + (uint64_t)which + 1) * 0x2545f4914f6cdd1dull);
+    return llmem__mix64(ph ^ ((uint64_t)layer * 2 + (uint64_t)which + 1) * 0x2545f4914f6cdd1dull);
 }
 
 static void fill(void *dst, size_t bytes, uint64_t seed)
@@ -183,7 +170,7 @@ static void s_free(void *bp, uint64_t h)
 static void chain(sim_backend *b, sim_seq *q, const int32_t *tokens, size_t from, size_t to)
 {
     if (!b->o.write_kv) return;
-    for (size_t p = from; p < to; p++) q->ph[p] = prefix_step(p ? q->ph[p - 1] : 0, tokens[p - from], p);
+    for (size_t p = from; p < to; p++) q->ph[p] = llmem__prefix_step(p ? q->ph[p - 1] : 0, tokens[p - from], p);
 }
 
 static llmem_status s_match(void *bp, uint64_t h, const int32_t *tokens, size_t n, size_t *matched)
@@ -377,7 +364,7 @@ llmem_status llmem__sched_sim_backend(const llmem_sched_sim_options *so, llmem__
     b->max_len = kr.max_seq_len;
     b->token_bytes = llmem_kv_token_bytes(so->kv);
     b->layers = (uint32_t)(llmem_kv_bytes_per_token(so->kv) / (2 * b->token_bytes));
-    b->rng = mix(so->seed ? so->seed : 1) | 1;
+    b->rng = llmem__mix64(so->seed ? so->seed : 1) | 1;
     b->t0_ns = llmem__now_ns();
     memset(out, 0, sizeof *out);
     out->ops = &llmem__sched_sim_ops;
