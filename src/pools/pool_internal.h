@@ -1,7 +1,8 @@
 /*
- * pool_internal.h - the dynamic pool's data structures, shared by pool.c
- * (allocation, thread caches, purge) and pool_compact.c (handles and
- * compaction). Not installed. See pool.c for the layout and invariants.
+ * pool_internal.h - the dynamic pool's data structures, and every internal
+ * one of its files calls in another, declared once under a heading per
+ * file (mimalloc's internal.h manner). Not installed. Each file's top
+ * comment states its algorithm and invariants; pool.c lists the files.
  */
 #ifndef LLMEM_POOL_INTERNAL_H
 #define LLMEM_POOL_INTERNAL_H
@@ -132,6 +133,17 @@ struct llmem_pool {
     uint32_t nfenced, capfenced;
 };
 
+/* A thread's cache for one pool (pool_tcache.c). */
+typedef struct tcache {
+    llmem_pool *pool;
+    struct tcache *next, *prev;         /* the pool's caches, under its lock */
+    uint32_t count[LLMEM_MAX_CLASSES];  /* owner: relaxed stores */
+    uint32_t cap[LLMEM_MAX_CLASSES];
+    uint64_t allocs[LLMEM_MAX_CLASSES]; /* owner: relaxed stores */
+    void **items[LLMEM_MAX_CLASSES];
+    void *storage[];
+} tcache;
+
 /* ---- helpers ---------------------------------------------------------- */
 
 static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)
@@ -148,14 +160,44 @@ static inline pblock *node_block(llmem_avl_node *n)
     return n ? (pblock *)((char *)n - offsetof(pblock, node)) : NULL;
 }
 
-/* ---- the page allocator (pool.c); the pool lock is held for all --------- */
+/* Block index of a pointer at offset off in a slab of class cls, exact:
+ * (off * magic) >> 40 equals off / size for off below 2^24 * 16; false if
+ * off is not a block boundary. */
+static inline bool llmem__pool_slab_index(const llmem_pool *p, unsigned cls, size_t off, uint32_t *idx)
+{
+    uint64_t i = ((uint64_t)off * p->magic[cls]) >> MAGIC_SHIFT;
+    *idx = (uint32_t)i;
+    return i * p->cls.size[cls] == off;
+}
 
+/* Set *status (optional) and return NULL: the tail of every failed
+ * pointer-returning call. */
+static inline void *llmem__pool_alloc_failed(llmem_status st, llmem_status *status)
+{
+    if (status) *status = st;
+    return NULL;
+}
+
+/* The front guard of a checked host block at this alignment. */
+static inline size_t llmem__pool_guard_front(size_t align) { return align > GUARD_MIN ? align : GUARD_MIN; }
+
+/* ---- pool_pages.c: superblocks and page runs; the pool lock is held ---- */
+
+/* Free-tree order: (size, address). */
+int llmem__pool_free_cmp(const llmem_avl_node *a, const llmem_avl_node *b);
+/* Free-tree search key: the smallest size wanted. */
+int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n);
+/* A zeroed descriptor (room for a slab), NULL when host memory is short. */
 pblock *llmem__pool_desc_new(llmem_pool *p);
 void llmem__pool_desc_free(llmem_pool *p, pblock *b);
+/* Make b a FREE block in the tree (counted in free_bytes), free since now. */
 void llmem__pool_tree_insert(llmem_pool *p, pblock *b);
 void llmem__pool_tree_remove(llmem_pool *p, pblock *b);
 /* Split everything past `keep` bytes off b as a free run after it. */
 void llmem__pool_split_back(llmem_pool *p, pblock *b, size_t keep);
+/* Map a superblock for `need` bytes at `align` (the reserved range first,
+ * if configured and not mapped yet). */
+llmem_status llmem__pool_grow(llmem_pool *p, size_t need, size_t align);
 /* A run of `size` bytes at `align`, out of the tree, committed, growing if
  * needed; the caller sets its kind. */
 pblock *llmem__pool_take_pages(llmem_pool *p, size_t size, size_t align, llmem_status *st);
@@ -163,11 +205,69 @@ pblock *llmem__pool_take_pages(llmem_pool *p, size_t size, size_t align, llmem_s
 pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align, llmem_status *st);
 /* Back to the free runs, coalescing; the caller has fixed the owner table. */
 void llmem__pool_put_pages(llmem_pool *p, pblock *b);
+/* Commit every decommitted run overlapping [a, a+n). */
 llmem_status llmem__pool_commit_range(llmem_pool *p, superblock *sb, uintptr_t a, size_t n);
+/* Decommit the committed runs inside free block b until `budget` bytes
+ * went back; returns the bytes released. */
+size_t llmem__pool_decommit_block(llmem_pool *p, pblock *b, size_t budget);
 /* Unmap an empty superblock; false (and kept) if the resource refuses. */
 bool llmem__pool_release_sb(llmem_pool *p, superblock *sb);
+/* Free a superblock's host metadata (not its memory). */
+void llmem__pool_sb_free_meta(superblock *sb);
+
+/* ---- pool_purge.c: the background purger ------------------------------- */
+
+/* Register p with the process-wide purger, starting its thread on first
+ * use. LLMEM_EOS if the thread cannot start. */
+llmem_status llmem__pool_purger_register(llmem_pool *p);
+/* Take p off the purger's list; returns after any pass over p ends. */
+void llmem__pool_purger_unregister(llmem_pool *p);
+/* Something became free in p: make sure the purger will look. Any lock. */
+void llmem__pool_purger_kick(const llmem_pool *p);
+
+/* ---- pool_slab.c: slabs, guards and fills; the pool lock is held -------- */
+
+/* A block of class cls out of the slabs (counted as handed out); 0 with
+ * *st on failure. */
+uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st);
+/* Give a slab block (index idx of slab s) back. */
+void llmem__pool_small_put(llmem_pool *p, slab *s, uintptr_t block, uint32_t idx);
+/* Return an empty slab to the page allocator. */
+void llmem__pool_slab_release(llmem_pool *p, slab *s);
+/* Write the guards around [user, user+n) inside [block, block+bsize). */
+void llmem__pool_guards_write(uintptr_t block, size_t bsize, uintptr_t user, size_t n);
+/* Read the header at block: requested size and front guard; false if the
+ * magic word is damaged. */
+bool llmem__pool_guards_header(uintptr_t block, size_t *n, size_t *g);
+/* True when both guards are intact. */
+bool llmem__pool_guards_intact(uintptr_t block, size_t bsize, uintptr_t user, size_t n);
+/* Offset of the first byte of a free block that is not FREED_BYTE, or
+ * csize if none. */
+size_t llmem__pool_freed_damage(uintptr_t block, size_t csize);
+
+/* ---- pool_tcache.c: thread caches and the fast paths -------------------- */
+
+/* This thread's cache for p, created on first use; NULL when the pool has
+ * none or memory for one is short. Takes the lock on first use only. */
+tcache *llmem__pool_tcache_get(llmem_pool *p);
+/* Return every block of t to the transfer caches or slabs. Lock held. */
+void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t);
+/* Return class c's transfer cache to its slabs. Lock held. */
+void llmem__pool_xfer_drain(llmem_pool *p, unsigned c);
+/* The pthread key's destructor: flush at thread exit. Takes the lock. */
+void llmem__pool_tcache_destructor(void *v);
+/* Free every cache of p (destroy; no other thread uses p any more). */
+void llmem__pool_tcaches_destroy(llmem_pool *p);
+/* Bytes and blocks in thread and transfer caches (per_class, optional,
+ * gets each class's block count added). Lock held. */
+void llmem__pool_cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class);
+/* Record a new peak of used bytes (cached blocks not counted). Lock held. */
 void llmem__pool_note_peak(llmem_pool *p);
-/* ---- fenced frees (pool_fence.c uses these from pool.c) ----------------- */
+/* Allocate size bytes at align (>= the pool's) from the slabs or page
+ * runs, counted; NULL with *st. Lock held. */
+void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status *st);
+
+/* ---- pool_free.c: the locked free path --------------------------------- */
 
 /* ptr is a live raw block of this pool whose fenced free is not pending:
  * LLMEM_OK with its block bytes in *bytes and its block in *b (the slab for
@@ -179,6 +279,9 @@ llmem_status llmem__pool_validate_free(llmem_pool *p, uintptr_t a, size_t *bytes
 llmem_status llmem__pool_free_locked(llmem_pool *p, uintptr_t a, const char *what);
 /* Free a block validated before (and still live). Lock held. */
 llmem_status llmem__pool_free_valid(llmem_pool *p, uintptr_t a);
+
+/* ---- pool_fence.c: fenced frees ---------------------------------------- */
+
 /* Is a's fenced free pending? Lock held. */
 bool llmem__pool_fenced_has(const llmem_pool *p, uintptr_t a);
 /* Complete the fenced frees whose fences are done; how many. Lock held. */
@@ -189,8 +292,5 @@ size_t llmem__pool_poll_fenced_locked(llmem_pool *p);
 bool llmem__pool_wait_one_fenced(llmem_pool *p, bool forced);
 /* Drop every pending fence without waiting (destroy). */
 void llmem__pool_drop_fenced(llmem_pool *p);
-
-/* Free-tree search key: the smallest size wanted. */
-int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n);
 
 #endif

@@ -1,0 +1,446 @@
+/*
+ * pool_tcache.c - the dynamic pool's thread caches and its fast paths:
+ * allocation (llmem_pool_alloc, _aligned, _calloc) and the free of a small
+ * block (llmem_pool_free; everything else goes to pool_free.c).
+ *
+ * Algorithm. Each thread that uses a pool gets a cache per pool: for every
+ * class a small stack of free block pointers (capacity: 16 units' worth of
+ * blocks, 64 KiB on the host, 4 to 256 blocks). Allocation pops and free
+ * pushes with no lock and no atomic read-modify-write. An empty stack is
+ * refilled with half its capacity, first from the class's transfer cache,
+ * then from the slabs; a full one flushes half into the transfer cache (or
+ * the slabs), both under the lock. A block freed by another thread joins
+ * that thread's cache: blocks of a class are interchangeable. The cache is
+ * found through a one-entry thread-local memo in front of a pthread key; the
+ * key's destructor flushes it when its thread exits.
+ *
+ * Invariants: from the slabs' point of view cached blocks are handed out
+ * (the stats subtract them); a cache's counters are written only by its
+ * thread, with relaxed atomic stores, so stats read under the lock never
+ * race; every cache of a pool is on its list (under the lock) from its
+ * first use to its thread's exit or the pool's destroy. Checked pools have
+ * no thread caches: their per-block state must change at every free, under
+ * the lock.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "addrmap.h"
+#include "pool_internal.h"
+
+
+static _Thread_local struct {
+    const llmem_pool *pool;
+    uint64_t id;
+    tcache *tc;
+} tl_last;
+
+static inline void st_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+/* Bytes and blocks sitting in thread and transfer caches. Lock held. */
+void llmem__pool_cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class)
+{
+    *bytes = p->xfer_bytes;
+    *blocks = p->xfer_blocks;
+    if (per_class)
+        for (unsigned c = 0; c < p->cls.count; c++) per_class[c] += p->central[c].xcount;
+    for (const tcache *t = p->tcaches; t; t = t->next) {
+        for (unsigned c = 0; c < p->cls.count; c++) {
+            uint32_t n = ld_u32(&t->count[c]);
+            *blocks += n;
+            *bytes += (uint64_t)n * p->cls.size[c];
+            if (per_class) per_class[c] += n;
+        }
+    }
+}
+
+/* Record a new peak of used bytes (those in thread caches not counted). */
+void llmem__pool_note_peak(llmem_pool *p)
+{
+    uint64_t used = p->st.used_bytes;
+    if (used <= p->st.used_peak_bytes) return;
+    if (p->tcaches || p->xfer_blocks) {
+        uint64_t bytes, blocks;
+        llmem__pool_cached_totals(p, &bytes, &blocks, NULL);
+        used -= bytes;
+    }
+    if (used > p->st.used_peak_bytes) p->st.used_peak_bytes = used;
+}
+
+
+/* Flush cached blocks of class c down to `keep`. Lock held. */
+static void tcache_flush_class(llmem_pool *p, tcache *t, unsigned c, uint32_t keep)
+{
+    uint32_t n = t->count[c];
+    size_t csize = p->cls.size[c];
+    /* Into the transfer cache while it has room: another thread's refill
+     * takes the batch as it is, no slab touched. */
+    central *x = &p->central[c];
+    uint32_t room = x->xcap - x->xcount, move = n - keep < room ? n - keep : room;
+    if (move && keep) {
+        memcpy(&x->xfer[x->xcount], &t->items[c][n - move], move * sizeof(void *));
+        x->xcount += move;
+        p->xfer_blocks += move;
+        p->xfer_bytes += (uint64_t)move * csize;
+        n -= move;
+    }
+    while (n > keep) {
+        uintptr_t b = (uintptr_t)t->items[c][--n];
+        superblock *sb = llmem__addrmap_get(b);
+        slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
+        uint32_t idx = (uint32_t)((b - s->b.start) / csize);
+        if (idx >= s->carved) { /* a bogus free of a never-carved block slipped through release mode */
+            llmem__log(LLMEM_LOG_ERROR, "pool '%s': dropped %p from a thread cache: not a carved block", p->name,
+                       (void *)b);
+            continue;
+        }
+        llmem__pool_small_put(p, s, b, idx);
+    }
+    st_u32(&t->count[c], n);
+}
+
+/* Return a class's transfer cache to its slabs. Lock held. */
+void llmem__pool_xfer_drain(llmem_pool *p, unsigned c)
+{
+    central *x = &p->central[c];
+    size_t csize = p->cls.size[c];
+    while (x->xcount) {
+        uintptr_t b = (uintptr_t)x->xfer[--x->xcount];
+        superblock *sb = llmem__addrmap_get(b);
+        slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
+        p->xfer_blocks--;
+        p->xfer_bytes -= csize;
+        llmem__pool_small_put(p, s, b, (uint32_t)((b - s->b.start) / csize));
+    }
+}
+
+void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t)
+{
+    for (unsigned c = 0; c < p->cls.count; c++)
+        if (t->count[c]) tcache_flush_class(p, t, c, 0);
+}
+
+/* Thread exit: return the cache's blocks and fold its counters in. */
+void llmem__pool_tcache_destructor(void *v)
+{
+    tcache *t = v;
+    llmem_pool *p = t->pool;
+    if (tl_last.tc == t) tl_last.pool = NULL;
+    pthread_mutex_lock(&p->lock);
+    llmem__pool_tcache_flush_all(p, t);
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        p->st.allocs_total += t->allocs[c];
+        p->central[c].allocs += t->allocs[c];
+    }
+    if (t->prev) t->prev->next = t->next;
+    else p->tcaches = t->next;
+    if (t->next) t->next->prev = t->prev;
+    pthread_mutex_unlock(&p->lock);
+    free(t);
+}
+
+void llmem__pool_tcaches_destroy(llmem_pool *p)
+{
+    for (tcache *t = p->tcaches, *n; t; t = n) {
+        n = t->next;
+        free(t);
+    }
+    p->tcaches = NULL;
+    if (tl_last.pool == p) tl_last.pool = NULL;
+}
+
+/* This thread's cache for p, created on first use; NULL when the pool has
+ * none or memory for one is short (then the locked path serves). */
+tcache *llmem__pool_tcache_get(llmem_pool *p)
+{
+    if (LLMEM_LIKELY(tl_last.pool == p && tl_last.id == p->id)) return tl_last.tc;
+    if (!p->tcache_on) return NULL;
+    tcache *t = pthread_getspecific(p->tkey);
+    if (!t) {
+        t = calloc(1, sizeof *t + p->tcache_slots * sizeof(void *));
+        if (!t) return NULL;
+        t->pool = p;
+        size_t at = 0;
+        for (unsigned c = 0; c < p->cls.count; c++) {
+            t->cap[c] = p->tcache_cap[c];
+            t->items[c] = &t->storage[at];
+            at += t->cap[c];
+        }
+        if (pthread_setspecific(p->tkey, t) != 0) {
+            free(t);
+            return NULL;
+        }
+        pthread_mutex_lock(&p->lock);
+        t->next = p->tcaches;
+        if (p->tcaches) p->tcaches->prev = t;
+        p->tcaches = t;
+        pthread_mutex_unlock(&p->lock);
+    }
+    tl_last.pool = p;
+    tl_last.id = p->id;
+    tl_last.tc = t;
+    return t;
+}
+
+/* Refill the empty stack of class c with half its capacity; one block
+ * goes to the caller. */
+static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *st)
+{
+    uint32_t want = t->cap[c] / 2 ? t->cap[c] / 2 : 1, got = 0;
+    pthread_mutex_lock(&p->lock);
+    central *x = &p->central[c];
+    if (x->xcount) {
+        got = x->xcount < want ? x->xcount : want;
+        x->xcount -= got;
+        memcpy(t->items[c], &x->xfer[x->xcount], got * sizeof(void *));
+        p->xfer_blocks -= got;
+        p->xfer_bytes -= (uint64_t)got * p->cls.size[c];
+    }
+    if (got < want && p->nfenced) llmem__pool_poll_fenced_locked(p);
+    while (got < want) {
+        uintptr_t b = llmem__pool_small_take(p, c, st);
+        if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) continue;
+        if (!b) break;
+        t->items[c][got++] = (void *)b;
+    }
+    if (got) *st = LLMEM_OK;
+    else p->st.failures_total++;
+    llmem__pool_note_peak(p);
+    pthread_mutex_unlock(&p->lock);
+    if (!got) return NULL;
+    st_u32(&t->count[c], got - 1);
+    return t->items[c][got - 1];
+}
+
+
+
+/* The class for n bytes at align (0 = the pool's), or cls.count if none. */
+static unsigned class_for(const llmem_pool *p, size_t n, size_t align)
+{
+    if (n > p->cls.max_small) return p->cls.count;
+    unsigned c = llmem__class_of(&p->cls, n);
+    while (c < p->cls.count && p->cls.size[c] % align) c++;
+    return c;
+}
+
+void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status *st)
+{
+    size_t g = 0, inner = size;
+    if (p->checked && p->host) {
+        g = llmem__pool_guard_front(align);
+        if (!llmem__add_ok(size, g + GUARD_TAIL, &inner)) {
+            *st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes overflow with guards", p->name, size);
+            return NULL;
+        }
+    }
+    unsigned cls = align <= p->unit ? class_for(p, inner, align) : p->cls.count;
+    uintptr_t block, user;
+    if (cls < p->cls.count) {
+        block = llmem__pool_small_take(p, cls, st);
+        if (!block) return NULL;
+        p->central[cls].allocs++;
+        user = block + g;
+        if (g) llmem__pool_guards_write(block, p->cls.size[cls], user, size);
+    } else {
+        size_t pages;
+        if (!llmem__align_up(inner, p->unit, &pages) || pages > (size_t)PTRDIFF_MAX) {
+            *st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes overflow when rounded to pages", p->name, size);
+            return NULL;
+        }
+        /* With guards the user pointer must keep the alignment: the block
+         * starts aligned, and g is a multiple of it. */
+        pblock *b = llmem__pool_take_pages(p, pages, align, st);
+        if (!b) return NULL;
+        b->kind = D_LARGE;
+        b->requested = size;
+        block = b->start;
+        user = block + g;
+        b->user = user;
+        superblock *sb = b->sb;
+        sb->owner[unit_of(sb, block, p->ushift)] = b;
+        if (g && unit_of(sb, user, p->ushift) != unit_of(sb, block, p->ushift))
+            sb->owner[unit_of(sb, user, p->ushift)] = b;
+        p->st.used_bytes += b->size;
+        p->st.live_allocations++;
+        if (g) llmem__pool_guards_write(block, b->size, user, size);
+    }
+    if (p->host) LLMEM_UNPOISON((void *)user, size);
+    p->st.allocs_total++;
+    llmem__pool_note_peak(p);
+    *st = LLMEM_OK;
+    return (void *)user;
+}
+
+
+/* Everything but a thread-cache hit: the cache's first use and refills,
+ * bad input, large and aligned requests, checked pools. */
+static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, size_t align, llmem_status *status)
+{
+    if (p && size - 1 < p->cls.max_small && align <= p->align && !(align & (align - 1))) {
+        tcache *t = llmem__pool_tcache_get(p);
+        if (t) {
+            unsigned c = llmem__class_of(&p->cls, size);
+            void *b;
+            uint32_t n = t->count[c];
+            if (n) {
+                b = t->items[c][n - 1];
+                st_u32(&t->count[c], n - 1);
+            } else {
+                llmem_status st;
+                b = tcache_refill(p, t, c, &st);
+                if (!b) return llmem__pool_alloc_failed(st, status);
+            }
+            st_u64(&t->allocs[c], t->allocs[c] + 1);
+            if (p->host) LLMEM_UNPOISON(b, size);
+            if (status) *status = LLMEM_OK;
+            return b;
+        }
+    }
+    if (!p) return llmem__pool_alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
+    llmem_status st;
+    if (size == 0) st = llmem__fail(LLMEM_EINVAL, "pool '%s': allocation of 0 bytes", p->name);
+    else if (size > (size_t)PTRDIFF_MAX)
+        st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': allocation of %zu bytes overflows", p->name, size);
+    else if (align && (!llmem__is_pow2(align) || align > p->max_sb))
+        st = llmem__fail(LLMEM_EALIGN, "pool '%s': alignment %zu is not a power of two up to %zu", p->name, align,
+                         p->max_sb);
+    else st = LLMEM_OK;
+    if (st) {
+        pthread_mutex_lock(&p->lock);
+        p->st.failures_total++;
+        pthread_mutex_unlock(&p->lock);
+        return llmem__pool_alloc_failed(st, status);
+    }
+    if (align < p->align) align = p->align;
+    pthread_mutex_lock(&p->lock);
+    if (p->nfenced) llmem__pool_poll_fenced_locked(p);
+    void *r = llmem__pool_alloc_locked(p, size, align, &st);
+    /* Memory still in flight is not memory lost: wait for it before failing. */
+    while (!r && st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) r = llmem__pool_alloc_locked(p, size, align, &st);
+    if (!r) p->st.failures_total++;
+    pthread_mutex_unlock(&p->lock);
+    if (status) *status = st;
+    return r;
+}
+
+/* The fast path: a small block popped from this thread's cache, found
+ * through the thread-local memo. Anything else goes to alloc_slow. */
+static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
+{
+    if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && tl_last.pool == p && tl_last.id == p->id)) {
+        tcache *t = tl_last.tc;
+        unsigned c = llmem__class_of(&p->cls, size);
+        uint32_t n = t->count[c];
+        if (LLMEM_LIKELY(n)) {
+            void *b = t->items[c][n - 1];
+            st_u32(&t->count[c], n - 1);
+            st_u64(&t->allocs[c], t->allocs[c] + 1);
+            if (p->host) LLMEM_UNPOISON(b, size);
+            if (status) *status = LLMEM_OK;
+            return b;
+        }
+    }
+    return alloc_slow(p, size, 0, status);
+}
+
+void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_status *status)
+{
+    void *r = LLMEM_LIKELY(p && align <= p->align && !(align & (align - 1))) ? alloc_fast(p, size, status)
+                                                                               : alloc_slow(p, size, align, status);
+    if (LLMEM_UNLIKELY(p && p->profile) && r) llmem_profile_record_alloc(p->profile, size, r);
+    return r;
+}
+
+void *llmem_pool_alloc(llmem_pool *p, size_t size, llmem_status *status)
+{
+    void *r = alloc_fast(p, size, status);
+    if (LLMEM_UNLIKELY(p && p->profile) && r) llmem_profile_record_alloc(p->profile, size, r);
+    return r;
+}
+
+void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *status)
+{
+    size_t n;
+    if (!p) return llmem__pool_alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
+    if (!p->host)
+        return llmem__pool_alloc_failed(llmem__fail(LLMEM_ENOTSUP, "pool '%s': calloc on device memory", p->name), status);
+    if (!llmem__mul_ok(count, size, &n))
+        return llmem__pool_alloc_failed(llmem__fail(LLMEM_EOVERFLOW, "pool '%s': calloc of %zu x %zu overflows", p->name,
+                                           count, size),
+                            status);
+    void *r = llmem_pool_alloc(p, n, status);
+    if (r) memset(r, 0, n);
+    return r;
+}
+
+
+/* The slab block a pointer starts, read from the superblock's slab table
+ * without touching the slab descriptor: its class, or -1 if it is not a
+ * block boundary of a slab of this pool (then the slow path explains). */
+static inline int small_class_of(const llmem_pool *p, uintptr_t a)
+{
+    superblock *sb = llmem__addrmap_get(a);
+    if (!sb || sb->pool != p) return -1;
+    size_t u = unit_of(sb, a, p->ushift);
+    uint32_t info = sb->slab_info[u];
+    if (!info) return -1;
+    unsigned c = (info >> 24) - 1;
+    /* Offset into the slab: into this unit, plus the units before it. */
+    size_t off = ((a - sb->base) & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
+    uint32_t idx;
+    return llmem__pool_slab_index(p, c, off, &idx) ? (int)c : -1;
+}
+
+/* Everything but a push onto a thread cache with room: the cache's first
+ * use and flushes, large blocks, checked pools, bad pointers. */
+static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr)
+{
+    if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
+    if (!ptr) return LLMEM_OK;
+    if (p->profile) llmem_profile_record_free(p->profile, ptr);
+    if (p->tcache_on) {
+        int c = small_class_of(p, (uintptr_t)ptr);
+        tcache *t = c >= 0 ? llmem__pool_tcache_get(p) : NULL;
+        if (t) {
+            uint32_t n = t->count[c];
+            if (n == t->cap[c]) {
+                pthread_mutex_lock(&p->lock);
+                tcache_flush_class(p, t, (unsigned)c, t->cap[c] / 2);
+                pthread_mutex_unlock(&p->lock);
+                n = t->count[c];
+            }
+            t->items[c][n] = ptr;
+            st_u32(&t->count[c], n + 1);
+            if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+            return LLMEM_OK;
+        }
+    }
+    pthread_mutex_lock(&p->lock);
+    llmem_status st = llmem__pool_free_locked(p, (uintptr_t)ptr, "free");
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+/* The fast path: a small block pushed onto this thread's cache. The slab
+ * cannot change under us: it holds this live block. */
+llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
+{
+    if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id && !p->profile)) {
+        int c = small_class_of(p, (uintptr_t)ptr);
+        tcache *t = tl_last.tc;
+        if (LLMEM_LIKELY(c >= 0)) {
+            uint32_t n = t->count[c];
+            if (LLMEM_LIKELY(n < t->cap[c])) {
+                t->items[c][n] = ptr;
+                st_u32(&t->count[c], n + 1);
+                    if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+                return LLMEM_OK;
+            }
+        }
+    }
+    return free_slow(p, ptr);
+}
+
