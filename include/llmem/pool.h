@@ -5,7 +5,13 @@
  * Memory comes from the pool's resource in superblocks: the first of
  * first_superblock_bytes, each later one twice the last up to
  * max_superblock_bytes; a request larger than that gets a superblock of its
- * own. Inside superblocks:
+ * own. On the host (without reserve_bytes) slabs and large blocks live in
+ * separate superblocks, each kind growing on its own, so that transparent
+ * huge pages back only the slabs: small blocks are where the TLB decides
+ * the speed, while a large block's first touch should fault in 4 KiB, not
+ * zero 2 MiB (measured: 60% of the tensor mix's time went to clearing huge
+ * pages, and a huge-page fault on a fragmented machine stalls in
+ * compaction). Inside superblocks:
  *  - small and medium requests (up to 32 KiB on the host, 512 KiB on a
  *    device) are rounded to a size class (see below) and served from slabs,
  *    runs of pages holding blocks of one class;
@@ -59,7 +65,8 @@
  * shrink() and trim() do the rest at once. Small blocks freed inside slabs
  * that still hold live blocks keep their pages. reserve() maps and commits
  * ahead, so the next allocations up to that many bytes make no resource
- * call.
+ * call (the bytes go to the large blocks; small objects get up to the
+ * first superblock).
  *
  * Reserved range (reserve_bytes): the first growth maps that much address
  * space as one superblock without committing it (the resource must be
@@ -76,11 +83,15 @@
  * Threads: a pool is safe to share between threads. Each thread keeps a
  * small cache of free small blocks per pool (not in checked mode), so
  * small allocations and frees take no lock and no atomic read-modify-write;
- * a block may be freed by any thread. Blocks in a thread's cache count as
- * free in the stats but stay in their slabs until that thread refills,
- * flushes (llmem_pool_flush_thread_cache, shrink, trim) or exits. With
- * threads running, the stats are a snapshot: the in-use peak is sampled
- * when caches refill.
+ * a block may be freed by any thread. A cache refills from and flushes to a
+ * per-class transfer cache with a lock of its own, and only goes to the
+ * pool lock (slabs, page runs) when that is empty or full. Blocks in a
+ * thread's cache count as free in the stats but stay in their slabs until
+ * that thread refills, flushes (llmem_pool_flush_thread_cache, shrink,
+ * trim) or exits. Stats reads take no lock an allocation waits for (the
+ * largest free run alone is read under the pool lock); with threads
+ * running they are a snapshot: the in-use peak is sampled when caches
+ * refill.
  */
 #ifndef LLMEM_POOL_H
 #define LLMEM_POOL_H
@@ -110,8 +121,8 @@ typedef enum llmem_pool_purge {
 typedef struct llmem_pool_options {
     const char *name;              /* shown in messages and stats; default "pool" */
     llmem_resource *resource;      /* borrowed; default: the os resource with transparent huge
-                                      pages advised for superblocks (pass llmem_resource_default()
-                                      for plain pages) */
+                                      pages advised for slab superblocks and plain pages for large
+                                      blocks (a resource given here serves both) */
     size_t first_superblock_bytes; /* default 4 MiB host, 32 MiB device */
     size_t max_superblock_bytes;   /* growth cap per superblock; default 64 MiB host, 512 MiB device */
     size_t max_bytes;              /* cap on mapped bytes; 0 = none (LLMEM_ENOMEM past it) */
@@ -135,13 +146,15 @@ typedef struct llmem_pool_stats {
     uint64_t used_bytes;              /* in live blocks, at their class or page-rounded size */
     uint64_t used_peak_bytes;
     uint64_t live_allocations;
-    uint64_t free_bytes;              /* in free page runs (the large-block allocator) */
-    uint64_t largest_free_bytes;      /* the largest free run */
+    uint64_t free_bytes;              /* committed bytes not in live blocks: free page runs' committed
+                                         pages and free (or cached) slab blocks */
+    uint64_t largest_free_bytes;      /* the longest committed free page run: the most one
+                                         allocation can take with no resource call */
     double fragmentation;             /* 1 - largest_free / free_bytes; 0 when nothing is free */
     uint64_t slab_bytes;              /* in slabs (small blocks, used or not) */
     uint64_t superblocks;
     uint64_t allocs_total;
-    uint64_t frees_total;
+    uint64_t frees_total;             /* frees taken (counted, per thread on the fast path) */
     uint64_t grows_total;             /* superblocks mapped */
     uint64_t shrinks_total;           /* superblocks unmapped */
     uint64_t decommitted_bytes_total; /* pages given back inside superblocks */
@@ -170,6 +183,8 @@ typedef struct llmem_pool_class_stats {
     uint64_t slabs;               /* slabs held now */
     uint64_t live_blocks;
     uint64_t allocs_total;
+    uint64_t frees_total;             /* frees taken (counted, per thread on the fast path) */
+    uint64_t failures_total;      /* allocations of this class refused */
 } llmem_pool_class_stats;
 
 LLMEM_API llmem_pool_options llmem_pool_options_default(void);

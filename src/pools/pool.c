@@ -30,6 +30,29 @@ static uint64_t next_pool_id = 1;
 
 /* ---- control ---------------------------------------------------------------- */
 
+/* A committed free run of `need` bytes in heap h, not decaying yet. Lock
+ * held. */
+static llmem_status reserve_heap(llmem_pool *p, unsigned h, size_t need)
+{
+    llmem_status st = LLMEM_OK;
+    pblock *b = node_block(llmem__avl_last(&p->free_tree[h]));
+    if (!b || b->size < need) {
+        st = llmem__pool_grow(p, h, need, p->unit);
+        b = node_block(llmem__avl_last(&p->free_tree[h]));
+    }
+    if (!st) {
+        st = llmem__pool_commit_range(p, b->sb, b->start, need);
+        /* Reserved for use: not decaying yet. */
+        if (b->sb->empty) b->sb->empty_since = llmem__pool_clock();
+        b->free_since = llmem__pool_clock();
+        b->purged = false;
+    }
+    return st;
+}
+
+/* The bytes go to the large heap (what is reserved ahead is tensors and
+ * KV); a split pool's small heap gets a run of up to its first superblock,
+ * so the small objects of the same step need no resource call either. */
 llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes)
 {
     if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
@@ -38,19 +61,8 @@ llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes)
     if (!llmem__align_up(bytes, p->unit, &need) || need > (size_t)PTRDIFF_MAX)
         return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': reserve of %zu bytes overflows", p->name, bytes);
     pthread_mutex_lock(&p->lock);
-    llmem_status st = LLMEM_OK;
-    pblock *b = node_block(llmem__avl_last(&p->free_tree));
-    if (!b || b->size < need) {
-        st = llmem__pool_grow(p, need, p->unit);
-        b = node_block(llmem__avl_last(&p->free_tree));
-    }
-    if (!st) {
-        st = llmem__pool_commit_range(p, b->sb, b->start, need);
-        /* Reserved for use: not decaying yet. */
-        if (b->sb->empty) b->sb->empty_since = llmem__now_ns();
-        b->free_since = llmem__now_ns();
-        b->purged = false;
-    }
+    llmem_status st = reserve_heap(p, heap_for(p, D_LARGE), need);
+    if (!st && p->split) st = reserve_heap(p, HEAP_SMALL, need < p->first_sb ? need : p->first_sb);
     pthread_mutex_unlock(&p->lock);
     return st;
 }
@@ -92,9 +104,10 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
         }
         free(order);
     }
-    for (llmem_avl_node *n = llmem__avl_last(&p->free_tree); n && p->st.committed_bytes > target;
-         n = llmem__avl_prev(n))
-        released += llmem__pool_decommit_block(p, node_block(n), p->st.committed_bytes - target);
+    for (unsigned h = HEAPS; h-- > 0;)
+        for (llmem_avl_node *n = llmem__avl_last(&p->free_tree[h]); n && p->st.committed_bytes > target;
+             n = llmem__avl_prev(n))
+            released += llmem__pool_decommit_block(p, node_block(n), p->st.committed_bytes - target);
     pthread_mutex_unlock(&p->lock);
     return released;
 }
@@ -215,7 +228,9 @@ llmem_status llmem_pool_check(llmem_pool *p)
             BAD("pool '%s': handle %u does not match its block", p->name, i + 1);
     }
     if (live_handles != p->st.handles) BAD("pool '%s': handle count disagrees", p->name);
-    if (llmem__avl_check(&p->free_tree, llmem__pool_free_cmp) != (long)free_blocks)
+    if (llmem__avl_check(&p->free_tree[HEAP_SMALL], llmem__pool_free_cmp) +
+            llmem__avl_check(&p->free_tree[HEAP_LARGE], llmem__pool_free_cmp) !=
+        (long)free_blocks)
         BAD("pool '%s': the free tree does not hold exactly the free blocks", p->name);
     if (reserved != p->st.reserved_bytes || committed != p->st.committed_bytes || used != p->st.used_bytes ||
         free_bytes != p->st.free_bytes || slab_bytes != p->st.slab_bytes || live != p->st.live_allocations ||
@@ -241,36 +256,69 @@ void llmem_pool_note_stage(llmem_pool *p, const llmem_stage_event *ev)
     /* Under the lock: get_stats copies the figures as a whole. Once per
      * step, so the lock costs nothing that matters. */
     pthread_mutex_lock(&p->lock);
-    if (p->st.stage != (uint64_t)ev->stage) p->st.stage_changes_total++;
-    p->st.stage = (uint64_t)ev->stage;
-    if (ev->stage == LLMEM_STAGE_PREFILL) p->st.prefill_steps_total++;
-    if (ev->stage == LLMEM_STAGE_DECODE) p->st.decode_steps_total++;
+    if (p->st.stage != (uint64_t)ev->stage) ST_ADD(p->st.stage_changes_total, 1);
+    ST_SET(p->st.stage, (uint64_t)ev->stage);
+    if (ev->stage == LLMEM_STAGE_PREFILL) ST_ADD(p->st.prefill_steps_total, 1);
+    if (ev->stage == LLMEM_STAGE_DECODE) ST_ADD(p->st.decode_steps_total, 1);
     pthread_mutex_unlock(&p->lock);
 }
 
+/* Sum every thread cache's counters (allocs, frees, and the blocks each
+ * holds per class) under the cache list's lock, which no fast path takes. */
+static void thread_sums(llmem_pool *p, uint64_t *allocs, uint64_t *frees, uint64_t *class_allocs,
+                        uint64_t *class_frees)
+{
+    pthread_mutex_lock(&p->tlock);
+    for (const tcache *t = p->tcaches; t; t = t->next)
+        for (unsigned c = 0; c < p->cls.count; c++) {
+            uint64_t a = __atomic_load_n(&t->bin[c].allocs, __ATOMIC_RELAXED);
+            uint64_t f = __atomic_load_n(&t->bin[c].frees, __ATOMIC_RELAXED);
+            *allocs += a;
+            *frees += f;
+            if (class_allocs) class_allocs[c] += a;
+            if (class_frees) class_frees[c] += f;
+        }
+    pthread_mutex_unlock(&p->tlock);
+}
+
+/* Lock-free but for the largest committed free run, which walks the free
+ * trees under the pool lock (a few nodes: the walk stops at the first run
+ * no longer than the best so far). Counters are read as they are now, so
+ * with threads running the figures are a snapshot, clamped so that they
+ * never wrap. */
 llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
 {
     if (!cp || !out) return llmem__fail(LLMEM_EINVAL, "pool stats: null argument");
     llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
-    pthread_mutex_lock(&p->lock);
-    llmem_pool_stats s = p->st;
-    pblock *big = node_block(llmem__avl_last(&p->free_tree));
-    /* Blocks in thread caches are free to the user; their owners' counters
-     * are read as they are now, so with threads running the figures are a
-     * snapshot, clamped so that they never wrap. */
+    llmem_pool_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    const llmem_stats_schema *sch = llmem_pool_stats_schema();
+    for (size_t i = 0; i < sch->field_count; i++)
+        if (sch->fields[i].type == LLMEM_VALUE_U64) {
+            const uint64_t *from = (const uint64_t *)((const char *)&p->st + sch->fields[i].offset);
+            *(uint64_t *)((char *)&s + sch->fields[i].offset) = __atomic_load_n(from, __ATOMIC_RELAXED);
+        }
+    /* Blocks in thread and transfer caches are free to the user. */
     uint64_t bytes, blocks;
+    pthread_mutex_lock(&p->tlock);
     llmem__pool_cached_totals(p, &bytes, &blocks, NULL);
+    pthread_mutex_unlock(&p->tlock);
+    thread_sums(p, &s.allocs_total, &s.frees_total, NULL, NULL);
     s.used_bytes = s.used_bytes > bytes ? s.used_bytes - bytes : 0;
     s.live_allocations = s.live_allocations > blocks ? s.live_allocations - blocks : 0;
     /* The peak is sampled when caches refill: never report it below now. */
     if (s.used_peak_bytes < s.used_bytes) s.used_peak_bytes = s.used_bytes;
-    for (const tcache *t = p->tcaches; t; t = t->next)
-        for (unsigned c = 0; c < p->cls.count; c++) s.allocs_total += __atomic_load_n(&t->allocs[c], __ATOMIC_RELAXED);
-    /* Every free ends an allocation: counting them would cost the free path
-     * a store it does not need. */
-    s.frees_total = s.allocs_total > s.live_allocations ? s.allocs_total - s.live_allocations : 0;
-    s.largest_free_bytes = big ? big->size : 0;
+    /* Free memory is committed memory not in live blocks: free page runs'
+     * committed pages, free and cached slab blocks. The largest free run
+     * counts committed pages only: what one allocation can take without a
+     * resource call (a reserved range's uncommitted tail is not free
+     * memory, it is address space). */
+    s.free_bytes = s.committed_bytes > s.used_bytes ? s.committed_bytes - s.used_bytes : 0;
+    pthread_mutex_lock(&p->lock);
+    s.largest_free_bytes = llmem__pool_largest_committed_free(p);
     pthread_mutex_unlock(&p->lock);
+    if (s.largest_free_bytes > s.free_bytes) s.largest_free_bytes = s.free_bytes; /* a snapshot's skew */
     s.fragmentation = s.free_bytes ? 1.0 - (double)s.largest_free_bytes / (double)s.free_bytes : 0.0;
     llmem__stats_out(out, &s, sizeof s);
     return LLMEM_OK;
@@ -280,17 +328,26 @@ llmem_status llmem_pool_get_class_stats(const llmem_pool *cp, llmem_pool_class_s
 {
     if (!cp || (cap && !out)) return llmem__fail(LLMEM_EINVAL, "pool class stats: null argument");
     llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
-    pthread_mutex_lock(&p->lock);
-    uint64_t cached[LLMEM_MAX_CLASSES] = {0}, bytes, blocks;
+    uint64_t cached[LLMEM_MAX_CLASSES] = {0}, allocs[LLMEM_MAX_CLASSES] = {0}, frees[LLMEM_MAX_CLASSES] = {0};
+    uint64_t bytes, blocks, a = 0, f = 0;
+    pthread_mutex_lock(&p->tlock);
     llmem__pool_cached_totals(p, &bytes, &blocks, cached);
+    pthread_mutex_unlock(&p->tlock);
+    thread_sums(p, &a, &f, allocs, frees);
     for (unsigned c = 0; c < p->cls.count && c < cap; c++) {
-        uint64_t allocs = p->central[c].allocs, live = p->central[c].live;
-        for (const tcache *t = p->tcaches; t; t = t->next) allocs += __atomic_load_n(&t->allocs[c], __ATOMIC_RELAXED);
-        out[c] = (llmem_pool_class_stats){sizeof *out, p->cls.size[c], p->cls.slab_bytes[c], p->central[c].slabs,
-                                          live > cached[c] ? live - cached[c] : 0, allocs};
+        const central *x = &p->central[c];
+        uint64_t live = ST_GET(x->live);
+        llmem_pool_class_stats cs = {sizeof cs,
+                                     p->cls.size[c],
+                                     p->cls.slab_bytes[c],
+                                     ST_GET(x->slabs),
+                                     live > cached[c] ? live - cached[c] : 0,
+                                     ST_GET(x->allocs) + allocs[c],
+                                     ST_GET(x->frees) + frees[c],
+                                     ST_GET(x->failures)};
+        llmem__stats_out(&out[c], &cs, sizeof cs);
     }
     if (count) *count = p->cls.count;
-    pthread_mutex_unlock(&p->lock);
     return LLMEM_OK;
 }
 
@@ -302,9 +359,9 @@ static const llmem_stat_field pool_fields[] = {
     F(GAUGE, used_bytes, "Bytes in live blocks (class or page-rounded sizes)."),
     F(GAUGE, used_peak_bytes, "Highest used_bytes."),
     F(GAUGE, live_allocations, "Live allocations."),
-    F(GAUGE, free_bytes, "Bytes in free page runs."),
-    F(GAUGE, largest_free_bytes, "The largest free page run."),
-    {"fragmentation", "1 - largest free run / free bytes.", LLMEM_METRIC_GAUGE, LLMEM_VALUE_DOUBLE,
+    F(GAUGE, free_bytes, "Committed bytes not in live blocks (free runs and free slab blocks)."),
+    F(GAUGE, largest_free_bytes, "The longest committed free page run."),
+    {"fragmentation", "1 - largest committed free run / committed free bytes.", LLMEM_METRIC_GAUGE, LLMEM_VALUE_DOUBLE,
      offsetof(llmem_pool_stats, fragmentation)},
     F(GAUGE, slab_bytes, "Bytes in slabs of small blocks."),
     F(GAUGE, superblocks, "Superblocks mapped."),
@@ -341,6 +398,8 @@ static const llmem_stat_field class_fields[] = {
     F(GAUGE, slabs, "Slabs held."),
     F(GAUGE, live_blocks, "Live blocks."),
     F(COUNTER, allocs_total, "Blocks allocated."),
+    F(COUNTER, frees_total, "Blocks freed."),
+    F(COUNTER, failures_total, "Allocations of the class refused."),
 };
 #undef F
 static const llmem_stats_schema class_schema = {"pool_class", sizeof(llmem_pool_class_stats),
@@ -379,11 +438,11 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     size_t first = o->first_superblock_bytes ? o->first_superblock_bytes
                                              : (p->host ? (size_t)4 << 20 : (size_t)32 << 20);
     size_t max = o->max_superblock_bytes ? o->max_superblock_bytes : (p->host ? (size_t)64 << 20 : (size_t)512 << 20);
-    if (!llmem__align_up(first, p->sb_align, &p->next_sb) || !llmem__align_up(max, p->sb_align, &p->max_sb) ||
-        p->next_sb > (size_t)PTRDIFF_MAX / 2 || p->max_sb > (size_t)PTRDIFF_MAX / 2)
+    if (!llmem__align_up(first, p->sb_align, &p->first_sb) || !llmem__align_up(max, p->sb_align, &p->max_sb) ||
+        p->first_sb > (size_t)PTRDIFF_MAX / 2 || p->max_sb > (size_t)PTRDIFF_MAX / 2)
         return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': superblock sizes overflow", p->name);
-    if (p->max_sb < p->next_sb) p->max_sb = p->next_sb;
-    p->first_sb = p->next_sb;
+    if (p->max_sb < p->first_sb) p->max_sb = p->first_sb;
+    p->next_sb[HEAP_SMALL] = p->next_sb[HEAP_LARGE] = p->first_sb;
     p->max_bytes = o->max_bytes;
     if (o->reserve_bytes) {
         llmem_resource_info info;
@@ -399,7 +458,16 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
             return llmem__fail(LLMEM_EINVAL, "pool '%s': reserve_bytes %zu is above max_bytes %zu", p->name,
                                p->reserve, p->max_bytes);
     }
-    p->decay_ns = (uint64_t)(o->decay_ms ? o->decay_ms : 250) * 1000000u;
+    /* Slabs and large blocks in separate superblocks on the host, so that
+     * transparent huge pages (by default) back only slabs, where the TLB
+     * decides the speed; a large block's first touch faults in a 4 KiB page,
+     * not 2 MiB (see pool_pages.c). A reserved range holds both. */
+    p->split = p->host && !p->reserve;
+    p->heap_res[HEAP_SMALL] = p->res;
+    p->heap_res[HEAP_LARGE] = o->resource ? o->resource : llmem_resource_default();
+    struct timespec tick = {0, 10000000};
+    clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
+    p->decay_ns = (uint64_t)(o->decay_ms ? o->decay_ms : 250) * 1000000u + 2 * (uint64_t)tick.tv_nsec;
     if ((unsigned)o->purge > LLMEM_POOL_PURGE_MANUAL)
         return llmem__fail(LLMEM_EINVAL, "pool '%s': unknown purge mode %d", p->name, (int)o->purge);
     p->purge_background = o->purge != LLMEM_POOL_PURGE_MANUAL;
@@ -437,6 +505,7 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
         return st;
     }
     pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->tlock, NULL);
     p->st.struct_size = sizeof p->st;
     p->id = __atomic_fetch_add(&next_pool_id, 1, __ATOMIC_RELAXED);
     /* Thread caches, unless checked; without a pthread key left (over a
@@ -447,16 +516,17 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
         size_t cap = 16 * p->unit / p->cls.size[c];
         p->tcache_cap[c] = (uint32_t)(cap < 4 ? 4 : cap > 256 ? 256 : cap);
         p->tcache_slots += p->tcache_cap[c];
-        p->central[c].xcap = p->tcache_on ? 4 * p->tcache_cap[c] : 0;
-        xslots += p->central[c].xcap;
+        pthread_mutex_init(&p->xfer[c].lock, NULL);
+        p->xfer[c].cap = p->tcache_on ? 4 * p->tcache_cap[c] : 0;
+        xslots += p->xfer[c].cap;
     }
     if (xslots) {
         p->xfer_storage = malloc(xslots * sizeof(void *));
         size_t at = 0;
         for (unsigned c = 0; c < p->cls.count; c++) {
-            p->central[c].xfer = p->xfer_storage ? &p->xfer_storage[at] : NULL;
-            if (!p->xfer_storage) p->central[c].xcap = 0; /* no room: flush straight to slabs */
-            at += p->central[c].xcap;
+            p->xfer[c].slots = p->xfer_storage ? &p->xfer_storage[at] : NULL;
+            if (!p->xfer_storage) p->xfer[c].cap = 0; /* no room: flush straight to slabs */
+            at += p->xfer[c].cap;
         }
     }
     if (p->purge_background) {
@@ -486,14 +556,16 @@ void llmem_pool_destroy(llmem_pool *p)
             free(((slab *)b)->bits);
         }
         llmem__addrmap_clear(sb->base, sb->size);
-        llmem_resource_unmap(p->res, (void *)sb->base, sb->size, sb->size - (sb->decommitted_units << p->ushift));
+        llmem_resource_unmap(p->heap_res[sb->heap], (void *)sb->base, sb->size, sb->size - (sb->decommitted_units << p->ushift));
         llmem__pool_sb_free_meta(sb);
     }
     llmem__pool_drop_fenced(p);
     llmem_fixed_destroy(p->descs);
     free(p->xfer_storage);
+    for (unsigned c = 0; c < p->cls.count; c++) pthread_mutex_destroy(&p->xfer[c].lock);
     free(p->handles);
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->tlock);
     free(p);
 }
 

@@ -116,7 +116,7 @@ static where find_block(const llmem_pool *p, uintptr_t a, located *l)
 /* Count, log and describe a refused free. Lock held. */
 static llmem_status refuse_free(llmem_pool *p, uintptr_t a, where w, const located *l)
 {
-    p->st.invalid_frees_total++;
+    ST_ADD(p->st.invalid_frees_total, 1);
     void *ptr = (void *)a;
     switch (w) {
     case NOT_OURS:
@@ -138,7 +138,7 @@ static llmem_status refuse_free(llmem_pool *p, uintptr_t a, where w, const locat
         return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EDOUBLEFREE,
                                "pool '%s': double free of %p (its fenced free is pending)", p->name, ptr);
     case BAD_HEADER:
-        p->st.corruptions_total++;
+        ST_ADD(p->st.corruptions_total, 1);
         return llmem__fail_log(LLMEM_LOG_ERROR, LLMEM_ECORRUPT,
                                "pool '%s': free of %p: the guard header of its %zu-byte block at %p is damaged",
                                p->name, ptr, l->extent, (void *)l->block);
@@ -159,7 +159,7 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
             if (p->host) {
                 size_t n = 0, g = 0;
                 if (!llmem__pool_guards_header(l->block, &n, &g) || !llmem__pool_guards_intact(l->block, csize, a, n)) {
-                    p->st.corruptions_total++;
+                    ST_ADD(p->st.corruptions_total, 1);
                     st = llmem__fail_log(LLMEM_LOG_ERROR, LLMEM_ECORRUPT,
                                          "pool '%s': guard canary around the %zu-byte block at %p (%zu bytes asked) "
                                          "is damaged: something wrote out of bounds; the block is freed",
@@ -168,10 +168,11 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
             }
             bit_clear(s->bits, l->idx);
         }
+        ST_ADD(p->central[b->cls].frees, 1);
         llmem__pool_small_put(p, s, l->block, l->idx);
     } else {
         if (p->checked && p->host && !llmem__pool_guards_intact(b->start, b->size, b->user, b->requested)) {
-            p->st.corruptions_total++;
+            ST_ADD(p->st.corruptions_total, 1);
             st = llmem__fail_log(LLMEM_LOG_ERROR, LLMEM_ECORRUPT,
                                  "pool '%s': guard canary around the block at %p (%zu bytes asked) is damaged: "
                                  "something wrote out of bounds; the block is freed",
@@ -179,10 +180,11 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
         }
         superblock *sb = l->sb;
         if (b->user != b->start) sb->owner[unit_of(sb, b->user, p->ushift)] = NULL;
-        p->st.used_bytes -= b->size;
-        p->st.live_allocations--;
+        ST_SUB(p->st.used_bytes, b->size);
+        ST_SUB(p->st.live_allocations, 1);
         llmem__pool_put_pages(p, b);
     }
+    ST_ADD(p->st.frees_total, 1);
     return st;
 }
 
@@ -194,7 +196,7 @@ static llmem_status check_free(llmem_pool *p, uintptr_t a, located *l, const cha
     where w = find_block(p, a, l);
     if (w != AT_BLOCK) return refuse_free(p, a, w, l);
     if (l->b->kind == D_LARGE && l->b->handle) {
-        p->st.invalid_frees_total++;
+        ST_ADD(p->st.invalid_frees_total, 1);
         return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EINVAL,
                                "pool '%s': %s of %p, which belongs to a handle: use llmem_pool_hfree", p->name, what,
                                (void *)a);
@@ -297,7 +299,7 @@ void *llmem_pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *st
     llmem_status st;
     void *n = llmem__pool_alloc_locked(p, size, p->align, &st);
     if (!n) {
-        p->st.failures_total++;
+        ST_ADD(p->st.failures_total, 1);
         pthread_mutex_unlock(&p->lock);
         return llmem__pool_alloc_failed(st, status);
     }
@@ -311,8 +313,9 @@ void *llmem_pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *st
             located nl;
             find_block(p, (uintptr_t)n, &nl);
             free_located(p, (uintptr_t)n, &nl);
-            p->st.allocs_total--; /* the move never happened */
-            p->st.failures_total++;
+            ST_SUB(p->st.allocs_total, 1); /* the move never happened */
+            ST_SUB(p->st.frees_total, 1);
+            ST_ADD(p->st.failures_total, 1);
             pthread_mutex_unlock(&p->lock);
             return llmem__pool_alloc_failed(st, status);
         }

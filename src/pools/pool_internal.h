@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "avl.h"
 #include "internal.h"
@@ -20,6 +21,11 @@
 #include "size_class.h"
 
 enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3 };
+
+/* The page heaps of a pool (see pool_pages.c): slabs live in superblocks of
+ * the small heap, large blocks in those of the large heap. A pool that does
+ * not split (device pools, reserved ranges) has one heap, HEAP_SMALL. */
+enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
 
 #define GUARD_MIN 64u          /* front guard, checked host pools */
 #define GUARD_TAIL 16u         /* at least this much tail guard */
@@ -79,15 +85,28 @@ struct superblock {
     bool empty;
     bool reserved;              /* the reserve_bytes range: never listed empty, never unmapped
                                    before destroy, committed page run by page run */
+    uint8_t heap;               /* HEAP_SMALL or HEAP_LARGE: whose free tree its runs are in */
 };
 
 typedef struct central {
     slab *partial;              /* slabs with a free block (or none carved yet) */
     uint32_t slabs, empty_slabs;
     uint64_t live, allocs;      /* live: blocks out of the slabs (caches included) */
-    void **xfer;                /* transfer cache: free blocks passed between threads */
-    uint32_t xcount, xcap;
+    uint64_t frees, failures;   /* frees taken by the locked path or folded in from exited threads;
+                                   allocations of the class refused */
 } central;
+
+/* A class's transfer cache (pool_tcache.c): free blocks passed between
+ * thread caches in batches, under a lock of its own, so a refill or flush
+ * that finds what it needs here takes no pool lock. The lock is a leaf:
+ * nothing else is locked while it is held (the pool lock may be held when
+ * it is taken). */
+typedef struct xfer_cache {
+    _Alignas(64) pthread_mutex_t lock;
+    void **slots;
+    uint32_t count;             /* relaxed stores under the lock; stats read it without */
+    uint32_t cap;
+} xfer_cache;
 
 /* Fields read by every fast path come first and are only written at
  * create; what the lock guards starts on its own cache line, so refills in
@@ -105,7 +124,9 @@ struct llmem_pool {
     size_t tcache_slots;
     pthread_key_t tkey;
     char name[32];
-    llmem_resource *res;
+    llmem_resource *res;        /* the pool's resource (the small heap's) */
+    llmem_resource *heap_res[HEAPS]; /* each heap's: the large heap's has no THP advice by default */
+    bool split;                 /* two heaps (host pools without reserve_bytes) */
     size_t run;                 /* commit/decommit run: max(unit, resource granularity) */
     size_t sb_align;            /* superblock alignment and size multiple */
     size_t max_sb, max_bytes;
@@ -114,35 +135,55 @@ struct llmem_pool {
     uint64_t decay_ns;
     bool purge_background;
     struct llmem_pool *purge_next; /* the purger's list, under its lock */
-    void **xfer_storage;
+    void **xfer_storage;        /* every class's transfer cache slots */
     llmem_fixed *descs;
     llmem_profile *profile;     /* borrowed; records every allocation when set */
     /* guarded by the lock */
     _Alignas(64) pthread_mutex_t lock;
-    size_t next_sb;
+    size_t next_sb[HEAPS];      /* each heap's next superblock size */
     central central[LLMEM_MAX_CLASSES];
-    llmem_avl free_tree;
+    llmem_avl free_tree[HEAPS]; /* each heap's free runs */
     superblock *sbs, *empties;
     superblock *rsb;            /* the reserved superblock, once mapped */
     llmem_pool_stats st;        /* derived fields are filled by get_stats */
-    struct tcache *tcaches;
-    uint64_t xfer_bytes, xfer_blocks; /* in transfer caches */
+    struct tcache *tcaches;     /* under tlock (not the pool lock) */
+    pthread_mutex_t tlock;      /* the list of thread caches: a leaf lock, taken by a cache's
+                                   creation and exit and by stats reads, never by the fast paths */
     hentry *handles;            /* handle table (pool_compact.c) */
     uint32_t hcount, hcap, hfree;
     struct fenced_free *fenced; /* pending fenced frees, oldest first (pool_fence.c) */
     uint32_t nfenced, capfenced;
+    xfer_cache xfer[LLMEM_MAX_CLASSES];
 };
 
 /* A thread's cache for one pool (pool_tcache.c). */
+/* One class's stack: what the fast paths touch, in 32 bytes. */
+typedef struct tbin {
+    void **items;               /* cap slots; the top count are free blocks */
+    uint32_t count;             /* owner: relaxed stores */
+    uint32_t cap;
+    uint64_t allocs, frees;     /* served and taken by this thread; owner: relaxed stores */
+} tbin;
+
 typedef struct tcache {
     llmem_pool *pool;
-    struct tcache *next, *prev;         /* the pool's caches, under its lock */
-    uint32_t count[LLMEM_MAX_CLASSES];  /* owner: relaxed stores */
-    uint32_t cap[LLMEM_MAX_CLASSES];
-    uint64_t allocs[LLMEM_MAX_CLASSES]; /* owner: relaxed stores */
-    void **items[LLMEM_MAX_CLASSES];
+    struct tcache *next, *prev; /* the pool's caches, under its tcache lock */
+    tbin bin[LLMEM_MAX_CLASSES];
     void *storage[];
 } tcache;
+
+/* ---- stats fields ------------------------------------------------------
+ *
+ * The figures in p->st and the class counters in central are written only
+ * under the pool lock and read without it by llmem_pool_get_stats and
+ * llmem_pool_get_class_stats: writers make relaxed atomic stores (on x86 a
+ * plain load, add and store: no locked instruction), readers relaxed
+ * loads, so a stats read never waits for an allocation and never races. A
+ * read is a snapshot: two figures may be a few operations apart. */
+#define ST_SET(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+#define ST_ADD(f, v) ST_SET(f, __atomic_load_n(&(f), __ATOMIC_RELAXED) + (v))
+#define ST_SUB(f, v) ST_SET(f, __atomic_load_n(&(f), __ATOMIC_RELAXED) - (v))
+#define ST_GET(f) __atomic_load_n(&(f), __ATOMIC_RELAXED)
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -150,6 +191,22 @@ static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)
 {
     return (size_t)(a - sb->base) >> ushift;
 }
+
+/* The pool's clock for the decay delay, in ns: CLOCK_MONOTONIC_COARSE,
+ * which costs a few ns where CLOCK_MONOTONIC cost 150 ns on this project's
+ * virtual machines (measured; it was 4-10% of tensor_mix), at one tick of
+ * resolution (1-10 ms). Every stamp and every reading come from here, and
+ * decay_ns carries two ticks more than asked, so nothing goes back before
+ * its delay. */
+static inline uint64_t llmem__pool_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The heap that serves blocks of a kind (D_SLAB or D_LARGE). */
+static inline unsigned heap_for(const llmem_pool *p, int kind) { return p->split && kind == D_LARGE ? HEAP_LARGE : HEAP_SMALL; }
 
 static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }
@@ -195,12 +252,19 @@ void llmem__pool_tree_insert(llmem_pool *p, pblock *b);
 void llmem__pool_tree_remove(llmem_pool *p, pblock *b);
 /* Split everything past `keep` bytes off b as a free run after it. */
 void llmem__pool_split_back(llmem_pool *p, pblock *b, size_t keep);
-/* Map a superblock for `need` bytes at `align` (the reserved range first,
- * if configured and not mapped yet). */
-llmem_status llmem__pool_grow(llmem_pool *p, size_t need, size_t align);
-/* A run of `size` bytes at `align`, out of the tree, committed, growing if
- * needed; the caller sets its kind. */
-pblock *llmem__pool_take_pages(llmem_pool *p, size_t size, size_t align, llmem_status *st);
+/* Map a superblock in heap h for `need` bytes at `align` (the reserved
+ * range first, if configured and not mapped yet). */
+llmem_status llmem__pool_grow(llmem_pool *p, unsigned h, size_t need, size_t align);
+/* The longest committed stretch of any free run, in bytes: what one
+ * allocation can take with no resource call. */
+size_t llmem__pool_largest_committed_free(const llmem_pool *p);
+/* The largest free run of any heap, or NULL. */
+pblock *llmem__pool_largest_free(const llmem_pool *p);
+/* A best-fit free run of heap h for size bytes at align, or NULL. */
+pblock *llmem__pool_best_fit(llmem_pool *p, unsigned h, size_t size, size_t align);
+/* A run of `size` bytes at `align` from heap h, out of the tree,
+ * committed, growing if needed; the caller sets its kind. */
+pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st);
 /* The same from a given free run b (which must fit). */
 pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align, llmem_status *st);
 /* Back to the free runs, coalescing; the caller has fixed the owner table. */
@@ -259,7 +323,7 @@ void llmem__pool_tcache_destructor(void *v);
 /* Free every cache of p (destroy; no other thread uses p any more). */
 void llmem__pool_tcaches_destroy(llmem_pool *p);
 /* Bytes and blocks in thread and transfer caches (per_class, optional,
- * gets each class's block count added). Lock held. */
+ * gets each class's block count added). The tcache list lock (tlock) held. */
 void llmem__pool_cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class);
 /* Record a new peak of used bytes (cached blocks not counted). Lock held. */
 void llmem__pool_note_peak(llmem_pool *p);

@@ -17,6 +17,14 @@
  * finds a pointer's block in one more load, and a pointer that is not a
  * live block start is recognised at once.
  *
+ * Heaps. A host pool without reserve_bytes has two page heaps, each a free
+ * tree and a growth sequence of its own: slabs take pages from the small
+ * heap, large blocks and handles from the large one, so the small heap's
+ * superblocks alone get transparent huge pages (from the default resource;
+ * the large heap maps plain pages unless the caller gave a resource). A
+ * superblock belongs to one heap for its life; its free runs go back to
+ * that heap's tree. Device pools and reserved ranges have one heap.
+ *
  * Growth. The first superblock is first_superblock_bytes, each later one
  * twice the last up to max_superblock_bytes; a request larger than that gets
  * a superblock of its own. With reserve_bytes the first growth maps that
@@ -32,11 +40,15 @@
  * wholly committed or wholly not.
  *
  * Invariants (llmem_pool_check verifies them): blocks tile each superblock
- * in address order; no two FREE blocks are adjacent; the tree holds exactly
- * the FREE blocks; owner table entries are as described; a superblock's
+ * in address order; no two FREE blocks are adjacent; the trees hold
+ * exactly the FREE blocks, each in its superblock's heap; owner table entries are as described; a superblock's
  * used bytes are the sum of its LARGE and SLAB blocks, and it is listed
  * empty exactly when that is 0 (except the reserved one); a live block has
  * no decommitted unit.
+ *
+ * Timestamps (free_since, empty_since) come from llmem__pool_clock, a
+ * coarse clock: CLOCK_MONOTONIC cost 150 ns a call on this project's VMs,
+ * on every free of a page run.
  *
  * Locking: every function here runs with the pool lock held.
  */
@@ -76,16 +88,16 @@ void llmem__pool_desc_free(llmem_pool *p, pblock *b) { llmem_fixed_free(p->descs
 void llmem__pool_tree_insert(llmem_pool *p, pblock *b)
 {
     b->kind = D_FREE;
-    b->free_since = llmem__now_ns();
+    b->free_since = llmem__pool_clock();
     b->purged = false;
-    llmem__avl_insert(&p->free_tree, &b->node, llmem__pool_free_cmp);
-    p->st.free_bytes += b->size;
+    llmem__avl_insert(&p->free_tree[b->sb->heap], &b->node, llmem__pool_free_cmp);
+    ST_ADD(p->st.free_bytes, b->size);
 }
 
 void llmem__pool_tree_remove(llmem_pool *p, pblock *b)
 {
-    llmem__avl_remove(&p->free_tree, &b->node);
-    p->st.free_bytes -= b->size;
+    llmem__avl_remove(&p->free_tree[b->sb->heap], &b->node);
+    ST_SUB(p->st.free_bytes, b->size);
 }
 
 /* ---- superblocks ------------------------------------------------------- */
@@ -94,7 +106,7 @@ static void empty_list_add(llmem_pool *p, superblock *sb)
 {
     if (sb->reserved) return; /* kept: its free pages are decommitted instead */
     sb->empty = true;
-    sb->empty_since = llmem__now_ns();
+    sb->empty_since = llmem__pool_clock();
     sb->eprev = NULL;
     sb->enext = p->empties;
     if (p->empties) p->empties->eprev = sb;
@@ -125,12 +137,12 @@ static void mark_runs(llmem_pool *p, superblock *sb, uintptr_t r0, uintptr_t r1,
  * decommitted, for take_run to commit as blocks need it. The map comes
  * first: a size the resource cannot hold (an absurd request) must fail
  * there, not cost host metadata in proportion to it first. Lock held. */
-static llmem_status sb_map(llmem_pool *p, size_t size, bool reserved, superblock **out)
+static llmem_status sb_map(llmem_pool *p, unsigned h, size_t size, bool reserved, superblock **out)
 {
     void *base;
-    llmem_status st = llmem_resource_map_tagged(p->res, size, p->sb_align, reserved ? LLMEM_MAP_UNCOMMITTED : 0,
+    llmem_status st = llmem_resource_map_tagged(p->heap_res[h], size, p->sb_align, reserved ? LLMEM_MAP_UNCOMMITTED : 0,
                                                 p->name, &base);
-    p->st.resource_calls_total++;
+    ST_ADD(p->st.resource_calls_total, 1);
     if (st) return st;
     size_t units = size >> p->ushift;
     superblock *sb = calloc(1, sizeof *sb);
@@ -146,8 +158,8 @@ static llmem_status sb_map(llmem_pool *p, size_t size, bool reserved, superblock
     if (st) {
         if (sb) llmem__pool_sb_free_meta(sb);
         if (b) llmem__pool_desc_free(p, b);
-        llmem_resource_unmap(p->res, base, size, reserved ? 0 : size);
-        p->st.resource_calls_total++;
+        llmem_resource_unmap(p->heap_res[h], base, size, reserved ? 0 : size);
+        ST_ADD(p->st.resource_calls_total, 1);
         return st;
     }
     if (p->host && !reserved) LLMEM_POISON(base, size);
@@ -155,6 +167,7 @@ static llmem_status sb_map(llmem_pool *p, size_t size, bool reserved, superblock
     sb->size = size;
     sb->pool = p;
     sb->reserved = reserved;
+    sb->heap = (uint8_t)h;
     if (reserved) mark_runs(p, sb, sb->base, sb->base + size, true);
     sb->next = p->sbs;
     if (p->sbs) p->sbs->prev = sb;
@@ -166,32 +179,32 @@ static llmem_status sb_map(llmem_pool *p, size_t size, bool reserved, superblock
     llmem__pool_tree_insert(p, b);
     b->purged = reserved; /* nothing of a reserved range is committed yet */
     empty_list_add(p, sb); /* a reserved range is never listed: see there */
-    p->st.reserved_bytes += size;
-    if (!reserved) p->st.committed_bytes += size;
-    if (p->st.reserved_bytes > p->st.reserved_peak_bytes) p->st.reserved_peak_bytes = p->st.reserved_bytes;
-    p->st.superblocks++;
-    p->st.grows_total++;
+    ST_ADD(p->st.reserved_bytes, size);
+    if (!reserved) ST_ADD(p->st.committed_bytes, size);
+    if (p->st.reserved_bytes > p->st.reserved_peak_bytes) ST_SET(p->st.reserved_peak_bytes, p->st.reserved_bytes);
+    ST_ADD(p->st.superblocks, 1);
+    ST_ADD(p->st.grows_total, 1);
     *out = sb;
     return LLMEM_OK;
 }
 
-llmem_status llmem__pool_grow(llmem_pool *p, size_t need, size_t align)
+llmem_status llmem__pool_grow(llmem_pool *p, unsigned h, size_t need, size_t align)
 {
-    if (p->reserve && !p->rsb) return sb_map(p, p->reserve, true, &p->rsb);
+    if (p->reserve && !p->rsb) return sb_map(p, HEAP_SMALL, p->reserve, true, &p->rsb);
     size_t want = need, size;
     if (align > p->unit && !llmem__add_ok(want, align - p->unit, &want))
         return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes at alignment %zu overflow", p->name, need, align);
     bool dedicated = want > p->max_sb;
-    if (!dedicated && want < p->next_sb) want = p->next_sb;
+    if (!dedicated && want < p->next_sb[h]) want = p->next_sb[h];
     if (!llmem__align_up(want, p->sb_align, &size) || size > (size_t)PTRDIFF_MAX)
         return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': a superblock for %zu bytes overflows", p->name, need);
     if (p->max_bytes && (size > p->max_bytes || p->st.reserved_bytes > p->max_bytes - size))
         return llmem__fail(LLMEM_ENOMEM, "pool '%s': a %zu-byte superblock would pass max_bytes %zu (%llu mapped)",
                            p->name, size, p->max_bytes, (unsigned long long)p->st.reserved_bytes);
     superblock *sb;
-    llmem_status st = sb_map(p, size, false, &sb);
+    llmem_status st = sb_map(p, h, size, false, &sb);
     if (st) return st;
-    if (!dedicated) p->next_sb = p->next_sb > p->max_sb / 2 ? p->max_sb : p->next_sb * 2;
+    if (!dedicated) p->next_sb[h] = p->next_sb[h] > p->max_sb / 2 ? p->max_sb : p->next_sb[h] * 2;
     return LLMEM_OK;
 }
 
@@ -202,10 +215,10 @@ bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
      * again for someone else, whose entries we must not clear. */
     llmem__addrmap_clear(sb->base, sb->size);
     size_t decommitted = sb->decommitted_units << p->ushift;
-    p->st.resource_calls_total++;
-    if (llmem_resource_unmap(p->res, (void *)sb->base, sb->size, sb->size - decommitted) != LLMEM_OK) {
+    ST_ADD(p->st.resource_calls_total, 1);
+    if (llmem_resource_unmap(p->heap_res[sb->heap], (void *)sb->base, sb->size, sb->size - decommitted) != LLMEM_OK) {
         llmem__addrmap_set(sb->base, sb->size, sb); /* its nodes exist: cannot fail */
-        sb->empty_since = llmem__now_ns();          /* try again after another delay */
+        sb->empty_since = llmem__pool_clock();          /* try again after another delay */
         llmem__log(LLMEM_LOG_WARN, "pool '%s': superblock %p kept: %s", p->name, (void *)sb->base,
                    llmem_last_error());
         return false;
@@ -217,15 +230,15 @@ bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
     if (sb->prev) sb->prev->next = sb->next;
     else p->sbs = sb->next;
     if (sb->next) sb->next->prev = sb->prev;
-    p->st.reserved_bytes -= sb->size;
-    p->st.committed_bytes -= sb->size - decommitted;
-    p->st.superblocks--;
-    p->st.shrinks_total++;
+    ST_SUB(p->st.reserved_bytes, sb->size);
+    ST_SUB(p->st.committed_bytes, sb->size - decommitted);
+    ST_SUB(p->st.superblocks, 1);
+    ST_ADD(p->st.shrinks_total, 1);
     /* Growth steps back as superblocks go: after an idle shrink, the next
      * burst's first growth is not the size the previous burst ended on
      * (measured: llmem demo's second burst mapped 17.8 MB for 1.5 MB used). */
-    if (sb->size < p->max_sb || sb->size <= p->next_sb)
-        p->next_sb = p->next_sb / 2 > p->first_sb ? p->next_sb / 2 : p->first_sb;
+    size_t *next = &p->next_sb[sb->heap];
+    if (sb->size < p->max_sb || sb->size <= *next) *next = *next / 2 > p->first_sb ? *next / 2 : p->first_sb;
     llmem__pool_sb_free_meta(sb);
     return true;
 }
@@ -234,7 +247,7 @@ bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
 static void decay(llmem_pool *p)
 {
     if (!p->empties) return;
-    uint64_t now = llmem__now_ns();
+    uint64_t now = llmem__pool_clock();
     for (superblock *sb = p->empties, *n; sb; sb = n) {
         n = sb->enext;
         if (now - sb->empty_since >= p->decay_ns) llmem__pool_release_sb(p, sb);
@@ -268,11 +281,11 @@ llmem_status llmem__pool_commit_range(llmem_pool *p, superblock *sb, uintptr_t a
         }
         uintptr_t r1 = r + p->run;
         while (r1 < end && bit_get(sb->decommitted, unit_of(sb, r1, p->ushift))) r1 += p->run;
-        llmem_status st = llmem_resource_commit(p->res, (void *)r, r1 - r);
-        p->st.resource_calls_total++;
+        llmem_status st = llmem_resource_commit(p->heap_res[sb->heap], (void *)r, r1 - r);
+        ST_ADD(p->st.resource_calls_total, 1);
         if (st) return st;
         mark_runs(p, sb, r, r1, false);
-        p->st.committed_bytes += r1 - r;
+        ST_ADD(p->st.committed_bytes, r1 - r);
         if (p->host) LLMEM_POISON((void *)r, r1 - r);
         r = r1;
     }
@@ -301,12 +314,12 @@ size_t llmem__pool_decommit_block(llmem_pool *p, pblock *b, size_t budget)
         uintptr_t r1 = r + p->run;
         while (r1 < hi && r1 - r < budget - released && !bit_get(sb->decommitted, unit_of(sb, r1, p->ushift)))
             r1 += p->run;
-        llmem_status st = llmem_resource_decommit(p->res, (void *)r, r1 - r);
-        p->st.resource_calls_total++;
+        llmem_status st = llmem_resource_decommit(p->heap_res[sb->heap], (void *)r, r1 - r);
+        ST_ADD(p->st.resource_calls_total, 1);
         if (st) break; /* e.g. a resource that cannot decommit: nothing more to do here */
         mark_runs(p, sb, r, r1, true);
-        p->st.committed_bytes -= r1 - r;
-        p->st.decommitted_bytes_total += r1 - r;
+        ST_SUB(p->st.committed_bytes, r1 - r);
+        ST_ADD(p->st.decommitted_bytes_total, r1 - r);
         released += r1 - r;
         r = r1;
     }
@@ -315,10 +328,65 @@ size_t llmem__pool_decommit_block(llmem_pool *p, pblock *b, size_t budget)
 
 /* ---- the page allocator ------------------------------------------------ */
 
-/* A FREE block that can hold size bytes at align, or NULL. */
-static pblock *best_fit(llmem_pool *p, size_t size, size_t align)
+pblock *llmem__pool_largest_free(const llmem_pool *p)
 {
-    llmem_avl_node *n = llmem__avl_lower_bound(&p->free_tree, &size, llmem__pool_size_key_cmp);
+    pblock *big = NULL;
+    for (unsigned h = 0; h < HEAPS; h++) {
+        pblock *b = node_block(llmem__avl_last(&p->free_tree[h]));
+        if (b && (!big || b->size > big->size)) big = b;
+    }
+    return big;
+}
+
+/* The longest stretch of committed units inside free run b, in bytes. */
+static size_t committed_stretch(const llmem_pool *p, const pblock *b)
+{
+    const superblock *sb = b->sb;
+    if (!sb->decommitted_units) return b->size;
+    size_t u = unit_of(sb, b->start, p->ushift), end = u + (b->size >> p->ushift), best = 0, cur = 0;
+    while (u < end) {
+        uint64_t w = sb->decommitted[u / 64];
+        /* Whole words at once: a reserved range's free tail is mostly
+         * decommitted and can be millions of units. */
+        if (u % 64 == 0 && end - u >= 64 && (w == 0 || w == ~0ull)) {
+            if (w == 0) cur += 64;
+            else {
+                if (cur > best) best = cur;
+                cur = 0;
+            }
+            u += 64;
+            continue;
+        }
+        if ((w >> (u % 64)) & 1) {
+            if (cur > best) best = cur;
+            cur = 0;
+        } else {
+            cur++;
+        }
+        u++;
+    }
+    if (cur > best) best = cur;
+    return best << p->ushift;
+}
+
+size_t llmem__pool_largest_committed_free(const llmem_pool *p)
+{
+    size_t best = 0;
+    for (unsigned h = 0; h < HEAPS; h++)
+        for (llmem_avl_node *n = llmem__avl_last(&p->free_tree[h]); n; n = llmem__avl_prev(n)) {
+            const pblock *b = node_block(n);
+            if (b->size <= best) break; /* smaller from here on */
+            size_t c = committed_stretch(p, b);
+            if (c > best) best = c;
+        }
+    return best;
+}
+
+/* A FREE block of heap h that can hold size bytes at align, or NULL. */
+pblock *llmem__pool_best_fit(llmem_pool *p, unsigned h, size_t size, size_t align)
+{
+    llmem_avl *tree = &p->free_tree[h];
+    llmem_avl_node *n = llmem__avl_lower_bound(tree, &size, llmem__pool_size_key_cmp);
     if (align <= p->unit) return node_block(n);
     /* Aligned: the smallest candidates first, then one that surely fits. */
     for (int tries = 0; n && tries < 32; tries++, n = llmem__avl_next(n)) {
@@ -328,7 +396,7 @@ static pblock *best_fit(llmem_pool *p, size_t size, size_t align)
     }
     size_t surely;
     if (!llmem__add_ok(size, align - p->unit, &surely)) return NULL;
-    return node_block(llmem__avl_lower_bound(&p->free_tree, &surely, llmem__pool_size_key_cmp));
+    return node_block(llmem__avl_lower_bound(tree, &surely, llmem__pool_size_key_cmp));
 }
 
 /* Split [b.start, b.start+at) off b as a new FREE block before it; b keeps
@@ -389,16 +457,16 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
     return b;
 }
 
-pblock *llmem__pool_take_pages(llmem_pool *p, size_t size, size_t align, llmem_status *st)
+pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st)
 {
     decay(p);
-    pblock *b = best_fit(p, size, align);
+    pblock *b = llmem__pool_best_fit(p, h, size, align);
     /* Twice at most: the reserved range first, if it is not mapped yet and
      * cannot hold the request, then an ordinary superblock. */
     for (int tries = 0; !b && tries < 2; tries++) {
-        *st = llmem__pool_grow(p, size, align);
+        *st = llmem__pool_grow(p, h, size, align);
         if (*st) return NULL;
-        b = best_fit(p, size, align);
+        b = llmem__pool_best_fit(p, h, size, align);
     }
     if (!b) {
         *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': no fit after growing (internal error)", p->name);

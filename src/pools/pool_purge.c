@@ -52,16 +52,17 @@ static uint64_t purge_pass(llmem_pool *p, uint64_t now)
         if (now - sb->empty_since >= p->decay_ns) llmem__pool_release_sb(p, sb);
         else if (sb->empty_since + p->decay_ns < next) next = sb->empty_since + p->decay_ns;
     }
-    for (llmem_avl_node *x = llmem__avl_first(&p->free_tree); x; x = llmem__avl_next(x)) {
-        pblock *b = (pblock *)((char *)x - offsetof(pblock, node));
-        if (b->purged) continue;
-        if (now - b->free_since >= p->decay_ns) {
-            llmem__pool_decommit_block(p, b, SIZE_MAX);
-            b->purged = true;
-        } else if (b->free_since + p->decay_ns < next) {
-            next = b->free_since + p->decay_ns;
+    for (unsigned h = 0; h < HEAPS; h++)
+        for (llmem_avl_node *x = llmem__avl_first(&p->free_tree[h]); x; x = llmem__avl_next(x)) {
+            pblock *b = node_block(x);
+            if (b->purged) continue;
+            if (now - b->free_since >= p->decay_ns) {
+                llmem__pool_decommit_block(p, b, SIZE_MAX);
+                b->purged = true;
+            } else if (b->free_since + p->decay_ns < next) {
+                next = b->free_since + p->decay_ns;
+            }
         }
-    }
     return next;
 }
 
@@ -71,7 +72,7 @@ static void *purger_main(void *arg)
     pthread_mutex_lock(&purger.lock);
     for (;;) {
         uint64_t seen = __atomic_load_n(&purger.kicks, __ATOMIC_SEQ_CST);
-        uint64_t now = llmem__now_ns(), next = UINT64_MAX;
+        uint64_t now = llmem__pool_clock(), next = UINT64_MAX;
         for (llmem_pool *p = purger.pools; p; p = p->purge_next) {
             if (pthread_mutex_trylock(&p->lock) == 0) {
                 uint64_t t = purge_pass(p, now);

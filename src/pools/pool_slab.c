@@ -126,7 +126,7 @@ static void partial_remove(central *c, slab *s)
 static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
 {
     size_t bytes = p->cls.slab_bytes[cls];
-    pblock *b = llmem__pool_take_pages(p, bytes, p->unit, st);
+    pblock *b = llmem__pool_take_pages(p, HEAP_SMALL, bytes, p->unit, st);
     if (!b) return NULL;
     slab *s = (slab *)b;
     s->nblocks = p->cls.slab_blocks[cls];
@@ -153,10 +153,10 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
         sb->slab_info[u0 + i] = (uint32_t)(cls + 1) << 24 | (uint32_t)i;
     }
     central *c = &p->central[cls];
-    c->slabs++;
+    ST_ADD(c->slabs, 1);
     c->empty_slabs++;
     partial_add(c, s);
-    p->st.slab_bytes += b->size;
+    ST_ADD(p->st.slab_bytes, b->size);
     return s;
 }
 
@@ -164,7 +164,7 @@ void llmem__pool_slab_release(llmem_pool *p, slab *s)
 {
     central *c = &p->central[s->b.cls];
     partial_remove(c, s);
-    c->slabs--;
+    ST_SUB(c->slabs, 1);
     c->empty_slabs--;
     free(s->free_idx);
     free(s->bits);
@@ -172,7 +172,7 @@ void llmem__pool_slab_release(llmem_pool *p, slab *s)
     size_t u0 = unit_of(sb, s->b.start, p->ushift), n = s->b.size >> p->ushift;
     for (size_t i = 1; i < n; i++) sb->owner[u0 + i] = NULL;
     for (size_t i = 0; i < n; i++) sb->slab_info[u0 + i] = 0;
-    p->st.slab_bytes -= s->b.size;
+    ST_SUB(p->st.slab_bytes, s->b.size);
     memset((char *)s + sizeof(pblock), 0, sizeof *s - sizeof(pblock));
     llmem__pool_put_pages(p, &s->b);
 }
@@ -194,7 +194,7 @@ static uintptr_t slab_take(llmem_pool *p, slab *s, size_t csize)
             if (at < csize) {
                 /* Reported, counted, and handed out anyway: the caller gets
                  * its memory, the bug is named where it can be found. */
-                p->st.corruptions_total++;
+                ST_ADD(p->st.corruptions_total, 1);
                 LLMEM_UNPOISON((void *)(b + at), 1);
                 unsigned v = *(const unsigned char *)(b + at);
                 LLMEM_POISON((void *)(b + at), 1);
@@ -243,9 +243,9 @@ uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st)
     uintptr_t block = slab_take(p, s, csize);
     if (s->used == s->nblocks) partial_remove(c, s);
     if (p->checked) bit_set(s->bits, (uint32_t)((block - s->b.start) / csize));
-    c->live++;
-    p->st.used_bytes += csize;
-    p->st.live_allocations++;
+    ST_ADD(c->live, 1);
+    ST_ADD(p->st.used_bytes, csize);
+    ST_ADD(p->st.live_allocations, 1);
     return block;
 }
 
@@ -253,8 +253,8 @@ uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st)
 void llmem__pool_small_put(llmem_pool *p, slab *s, uintptr_t block, uint32_t idx)
 {
     p->central[s->b.cls].live--;
-    p->st.used_bytes -= p->cls.size[s->b.cls];
-    p->st.live_allocations--;
+    ST_SUB(p->st.used_bytes, p->cls.size[s->b.cls]);
+    ST_SUB(p->st.live_allocations, 1);
     slab_put(p, s, block, idx);
 }
 

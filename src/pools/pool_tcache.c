@@ -7,17 +7,21 @@
  * class a small stack of free block pointers (capacity: 16 units' worth of
  * blocks, 64 KiB on the host, 4 to 256 blocks). Allocation pops and free
  * pushes with no lock and no atomic read-modify-write. An empty stack is
- * refilled with half its capacity, first from the class's transfer cache,
- * then from the slabs; a full one flushes half into the transfer cache (or
- * the slabs), both under the lock. A block freed by another thread joins
+ * refilled with half its capacity, first from the class's transfer cache
+ * (under that cache's own lock, no pool lock), then from the slabs (under
+ * the pool lock); a full one flushes half into the transfer cache, or what
+ * does not fit to the slabs. A block freed by another thread joins
  * that thread's cache: blocks of a class are interchangeable. The cache is
  * found through a one-entry thread-local memo in front of a pthread key; the
  * key's destructor flushes it when its thread exits.
  *
+ * Lock order: the pool lock, then a transfer cache's lock or tlock (both
+ * leaves: nothing is taken while one is held).
+ *
  * Invariants: from the slabs' point of view cached blocks are handed out
  * (the stats subtract them); a cache's counters are written only by its
  * thread, with relaxed atomic stores, so stats read under the lock never
- * race; every cache of a pool is on its list (under the lock) from its
+ * race; every cache of a pool is on its list (under tlock) from its
  * first use to its thread's exit or the pool's destroy. Checked pools have
  * no thread caches: their per-block state must change at every free, under
  * the lock.
@@ -40,16 +44,20 @@ static inline void st_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __AT
 static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
-/* Bytes and blocks sitting in thread and transfer caches. Lock held. */
+/* Bytes and blocks sitting in thread and transfer caches. The tcache list
+ * lock held. */
 void llmem__pool_cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class)
 {
-    *bytes = p->xfer_bytes;
-    *blocks = p->xfer_blocks;
-    if (per_class)
-        for (unsigned c = 0; c < p->cls.count; c++) per_class[c] += p->central[c].xcount;
+    *bytes = *blocks = 0;
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        uint32_t n = ld_u32(&p->xfer[c].count);
+        *blocks += n;
+        *bytes += (uint64_t)n * p->cls.size[c];
+        if (per_class) per_class[c] += n;
+    }
     for (const tcache *t = p->tcaches; t; t = t->next) {
         for (unsigned c = 0; c < p->cls.count; c++) {
-            uint32_t n = ld_u32(&t->count[c]);
+            uint32_t n = ld_u32(&t->bin[c].count);
             *blocks += n;
             *bytes += (uint64_t)n * p->cls.size[c];
             if (per_class) per_class[c] += n;
@@ -62,33 +70,25 @@ void llmem__pool_note_peak(llmem_pool *p)
 {
     uint64_t used = p->st.used_bytes;
     if (used <= p->st.used_peak_bytes) return;
-    if (p->tcaches || p->xfer_blocks) {
+    if (p->tcache_on) {
         uint64_t bytes, blocks;
+        pthread_mutex_lock(&p->tlock);
         llmem__pool_cached_totals(p, &bytes, &blocks, NULL);
-        used -= bytes;
+        pthread_mutex_unlock(&p->tlock);
+        used = used > bytes ? used - bytes : 0;
     }
-    if (used > p->st.used_peak_bytes) p->st.used_peak_bytes = used;
+    if (used > p->st.used_peak_bytes) ST_SET(p->st.used_peak_bytes, used);
 }
 
 
-/* Flush cached blocks of class c down to `keep`. Lock held. */
-static void tcache_flush_class(llmem_pool *p, tcache *t, unsigned c, uint32_t keep)
+/* Return cached blocks of class c to their slabs down to `keep`. Pool lock
+ * held. */
+static void tcache_flush_class_locked(llmem_pool *p, tcache *t, unsigned c, uint32_t keep)
 {
-    uint32_t n = t->count[c];
+    uint32_t n = t->bin[c].count;
     size_t csize = p->cls.size[c];
-    /* Into the transfer cache while it has room: another thread's refill
-     * takes the batch as it is, no slab touched. */
-    central *x = &p->central[c];
-    uint32_t room = x->xcap - x->xcount, move = n - keep < room ? n - keep : room;
-    if (move && keep) {
-        memcpy(&x->xfer[x->xcount], &t->items[c][n - move], move * sizeof(void *));
-        x->xcount += move;
-        p->xfer_blocks += move;
-        p->xfer_bytes += (uint64_t)move * csize;
-        n -= move;
-    }
     while (n > keep) {
-        uintptr_t b = (uintptr_t)t->items[c][--n];
+        uintptr_t b = (uintptr_t)t->bin[c].items[--n];
         superblock *sb = llmem__addrmap_get(b);
         slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
         uint32_t idx = (uint32_t)((b - s->b.start) / csize);
@@ -99,28 +99,53 @@ static void tcache_flush_class(llmem_pool *p, tcache *t, unsigned c, uint32_t ke
         }
         llmem__pool_small_put(p, s, b, idx);
     }
-    st_u32(&t->count[c], n);
+    st_u32(&t->bin[c].count, n);
 }
 
-/* Return a class's transfer cache to its slabs. Lock held. */
+/* A full stack of class c: half goes into the transfer cache while it has
+ * room (another thread's refill takes the batch as it is, no slab touched,
+ * no pool lock), the rest back to the slabs under the pool lock. No lock
+ * held. */
+static void tcache_flush_half(llmem_pool *p, tcache *t, unsigned c)
+{
+    uint32_t n = t->bin[c].count, keep = t->bin[c].cap / 2;
+    xfer_cache *x = &p->xfer[c];
+    if (x->cap) {
+        pthread_mutex_lock(&x->lock);
+        uint32_t room = x->cap - x->count, move = n - keep < room ? n - keep : room;
+        memcpy(&x->slots[x->count], &t->bin[c].items[n - move], move * sizeof(void *));
+        st_u32(&x->count, x->count + move);
+        pthread_mutex_unlock(&x->lock);
+        n -= move;
+        st_u32(&t->bin[c].count, n);
+    }
+    if (n > keep) {
+        pthread_mutex_lock(&p->lock);
+        tcache_flush_class_locked(p, t, c, keep);
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
+/* Return a class's transfer cache to its slabs. Pool lock held. */
 void llmem__pool_xfer_drain(llmem_pool *p, unsigned c)
 {
-    central *x = &p->central[c];
+    xfer_cache *x = &p->xfer[c];
     size_t csize = p->cls.size[c];
-    while (x->xcount) {
-        uintptr_t b = (uintptr_t)x->xfer[--x->xcount];
+    pthread_mutex_lock(&x->lock);
+    while (x->count) {
+        uintptr_t b = (uintptr_t)x->slots[x->count - 1];
+        st_u32(&x->count, x->count - 1);
         superblock *sb = llmem__addrmap_get(b);
         slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
-        p->xfer_blocks--;
-        p->xfer_bytes -= csize;
         llmem__pool_small_put(p, s, b, (uint32_t)((b - s->b.start) / csize));
     }
+    pthread_mutex_unlock(&x->lock);
 }
 
 void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t)
 {
     for (unsigned c = 0; c < p->cls.count; c++)
-        if (t->count[c]) tcache_flush_class(p, t, c, 0);
+        if (t->bin[c].count) tcache_flush_class_locked(p, t, c, 0);
 }
 
 /* Thread exit: return the cache's blocks and fold its counters in. */
@@ -131,13 +156,19 @@ void llmem__pool_tcache_destructor(void *v)
     if (tl_last.tc == t) tl_last.pool = NULL;
     pthread_mutex_lock(&p->lock);
     llmem__pool_tcache_flush_all(p, t);
+    /* Counters fold in and the cache leaves the list at once, under both
+     * locks, so a stats read counts them exactly once. */
+    pthread_mutex_lock(&p->tlock);
     for (unsigned c = 0; c < p->cls.count; c++) {
-        p->st.allocs_total += t->allocs[c];
-        p->central[c].allocs += t->allocs[c];
+        ST_ADD(p->st.allocs_total, t->bin[c].allocs);
+        ST_ADD(p->st.frees_total, t->bin[c].frees);
+        ST_ADD(p->central[c].allocs, t->bin[c].allocs);
+        ST_ADD(p->central[c].frees, t->bin[c].frees);
     }
     if (t->prev) t->prev->next = t->next;
     else p->tcaches = t->next;
     if (t->next) t->next->prev = t->prev;
+    pthread_mutex_unlock(&p->tlock);
     pthread_mutex_unlock(&p->lock);
     free(t);
 }
@@ -165,19 +196,19 @@ tcache *llmem__pool_tcache_get(llmem_pool *p)
         t->pool = p;
         size_t at = 0;
         for (unsigned c = 0; c < p->cls.count; c++) {
-            t->cap[c] = p->tcache_cap[c];
-            t->items[c] = &t->storage[at];
-            at += t->cap[c];
+            t->bin[c].cap = p->tcache_cap[c];
+            t->bin[c].items = &t->storage[at];
+            at += t->bin[c].cap;
         }
         if (pthread_setspecific(p->tkey, t) != 0) {
             free(t);
             return NULL;
         }
-        pthread_mutex_lock(&p->lock);
+        pthread_mutex_lock(&p->tlock);
         t->next = p->tcaches;
         if (p->tcaches) p->tcaches->prev = t;
         p->tcaches = t;
-        pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&p->tlock);
     }
     tl_last.pool = p;
     tl_last.id = p->id;
@@ -189,30 +220,43 @@ tcache *llmem__pool_tcache_get(llmem_pool *p)
  * goes to the caller. */
 static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *st)
 {
-    uint32_t want = t->cap[c] / 2 ? t->cap[c] / 2 : 1, got = 0;
-    pthread_mutex_lock(&p->lock);
-    central *x = &p->central[c];
-    if (x->xcount) {
-        got = x->xcount < want ? x->xcount : want;
-        x->xcount -= got;
-        memcpy(t->items[c], &x->xfer[x->xcount], got * sizeof(void *));
-        p->xfer_blocks -= got;
-        p->xfer_bytes -= (uint64_t)got * p->cls.size[c];
+    uint32_t want = t->bin[c].cap / 2 ? t->bin[c].cap / 2 : 1, got = 0;
+    xfer_cache *x = &p->xfer[c];
+    if (ld_u32(&x->count)) {
+        pthread_mutex_lock(&x->lock);
+        got = x->count < want ? x->count : want;
+        memcpy(t->bin[c].items, &x->slots[x->count - got], got * sizeof(void *));
+        st_u32(&x->count, x->count - got);
+        pthread_mutex_unlock(&x->lock);
     }
-    if (got < want && p->nfenced) llmem__pool_poll_fenced_locked(p);
+    if (got == want) {
+        /* Served without the pool lock; sample the peak if it is free. */
+        if (pthread_mutex_trylock(&p->lock) == 0) {
+            llmem__pool_note_peak(p);
+            pthread_mutex_unlock(&p->lock);
+        }
+        st_u32(&t->bin[c].count, got - 1);
+        *st = LLMEM_OK;
+        return t->bin[c].items[got - 1];
+    }
+    pthread_mutex_lock(&p->lock);
+    if (p->nfenced) llmem__pool_poll_fenced_locked(p);
     while (got < want) {
         uintptr_t b = llmem__pool_small_take(p, c, st);
         if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) continue;
         if (!b) break;
-        t->items[c][got++] = (void *)b;
+        t->bin[c].items[got++] = (void *)b;
     }
     if (got) *st = LLMEM_OK;
-    else p->st.failures_total++;
+    else {
+        ST_ADD(p->st.failures_total, 1);
+        ST_ADD(p->central[c].failures, 1);
+    }
     llmem__pool_note_peak(p);
     pthread_mutex_unlock(&p->lock);
     if (!got) return NULL;
-    st_u32(&t->count[c], got - 1);
-    return t->items[c][got - 1];
+    st_u32(&t->bin[c].count, got - 1);
+    return t->bin[c].items[got - 1];
 }
 
 
@@ -241,7 +285,7 @@ void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_s
     if (cls < p->cls.count) {
         block = llmem__pool_small_take(p, cls, st);
         if (!block) return NULL;
-        p->central[cls].allocs++;
+        ST_ADD(p->central[cls].allocs, 1);
         user = block + g;
         if (g) llmem__pool_guards_write(block, p->cls.size[cls], user, size);
     } else {
@@ -252,7 +296,7 @@ void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_s
         }
         /* With guards the user pointer must keep the alignment: the block
          * starts aligned, and g is a multiple of it. */
-        pblock *b = llmem__pool_take_pages(p, pages, align, st);
+        pblock *b = llmem__pool_take_pages(p, heap_for(p, D_LARGE), pages, align, st);
         if (!b) return NULL;
         b->kind = D_LARGE;
         b->requested = size;
@@ -263,12 +307,12 @@ void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_s
         sb->owner[unit_of(sb, block, p->ushift)] = b;
         if (g && unit_of(sb, user, p->ushift) != unit_of(sb, block, p->ushift))
             sb->owner[unit_of(sb, user, p->ushift)] = b;
-        p->st.used_bytes += b->size;
-        p->st.live_allocations++;
+        ST_ADD(p->st.used_bytes, b->size);
+        ST_ADD(p->st.live_allocations, 1);
         if (g) llmem__pool_guards_write(block, b->size, user, size);
     }
     if (p->host) LLMEM_UNPOISON((void *)user, size);
-    p->st.allocs_total++;
+    ST_ADD(p->st.allocs_total, 1);
     llmem__pool_note_peak(p);
     *st = LLMEM_OK;
     return (void *)user;
@@ -284,16 +328,16 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
         if (t) {
             unsigned c = llmem__class_of(&p->cls, size);
             void *b;
-            uint32_t n = t->count[c];
+            uint32_t n = t->bin[c].count;
             if (n) {
-                b = t->items[c][n - 1];
-                st_u32(&t->count[c], n - 1);
+                b = t->bin[c].items[n - 1];
+                st_u32(&t->bin[c].count, n - 1);
             } else {
                 llmem_status st;
                 b = tcache_refill(p, t, c, &st);
                 if (!b) return llmem__pool_alloc_failed(st, status);
             }
-            st_u64(&t->allocs[c], t->allocs[c] + 1);
+            st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
             if (p->host) LLMEM_UNPOISON(b, size);
             if (status) *status = LLMEM_OK;
             return b;
@@ -310,17 +354,24 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
     else st = LLMEM_OK;
     if (st) {
         pthread_mutex_lock(&p->lock);
-        p->st.failures_total++;
+        ST_ADD(p->st.failures_total, 1);
         pthread_mutex_unlock(&p->lock);
         return llmem__pool_alloc_failed(st, status);
     }
+    /* The class the locked path will try, for the per-class failure count. */
+    size_t inner = size;
+    if (p->checked && p->host) inner = size + llmem__pool_guard_front(align < p->align ? p->align : align) + GUARD_TAIL;
+    unsigned cls = align <= p->unit ? class_for(p, inner, align < p->align ? p->align : align) : p->cls.count;
     if (align < p->align) align = p->align;
     pthread_mutex_lock(&p->lock);
     if (p->nfenced) llmem__pool_poll_fenced_locked(p);
     void *r = llmem__pool_alloc_locked(p, size, align, &st);
     /* Memory still in flight is not memory lost: wait for it before failing. */
     while (!r && st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) r = llmem__pool_alloc_locked(p, size, align, &st);
-    if (!r) p->st.failures_total++;
+    if (!r) {
+        ST_ADD(p->st.failures_total, 1);
+        if (cls < p->cls.count) ST_ADD(p->central[cls].failures, 1);
+    }
     pthread_mutex_unlock(&p->lock);
     if (status) *status = st;
     return r;
@@ -333,11 +384,11 @@ static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
     if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && tl_last.pool == p && tl_last.id == p->id)) {
         tcache *t = tl_last.tc;
         unsigned c = llmem__class_of(&p->cls, size);
-        uint32_t n = t->count[c];
+        uint32_t n = t->bin[c].count;
         if (LLMEM_LIKELY(n)) {
-            void *b = t->items[c][n - 1];
-            st_u32(&t->count[c], n - 1);
-            st_u64(&t->allocs[c], t->allocs[c] + 1);
+            void *b = t->bin[c].items[n - 1];
+            st_u32(&t->bin[c].count, n - 1);
+            st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
             if (p->host) LLMEM_UNPOISON(b, size);
             if (status) *status = LLMEM_OK;
             return b;
@@ -405,15 +456,14 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
         int c = small_class_of(p, (uintptr_t)ptr);
         tcache *t = c >= 0 ? llmem__pool_tcache_get(p) : NULL;
         if (t) {
-            uint32_t n = t->count[c];
-            if (n == t->cap[c]) {
-                pthread_mutex_lock(&p->lock);
-                tcache_flush_class(p, t, (unsigned)c, t->cap[c] / 2);
-                pthread_mutex_unlock(&p->lock);
-                n = t->count[c];
+            uint32_t n = t->bin[c].count;
+            if (n == t->bin[c].cap) {
+                tcache_flush_half(p, t, (unsigned)c);
+                n = t->bin[c].count;
             }
-            t->items[c][n] = ptr;
-            st_u32(&t->count[c], n + 1);
+            t->bin[c].items[n] = ptr;
+            st_u32(&t->bin[c].count, n + 1);
+            st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
             if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
             return LLMEM_OK;
         }
@@ -432,11 +482,12 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
         int c = small_class_of(p, (uintptr_t)ptr);
         tcache *t = tl_last.tc;
         if (LLMEM_LIKELY(c >= 0)) {
-            uint32_t n = t->count[c];
-            if (LLMEM_LIKELY(n < t->cap[c])) {
-                t->items[c][n] = ptr;
-                st_u32(&t->count[c], n + 1);
-                    if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+            uint32_t n = t->bin[c].count;
+            if (LLMEM_LIKELY(n < t->bin[c].cap)) {
+                t->bin[c].items[n] = ptr;
+                st_u32(&t->bin[c].count, n + 1);
+                st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
+                if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
                 return LLMEM_OK;
             }
         }
