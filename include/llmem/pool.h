@@ -44,15 +44,17 @@
  * (the sim-device resource turns any slip into a crash). On the host it
  * threads free lists through free small blocks.
  *
- * Ownership: free() of a pointer this pool did not hand out, or of a large
- * block already freed, is always refused (LLMEM_EFOREIGN, LLMEM_EDOUBLEFREE):
- * the page owner table makes that check free. For small blocks, release
- * mode checks only that the pointer is a block boundary of one of its slabs
- * (a small block freed twice is handed out twice later: the price of a free
- * that touches nothing but the thread's cache); checked mode keeps a bit
- * per block, takes the lock on every call, and catches every double free, writes
- * guard canaries around every host block and verifies them on free
- * (LLMEM_ECORRUPT, the block is still freed). Freed host memory is poisoned
+ * Ownership: free() of a pointer this pool did not hand out, or of a block
+ * already freed, is refused (LLMEM_EFOREIGN, LLMEM_EDOUBLEFREE) and changes
+ * nothing: the page owner table makes that check free for large blocks; a
+ * free small block of a host pool carries a mark (a random per-pool key
+ * XOR its address, in its bytes 8-15) that the free fast path checks, so a
+ * small block freed twice is refused and never handed out twice (a live
+ * block is mistaken for a free one only if it holds exactly that value);
+ * device pools keep a bit per small block. Checked mode keeps a bit per
+ * block, takes the lock on every call, writes guard canaries around every
+ * host block and verifies them on free (LLMEM_ECORRUPT, the block is still
+ * freed). Freed host memory is poisoned
  * for AddressSanitizer in every mode when the library is built with it.
  *
  * Memory goes back: a free page run or a wholly free superblock that has
@@ -81,7 +83,7 @@
  * pages the OS backs only where touched.
  *
  * Threads: a pool is safe to share between threads. Each thread keeps a
- * small cache of free small blocks per pool (not in checked mode), so
+ * small cache of free small blocks per host pool (not in checked mode), so
  * small allocations and frees take no lock and no atomic read-modify-write;
  * a block may be freed by any thread. A cache refills from and flushes to a
  * per-class transfer cache with a lock of its own, and only goes to the
@@ -195,8 +197,10 @@ LLMEM_API llmem_pool_options llmem_pool_options_default(void);
 LLMEM_API llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out);
 
 /* Unmaps every superblock, live blocks included; pending fences are dropped
- * without waiting (drain first if work may still use the memory). NULL is
- * a no-op. */
+ * without waiting (drain first if work may still use the memory). Live
+ * blocks (not counting those whose fenced free is pending) are reported:
+ * a warning in the log naming their count and bytes, also left as the
+ * calling thread's last error (LLMEM_ESTATE). NULL is a no-op. */
 LLMEM_API void llmem_pool_destroy(llmem_pool *p);
 
 /* The resource the pool takes its memory from (NULL for a NULL pool). */
@@ -275,9 +279,7 @@ LLMEM_API llmem_status llmem_pool_check(llmem_pool *p);
  * already the block is freed now. The pool owns the fence from this call
  * on, whatever the outcome: it calls drop exactly once. Refusals are
  * those of llmem_pool_free (the block stays live), plus LLMEM_EDOUBLEFREE
- * for a block whose fenced free is pending (a release pool's thread-cache
- * free of a small block checks nothing, as for any small double free:
- * see above), LLMEM_EINVAL for a handle block or a fence
+ * for a block whose fenced free is pending, LLMEM_EINVAL for a handle block or a fence
  * without done, and LLMEM_ENOMEM when the pending list cannot grow and the
  * fence cannot be waited for (the block stays live). */
 LLMEM_API llmem_status llmem_pool_free_fenced(llmem_pool *p, void *ptr, const llmem_fence *f);

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "addrmap.h"
 #include "pool_internal.h"
@@ -196,7 +197,7 @@ llmem_status llmem_pool_check(llmem_pool *p)
                                 "(a use after free)", p->name, csize, (void *)fb);
                     }
                 }
-                if (p->checked) {
+                if (p->bits) {
                     uint32_t set = 0;
                     for (uint32_t i = 0; i < s->nblocks; i++) set += bit_get(s->bits, i);
                     if (set != s->used) BAD("pool '%s': slab %p state bits disagree", p->name, (void *)b->start);
@@ -473,6 +474,7 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     p->purge_background = o->purge != LLMEM_POOL_PURGE_MANUAL;
     p->checked = o->checked;
     p->inband = p->host && !p->checked;
+    p->bits = !p->inband;
     if (o->extra_class_count && !o->extra_classes)
         return llmem__fail(LLMEM_EINVAL, "pool '%s': extra_class_count without extra_classes", p->name);
     if (o->extra_class_count > LLMEM_POOL_MAX_EXTRA_CLASSES ||
@@ -508,9 +510,15 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     pthread_mutex_init(&p->tlock, NULL);
     p->st.struct_size = sizeof p->st;
     p->id = __atomic_fetch_add(&next_pool_id, 1, __ATOMIC_RELAXED);
+    /* The free-mark key: random, with its top byte set so that key ^ a
+     * block's address never looks like a pointer or a small integer. */
+    uint64_t key = 0;
+    if (getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key)
+        key = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull ^ llmem__now_ns() ^ p->id << 32;
+    p->free_key = key | 0xa5ull << 56;
     /* Thread caches, unless checked; without a pthread key left (over a
      * thousand pools alive) the pool simply runs on its lock. */
-    p->tcache_on = !p->checked && pthread_key_create(&p->tkey, llmem__pool_tcache_destructor) == 0;
+    p->tcache_on = p->inband && pthread_key_create(&p->tkey, llmem__pool_tcache_destructor) == 0;
     size_t xslots = 0;
     for (unsigned c = 0; c < p->cls.count; c++) {
         size_t cap = 16 * p->unit / p->cls.size[c];
@@ -544,6 +552,17 @@ void llmem_pool_destroy(llmem_pool *p)
 {
     if (!p) return;
     if (p->purge_background) llmem__pool_purger_unregister(p);
+    /* Live blocks are reported, not unmapped in silence: a leak, or memory
+     * someone still uses. Blocks whose fenced free is pending were freed
+     * by their owner and do not count. */
+    llmem_pool_stats s = {sizeof s};
+    llmem_pool_get_stats(p, &s);
+    uint64_t live = s.live_allocations - s.fenced_pending, bytes = s.used_bytes - s.fenced_pending_bytes;
+    if (live)
+        llmem__fail_log(LLMEM_LOG_WARN, LLMEM_ESTATE,
+                        "pool '%s': destroyed with %llu live block(s) of %llu bytes (%llu handle(s)); their memory "
+                        "is unmapped",
+                        p->name, (unsigned long long)live, (unsigned long long)bytes, (unsigned long long)s.handles);
     if (p->tcache_on) {
         pthread_key_delete(p->tkey);
         llmem__pool_tcaches_destroy(p);

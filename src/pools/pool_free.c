@@ -84,7 +84,8 @@ static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
             return AT_BLOCK;
         }
         if (!llmem__pool_slab_index(p, b->cls, off, &idx)) return INSIDE_BLOCK;
-        if (idx >= s->carved || (p->checked && !bit_get(s->bits, idx))) return FREE_SLAB_BLOCK;
+        if (idx >= s->carved || (p->bits && !bit_get(s->bits, idx))) return FREE_SLAB_BLOCK;
+        if (p->inband && free_marked(p, (const void *)l->block)) return FREE_SLAB_BLOCK;
         return AT_BLOCK;
     }
     if (b && b->kind == D_LARGE && b->user == a) {
@@ -155,8 +156,8 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
     if (b->kind == D_SLAB) {
         slab *s = (slab *)b;
         size_t csize = p->cls.size[b->cls];
-        if (p->checked) {
-            if (p->host) {
+        if (p->bits) {
+            if (p->checked && p->host) {
                 size_t n = 0, g = 0;
                 if (!llmem__pool_guards_header(l->block, &n, &g) || !llmem__pool_guards_intact(l->block, csize, a, n)) {
                     ST_ADD(p->st.corruptions_total, 1);

@@ -115,6 +115,9 @@ struct llmem_pool {
     /* read-mostly */
     uint64_t id;                /* unique for the process's life */
     bool host, checked, inband, tcache_on;
+    bool bits;                  /* a bit per slab block (checked and device pools) */
+    uint64_t free_key;          /* random; a free small block of an in-band pool holds
+                                   free_key ^ its address in its second word (see free_mark) */
     size_t unit;
     unsigned ushift;
     size_t align;               /* pool minimum alignment */
@@ -234,6 +237,38 @@ static inline void *llmem__pool_alloc_failed(llmem_status st, llmem_status *stat
     if (status) *status = st;
     return NULL;
 }
+
+/* ---- free marks: double frees of small blocks in release mode ----------
+ *
+ * A free small block of an in-band host pool (release mode) holds
+ * free_key ^ its address in bytes 8-15, written when it is freed (into a
+ * thread cache, a transfer cache or its slab) and cleared when it is handed
+ * out. A free that finds the mark refuses with LLMEM_EDOUBLEFREE, so the
+ * block is never cached twice and never handed out twice. A live block is
+ * taken for a freed one only if the program stored exactly that value
+ * there, and the key is random per pool: 2^-64 for data that does not come
+ * from a freed block. Cost: one load and one store on the free fast path,
+ * one store on the allocation fast path, on a line the program is using
+ * anyway. Device pools (whose memory the pool never touches) keep a bit
+ * per block instead and take the locked path; checked pools keep bits and
+ * fills. Under AddressSanitizer a free block is poisoned and a live one is
+ * not at its first byte, which decides exactly, so no mark is written. */
+#ifdef LLMEM_ASAN
+static inline void free_mark(const llmem_pool *p, void *b) { (void)p, (void)b; }
+static inline void free_unmark(void *b) { (void)b; }
+static inline bool free_marked(const llmem_pool *p, const void *b)
+{
+    (void)p;
+    return __asan_address_is_poisoned(b);
+}
+#else
+static inline void free_mark(const llmem_pool *p, void *b) { ((uint64_t *)b)[1] = p->free_key ^ (uintptr_t)b; }
+static inline void free_unmark(void *b) { ((uint64_t *)b)[1] = 0; }
+static inline bool free_marked(const llmem_pool *p, const void *b)
+{
+    return ((const uint64_t *)b)[1] == (p->free_key ^ (uintptr_t)b);
+}
+#endif
 
 /* The front guard of a checked host block at this alignment. */
 static inline size_t llmem__pool_guard_front(size_t align) { return align > GUARD_MIN ? align : GUARD_MIN; }

@@ -136,8 +136,8 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     s->bits = NULL;
     s->listed = false;
     if (!p->inband) s->free_idx = malloc(s->nblocks * sizeof *s->free_idx);
-    if (p->checked) s->bits = calloc((s->nblocks + 63) / 64, sizeof *s->bits);
-    if ((!p->inband && !s->free_idx) || (p->checked && !s->bits)) {
+    if (p->bits) s->bits = calloc((s->nblocks + 63) / 64, sizeof *s->bits);
+    if ((!p->inband && !s->free_idx) || (p->bits && !s->bits)) {
         free(s->free_idx);
         free(s->bits);
         llmem__pool_put_pages(p, b);
@@ -218,6 +218,7 @@ static void slab_put(llmem_pool *p, slab *s, uintptr_t b, uint32_t idx)
         LLMEM_UNPOISON((void *)b, sizeof(void *));
         *(void **)b = s->free_head;
         s->free_head = (void *)b;
+        free_mark(p, (void *)b);
     } else {
         s->free_idx[s->nfree] = idx;
     }
@@ -242,7 +243,7 @@ uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st)
     size_t csize = p->cls.size[cls];
     uintptr_t block = slab_take(p, s, csize);
     if (s->used == s->nblocks) partial_remove(c, s);
-    if (p->checked) bit_set(s->bits, (uint32_t)((block - s->b.start) / csize));
+    if (p->bits) bit_set(s->bits, (uint32_t)((block - s->b.start) / csize));
     ST_ADD(c->live, 1);
     ST_ADD(p->st.used_bytes, csize);
     ST_ADD(p->st.live_allocations, 1);

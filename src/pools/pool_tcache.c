@@ -285,6 +285,7 @@ void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_s
     if (cls < p->cls.count) {
         block = llmem__pool_small_take(p, cls, st);
         if (!block) return NULL;
+        if (p->inband) free_unmark((void *)block);
         ST_ADD(p->central[cls].allocs, 1);
         user = block + g;
         if (g) llmem__pool_guards_write(block, p->cls.size[cls], user, size);
@@ -338,7 +339,8 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
                 if (!b) return llmem__pool_alloc_failed(st, status);
             }
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
-            if (p->host) LLMEM_UNPOISON(b, size);
+            LLMEM_UNPOISON(b, size);
+            free_unmark(b);
             if (status) *status = LLMEM_OK;
             return b;
         }
@@ -389,7 +391,8 @@ static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
             void *b = t->bin[c].items[n - 1];
             st_u32(&t->bin[c].count, n - 1);
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
-            if (p->host) LLMEM_UNPOISON(b, size);
+            LLMEM_UNPOISON(b, size);
+            free_unmark(b);
             if (status) *status = LLMEM_OK;
             return b;
         }
@@ -454,7 +457,8 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     if (p->profile) llmem_profile_record_free(p->profile, ptr);
     if (p->tcache_on) {
         int c = small_class_of(p, (uintptr_t)ptr);
-        tcache *t = c >= 0 ? llmem__pool_tcache_get(p) : NULL;
+        /* A marked block is free already: the locked path refuses it. */
+        tcache *t = c >= 0 && !free_marked(p, ptr) ? llmem__pool_tcache_get(p) : NULL;
         if (t) {
             uint32_t n = t->bin[c].count;
             if (n == t->bin[c].cap) {
@@ -464,7 +468,8 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
             t->bin[c].items[n] = ptr;
             st_u32(&t->bin[c].count, n + 1);
             st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
-            if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+            free_mark(p, ptr);
+            LLMEM_POISON(ptr, p->cls.size[c]);
             return LLMEM_OK;
         }
     }
@@ -474,20 +479,27 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     return st;
 }
 
-/* The fast path: a small block pushed onto this thread's cache. The slab
- * cannot change under us: it holds this live block. */
+/* The fast path: a small block pushed onto this thread's cache, unless it
+ * carries the free mark (a double free: free_slow refuses it). The slab
+ * cannot change under us: it holds this live block. Thread caches exist
+ * only on in-band host pools, so the block's memory may be read. */
 llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
 {
+    /* The mark is read once the pointer is known to be a block of ours;
+     * start fetching its line now, so the miss overlaps the lookup (a
+     * prefetch never faults, whatever ptr is). */
+    __builtin_prefetch((const char *)ptr + 8);
     if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id && !p->profile)) {
         int c = small_class_of(p, (uintptr_t)ptr);
         tcache *t = tl_last.tc;
         if (LLMEM_LIKELY(c >= 0)) {
             uint32_t n = t->bin[c].count;
-            if (LLMEM_LIKELY(n < t->bin[c].cap)) {
+            if (LLMEM_LIKELY(n < t->bin[c].cap && !free_marked(p, ptr))) {
                 t->bin[c].items[n] = ptr;
                 st_u32(&t->bin[c].count, n + 1);
                 st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
-                if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+                free_mark(p, ptr);
+                LLMEM_POISON(ptr, p->cls.size[c]);
                 return LLMEM_OK;
             }
         }
