@@ -218,6 +218,123 @@ static llmem_pool_stats pool_stats(const llmem_pool *p)
     return s;
 }
 
+/* An idle live thread's cache is memory no one uses: once it has seen no
+ * refill or flush for the decay delay, shrink (manual purge) or the
+ * purger (background) takes its blocks back, the slabs and superblocks
+ * they pinned go, and the thread carries on when it wakes. Before, one
+ * idle thread kept its cache, its slabs and their superblocks until it
+ * exited. */
+typedef struct idler {
+    llmem_pool *pool;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int phase; /* 0 working, 1 idle (main may reclaim), 2 wake up, 3 done */
+    bool ok;
+    uint64_t idle_ms; /* when the thread last used the pool before idling */
+} idler;
+
+static void idler_churn(idler *d)
+{
+    enum { N = 3000 };
+    static __thread void *b[N];
+    uint64_t seed = 99;
+    for (int i = 0; i < N; i++) {
+        size_t n = 16 + xs(&seed) % 1009;
+        b[i] = llmem_pool_alloc(d->pool, n, NULL);
+        if (!b[i]) d->ok = false;
+        else memset(b[i], i & 0xff, n);
+    }
+    for (int i = 0; i < N; i++)
+        if (b[i] && llmem_pool_free(d->pool, b[i]) != LLMEM_OK) d->ok = false;
+}
+
+static void idler_set(idler *d, int phase)
+{
+    pthread_mutex_lock(&d->lock);
+    d->phase = phase;
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void idler_wait(idler *d, int phase)
+{
+    pthread_mutex_lock(&d->lock);
+    while (d->phase != phase) pthread_cond_wait(&d->cond, &d->lock);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void *idler_main(void *v)
+{
+    idler *d = v;
+    idler_churn(d); /* its cache now holds blocks of many classes */
+    d->idle_ms = test_now_ms();
+    idler_set(d, 1);
+    idler_wait(d, 2);
+    idler_churn(d); /* after the reclaim: the cache works as before */
+    idler_set(d, 3);
+    return NULL;
+}
+
+static void idle_cache_reclaimed(bool background)
+{
+    llmem_pool_options o = llmem_pool_options_default();
+    o.decay_ms = 100;
+    o.purge = background ? LLMEM_POOL_PURGE_BACKGROUND : LLMEM_POOL_PURGE_MANUAL;
+    o.first_superblock_bytes = 1 << 20;
+    idler d = {.ok = true};
+    assert_ok(llmem_pool_create(&o, &d.pool));
+    pthread_mutex_init(&d.lock, NULL);
+    pthread_cond_init(&d.cond, NULL);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, idler_main, &d), 0);
+    idler_wait(&d, 1);
+    llmem_pool_stats s = pool_stats(d.pool);
+    assert_int_equal(s.live_allocations, 0);
+    assert_true(s.superblocks > 0);
+    if (!background) {
+        /* Within the delay the cache is the thread's: shrink leaves it. */
+        llmem_pool_trim(d.pool);
+        if (test_now_ms() - d.idle_ms < (uint64_t)o.decay_ms / 2) assert_true(pool_stats(d.pool).superblocks > 0);
+    }
+    /* Past the delay: everything goes, without the thread doing anything. */
+    bool gone = false;
+    for (int ms = 0; ms < 5000 && !gone; ms += 20) {
+        usleep(20 * 1000);
+        if (!background) llmem_pool_trim(d.pool);
+        s = pool_stats(d.pool);
+        gone = s.superblocks == 0 && s.committed_bytes == 0;
+    }
+    if (!gone)
+        fail_msg("an idle thread's cache kept %llu superblocks, %llu bytes committed",
+                 (unsigned long long)s.superblocks, (unsigned long long)s.committed_bytes);
+    assert_true(s.reclaimed_caches_total >= 1); /* more if the thread stalled long in its churn */
+    assert_int_equal(s.live_allocations, 0);
+    assert_ok(llmem_pool_check(d.pool));
+    idler_set(&d, 2);
+    idler_wait(&d, 3);
+    assert_true(d.ok);
+    assert_ok(llmem_pool_check(d.pool));
+    pthread_join(t, NULL);
+    s = pool_stats(d.pool);
+    assert_int_equal(s.live_allocations, 0);
+    assert_int_equal(s.allocs_total, s.frees_total);
+    llmem_pool_destroy(d.pool);
+    pthread_mutex_destroy(&d.lock);
+    pthread_cond_destroy(&d.cond);
+}
+
+static void idle_cache_reclaimed_by_shrink(void **state)
+{
+    (void)state;
+    idle_cache_reclaimed(false);
+}
+
+static void idle_cache_reclaimed_by_purger(void **state)
+{
+    (void)state;
+    idle_cache_reclaimed(true);
+}
+
 /* Without any call into the pool, the background purger gives back free
  * runs and empty superblocks once they have waited the decay delay. */
 static void background_purge_returns_idle_memory(void **state)
@@ -414,6 +531,8 @@ int main(void)
         cmocka_unit_test(cross_thread_checked),
         cmocka_unit_test(thread_exit_returns_cache),
         cmocka_unit_test(background_purge_returns_idle_memory),
+        cmocka_unit_test(idle_cache_reclaimed_by_shrink),
+        cmocka_unit_test(idle_cache_reclaimed_by_purger),
         cmocka_unit_test(property_per_thread),
         cmocka_unit_test(property_per_thread_sim_device),
     };

@@ -175,6 +175,7 @@ typedef struct llmem_pool_stats {
     uint64_t fenced_pending_bytes;    /* their bytes (still in used_bytes) */
     uint64_t fenced_frees_total;      /* fenced frees accepted */
     uint64_t fence_waits_total;       /* fences waited for because an allocation would have failed */
+    uint64_t reclaimed_caches_total;  /* idle threads' caches taken back (purger, shrink) */
 } llmem_pool_stats;
 
 /* Per size class figures, from llmem_pool_get_class_stats. */
@@ -358,6 +359,13 @@ LLMEM_API const llmem_stats_schema *llmem_pool_stats_schema(void);
 LLMEM_API llmem_status llmem_pool_get_class_stats(const llmem_pool *p, llmem_pool_class_stats *out, size_t cap,
                                                   size_t *count);
 LLMEM_API const llmem_stats_schema *llmem_pool_class_stats_schema(void);
+
+/* Add the pool's stats and each size class's (those that ever held a slab
+ * or served a block) to an exporter (llmem/stats.h), for Prometheus or
+ * JSON: the pool's with `labels`, each class's with them and
+ * class_bytes="<block size>". At most 16 labels. */
+LLMEM_API llmem_status llmem_pool_export_stats(const llmem_pool *p, llmem_exporter *ex, const llmem_label *labels,
+                                               size_t label_count);
 
 #ifdef __cplusplus
 }

@@ -79,7 +79,8 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
     if (!p) return 0;
     tcache *t = llmem__pool_tcache_get(p);
     pthread_mutex_lock(&p->lock);
-    if (t) llmem__pool_tcache_flush_all(p, t); /* other threads' caches stay theirs */
+    if (t) llmem__pool_tcache_flush_all(p, t);
+    llmem__pool_reclaim_idle(p, llmem__pool_clock()); /* other threads' caches, if idle for the decay */
     for (unsigned c = 0; c < p->cls.count; c++) llmem__pool_xfer_drain(p, c);
     if (p->nfenced) llmem__pool_poll_fenced_locked(p); /* finished work gives its blocks back too */
     size_t released = 0;
@@ -352,6 +353,30 @@ llmem_status llmem_pool_get_class_stats(const llmem_pool *cp, llmem_pool_class_s
     return LLMEM_OK;
 }
 
+llmem_status llmem_pool_export_stats(const llmem_pool *p, llmem_exporter *ex, const llmem_label *labels,
+                                     size_t label_count)
+{
+    if (!p || !ex || (label_count && !labels) || label_count > 16)
+        return llmem__fail(LLMEM_EINVAL, "pool export: null argument or more than 16 labels");
+    llmem_pool_stats s = {sizeof s};
+    llmem_status st = llmem_pool_get_stats(p, &s);
+    if (!st) st = llmem_exporter_add(ex, llmem_pool_stats_schema(), &s, labels, label_count);
+    llmem_pool_class_stats cs[LLMEM_MAX_CLASSES];
+    for (size_t c = 0; c < LLMEM_MAX_CLASSES; c++) cs[c].struct_size = sizeof cs[c];
+    size_t n = 0;
+    if (!st) st = llmem_pool_get_class_stats(p, cs, LLMEM_MAX_CLASSES, &n);
+    llmem_label lb[17];
+    if (label_count) memcpy(lb, labels, label_count * sizeof *lb);
+    char size[24];
+    lb[label_count] = (llmem_label){"class_bytes", size};
+    for (size_t c = 0; !st && c < n; c++) {
+        if (!cs[c].slabs && !cs[c].allocs_total) continue;
+        snprintf(size, sizeof size, "%llu", (unsigned long long)cs[c].class_bytes);
+        st = llmem_exporter_add(ex, llmem_pool_class_stats_schema(), &cs[c], lb, label_count + 1);
+    }
+    return st;
+}
+
 #define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_pool_stats, name)}
 static const llmem_stat_field pool_fields[] = {
     F(GAUGE, reserved_bytes, "Bytes mapped in superblocks."),
@@ -386,6 +411,7 @@ static const llmem_stat_field pool_fields[] = {
     F(GAUGE, fenced_pending_bytes, "Bytes of blocks whose fenced free is pending."),
     F(COUNTER, fenced_frees_total, "Fenced frees accepted."),
     F(COUNTER, fence_waits_total, "Fences waited for because an allocation would have failed."),
+    F(COUNTER, reclaimed_caches_total, "Idle threads' caches taken back."),
 };
 #undef F
 static const llmem_stats_schema pool_schema = {"pool", sizeof(llmem_pool_stats), LLMEM_ARRAY_LEN(pool_fields),

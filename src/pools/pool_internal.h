@@ -94,6 +94,7 @@ typedef struct central {
     uint64_t live, allocs;      /* live: blocks out of the slabs (caches included) */
     uint64_t frees, failures;   /* frees taken by the locked path or folded in from exited threads;
                                    allocations of the class refused */
+    uint64_t last_take;         /* llmem__pool_clock when blocks last left the slabs */
 } central;
 
 /* A class's transfer cache (pool_tcache.c): free blocks passed between
@@ -106,6 +107,7 @@ typedef struct xfer_cache {
     void **slots;
     uint32_t count;             /* relaxed stores under the lock; stats read it without */
     uint32_t cap;
+    uint64_t last_used;         /* llmem__pool_clock at the last push or pop (relaxed) */
 } xfer_cache;
 
 /* Fields read by every fast path come first and are only written at
@@ -171,6 +173,10 @@ typedef struct tbin {
 typedef struct tcache {
     llmem_pool *pool;
     struct tcache *next, *prev; /* the pool's caches, under its tcache lock */
+    uint32_t busy;              /* owner: 1 inside an allocation or free (see pool_tcache.c) */
+    uint32_t reclaim;           /* a reclaimer's request: the owner's next call takes the slow path */
+    uint64_t last_active;       /* owner: llmem__pool_clock at its last refill or flush */
+    bool kicked;                /* the purger was told about this cache's blocks (under tlock) */
     tbin bin[LLMEM_MAX_CLASSES];
     void *storage[];
 } tcache;
@@ -355,6 +361,11 @@ void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t);
 void llmem__pool_xfer_drain(llmem_pool *p, unsigned c);
 /* The pthread key's destructor: flush at thread exit. Takes the lock. */
 void llmem__pool_tcache_destructor(void *v);
+/* Take back the blocks of every thread cache idle (no refill or flush)
+ * for the decay delay at `now`: an idle live thread's cache is memory no
+ * one uses. Returns when the next cache with blocks will be idle that
+ * long, or UINT64_MAX. Pool lock held. */
+uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now);
 /* Free every cache of p (destroy; no other thread uses p any more). */
 void llmem__pool_tcaches_destroy(llmem_pool *p);
 /* Bytes and blocks in thread and transfer caches (per_class, optional,

@@ -15,6 +15,22 @@
  * found through a one-entry thread-local memo in front of a pthread key; the
  * key's destructor flushes it when its thread exits.
  *
+ * Idle caches. A thread that stops using a pool keeps its cache's blocks
+ * until it exits; the purger and shrink take them back once the cache has
+ * seen no refill or flush for the decay delay (mimalloc reclaims an exited
+ * thread's abandoned segments; here the thread may still be alive). The
+ * owner's stacks take no lock, so the reclaimer and the owner meet in an
+ * asymmetric handshake: every allocation and free stores busy = 1, then
+ * reads reclaim, and stores busy = 0 (release) when done, with only
+ * compiler barriers on its side; the reclaimer stores reclaim = 1, runs
+ * membarrier(PRIVATE_EXPEDITED), which puts a full barrier on every
+ * running thread of the process, then reads busy. Either the owner sees
+ * reclaim (and takes the slow path, which waits for the pool lock the
+ * reclaimer holds while it empties the cache, then clears reclaim) or the
+ * reclaimer sees busy (and leaves the cache alone: it is not idle).
+ * Without membarrier (kernels before 4.14) idle caches stay their
+ * threads' until exit, as before.
+ *
  * Lock order: the pool lock, then a transfer cache's lock or tlock (both
  * leaves: nothing is taken while one is held).
  *
@@ -26,9 +42,12 @@
  * no thread caches: their per-block state must change at every free, under
  * the lock.
  */
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "addrmap.h"
 #include "pool_internal.h"
@@ -41,6 +60,56 @@ static _Thread_local struct {
 } tl_last;
 
 static inline void st_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+
+/* The owner's half of the handshake (see the top of this file). */
+static inline void owner_enter(tcache *t)
+{
+    __atomic_store_n(&t->busy, 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the reclaimer's membarrier orders it */
+}
+
+static inline bool owner_reclaimed(const tcache *t) { return __atomic_load_n(&t->reclaim, __ATOMIC_RELAXED) != 0; }
+
+static inline void owner_leave(tcache *t)
+{
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* The owner saw reclaim: wait for the reclaimer to finish (it holds the
+ * pool lock while it empties the cache), then carry on. */
+static __attribute__((noinline)) void owner_ack(llmem_pool *p, tcache *t)
+{
+    pthread_mutex_lock(&p->lock);
+    __atomic_store_n(&t->reclaim, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* membarrier(PRIVATE_EXPEDITED), registered once; false if the kernel has
+ * none. */
+static int membarrier_state; /* 0 unknown, 1 usable, -1 not */
+
+static bool membarrier_ready(void)
+{
+    int s = __atomic_load_n(&membarrier_state, __ATOMIC_ACQUIRE);
+    if (s) return s > 0;
+    long q = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    bool ok = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+              syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    __atomic_store_n(&membarrier_state, ok ? 1 : -1, __ATOMIC_RELEASE);
+    return ok;
+}
+
+/* A refill or flush: the cache is in use; tell the purger once that it
+ * holds blocks (so a sleeping purger wakes to take them when it idles). */
+static void note_active(llmem_pool *p, tcache *t)
+{
+    __atomic_store_n(&t->last_active, llmem__pool_clock(), __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&t->kicked, __ATOMIC_RELAXED) && p->purge_background) {
+        __atomic_store_n(&t->kicked, true, __ATOMIC_RELAXED);
+        llmem__pool_purger_kick(p);
+    }
+}
 static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
@@ -108,6 +177,7 @@ static void tcache_flush_class_locked(llmem_pool *p, tcache *t, unsigned c, uint
  * held. */
 static void tcache_flush_half(llmem_pool *p, tcache *t, unsigned c)
 {
+    note_active(p, t);
     uint32_t n = t->bin[c].count, keep = t->bin[c].cap / 2;
     xfer_cache *x = &p->xfer[c];
     if (x->cap) {
@@ -115,6 +185,7 @@ static void tcache_flush_half(llmem_pool *p, tcache *t, unsigned c)
         uint32_t room = x->cap - x->count, move = n - keep < room ? n - keep : room;
         memcpy(&x->slots[x->count], &t->bin[c].items[n - move], move * sizeof(void *));
         st_u32(&x->count, x->count + move);
+        __atomic_store_n(&x->last_used, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
         pthread_mutex_unlock(&x->lock);
         n -= move;
         st_u32(&t->bin[c].count, n);
@@ -146,6 +217,87 @@ void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t)
 {
     for (unsigned c = 0; c < p->cls.count; c++)
         if (t->bin[c].count) tcache_flush_class_locked(p, t, c, 0);
+}
+
+/* Transfer caches and kept empty slabs of classes idle for the decay go
+ * back too: without that, the blocks taken from an idle cache would sit in
+ * a transfer cache, or their last empty slab would keep its superblock
+ * mapped. Returns the next deadline. Pool lock held. */
+static uint64_t release_idle_classes(llmem_pool *p, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        xfer_cache *x = &p->xfer[c];
+        if (ld_u32(&x->count)) {
+            uint64_t since = __atomic_load_n(&x->last_used, __ATOMIC_RELAXED);
+            if (now >= since && now - since >= p->decay_ns) llmem__pool_xfer_drain(p, c);
+            else if (since + p->decay_ns < next) next = since + p->decay_ns;
+        }
+        central *k = &p->central[c];
+        if (!k->empty_slabs) continue;
+        uint64_t since = k->last_take;
+        if (now >= since && now - since >= p->decay_ns) {
+            for (slab *s = k->partial, *n; s && k->empty_slabs; s = n) {
+                n = s->lnext;
+                if (s->used == 0) llmem__pool_slab_release(p, s);
+            }
+        } else if (since + p->decay_ns < next) {
+            next = since + p->decay_ns;
+        }
+    }
+    return next;
+}
+
+uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now)
+{
+    if (!p->tcache_on) return UINT64_MAX;
+    uint64_t later = release_idle_classes(p, now);
+    enum { BATCH = 64 };
+    tcache *cand[BATCH];
+    size_t n = 0;
+    uint64_t next = UINT64_MAX;
+    pthread_mutex_lock(&p->tlock);
+    for (tcache *t = p->tcaches; t; t = t->next) {
+        uint32_t held = 0;
+        for (unsigned c = 0; c < p->cls.count && !held; c++) held = ld_u32(&t->bin[c].count);
+        if (!held) {
+            __atomic_store_n(&t->kicked, false, __ATOMIC_RELAXED); /* the next refill tells again */
+            continue;
+        }
+        uint64_t since = __atomic_load_n(&t->last_active, __ATOMIC_RELAXED);
+        if (now - since < p->decay_ns || now < since) {
+            if (since + p->decay_ns < next) next = since + p->decay_ns;
+        } else if (n < BATCH) {
+            __atomic_store_n(&t->reclaim, 1, __ATOMIC_RELAXED);
+            cand[n++] = t;
+        } else {
+            next = now; /* more next pass */
+        }
+    }
+    pthread_mutex_unlock(&p->tlock);
+    if (later < next) next = later;
+    /* The caches cannot go away meanwhile: their threads' exits wait for
+     * the pool lock, which is held. */
+    if (!n) return next;
+    if (!membarrier_ready() || syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+        for (size_t i = 0; i < n; i++) __atomic_store_n(&cand[i]->reclaim, 0, __ATOMIC_RELAXED);
+        return next;
+    }
+    for (size_t i = 0; i < n; i++) {
+        tcache *t = cand[i];
+        if (__atomic_load_n(&t->busy, __ATOMIC_ACQUIRE)) { /* in use after all: not idle */
+            __atomic_store_n(&t->reclaim, 0, __ATOMIC_RELAXED);
+            continue;
+        }
+        /* reclaim stays set: the owner's next call clears it under the
+         * pool lock, after this. */
+        llmem__pool_tcache_flush_all(p, t);
+        ST_ADD(p->st.reclaimed_caches_total, 1);
+    }
+    /* What came back waits its own delay in the slabs (the classes were
+     * idle: their empty slabs can go now). */
+    uint64_t again = release_idle_classes(p, now);
+    return again < next ? again : next;
 }
 
 /* Thread exit: return the cache's blocks and fold its counters in. */
@@ -194,6 +346,7 @@ tcache *llmem__pool_tcache_get(llmem_pool *p)
         t = calloc(1, sizeof *t + p->tcache_slots * sizeof(void *));
         if (!t) return NULL;
         t->pool = p;
+        t->last_active = llmem__pool_clock();
         size_t at = 0;
         for (unsigned c = 0; c < p->cls.count; c++) {
             t->bin[c].cap = p->tcache_cap[c];
@@ -221,12 +374,14 @@ tcache *llmem__pool_tcache_get(llmem_pool *p)
 static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *st)
 {
     uint32_t want = t->bin[c].cap / 2 ? t->bin[c].cap / 2 : 1, got = 0;
+    note_active(p, t);
     xfer_cache *x = &p->xfer[c];
     if (ld_u32(&x->count)) {
         pthread_mutex_lock(&x->lock);
         got = x->count < want ? x->count : want;
         memcpy(t->bin[c].items, &x->slots[x->count - got], got * sizeof(void *));
         st_u32(&x->count, x->count - got);
+        __atomic_store_n(&x->last_used, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
         pthread_mutex_unlock(&x->lock);
     }
     if (got == want) {
@@ -241,6 +396,7 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
     }
     pthread_mutex_lock(&p->lock);
     if (p->nfenced) llmem__pool_poll_fenced_locked(p);
+    ST_SET(p->central[c].last_take, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED));
     while (got < want) {
         uintptr_t b = llmem__pool_small_take(p, c, st);
         if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) continue;
@@ -329,6 +485,8 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
         if (t) {
             unsigned c = llmem__class_of(&p->cls, size);
             void *b;
+            owner_enter(t);
+            if (owner_reclaimed(t)) owner_ack(p, t);
             uint32_t n = t->bin[c].count;
             if (n) {
                 b = t->bin[c].items[n - 1];
@@ -336,9 +494,13 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
             } else {
                 llmem_status st;
                 b = tcache_refill(p, t, c, &st);
-                if (!b) return llmem__pool_alloc_failed(st, status);
+                if (!b) {
+                    owner_leave(t);
+                    return llmem__pool_alloc_failed(st, status);
+                }
             }
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
+            owner_leave(t);
             LLMEM_UNPOISON(b, size);
             free_unmark(b);
             if (status) *status = LLMEM_OK;
@@ -386,16 +548,22 @@ static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
     if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && tl_last.pool == p && tl_last.id == p->id)) {
         tcache *t = tl_last.tc;
         unsigned c = llmem__class_of(&p->cls, size);
-        uint32_t n = t->bin[c].count;
+        owner_enter(t);
+        /* reclaim first: once it reads 0, no reclaimer touches the bins
+         * until busy drops (and a past one's writes were acknowledged under
+         * the pool lock). */
+        uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? t->bin[c].count : 0;
         if (LLMEM_LIKELY(n)) {
             void *b = t->bin[c].items[n - 1];
             st_u32(&t->bin[c].count, n - 1);
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
+            owner_leave(t);
             LLMEM_UNPOISON(b, size);
             free_unmark(b);
             if (status) *status = LLMEM_OK;
             return b;
         }
+        owner_leave(t);
     }
     return alloc_slow(p, size, 0, status);
 }
@@ -460,6 +628,8 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
         /* A marked block is free already: the locked path refuses it. */
         tcache *t = c >= 0 && !free_marked(p, ptr) ? llmem__pool_tcache_get(p) : NULL;
         if (t) {
+            owner_enter(t);
+            if (owner_reclaimed(t)) owner_ack(p, t);
             uint32_t n = t->bin[c].count;
             if (n == t->bin[c].cap) {
                 tcache_flush_half(p, t, (unsigned)c);
@@ -468,8 +638,9 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
             t->bin[c].items[n] = ptr;
             st_u32(&t->bin[c].count, n + 1);
             st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
-            free_mark(p, ptr);
+            free_mark(p, ptr); /* inside busy: a reclaimer may take the block once busy drops */
             LLMEM_POISON(ptr, p->cls.size[c]);
+            owner_leave(t);
             return LLMEM_OK;
         }
     }
@@ -493,15 +664,18 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
         int c = small_class_of(p, (uintptr_t)ptr);
         tcache *t = tl_last.tc;
         if (LLMEM_LIKELY(c >= 0)) {
-            uint32_t n = t->bin[c].count;
-            if (LLMEM_LIKELY(n < t->bin[c].cap && !free_marked(p, ptr))) {
+            owner_enter(t);
+            if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap && !free_marked(p, ptr))) {
+                uint32_t n = t->bin[c].count;
                 t->bin[c].items[n] = ptr;
                 st_u32(&t->bin[c].count, n + 1);
                 st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
-                free_mark(p, ptr);
+                free_mark(p, ptr); /* inside busy: a reclaimer may take the block once busy drops */
                 LLMEM_POISON(ptr, p->cls.size[c]);
+                owner_leave(t);
                 return LLMEM_OK;
             }
+            owner_leave(t);
         }
     }
     return free_slow(p, ptr);
