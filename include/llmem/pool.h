@@ -46,15 +46,14 @@
  *
  * Ownership: free() of a pointer this pool did not hand out, or of a block
  * already freed, is refused (LLMEM_EFOREIGN, LLMEM_EDOUBLEFREE) and changes
- * nothing: the page owner table makes that check free for large blocks; a
- * free small block of a host pool carries a mark (a random per-pool key
- * XOR its address, in its bytes 8-15) that the free fast path checks, so a
- * small block freed twice is refused and never handed out twice (a live
- * block is mistaken for a free one only if it holds exactly that value);
- * device pools keep a bit per small block. Checked mode keeps a bit per
- * block, takes the lock on every call, writes guard canaries around every
- * host block and verifies them on free (LLMEM_ECORRUPT, the block is still
- * freed). Freed host memory is poisoned
+ * nothing: the page owner table makes that check free for large blocks,
+ * and every slab keeps a state byte per small block (in host memory, set
+ * when the block is handed out, cleared when it is freed) that the free
+ * fast path reads, so a small block freed twice is refused and never
+ * handed out twice (two threads freeing one block at the same instant can
+ * both pass). Checked mode takes the lock on every call, writes guard
+ * canaries around every host block and verifies them on free
+ * (LLMEM_ECORRUPT, the block is still freed). Freed host memory is poisoned
  * for AddressSanitizer in every mode when the library is built with it.
  *
  * Memory goes back: a free page run or a wholly free superblock that has
@@ -79,11 +78,11 @@
  * decay, or by shrink; the range is unmapped only at destroy). Past it,
  * ordinary superblocks are added as usual. The range counts in
  * reserved_bytes (and against max_bytes) from the start; host metadata is
- * about 12 bytes per unit of it (4 KiB host, 64 KiB device), in zeroed
+ * about 24 bytes per unit of it (4 KiB host, 64 KiB device), in zeroed
  * pages the OS backs only where touched.
  *
  * Threads: a pool is safe to share between threads. Each thread keeps a
- * small cache of free small blocks per host pool (not in checked mode), so
+ * small cache of free small blocks per pool (not in checked mode), so
  * small allocations and frees take no lock and no atomic read-modify-write;
  * a block may be freed by any thread. A cache refills from and flushes to a
  * per-class transfer cache with a lock of its own, and only goes to the

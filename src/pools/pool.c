@@ -22,7 +22,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "addrmap.h"
 #include "pool_internal.h"
@@ -198,10 +197,15 @@ llmem_status llmem_pool_check(llmem_pool *p)
                                 "(a use after free)", p->name, csize, (void *)fb);
                     }
                 }
-                if (p->bits) {
+                {
+                    /* Handed-out blocks have their byte set; cached ones
+                     * (counted in used) do not. */
                     uint32_t set = 0;
-                    for (uint32_t i = 0; i < s->nblocks; i++) set += bit_get(s->bits, i);
-                    if (set != s->used) BAD("pool '%s': slab %p state bits disagree", p->name, (void *)b->start);
+                    for (uint32_t i = 0; i < s->nblocks; i++) set += *slab_state(s, i) != 0;
+                    if (set > s->used || (!p->tcache_on && set != s->used))
+                        BAD("pool '%s': slab %p state bytes disagree", p->name, (void *)b->start);
+                    for (uint32_t i = s->carved; i < s->nblocks; i++)
+                        if (*slab_state(s, i)) BAD("pool '%s': slab %p: an uncarved block is live", p->name, (void *)b->start);
                 }
                 used += (uint64_t)s->used * csize;
                 live += s->used;
@@ -500,7 +504,6 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     p->purge_background = o->purge != LLMEM_POOL_PURGE_MANUAL;
     p->checked = o->checked;
     p->inband = p->host && !p->checked;
-    p->bits = !p->inband;
     if (o->extra_class_count && !o->extra_classes)
         return llmem__fail(LLMEM_EINVAL, "pool '%s': extra_class_count without extra_classes", p->name);
     if (o->extra_class_count > LLMEM_POOL_MAX_EXTRA_CLASSES ||
@@ -527,8 +530,20 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
         fo.name = "pool-metadata";
         fo.block_size = sizeof(slab);
         st = llmem_fixed_create(&fo, &p->descs);
+        size_t most = 64;
+        for (unsigned c = 0; c < p->cls.count; c++)
+            if (p->cls.slab_blocks[c] > most) most = p->cls.slab_blocks[c];
+        p->states_big = (most + 63) & ~(size_t)63;
+        fo.name = "pool-states";
+        fo.block_size = 64;
+        if (!st) st = llmem_fixed_create(&fo, &p->states[0]);
+        fo.block_size = p->states_big;
+        if (!st) st = llmem_fixed_create(&fo, &p->states[1]);
     }
     if (st) {
+        llmem_fixed_destroy(p->descs);
+        llmem_fixed_destroy(p->states[0]);
+        llmem_fixed_destroy(p->states[1]);
         free(p);
         return st;
     }
@@ -536,15 +551,9 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     pthread_mutex_init(&p->tlock, NULL);
     p->st.struct_size = sizeof p->st;
     p->id = __atomic_fetch_add(&next_pool_id, 1, __ATOMIC_RELAXED);
-    /* The free-mark key: random, with its top byte set so that key ^ a
-     * block's address never looks like a pointer or a small integer. */
-    uint64_t key = 0;
-    if (getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key)
-        key = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull ^ llmem__now_ns() ^ p->id << 32;
-    p->free_key = key | 0xa5ull << 56;
     /* Thread caches, unless checked; without a pthread key left (over a
      * thousand pools alive) the pool simply runs on its lock. */
-    p->tcache_on = p->inband && pthread_key_create(&p->tkey, llmem__pool_tcache_destructor) == 0;
+    p->tcache_on = !p->checked && pthread_key_create(&p->tkey, llmem__pool_tcache_destructor) == 0;
     size_t xslots = 0;
     for (unsigned c = 0; c < p->cls.count; c++) {
         size_t cap = 16 * p->unit / p->cls.size[c];
@@ -555,7 +564,7 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
         xslots += p->xfer[c].cap;
     }
     if (xslots) {
-        p->xfer_storage = malloc(xslots * sizeof(void *));
+        p->xfer_storage = malloc(xslots * sizeof *p->xfer_storage);
         size_t at = 0;
         for (unsigned c = 0; c < p->cls.count; c++) {
             p->xfer[c].slots = p->xfer_storage ? &p->xfer_storage[at] : NULL;
@@ -598,7 +607,6 @@ void llmem_pool_destroy(llmem_pool *p)
         for (pblock *b = sb->owner[0]; b; b = b->next) {
             if (b->kind != D_SLAB) continue;
             free(((slab *)b)->free_idx);
-            free(((slab *)b)->bits);
         }
         llmem__addrmap_clear(sb->base, sb->size);
         llmem_resource_unmap(p->heap_res[sb->heap], (void *)sb->base, sb->size, sb->size - (sb->decommitted_units << p->ushift));
@@ -606,6 +614,8 @@ void llmem_pool_destroy(llmem_pool *p)
     }
     llmem__pool_drop_fenced(p);
     llmem_fixed_destroy(p->descs);
+    llmem_fixed_destroy(p->states[0]);
+    llmem_fixed_destroy(p->states[1]);
     free(p->xfer_storage);
     for (unsigned c = 0; c < p->cls.count; c++) pthread_mutex_destroy(&p->xfer[c].lock);
     free(p->handles);

@@ -77,15 +77,14 @@ static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
         l->off = off % csize;
         if (p->checked && p->host) {
             /* The user pointer sits g bytes into its block. */
-            if (idx >= s->carved || !bit_get(s->bits, idx)) return FREE_SLAB_BLOCK;
+            if (idx >= s->carved || !*slab_state(s, idx)) return FREE_SLAB_BLOCK;
             size_t n, g;
             if (!llmem__pool_guards_header(l->block, &n, &g)) return BAD_HEADER;
             if (l->block + g != a) return INSIDE_BLOCK;
             return AT_BLOCK;
         }
         if (!llmem__pool_slab_index(p, b->cls, off, &idx)) return INSIDE_BLOCK;
-        if (idx >= s->carved || (p->bits && !bit_get(s->bits, idx))) return FREE_SLAB_BLOCK;
-        if (p->inband && free_marked(p, (const void *)l->block)) return FREE_SLAB_BLOCK;
+        if (idx >= s->carved || !*slab_state(s, idx)) return FREE_SLAB_BLOCK;
         return AT_BLOCK;
     }
     if (b && b->kind == D_LARGE && b->user == a) {
@@ -156,8 +155,8 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
     if (b->kind == D_SLAB) {
         slab *s = (slab *)b;
         size_t csize = p->cls.size[b->cls];
-        if (p->bits) {
-            if (p->checked && p->host) {
+        if (p->checked) {
+            if (p->host) {
                 size_t n = 0, g = 0;
                 if (!llmem__pool_guards_header(l->block, &n, &g) || !llmem__pool_guards_intact(l->block, csize, a, n)) {
                     ST_ADD(p->st.corruptions_total, 1);
@@ -167,8 +166,8 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
                                          p->name, csize, (void *)a, n);
                 }
             }
-            bit_clear(s->bits, l->idx);
         }
+        *slab_state(s, l->idx) = 0;
         ST_ADD(p->central[b->cls].frees, 1);
         llmem__pool_small_put(p, s, l->block, l->idx);
     } else {

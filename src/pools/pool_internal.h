@@ -34,7 +34,43 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
 #define FREED_BYTE 0xDF        /* fills free small blocks of checked host pools */
 #define MAGIC_SHIFT 40         /* exact division by class size, see slab_index */
 
+/* ---- block states: double frees of small blocks ---------------------------
+ *
+ * Every slab keeps one byte per block in host memory: 1 while the block is
+ * handed out, 0 while it is free (in a thread cache, a transfer cache, its
+ * slab's free list) or not carved yet. A thread cache holds each free block
+ * with the address of its state byte (a tslot), so an allocation sets it
+ * with one store and no lookup; a free reads it on the way in (the slab is
+ * found from the superblock's owner table, which the free path reads
+ * anyway) and refuses a block that is free already with LLMEM_EDOUBLEFREE,
+ * so the block is never cached twice and never handed out twice. Nothing is
+ * written into the block: a device pool's memory stays untouched, and a
+ * free does not fault in the block's line (a mark inside the block cost
+ * half the throughput of the small-block bench, whose frees touch blocks
+ * long out of cache). The bytes are plain stores: two threads freeing the
+ * same block at the same instant can both pass (a race in the program that
+ * no check short of a locked instruction on every free would close).
+ * Where the bytes live: an array per slab, dense (the free path reads one
+ * line per slab, not one per block: a bytemap over the superblock, a byte
+ * per 16 bytes, made the state load miss as often as a mark in the block),
+ * from two fixed pools of host metadata (64-byte arrays for slabs of up to
+ * 64 blocks, most classes; the largest slab's count for the rest), so that
+ * making a slab mallocs nothing (an engine's decode steps stay
+ * malloc-free). */
+typedef struct tslot {
+    void *block;
+    uint8_t *state;
+} tslot;
+
 typedef struct superblock superblock;
+
+/* A unit of a slab, as the free fast path reads it (one line, no slab
+ * descriptor): its class and place in the slab, and the slab's state
+ * array. All zero for a unit outside slabs. */
+typedef struct slab_unit {
+    uint8_t *state;             /* the slab's state bytes */
+    uint32_t info;              /* (class + 1) << 24 | units from the slab's start */
+} slab_unit;
 
 typedef struct pblock {
     uint8_t kind;
@@ -67,7 +103,7 @@ typedef struct slab {
     bool listed;
     void *free_head;            /* in-band free list */
     uint32_t *free_idx;         /* out-of-band free stack (nfree entries) */
-    uint64_t *bits;             /* checked: 1 = handed out */
+    uint8_t *state;             /* nblocks bytes, one per block (see "block states") */
 } slab;
 
 struct superblock {
@@ -77,7 +113,7 @@ struct superblock {
     superblock *next, *prev;    /* all superblocks of the pool */
     superblock *enext, *eprev;  /* the pool's empty superblocks */
     pblock **owner;             /* one entry per unit */
-    uint32_t *slab_info;        /* per unit of a slab: (class + 1) << 24 | units from the slab's start */
+    struct slab_unit *slab_info; /* per unit: what the free fast path needs, in one load */
     uint64_t *decommitted;      /* one bit per unit */
     size_t decommitted_units;
     size_t used;                /* bytes in LARGE and SLAB blocks */
@@ -104,7 +140,7 @@ typedef struct central {
  * it is taken). */
 typedef struct xfer_cache {
     _Alignas(64) pthread_mutex_t lock;
-    void **slots;
+    tslot *slots;
     uint32_t count;             /* relaxed stores under the lock; stats read it without */
     uint32_t cap;
     uint64_t last_used;         /* llmem__pool_clock at the last push or pop (relaxed) */
@@ -117,9 +153,6 @@ struct llmem_pool {
     /* read-mostly */
     uint64_t id;                /* unique for the process's life */
     bool host, checked, inband, tcache_on;
-    bool bits;                  /* a bit per slab block (checked and device pools) */
-    uint64_t free_key;          /* random; a free small block of an in-band pool holds
-                                   free_key ^ its address in its second word (see free_mark) */
     size_t unit;
     unsigned ushift;
     size_t align;               /* pool minimum alignment */
@@ -140,8 +173,10 @@ struct llmem_pool {
     uint64_t decay_ns;
     bool purge_background;
     struct llmem_pool *purge_next; /* the purger's list, under its lock */
-    void **xfer_storage;        /* every class's transfer cache slots */
+    tslot *xfer_storage;        /* every class's transfer cache slots */
     llmem_fixed *descs;
+    llmem_fixed *states[2];     /* slabs' state arrays: 64 bytes, and states_big bytes */
+    size_t states_big;          /* the most blocks any class's slab holds, rounded up to 64 */
     llmem_profile *profile;     /* borrowed; records every allocation when set */
     /* guarded by the lock */
     _Alignas(64) pthread_mutex_t lock;
@@ -164,7 +199,7 @@ struct llmem_pool {
 /* A thread's cache for one pool (pool_tcache.c). */
 /* One class's stack: what the fast paths touch, in 32 bytes. */
 typedef struct tbin {
-    void **items;               /* cap slots; the top count are free blocks */
+    tslot *items;               /* cap slots; the top count are free blocks */
     uint32_t count;             /* owner: relaxed stores */
     uint32_t cap;
     uint64_t allocs, frees;     /* served and taken by this thread; owner: relaxed stores */
@@ -178,7 +213,7 @@ typedef struct tcache {
     uint64_t last_active;       /* owner: llmem__pool_clock at its last refill or flush */
     bool kicked;                /* the purger was told about this cache's blocks (under tlock) */
     tbin bin[LLMEM_MAX_CLASSES];
-    void *storage[];
+    tslot storage[];
 } tcache;
 
 /* ---- stats fields ------------------------------------------------------
@@ -217,6 +252,9 @@ static inline uint64_t llmem__pool_clock(void)
 /* The heap that serves blocks of a kind (D_SLAB or D_LARGE). */
 static inline unsigned heap_for(const llmem_pool *p, int kind) { return p->split && kind == D_LARGE ? HEAP_LARGE : HEAP_SMALL; }
 
+/* Block idx's state byte in slab s. */
+static inline uint8_t *slab_state(const slab *s, uint32_t idx) { return s->state + idx; }
+
 static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }
 static inline void bit_clear(uint64_t *b, size_t i) { b[i / 64] &= ~(1ull << (i % 64)); }
@@ -244,37 +282,6 @@ static inline void *llmem__pool_alloc_failed(llmem_status st, llmem_status *stat
     return NULL;
 }
 
-/* ---- free marks: double frees of small blocks in release mode ----------
- *
- * A free small block of an in-band host pool (release mode) holds
- * free_key ^ its address in bytes 8-15, written when it is freed (into a
- * thread cache, a transfer cache or its slab) and cleared when it is handed
- * out. A free that finds the mark refuses with LLMEM_EDOUBLEFREE, so the
- * block is never cached twice and never handed out twice. A live block is
- * taken for a freed one only if the program stored exactly that value
- * there, and the key is random per pool: 2^-64 for data that does not come
- * from a freed block. Cost: one load and one store on the free fast path,
- * one store on the allocation fast path, on a line the program is using
- * anyway. Device pools (whose memory the pool never touches) keep a bit
- * per block instead and take the locked path; checked pools keep bits and
- * fills. Under AddressSanitizer a free block is poisoned and a live one is
- * not at its first byte, which decides exactly, so no mark is written. */
-#ifdef LLMEM_ASAN
-static inline void free_mark(const llmem_pool *p, void *b) { (void)p, (void)b; }
-static inline void free_unmark(void *b) { (void)b; }
-static inline bool free_marked(const llmem_pool *p, const void *b)
-{
-    (void)p;
-    return __asan_address_is_poisoned(b);
-}
-#else
-static inline void free_mark(const llmem_pool *p, void *b) { ((uint64_t *)b)[1] = p->free_key ^ (uintptr_t)b; }
-static inline void free_unmark(void *b) { ((uint64_t *)b)[1] = 0; }
-static inline bool free_marked(const llmem_pool *p, const void *b)
-{
-    return ((const uint64_t *)b)[1] == (p->free_key ^ (uintptr_t)b);
-}
-#endif
 
 /* The front guard of a checked host block at this alignment. */
 static inline size_t llmem__pool_guard_front(size_t align) { return align > GUARD_MIN ? align : GUARD_MIN; }
@@ -332,9 +339,10 @@ void llmem__pool_purger_kick(const llmem_pool *p);
 
 /* ---- pool_slab.c: slabs, guards and fills; the pool lock is held -------- */
 
-/* A block of class cls out of the slabs (counted as handed out); 0 with
- * *st on failure. */
-uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st);
+/* A block of class cls out of the slabs (counted as out of the slabs; its
+ * state byte, in *state, still 0: the caller sets it when it hands the
+ * block out); 0 with *st on failure. */
+uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st, uint8_t **state);
 /* Give a slab block (index idx of slab s) back. */
 void llmem__pool_small_put(llmem_pool *p, slab *s, uintptr_t block, uint32_t idx);
 /* Return an empty slab to the page allocator. */

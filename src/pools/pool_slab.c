@@ -10,9 +10,9 @@
  * or uncarved block sit on their class's partial list; a slab whose last
  * block comes back is kept if it is its class's only empty slab, otherwise
  * returned to the page allocator. Every unit of a slab has a slab_info entry
- * in its superblock ((class + 1) << 24 | units from the slab's start), so the
- * free fast path finds a pointer's class and block index without touching
- * the slab descriptor.
+ * in its superblock ((class + 1) << 24 | units from the slab's start, and
+ * the slab's state array), so the free fast path finds a pointer's class,
+ * block index and state byte without touching the slab descriptor.
  *
  * Checked mode adds a bit per slab block (allocated or not) and, on the
  * host, guard canaries: an allocation of n bytes takes a block of G + n + 16
@@ -24,7 +24,8 @@
  *
  * Invariants (llmem_pool_check verifies them): a slab's used + free-list
  * length = carved <= nblocks; every free-list entry is a carved block
- * boundary; in checked mode the set bits number `used`; a class's live and
+ * boundary; a slab's state bytes set number at most `used` (exactly, in a
+ * pool without thread caches); a class's live and
  * slab counts equal the sums over its slabs.
  *
  * Locking: the pool lock is held for all but the guard helpers, which touch
@@ -133,13 +134,13 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     s->used = s->carved = s->nfree = 0;
     s->free_head = NULL;
     s->free_idx = NULL;
-    s->bits = NULL;
     s->listed = false;
     if (!p->inband) s->free_idx = malloc(s->nblocks * sizeof *s->free_idx);
-    if (p->bits) s->bits = calloc((s->nblocks + 63) / 64, sizeof *s->bits);
-    if ((!p->inband && !s->free_idx) || (p->bits && !s->bits)) {
+    s->state = llmem_fixed_alloc(p->states[s->nblocks > 64], NULL);
+    if (s->state) memset(s->state, 0, s->nblocks);
+    if ((!p->inband && !s->free_idx) || !s->state) {
         free(s->free_idx);
-        free(s->bits);
+        if (s->state) llmem_fixed_free(p->states[s->nblocks > 64], s->state);
         llmem__pool_put_pages(p, b);
         *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for slab metadata", p->name);
         return NULL;
@@ -150,7 +151,7 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     size_t u0 = unit_of(sb, b->start, p->ushift), n = b->size >> p->ushift;
     for (size_t i = 0; i < n; i++) {
         sb->owner[u0 + i] = b;
-        sb->slab_info[u0 + i] = (uint32_t)(cls + 1) << 24 | (uint32_t)i;
+        sb->slab_info[u0 + i] = (slab_unit){s->state, (uint32_t)(cls + 1) << 24 | (uint32_t)i};
     }
     central *c = &p->central[cls];
     ST_ADD(c->slabs, 1);
@@ -167,11 +168,11 @@ void llmem__pool_slab_release(llmem_pool *p, slab *s)
     ST_SUB(c->slabs, 1);
     c->empty_slabs--;
     free(s->free_idx);
-    free(s->bits);
+    llmem_fixed_free(p->states[s->nblocks > 64], s->state);
     superblock *sb = s->b.sb;
     size_t u0 = unit_of(sb, s->b.start, p->ushift), n = s->b.size >> p->ushift;
     for (size_t i = 1; i < n; i++) sb->owner[u0 + i] = NULL;
-    for (size_t i = 0; i < n; i++) sb->slab_info[u0 + i] = 0;
+    for (size_t i = 0; i < n; i++) sb->slab_info[u0 + i] = (slab_unit){NULL, 0};
     ST_SUB(p->st.slab_bytes, s->b.size);
     memset((char *)s + sizeof(pblock), 0, sizeof *s - sizeof(pblock));
     llmem__pool_put_pages(p, &s->b);
@@ -218,7 +219,6 @@ static void slab_put(llmem_pool *p, slab *s, uintptr_t b, uint32_t idx)
         LLMEM_UNPOISON((void *)b, sizeof(void *));
         *(void **)b = s->free_head;
         s->free_head = (void *)b;
-        free_mark(p, (void *)b);
     } else {
         s->free_idx[s->nfree] = idx;
     }
@@ -235,7 +235,7 @@ static void slab_put(llmem_pool *p, slab *s, uintptr_t b, uint32_t idx)
 
 
 /* A block of class cls out of the slabs (counted as handed out). Lock held. */
-uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st)
+uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st, uint8_t **state)
 {
     central *c = &p->central[cls];
     slab *s = c->partial;
@@ -243,7 +243,7 @@ uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st)
     size_t csize = p->cls.size[cls];
     uintptr_t block = slab_take(p, s, csize);
     if (s->used == s->nblocks) partial_remove(c, s);
-    if (p->bits) bit_set(s->bits, (uint32_t)((block - s->b.start) / csize));
+    *state = slab_state(s, (uint32_t)((block - s->b.start) / csize));
     ST_ADD(c->live, 1);
     ST_ADD(p->st.used_bytes, csize);
     ST_ADD(p->st.live_allocations, 1);
@@ -253,7 +253,7 @@ uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st)
 /* Give a slab block back. Lock held. */
 void llmem__pool_small_put(llmem_pool *p, slab *s, uintptr_t block, uint32_t idx)
 {
-    p->central[s->b.cls].live--;
+    ST_SUB(p->central[s->b.cls].live, 1);
     ST_SUB(p->st.used_bytes, p->cls.size[s->b.cls]);
     ST_SUB(p->st.live_allocations, 1);
     slab_put(p, s, block, idx);

@@ -157,16 +157,10 @@ static void tcache_flush_class_locked(llmem_pool *p, tcache *t, unsigned c, uint
     uint32_t n = t->bin[c].count;
     size_t csize = p->cls.size[c];
     while (n > keep) {
-        uintptr_t b = (uintptr_t)t->bin[c].items[--n];
+        uintptr_t b = (uintptr_t)t->bin[c].items[--n].block;
         superblock *sb = llmem__addrmap_get(b);
         slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
-        uint32_t idx = (uint32_t)((b - s->b.start) / csize);
-        if (idx >= s->carved) { /* a bogus free of a never-carved block slipped through release mode */
-            llmem__log(LLMEM_LOG_ERROR, "pool '%s': dropped %p from a thread cache: not a carved block", p->name,
-                       (void *)b);
-            continue;
-        }
-        llmem__pool_small_put(p, s, b, idx);
+        llmem__pool_small_put(p, s, b, (uint32_t)((b - s->b.start) / csize));
     }
     st_u32(&t->bin[c].count, n);
 }
@@ -183,7 +177,7 @@ static void tcache_flush_half(llmem_pool *p, tcache *t, unsigned c)
     if (x->cap) {
         pthread_mutex_lock(&x->lock);
         uint32_t room = x->cap - x->count, move = n - keep < room ? n - keep : room;
-        memcpy(&x->slots[x->count], &t->bin[c].items[n - move], move * sizeof(void *));
+        memcpy(&x->slots[x->count], &t->bin[c].items[n - move], move * sizeof(tslot));
         st_u32(&x->count, x->count + move);
         __atomic_store_n(&x->last_used, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
         pthread_mutex_unlock(&x->lock);
@@ -204,7 +198,7 @@ void llmem__pool_xfer_drain(llmem_pool *p, unsigned c)
     size_t csize = p->cls.size[c];
     pthread_mutex_lock(&x->lock);
     while (x->count) {
-        uintptr_t b = (uintptr_t)x->slots[x->count - 1];
+        uintptr_t b = (uintptr_t)x->slots[x->count - 1].block;
         st_u32(&x->count, x->count - 1);
         superblock *sb = llmem__addrmap_get(b);
         slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
@@ -343,7 +337,7 @@ tcache *llmem__pool_tcache_get(llmem_pool *p)
     if (!p->tcache_on) return NULL;
     tcache *t = pthread_getspecific(p->tkey);
     if (!t) {
-        t = calloc(1, sizeof *t + p->tcache_slots * sizeof(void *));
+        t = calloc(1, sizeof *t + p->tcache_slots * sizeof(tslot));
         if (!t) return NULL;
         t->pool = p;
         t->last_active = llmem__pool_clock();
@@ -370,8 +364,8 @@ tcache *llmem__pool_tcache_get(llmem_pool *p)
 }
 
 /* Refill the empty stack of class c with half its capacity; one block
- * goes to the caller. */
-static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *st)
+ * goes to the caller (the slot returned, just above the new top). */
+static tslot *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *st)
 {
     uint32_t want = t->bin[c].cap / 2 ? t->bin[c].cap / 2 : 1, got = 0;
     note_active(p, t);
@@ -379,7 +373,7 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
     if (ld_u32(&x->count)) {
         pthread_mutex_lock(&x->lock);
         got = x->count < want ? x->count : want;
-        memcpy(t->bin[c].items, &x->slots[x->count - got], got * sizeof(void *));
+        memcpy(t->bin[c].items, &x->slots[x->count - got], got * sizeof(tslot));
         st_u32(&x->count, x->count - got);
         __atomic_store_n(&x->last_used, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
         pthread_mutex_unlock(&x->lock);
@@ -392,16 +386,17 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
         }
         st_u32(&t->bin[c].count, got - 1);
         *st = LLMEM_OK;
-        return t->bin[c].items[got - 1];
+        return &t->bin[c].items[got - 1];
     }
     pthread_mutex_lock(&p->lock);
     if (p->nfenced) llmem__pool_poll_fenced_locked(p);
     ST_SET(p->central[c].last_take, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED));
     while (got < want) {
-        uintptr_t b = llmem__pool_small_take(p, c, st);
+        uint8_t *state;
+        uintptr_t b = llmem__pool_small_take(p, c, st, &state);
         if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) continue;
         if (!b) break;
-        t->bin[c].items[got++] = (void *)b;
+        t->bin[c].items[got++] = (tslot){(void *)b, state};
     }
     if (got) *st = LLMEM_OK;
     else {
@@ -412,7 +407,7 @@ static void *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *s
     pthread_mutex_unlock(&p->lock);
     if (!got) return NULL;
     st_u32(&t->bin[c].count, got - 1);
-    return t->bin[c].items[got - 1];
+    return &t->bin[c].items[got - 1];
 }
 
 
@@ -439,9 +434,10 @@ void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_s
     unsigned cls = align <= p->unit ? class_for(p, inner, align) : p->cls.count;
     uintptr_t block, user;
     if (cls < p->cls.count) {
-        block = llmem__pool_small_take(p, cls, st);
+        uint8_t *state;
+        block = llmem__pool_small_take(p, cls, st, &state);
         if (!block) return NULL;
-        if (p->inband) free_unmark((void *)block);
+        *state = 1;
         ST_ADD(p->central[cls].allocs, 1);
         user = block + g;
         if (g) llmem__pool_guards_write(block, p->cls.size[cls], user, size);
@@ -484,27 +480,28 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
         tcache *t = llmem__pool_tcache_get(p);
         if (t) {
             unsigned c = llmem__class_of(&p->cls, size);
-            void *b;
+            tslot got;
             owner_enter(t);
             if (owner_reclaimed(t)) owner_ack(p, t);
             uint32_t n = t->bin[c].count;
             if (n) {
-                b = t->bin[c].items[n - 1];
+                got = t->bin[c].items[n - 1];
                 st_u32(&t->bin[c].count, n - 1);
             } else {
                 llmem_status st;
-                b = tcache_refill(p, t, c, &st);
-                if (!b) {
+                tslot *sl = tcache_refill(p, t, c, &st);
+                if (!sl) {
                     owner_leave(t);
                     return llmem__pool_alloc_failed(st, status);
                 }
+                got = *sl;
             }
+            *got.state = 1;
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
             owner_leave(t);
-            LLMEM_UNPOISON(b, size);
-            free_unmark(b);
+            if (p->host) LLMEM_UNPOISON(got.block, size);
             if (status) *status = LLMEM_OK;
-            return b;
+            return got.block;
         }
     }
     if (!p) return llmem__pool_alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
@@ -522,11 +519,11 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
         pthread_mutex_unlock(&p->lock);
         return llmem__pool_alloc_failed(st, status);
     }
+    if (align < p->align) align = p->align;
     /* The class the locked path will try, for the per-class failure count. */
     size_t inner = size;
-    if (p->checked && p->host) inner = size + llmem__pool_guard_front(align < p->align ? p->align : align) + GUARD_TAIL;
-    unsigned cls = align <= p->unit ? class_for(p, inner, align < p->align ? p->align : align) : p->cls.count;
-    if (align < p->align) align = p->align;
+    if (p->checked && p->host) inner = size + llmem__pool_guard_front(align) + GUARD_TAIL;
+    unsigned cls = align <= p->unit ? class_for(p, inner, align) : p->cls.count;
     pthread_mutex_lock(&p->lock);
     if (p->nfenced) llmem__pool_poll_fenced_locked(p);
     void *r = llmem__pool_alloc_locked(p, size, align, &st);
@@ -542,7 +539,8 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
 }
 
 /* The fast path: a small block popped from this thread's cache, found
- * through the thread-local memo. Anything else goes to alloc_slow. */
+ * through the thread-local memo; its state byte is set through the slot,
+ * with no lookup. Anything else goes to alloc_slow. */
 static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
 {
     if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && tl_last.pool == p && tl_last.id == p->id)) {
@@ -554,14 +552,14 @@ static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
          * the pool lock). */
         uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? t->bin[c].count : 0;
         if (LLMEM_LIKELY(n)) {
-            void *b = t->bin[c].items[n - 1];
+            tslot got = t->bin[c].items[n - 1];
             st_u32(&t->bin[c].count, n - 1);
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
+            *got.state = 1;
             owner_leave(t);
-            LLMEM_UNPOISON(b, size);
-            free_unmark(b);
+            if (p->host) LLMEM_UNPOISON(got.block, size);
             if (status) *status = LLMEM_OK;
-            return b;
+            return got.block;
         }
         owner_leave(t);
     }
@@ -599,34 +597,39 @@ void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *
 }
 
 
-/* The slab block a pointer starts, read from the superblock's slab table
- * without touching the slab descriptor: its class, or -1 if it is not a
- * block boundary of a slab of this pool (then the slow path explains). */
-static inline int small_class_of(const llmem_pool *p, uintptr_t a)
+/* The slab block a pointer starts, read from the superblock's slab and
+ * owner tables without touching the block: its class (or -1 if it is not a
+ * block boundary of a slab of this pool: then the slow path explains) and
+ * its state byte. */
+static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **state)
 {
     superblock *sb = llmem__addrmap_get(a);
     if (!sb || sb->pool != p) return -1;
     size_t u = unit_of(sb, a, p->ushift);
-    uint32_t info = sb->slab_info[u];
+    const slab_unit *su = &sb->slab_info[u];
+    uint32_t info = su->info;
     if (!info) return -1;
     unsigned c = (info >> 24) - 1;
     /* Offset into the slab: into this unit, plus the units before it. */
     size_t off = ((a - sb->base) & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
     uint32_t idx;
-    return llmem__pool_slab_index(p, c, off, &idx) ? (int)c : -1;
+    if (!llmem__pool_slab_index(p, c, off, &idx)) return -1;
+    *state = su->state + idx;
+    return (int)c;
 }
 
 /* Everything but a push onto a thread cache with room: the cache's first
- * use and flushes, large blocks, checked pools, bad pointers. */
+ * use and flushes, large blocks, checked pools, bad pointers, and blocks
+ * that are free already (the locked path refuses them). */
 static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr)
 {
     if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
     if (!ptr) return LLMEM_OK;
     if (p->profile) llmem_profile_record_free(p->profile, ptr);
     if (p->tcache_on) {
-        int c = small_class_of(p, (uintptr_t)ptr);
-        /* A marked block is free already: the locked path refuses it. */
-        tcache *t = c >= 0 && !free_marked(p, ptr) ? llmem__pool_tcache_get(p) : NULL;
+        uint8_t *state = NULL;
+        int c = small_block_of(p, (uintptr_t)ptr, &state);
+        tcache *t = c >= 0 && *state ? llmem__pool_tcache_get(p) : NULL;
         if (t) {
             owner_enter(t);
             if (owner_reclaimed(t)) owner_ack(p, t);
@@ -635,11 +638,11 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
                 tcache_flush_half(p, t, (unsigned)c);
                 n = t->bin[c].count;
             }
-            t->bin[c].items[n] = ptr;
+            *state = 0;
+            t->bin[c].items[n] = (tslot){ptr, state};
             st_u32(&t->bin[c].count, n + 1);
             st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
-            free_mark(p, ptr); /* inside busy: a reclaimer may take the block once busy drops */
-            LLMEM_POISON(ptr, p->cls.size[c]);
+            if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
             owner_leave(t);
             return LLMEM_OK;
         }
@@ -650,28 +653,24 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     return st;
 }
 
-/* The fast path: a small block pushed onto this thread's cache, unless it
- * carries the free mark (a double free: free_slow refuses it). The slab
- * cannot change under us: it holds this live block. Thread caches exist
- * only on in-band host pools, so the block's memory may be read. */
+/* The fast path: a small block pushed onto this thread's cache, unless its
+ * state byte says it is free already (a double free: free_slow refuses
+ * it). The slab cannot change under us: it holds this live block. */
 llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
 {
-    /* The mark is read once the pointer is known to be a block of ours;
-     * start fetching its line now, so the miss overlaps the lookup (a
-     * prefetch never faults, whatever ptr is). */
-    __builtin_prefetch((const char *)ptr + 8);
     if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id && !p->profile)) {
-        int c = small_class_of(p, (uintptr_t)ptr);
+        uint8_t *state = NULL;
+        int c = small_block_of(p, (uintptr_t)ptr, &state);
         tcache *t = tl_last.tc;
-        if (LLMEM_LIKELY(c >= 0)) {
+        if (LLMEM_LIKELY(c >= 0 && *state)) {
             owner_enter(t);
-            if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap && !free_marked(p, ptr))) {
+            if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap)) {
                 uint32_t n = t->bin[c].count;
-                t->bin[c].items[n] = ptr;
+                *state = 0;
+                t->bin[c].items[n] = (tslot){ptr, state};
                 st_u32(&t->bin[c].count, n + 1);
                 st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
-                free_mark(p, ptr); /* inside busy: a reclaimer may take the block once busy drops */
-                LLMEM_POISON(ptr, p->cls.size[c]);
+                if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
                 owner_leave(t);
                 return LLMEM_OK;
             }
@@ -680,4 +679,3 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
     }
     return free_slow(p, ptr);
 }
-
