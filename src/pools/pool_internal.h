@@ -37,7 +37,8 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
 /* ---- block states: double frees of small blocks ---------------------------
  *
  * Every slab keeps one byte per block in host memory: 1 while the block is
- * handed out, 0 while it is free (in a thread cache, a transfer cache, its
+ * handed out, 2 while its fenced free is pending (pool_fence.c), 0 while it
+ * is free (in a thread cache, a transfer cache, its
  * slab's free list) or not carved yet. A thread cache holds each free block
  * with the address of its state byte (a tslot), so an allocation sets it
  * with one store and no lookup; a free reads it on the way in (the slab is

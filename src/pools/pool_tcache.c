@@ -629,7 +629,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     if (p->tcache_on) {
         uint8_t *state = NULL;
         int c = small_block_of(p, (uintptr_t)ptr, &state);
-        tcache *t = c >= 0 && *state ? llmem__pool_tcache_get(p) : NULL;
+        tcache *t = c >= 0 && *state == 1 ? llmem__pool_tcache_get(p) : NULL;
         if (t) {
             owner_enter(t);
             if (owner_reclaimed(t)) owner_ack(p, t);
@@ -662,7 +662,7 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
         uint8_t *state = NULL;
         int c = small_block_of(p, (uintptr_t)ptr, &state);
         tcache *t = tl_last.tc;
-        if (LLMEM_LIKELY(c >= 0 && *state)) {
+        if (LLMEM_LIKELY(c >= 0 && *state == 1)) {
             owner_enter(t);
             if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap)) {
                 uint32_t n = t->bin[c].count;
