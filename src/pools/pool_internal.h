@@ -213,6 +213,7 @@ typedef struct tcache {
     uint32_t reclaim;           /* a reclaimer's request: the owner's next call takes the slow path */
     uint64_t last_active;       /* owner: llmem__pool_clock at its last refill or flush */
     bool kicked;                /* the purger was told about this cache's blocks (under tlock) */
+    uint64_t seen_ops;          /* reclaimer's: the cache's allocs + frees at its last look (pool lock) */
     tbin bin[LLMEM_MAX_CLASSES];
     tslot storage[];
 } tcache;
@@ -370,7 +371,7 @@ void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t);
 void llmem__pool_xfer_drain(llmem_pool *p, unsigned c);
 /* The pthread key's destructor: flush at thread exit. Takes the lock. */
 void llmem__pool_tcache_destructor(void *v);
-/* Take back the blocks of every thread cache idle (no refill or flush)
+/* Take back the blocks of every thread cache idle (no allocation or free)
  * for the decay delay at `now`: an idle live thread's cache is memory no
  * one uses. Returns when the next cache with blocks will be idle that
  * long, or UINT64_MAX. Pool lock held. */

@@ -17,8 +17,9 @@
  *
  * Idle caches. A thread that stops using a pool keeps its cache's blocks
  * until it exits; the purger and shrink take them back once the cache has
- * seen no refill or flush for the decay delay (mimalloc reclaims an exited
- * thread's abandoned segments; here the thread may still be alive). The
+ * made no allocation or free for the decay delay (its counters stood
+ * still between two looks; mimalloc reclaims an exited thread's abandoned
+ * segments, here the thread may still be alive). The
  * owner's stacks take no lock, so the reclaimer and the owner meet in an
  * asymmetric handshake: every allocation and free stores busy = 1, then
  * reads reclaim, and stores busy = 0 (release) when done, with only
@@ -257,6 +258,16 @@ uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now)
         if (!held) {
             __atomic_store_n(&t->kicked, false, __ATOMIC_RELAXED); /* the next refill tells again */
             continue;
+        }
+        /* Fast-path calls alone (a cache whose classes balance) are use
+         * too: a cache is idle only if its counters stood still. */
+        uint64_t ops = 0;
+        for (unsigned c = 0; c < p->cls.count; c++)
+            ops += __atomic_load_n(&t->bin[c].allocs, __ATOMIC_RELAXED) +
+                   __atomic_load_n(&t->bin[c].frees, __ATOMIC_RELAXED);
+        if (ops != t->seen_ops) {
+            t->seen_ops = ops;
+            __atomic_store_n(&t->last_active, now, __ATOMIC_RELAXED);
         }
         uint64_t since = __atomic_load_n(&t->last_active, __ATOMIC_RELAXED);
         if (now - since < p->decay_ns || now < since) {
