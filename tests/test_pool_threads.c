@@ -360,8 +360,8 @@ static void background_purge_returns_idle_memory(void **state)
     /* Within the delay, nothing goes. Only checkable when the frees and the
      * stats read themselves finished well inside the delay: under TSan on a
      * loaded CI machine they may not (a CI run once took longer than 40 ms). */
-    if (test_now_ms() - t0 < (uint64_t)o.decay_ms / 2)
-        assert_int_equal(before.decommitted_bytes_total, 0);
+    if (test_now_ms() - t0 < (uint64_t)o.decay_ms / 2) /* (a tail run the allocations left may have waited long enough) */
+        assert_int_equal(before.decommitted_bytes_total, full.decommitted_bytes_total);
     bool purged = false;
     llmem_pool_stats after = before;
     for (int ms = 0; ms < 3000; ms += 20) {

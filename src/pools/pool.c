@@ -201,11 +201,11 @@ llmem_status llmem_pool_check(llmem_pool *p)
                     /* Handed-out blocks have their byte set; cached ones
                      * (counted in used) do not. */
                     uint32_t set = 0;
-                    for (uint32_t i = 0; i < s->nblocks; i++) set += *slab_state(s, i) != 0;
+                    for (uint32_t i = 0; i < s->nblocks; i++) set += state_get(slab_state(s, i)) != 0;
                     if (set > s->used || (!p->tcache_on && set != s->used))
                         BAD("pool '%s': slab %p state bytes disagree", p->name, (void *)b->start);
                     for (uint32_t i = s->carved; i < s->nblocks; i++)
-                        if (*slab_state(s, i)) BAD("pool '%s': slab %p: an uncarved block is live", p->name, (void *)b->start);
+                        if (state_get(slab_state(s, i))) BAD("pool '%s': slab %p: an uncarved block is live", p->name, (void *)b->start);
                 }
                 used += (uint64_t)s->used * csize;
                 live += s->used;
@@ -592,7 +592,8 @@ void llmem_pool_destroy(llmem_pool *p)
      * by their owner and do not count. */
     llmem_pool_stats s = {sizeof s};
     llmem_pool_get_stats(p, &s);
-    uint64_t live = s.live_allocations - s.fenced_pending, bytes = s.used_bytes - s.fenced_pending_bytes;
+    uint64_t live = s.live_allocations > s.fenced_pending ? s.live_allocations - s.fenced_pending : 0;
+    uint64_t bytes = s.used_bytes > s.fenced_pending_bytes ? s.used_bytes - s.fenced_pending_bytes : 0;
     if (live)
         llmem__fail_log(LLMEM_LOG_WARN, LLMEM_ESTATE,
                         "pool '%s': destroyed with %llu live block(s) of %llu bytes (%llu handle(s)); their memory "

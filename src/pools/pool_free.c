@@ -77,14 +77,14 @@ static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
         l->off = off % csize;
         if (p->checked && p->host) {
             /* The user pointer sits g bytes into its block. */
-            if (idx >= s->carved || !*slab_state(s, idx)) return FREE_SLAB_BLOCK;
+            if (idx >= s->carved || !state_get(slab_state(s, idx))) return FREE_SLAB_BLOCK;
             size_t n, g;
             if (!llmem__pool_guards_header(l->block, &n, &g)) return BAD_HEADER;
             if (l->block + g != a) return INSIDE_BLOCK;
             return AT_BLOCK;
         }
         if (!llmem__pool_slab_index(p, b->cls, off, &idx)) return INSIDE_BLOCK;
-        if (idx >= s->carved || !*slab_state(s, idx)) return FREE_SLAB_BLOCK;
+        if (idx >= s->carved || !state_get(slab_state(s, idx))) return FREE_SLAB_BLOCK;
         return AT_BLOCK;
     }
     if (b && b->kind == D_LARGE && b->user == a) {
@@ -167,7 +167,7 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
                 }
             }
         }
-        *slab_state(s, l->idx) = 0;
+        state_set(slab_state(s, l->idx), 0);
         ST_ADD(p->central[b->cls].frees, 1);
         llmem__pool_small_put(p, s, l->block, l->idx);
     } else {

@@ -254,8 +254,12 @@ static inline uint64_t llmem__pool_clock(void)
 /* The heap that serves blocks of a kind (D_SLAB or D_LARGE). */
 static inline unsigned heap_for(const llmem_pool *p, int kind) { return p->split && kind == D_LARGE ? HEAP_LARGE : HEAP_SMALL; }
 
-/* Block idx's state byte in slab s. */
+/* Block idx's state byte in slab s, and its accessors: relaxed atomics
+ * (plain byte moves on x86), since the fast paths write them without the
+ * lock that llmem_pool_check reads them under. */
 static inline uint8_t *slab_state(const slab *s, uint32_t idx) { return s->state + idx; }
+static inline uint8_t state_get(const uint8_t *b) { return __atomic_load_n(b, __ATOMIC_RELAXED); }
+static inline void state_set(uint8_t *b, uint8_t v) { __atomic_store_n(b, v, __ATOMIC_RELAXED); }
 
 static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }

@@ -448,7 +448,7 @@ void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_s
         uint8_t *state;
         block = llmem__pool_small_take(p, cls, st, &state);
         if (!block) return NULL;
-        *state = 1;
+        state_set(state, 1);
         ST_ADD(p->central[cls].allocs, 1);
         user = block + g;
         if (g) llmem__pool_guards_write(block, p->cls.size[cls], user, size);
@@ -507,7 +507,7 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
                 }
                 got = *sl;
             }
-            *got.state = 1;
+            state_set(got.state, 1);
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
             owner_leave(t);
             if (p->host) LLMEM_UNPOISON(got.block, size);
@@ -566,7 +566,7 @@ static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
             tslot got = t->bin[c].items[n - 1];
             st_u32(&t->bin[c].count, n - 1);
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
-            *got.state = 1;
+            state_set(got.state, 1);
             owner_leave(t);
             if (p->host) LLMEM_UNPOISON(got.block, size);
             if (status) *status = LLMEM_OK;
@@ -640,7 +640,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     if (p->tcache_on) {
         uint8_t *state = NULL;
         int c = small_block_of(p, (uintptr_t)ptr, &state);
-        tcache *t = c >= 0 && *state == 1 ? llmem__pool_tcache_get(p) : NULL;
+        tcache *t = c >= 0 && state_get(state) == 1 ? llmem__pool_tcache_get(p) : NULL;
         if (t) {
             owner_enter(t);
             if (owner_reclaimed(t)) owner_ack(p, t);
@@ -649,7 +649,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
                 tcache_flush_half(p, t, (unsigned)c);
                 n = t->bin[c].count;
             }
-            *state = 0;
+            state_set(state, 0);
             t->bin[c].items[n] = (tslot){ptr, state};
             st_u32(&t->bin[c].count, n + 1);
             st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
@@ -673,11 +673,11 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
         uint8_t *state = NULL;
         int c = small_block_of(p, (uintptr_t)ptr, &state);
         tcache *t = tl_last.tc;
-        if (LLMEM_LIKELY(c >= 0 && *state == 1)) {
+        if (LLMEM_LIKELY(c >= 0 && state_get(state) == 1)) {
             owner_enter(t);
             if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap)) {
                 uint32_t n = t->bin[c].count;
-                *state = 0;
+                state_set(state, 0);
                 t->bin[c].items[n] = (tslot){ptr, state};
                 st_u32(&t->bin[c].count, n + 1);
                 st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
