@@ -20,6 +20,7 @@
  * own stacks (see pool_tcache.c).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,9 +79,16 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
     if (!p) return 0;
     tcache *t = llmem__pool_tcache_get(p);
     pthread_mutex_lock(&p->lock);
+    /* Cached blocks move to the slabs inside the reclaim sequence count, so
+     * a stats read on another thread retries instead of counting them
+     * twice or not at all (llmem__pool_reclaim_idle counts its own). */
+    __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
     if (t) llmem__pool_tcache_flush_all(p, t);
+    __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
     llmem__pool_reclaim_idle(p, llmem__pool_clock()); /* other threads' caches, if idle for the decay */
+    __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
     for (unsigned c = 0; c < p->cls.count; c++) llmem__pool_xfer_drain(p, c);
+    __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
     if (p->nfenced) llmem__pool_poll_fenced_locked(p); /* finished work gives its blocks back too */
     size_t released = 0;
     /* Cached empty slabs first: returning them may empty whole superblocks. */
@@ -269,6 +277,23 @@ void llmem_pool_note_stage(llmem_pool *p, const llmem_stage_event *ev)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* The reclaim sequence count (see reclaim_seq in pool_internal.h): wait
+ * until no reclaim is moving cached blocks, and say whether one ran since
+ * `seq` (then the reader reads again). The reads between are relaxed
+ * atomics; the acquire fence keeps them before the second look. */
+static uint64_t reclaim_seq_begin(const llmem_pool *p)
+{
+    uint64_t seq;
+    while ((seq = __atomic_load_n(&p->reclaim_seq, __ATOMIC_ACQUIRE)) & 1) sched_yield();
+    return seq;
+}
+
+static bool reclaim_seq_moved(const llmem_pool *p, uint64_t seq)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&p->reclaim_seq, __ATOMIC_RELAXED) != seq;
+}
+
 /* Sum every thread cache's counters (allocs, frees, and the blocks each
  * holds per class) under the cache list's lock, which no fast path takes. */
 static void thread_sums(llmem_pool *p, uint64_t *allocs, uint64_t *frees, uint64_t *class_allocs,
@@ -297,19 +322,22 @@ llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
     if (!cp || !out) return llmem__fail(LLMEM_EINVAL, "pool stats: null argument");
     llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
     llmem_pool_stats s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
     const llmem_stats_schema *sch = llmem_pool_stats_schema();
-    for (size_t i = 0; i < sch->field_count; i++)
-        if (sch->fields[i].type == LLMEM_VALUE_U64) {
-            const uint64_t *from = (const uint64_t *)((const char *)&p->st + sch->fields[i].offset);
-            *(uint64_t *)((char *)&s + sch->fields[i].offset) = __atomic_load_n(from, __ATOMIC_RELAXED);
-        }
-    /* Blocks in thread and transfer caches are free to the user. */
-    uint64_t bytes, blocks;
-    pthread_mutex_lock(&p->tlock);
-    llmem__pool_cached_totals(p, &bytes, &blocks, NULL);
-    pthread_mutex_unlock(&p->tlock);
+    uint64_t bytes, blocks, seq;
+    do { /* again if a reclaimer moved cached blocks meanwhile (rare, short) */
+        seq = reclaim_seq_begin(p);
+        memset(&s, 0, sizeof s);
+        s.struct_size = sizeof s;
+        for (size_t i = 0; i < sch->field_count; i++)
+            if (sch->fields[i].type == LLMEM_VALUE_U64) {
+                const uint64_t *from = (const uint64_t *)((const char *)&p->st + sch->fields[i].offset);
+                *(uint64_t *)((char *)&s + sch->fields[i].offset) = __atomic_load_n(from, __ATOMIC_RELAXED);
+            }
+        /* Blocks in thread and transfer caches are free to the user. */
+        pthread_mutex_lock(&p->tlock);
+        llmem__pool_cached_totals(p, &bytes, &blocks, NULL);
+        pthread_mutex_unlock(&p->tlock);
+    } while (reclaim_seq_moved(p, seq));
     thread_sums(p, &s.allocs_total, &s.frees_total, NULL, NULL);
     s.used_bytes = s.used_bytes > bytes ? s.used_bytes - bytes : 0;
     s.live_allocations = s.live_allocations > blocks ? s.live_allocations - blocks : 0;
@@ -335,19 +363,24 @@ llmem_status llmem_pool_get_class_stats(const llmem_pool *cp, llmem_pool_class_s
     if (!cp || (cap && !out)) return llmem__fail(LLMEM_EINVAL, "pool class stats: null argument");
     llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
     uint64_t cached[LLMEM_MAX_CLASSES] = {0}, allocs[LLMEM_MAX_CLASSES] = {0}, frees[LLMEM_MAX_CLASSES] = {0};
-    uint64_t bytes, blocks, a = 0, f = 0;
-    pthread_mutex_lock(&p->tlock);
-    llmem__pool_cached_totals(p, &bytes, &blocks, cached);
-    pthread_mutex_unlock(&p->tlock);
+    uint64_t bytes, blocks, a = 0, f = 0, seq;
+    uint64_t live[LLMEM_MAX_CLASSES];
+    do { /* as in llmem_pool_get_stats */
+        seq = reclaim_seq_begin(p);
+        memset(cached, 0, sizeof cached);
+        for (unsigned c = 0; c < p->cls.count; c++) live[c] = ST_GET(p->central[c].live);
+        pthread_mutex_lock(&p->tlock);
+        llmem__pool_cached_totals(p, &bytes, &blocks, cached);
+        pthread_mutex_unlock(&p->tlock);
+    } while (reclaim_seq_moved(p, seq));
     thread_sums(p, &a, &f, allocs, frees);
     for (unsigned c = 0; c < p->cls.count && c < cap; c++) {
         const central *x = &p->central[c];
-        uint64_t live = ST_GET(x->live);
         llmem_pool_class_stats cs = {sizeof cs,
                                      p->cls.size[c],
                                      p->cls.slab_bytes[c],
                                      ST_GET(x->slabs),
-                                     live > cached[c] ? live - cached[c] : 0,
+                                     live[c] > cached[c] ? live[c] - cached[c] : 0,
                                      ST_GET(x->allocs) + allocs[c],
                                      ST_GET(x->frees) + frees[c],
                                      ST_GET(x->failures)};

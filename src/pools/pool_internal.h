@@ -188,6 +188,10 @@ struct llmem_pool {
     superblock *rsb;            /* the reserved superblock, once mapped */
     llmem_pool_stats st;        /* derived fields are filled by get_stats */
     struct tcache *tcaches;     /* under tlock (not the pool lock) */
+    uint64_t reclaim_seq;       /* odd while a reclaimer moves another thread's cached blocks to the
+                                   slabs: stats reads retry, so that no block counts as both cached
+                                   and back in its slab (or neither). Written only under the pool
+                                   lock, so it has one writer at a time */
     pthread_mutex_t tlock;      /* the list of thread caches: a leaf lock, taken by a cache's
                                    creation and exit and by stats reads, never by the fast paths */
     hentry *handles;            /* handle table (pool_compact.c) */

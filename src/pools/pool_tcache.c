@@ -225,7 +225,11 @@ static uint64_t release_idle_classes(llmem_pool *p, uint64_t now)
         xfer_cache *x = &p->xfer[c];
         if (ld_u32(&x->count)) {
             uint64_t since = __atomic_load_n(&x->last_used, __ATOMIC_RELAXED);
-            if (now >= since && now - since >= p->decay_ns) llmem__pool_xfer_drain(p, c);
+            if (now >= since && now - since >= p->decay_ns) {
+                __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST); /* see get_stats */
+                llmem__pool_xfer_drain(p, c);
+                __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
+            }
             else if (since + p->decay_ns < next) next = since + p->decay_ns;
         }
         central *k = &p->central[c];
@@ -296,7 +300,9 @@ uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now)
         }
         /* reclaim stays set: the owner's next call clears it under the
          * pool lock, after this. */
+        __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
         llmem__pool_tcache_flush_all(p, t);
+        __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
         ST_ADD(p->st.reclaimed_caches_total, 1);
     }
     /* What came back waits its own delay in the slabs (the classes were
