@@ -280,7 +280,10 @@ void llmem_pool_note_stage(llmem_pool *p, const llmem_stage_event *ev)
 /* The reclaim sequence count (see reclaim_seq in pool_internal.h): wait
  * until no reclaim is moving cached blocks, and say whether one ran since
  * `seq` (then the reader reads again). The reads between are relaxed
- * atomics; the acquire fence keeps them before the second look. */
+ * atomics; the second look is a read-modify-write adding 0 with release
+ * order, which keeps them before it (a fence would do, but TSan cannot
+ * check fences; Boehm, "Can seqlocks get along with programming language
+ * memory models?", 2012). */
 static uint64_t reclaim_seq_begin(const llmem_pool *p)
 {
     uint64_t seq;
@@ -288,10 +291,9 @@ static uint64_t reclaim_seq_begin(const llmem_pool *p)
     return seq;
 }
 
-static bool reclaim_seq_moved(const llmem_pool *p, uint64_t seq)
+static bool reclaim_seq_moved(llmem_pool *p, uint64_t seq)
 {
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return __atomic_load_n(&p->reclaim_seq, __ATOMIC_RELAXED) != seq;
+    return __atomic_fetch_add(&p->reclaim_seq, 0, __ATOMIC_ACQ_REL) != seq;
 }
 
 /* Sum every thread cache's counters (allocs, frees, and the blocks each
