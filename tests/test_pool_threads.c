@@ -335,8 +335,40 @@ static void idle_cache_reclaimed_by_purger(void **state)
     idle_cache_reclaimed(true);
 }
 
+/* Poll the pool's stats every 10 ms until done(stats) holds or the bound
+ * passes; true if it held. The bound is generous (a loaded machine under
+ * TSan may not run the purger for seconds): it only turns a purger that
+ * never acts into a failure instead of a hang. */
+#define PURGE_BOUND_MS 60000
+static bool wait_stats(llmem_pool *p, bool (*done)(const llmem_pool_stats *, uint64_t), uint64_t arg,
+                       llmem_pool_stats *last)
+{
+    uint64_t t0 = test_now_ms();
+    for (;;) {
+        *last = pool_stats(p);
+        if (done(last, arg)) return true;
+        if (test_now_ms() - t0 > PURGE_BOUND_MS) return false;
+        usleep(10 * 1000);
+    }
+}
+
+static bool nothing_free_committed(const llmem_pool_stats *s, uint64_t arg) { return (void)arg, s->free_bytes == 0; }
+static bool committed_at_most(const llmem_pool_stats *s, uint64_t bytes) { return s->committed_bytes <= bytes; }
+static bool nothing_reserved(const llmem_pool_stats *s, uint64_t arg) { return (void)arg, s->reserved_bytes == 0; }
+
 /* Without any call into the pool, the background purger gives back free
- * runs and empty superblocks once they have waited the decay delay. */
+ * runs and empty superblocks once they have waited the decay delay, and
+ * not before.
+ *
+ * Deterministic on a loaded machine: the allocations leave free tails in
+ * their superblocks, stamped while they ran; if they ran longer than the
+ * delay, the purger could decommit those tails just after the frees and
+ * the "nothing within the delay" check read it as freed memory going
+ * early (it did, on loaded machines: 1-2 MiB). So the test first waits
+ * until the purger has given back every committed free byte (no clock
+ * involved: free_bytes reaches 0), and only then frees; what the purger
+ * decommits afterwards can only be what the frees released. Every wait is
+ * on a condition, with a generous bound. */
 static void background_purge_returns_idle_memory(void **state)
 {
     (void)state;
@@ -351,36 +383,41 @@ static void background_purge_returns_idle_memory(void **state)
         assert_non_null(b[i]);
         memset(b[i], 7, 1 << 20);
     }
+    llmem_pool_stats full;
+    if (!wait_stats(p, nothing_free_committed, 0, &full))
+        fail_msg("the purger left %llu committed free bytes (the allocations' tails) for %d s",
+                 (unsigned long long)full.free_bytes, PURGE_BOUND_MS / 1000);
     size_t rss_full = test_rss_bytes();
-    llmem_pool_stats full = pool_stats(p);
     uint64_t t0 = test_now_ms();
     for (int i = 0; i < N; i++)
         if (i % 4) assert_ok(llmem_pool_free(p, b[i]));
     llmem_pool_stats before = pool_stats(p);
-    /* Within the delay, nothing goes. Only checkable when the frees and the
-     * stats read themselves finished well inside the delay: under TSan on a
-     * loaded CI machine they may not (a CI run once took longer than 40 ms). */
-    if (test_now_ms() - t0 < (uint64_t)o.decay_ms / 2) /* (a tail run the allocations left may have waited long enough) */
+    uint64_t took = test_now_ms() - t0;
+    /* Within the delay, nothing goes: nothing else is free, so any
+     * decommit would be of the blocks just freed. Readable only if the
+     * frees and this read finished inside half the delay (the coarse
+     * clock is a few ms; a loaded machine may take longer, then there is
+     * nothing to see). */
+    if (took < (uint64_t)o.decay_ms / 2) {
         assert_int_equal(before.decommitted_bytes_total, full.decommitted_bytes_total);
-    bool purged = false;
-    llmem_pool_stats after = before;
-    for (int ms = 0; ms < 3000; ms += 20) {
-        usleep(20 * 1000);
-        after = pool_stats(p);
-        if (after.committed_bytes <= full.committed_bytes - ((size_t)30 << 20)) {
-            purged = true;
-            break;
-        }
+        assert_int_equal(before.free_bytes, (uint64_t)36 << 20); /* the 36 frees, all committed */
     }
-    if (!purged) fail_msg("the purger gave back %llu of %llu free bytes in 3 s",
-                            (unsigned long long)(full.committed_bytes - after.committed_bytes),
-                            (unsigned long long)before.free_bytes);
+    llmem_pool_stats after;
+    if (!wait_stats(p, committed_at_most, full.committed_bytes - ((size_t)30 << 20), &after))
+        fail_msg("the purger gave back %llu of %llu free bytes in %d s",
+                 (unsigned long long)(full.committed_bytes - after.committed_bytes),
+                 (unsigned long long)before.free_bytes, PURGE_BOUND_MS / 1000);
+    /* Not early: the frees' runs had waited the delay (on the test's clock,
+     * which the pool's coarse one trails by at most a tick, 10 ms at HZ=100). */
+    assert_true(test_now_ms() - t0 + 20 >= (uint64_t)o.decay_ms);
     assert_true(test_rss_bytes() < rss_full - ((size_t)24 << 20));
     for (int i = 0; i < N; i += 4)
         for (size_t k = 0; k < (1 << 20); k += 4096) assert_int_equal(b[i][k], 7);
     for (int i = 0; i < N; i += 4) assert_ok(llmem_pool_free(p, b[i]));
-    for (int ms = 0; ms < 3000 && pool_stats(p).reserved_bytes; ms += 20) usleep(20 * 1000);
-    assert_int_equal(pool_stats(p).reserved_bytes, 0);
+    llmem_pool_stats end;
+    if (!wait_stats(p, nothing_reserved, 0, &end))
+        fail_msg("the purger kept %llu bytes of empty superblocks for %d s", (unsigned long long)end.reserved_bytes,
+                 PURGE_BOUND_MS / 1000);
     assert_ok(llmem_pool_check(p));
     /* Memory given back comes back on demand. */
     void *again = llmem_pool_alloc(p, 8 << 20, NULL);

@@ -184,6 +184,10 @@ static llmem_status sb_map(llmem_pool *p, unsigned h, size_t size, bool reserved
     if (p->st.reserved_bytes > p->st.reserved_peak_bytes) ST_SET(p->st.reserved_peak_bytes, p->st.reserved_bytes);
     ST_ADD(p->st.superblocks, 1);
     ST_ADD(p->st.grows_total, 1);
+    /* A new committed free run (what the allocation that grew leaves of
+     * it): a purger asleep with nothing pending must hear of it, or that
+     * tail stays committed until some later free kicks it. */
+    if (!reserved) llmem__pool_purger_kick(p);
     *out = sb;
     return LLMEM_OK;
 }

@@ -6,7 +6,8 @@
  * The thread sleeps until the oldest pending item of any registered pool (an
  * empty superblock, a free run not yet decommitted) has waited the pool's
  * decay delay, then unmaps or decommits it; with nothing pending it sleeps
- * until a pool kicks it (llmem__pool_purger_kick, from every put of pages).
+ * until a pool kicks it (llmem__pool_purger_kick, from every put of pages
+ * and every new superblock).
  *
  * Invariants: the purger never makes an application thread wait: it takes
  * pool locks with trylock only and retries a busy pool 10 ms later. A kick
