@@ -629,11 +629,12 @@ void llmem_pool_destroy(llmem_pool *p)
     llmem_pool_get_stats(p, &s);
     uint64_t live = s.live_allocations > s.fenced_pending ? s.live_allocations - s.fenced_pending : 0;
     uint64_t bytes = s.used_bytes > s.fenced_pending_bytes ? s.used_bytes - s.fenced_pending_bytes : 0;
+    /* Logged, not made the thread's last error: a destroy on a caller's
+     * error path must leave that error for the caller to read. */
     if (live)
-        llmem__fail_log(LLMEM_LOG_WARN, LLMEM_ESTATE,
-                        "pool '%s': destroyed with %llu live block(s) of %llu bytes (%llu handle(s)); their memory "
-                        "is unmapped",
-                        p->name, (unsigned long long)live, (unsigned long long)bytes, (unsigned long long)s.handles);
+        llmem__log(LLMEM_LOG_WARN,
+                   "pool '%s': destroyed with %llu live block(s) of %llu bytes (%llu handle(s)); their memory is unmapped",
+                   p->name, (unsigned long long)live, (unsigned long long)bytes, (unsigned long long)s.handles);
     if (p->tcache_on) {
         pthread_key_delete(p->tkey);
         llmem__pool_tcaches_destroy(p);
