@@ -277,8 +277,7 @@ static void refusals_drop_the_fence(void **state)
     assert_ok(llmem_pool_free_fenced(e.pool, NULL, &fence)); /* NULL ptr: nothing to free */
     assert_int_equal(f.drops, 4);
 
-    /* Pending: a second free of either kind is a double free (small blocks:
-     * checked pools; large: always). */
+    /* Pending: a second free of either kind is a double free. */
     flag_fence g = {0}, h = {0};
     llmem_fence fg = fence_of(&g, true), fh = fence_of(&h, true);
     assert_ok(llmem_pool_free_fenced(e.pool, a, &fg));
@@ -296,6 +295,13 @@ static void refusals_drop_the_fence(void **state)
     llmem_fence fk = fence_of(&k, true);
     assert_ok(llmem_pool_free_fenced(e.pool, big, &fk));
     assert_status(llmem_pool_free(e.pool, big), LLMEM_EDOUBLEFREE);
+    /* Release mode, small block: the thread-cache path refuses it too. */
+    void *sm = llmem_pool_alloc(e.pool, 64, NULL);
+    flag_fence ks = {0};
+    llmem_fence fks = fence_of(&ks, true);
+    assert_ok(llmem_pool_free_fenced(e.pool, sm, &fks));
+    assert_status(llmem_pool_free(e.pool, sm), LLMEM_EDOUBLEFREE);
+    assert_error_mentions("fenced free is pending");
     /* A handle block is freed with hfree, fenced or not. */
     llmem_handle hd;
     assert_ok(llmem_pool_halloc(e.pool, 64 * KiB, &hd));

@@ -17,8 +17,8 @@
  *   stale handle       a KV sequence used after its free (generation check)
  *
  * Release mode is not asked to detect what its header says it does not (a
- * small block freed twice, a write past the end): those misuses are not run
- * in release mode, since their effect there is the corruption itself. The
+ * write past the end): that misuse is not run in release mode, since its
+ * effect there is the corruption itself. The
  * table in docs/RELIABILITY.md is this file's cases.
  *
  * Writes that AddressSanitizer would stop first (into a guard, into a freed
@@ -26,6 +26,8 @@
  * ASan cannot see (uninstrumented code, DMA), which is what checked mode is
  * for.
  */
+#include <pthread.h>
+
 #include "test_util.h"
 
 #ifdef TEST_ASAN
@@ -153,23 +155,137 @@ static void pool_checked_refusals(void **state)
     pool_refusals(true);
 }
 
-/* Checked mode only: a small block freed twice. */
+/* A small block freed twice, in both modes: refused with
+ * LLMEM_EDOUBLEFREE wherever the first free left it (this thread's cache,
+ * the slab after a flush, another thread's cache), counted, and never
+ * handed out twice. Before release mode marked free small blocks, the
+ * second free returned LLMEM_OK and the next two allocations returned the
+ * same pointer. */
+typedef struct twice_arg {
+    llmem_pool *p;
+    void *block;
+    llmem_status first;
+} twice_arg;
+
+static void *free_elsewhere(void *v)
+{
+    twice_arg *a = v;
+    a->first = llmem_pool_free(a->p, a->block);
+    return NULL; /* this thread's cache keeps the block until it exits */
+}
+
+static void small_double_free(bool checked)
+{
+    const char *name = checked ? "hard-checked" : "hard-release";
+    llmem_pool *p = pool_new(name, checked);
+    uint64_t refused = 0;
+    for (int where = 0; where < 3; where++) {
+        void *a = llmem_pool_alloc(p, 100, NULL), *b = llmem_pool_alloc(p, 100, NULL);
+        assert_non_null(a);
+        assert_non_null(b);
+        memset(a, 0x5a, 100);
+        if (where == 2) { /* freed by another thread, still alive */
+            twice_arg arg = {p, a, LLMEM_EINVAL};
+            pthread_t t;
+            assert_int_equal(pthread_create(&t, NULL, free_elsewhere, &arg), 0);
+            assert_int_equal(pthread_join(t, NULL), 0);
+            assert_ok(arg.first);
+        } else {
+            assert_ok(llmem_pool_free(p, a));
+            if (where == 1) llmem_pool_flush_thread_cache(p); /* into its slab */
+        }
+        assert_status(llmem_pool_free(p, a), LLMEM_EDOUBLEFREE);
+        assert_names(llmem_last_error(), name, a);
+        assert_error_mentions("double free");
+        assert_int_equal(pool_stats(p).invalid_frees_total, ++refused);
+        assert_ok(llmem_pool_check(p));
+        /* Handed out once, not twice: no two live blocks alike. */
+        void *c[64];
+        for (int i = 0; i < 64; i++) {
+            c[i] = llmem_pool_alloc(p, 100, NULL);
+            assert_non_null(c[i]);
+            for (int j = 0; j < i; j++) assert_ptr_not_equal(c[i], c[j]);
+            assert_ptr_not_equal(c[i], b);
+        }
+        for (int i = 0; i < 64; i++) assert_ok(llmem_pool_free(p, c[i]));
+        assert_ok(llmem_pool_free(p, b));
+        assert_int_equal(pool_stats(p).live_allocations, 0);
+        assert_int_equal(pool_stats(p).allocs_total, pool_stats(p).frees_total);
+    }
+    llmem_pool_destroy(p);
+}
+
+static void pool_release_small_double_free(void **state)
+{
+    (void)state;
+    small_double_free(false);
+}
+
 static void pool_checked_small_double_free(void **state)
 {
     (void)state;
-    llmem_pool *p = pool_new("hard-checked", true);
-    void *a = llmem_pool_alloc(p, 100, NULL), *b = llmem_pool_alloc(p, 100, NULL);
+    small_double_free(true);
+}
+
+/* A device pool (nothing written into its memory) refuses it too. */
+static void pool_device_small_double_free(void **state)
+{
+    (void)state;
+    llmem_resource *sim;
+    assert_ok(llmem_sim_resource_create(NULL, &sim));
+    llmem_pool_options o = llmem_pool_options_default();
+    o.name = "hard-device";
+    o.resource = sim;
+    o.purge = LLMEM_POOL_PURGE_MANUAL;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(&o, &p));
+    void *a = llmem_pool_alloc(p, 1000, NULL);
+    assert_non_null(a);
     assert_ok(llmem_pool_free(p, a));
     assert_status(llmem_pool_free(p, a), LLMEM_EDOUBLEFREE);
-    assert_names(llmem_last_error(), "hard-checked", a);
-    assert_ok(llmem_pool_check(p));
-    /* The block is handed out once, not twice. */
-    void *c = llmem_pool_alloc(p, 100, NULL), *d = llmem_pool_alloc(p, 100, NULL);
+    assert_names(llmem_last_error(), "hard-device", a);
+    void *c = llmem_pool_alloc(p, 1000, NULL), *d = llmem_pool_alloc(p, 1000, NULL);
     assert_ptr_not_equal(c, d);
-    assert_ok(llmem_pool_free(p, b));
     assert_ok(llmem_pool_free(p, c));
     assert_ok(llmem_pool_free(p, d));
+    assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
+    llmem_resource_destroy(sim);
+}
+
+/* Destroying a pool with live blocks says so: how many and how many bytes
+ * (a leak, or memory still in use), instead of unmapping in silence. */
+static char warn_log[1024];
+
+static void capture_warn(void *user, llmem_log_level level, const char *msg)
+{
+    (void)user;
+    if (level == LLMEM_LOG_WARN) snprintf(warn_log, sizeof warn_log, "%s", msg);
+}
+
+static void pool_destroy_reports_live_blocks(void **state)
+{
+    (void)state;
+    llmem_log_set(capture_warn, NULL, LLMEM_LOG_WARN);
+    llmem_pool *p = pool_new("hard-leaky", false);
+    void *a = llmem_pool_alloc(p, 100, NULL), *b = llmem_pool_alloc(p, 3000, NULL);
+    void *c = llmem_pool_alloc(p, 1 << 20, NULL), *d = llmem_pool_alloc(p, 100, NULL);
+    assert_ok(llmem_pool_free(p, d)); /* freed: not reported */
+    (void)a, (void)b, (void)c;
+    warn_log[0] = '\0';
+    llmem_pool_destroy(p);
+    /* 112 + 3072 + 1 MiB */
+    assert_non_null(strstr(warn_log, "'hard-leaky'"));
+    assert_non_null(strstr(warn_log, "3 live block(s) of 1051760 bytes"));
+    assert_int_equal(llmem_last_status(), LLMEM_ESTATE);
+    /* Nothing live: nothing said. */
+    p = pool_new("hard-clean", false);
+    a = llmem_pool_alloc(p, 100, NULL);
+    assert_ok(llmem_pool_free(p, a));
+    warn_log[0] = '\0';
+    llmem_pool_destroy(p);
+    assert_string_equal(warn_log, "");
+    llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
 }
 
 /* Checked mode: a write past the requested size, small and large. */
@@ -431,7 +547,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(pool_release_refusals, setup_capture, teardown_capture),
         cmocka_unit_test_setup_teardown(pool_checked_refusals, setup_capture, teardown_capture),
+        cmocka_unit_test_setup_teardown(pool_release_small_double_free, setup_capture, teardown_capture),
         cmocka_unit_test_setup_teardown(pool_checked_small_double_free, setup_capture, teardown_capture),
+        cmocka_unit_test_setup_teardown(pool_device_small_double_free, setup_capture, teardown_capture),
+        cmocka_unit_test(pool_destroy_reports_live_blocks),
         cmocka_unit_test_setup_teardown(pool_checked_overflow, setup_capture, teardown_capture),
         cmocka_unit_test_setup_teardown(pool_checked_write_after_free, setup_capture, teardown_capture),
         cmocka_unit_test_setup_teardown(fixed_checked_plain, setup_capture, teardown_capture),

@@ -409,6 +409,24 @@ static void max_bytes_caps_growth(void **state)
     assert_int_equal(st, LLMEM_ENOMEM);
     assert_error_mentions("max_bytes");
     assert_int_equal(pstats(p).failures_total, 1);
+    /* Small blocks until the cap: the refusal is counted for its class. */
+    static void *small[1 << 16];
+    size_t n = 0;
+    while (n < (1u << 16) && (small[n] = llmem_pool_alloc(p, 1000, &st))) n++;
+    assert_int_equal(st, LLMEM_ENOMEM);
+    assert_int_equal(pstats(p).failures_total, 2);
+    llmem_pool_class_stats cs[96];
+    size_t count = 0, failed = 0;
+    for (size_t i = 0; i < 96; i++) cs[i].struct_size = sizeof cs[i];
+    assert_ok(llmem_pool_get_class_stats(p, cs, 96, &count));
+    for (size_t i = 0; i < count; i++)
+        if (cs[i].failures_total) {
+            assert_int_equal(cs[i].class_bytes, 1024);
+            assert_int_equal(cs[i].failures_total, 1);
+            failed++;
+        }
+    assert_int_equal(failed, 1);
+    for (size_t i = 0; i < n; i++) assert_ok(llmem_pool_free(p, small[i]));
     assert_ok(llmem_pool_free(p, a));
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
@@ -510,8 +528,37 @@ static void stats_export(void **state)
     char buf[8192];
     assert_ok(llmem_stats_to_json(llmem_pool_stats_schema(), &s, NULL, 0, buf, sizeof buf, NULL));
     assert_non_null(strstr(buf, "\"live_allocations\":2"));
+    /* Frees are counted, per class too; a refused allocation is a class's
+     * failure. */
+    void *c = llmem_pool_alloc(p, 100, NULL);
+    assert_ok(llmem_pool_free(p, c));
+    s = pstats(p);
+    assert_int_equal(s.frees_total, 1);
+    assert_int_equal(s.allocs_total, 3);
+    /* The pool's and every used class's figures, in Prometheus and JSON. */
+    llmem_label lb[] = {{"pool", "t"}};
+    for (int fmt = 0; fmt < 2; fmt++) {
+        llmem_exporter *ex;
+        assert_ok(llmem_exporter_create(fmt ? LLMEM_EXPORT_JSON : LLMEM_EXPORT_PROMETHEUS, &ex));
+        assert_ok(llmem_pool_export_stats(p, ex, lb, 1));
+        static char out[1 << 16];
+        assert_ok(llmem_exporter_render(ex, out, sizeof out, NULL));
+        if (fmt) {
+            assert_non_null(strstr(out, "\"type\":\"pool_class\",\"labels\":{\"pool\":\"t\",\"class_bytes\":\"112\"}"));
+            assert_non_null(strstr(out, "\"frees_total\":1"));
+        } else {
+            assert_non_null(strstr(out, "llmem_pool_class_live_blocks{pool=\"t\",class_bytes=\"112\"} 1"));
+            assert_non_null(strstr(out, "llmem_pool_class_frees_total{pool=\"t\",class_bytes=\"112\"} 1"));
+            assert_non_null(strstr(out, "llmem_pool_class_allocs_total{pool=\"t\",class_bytes=\"112\"} 2"));
+            assert_non_null(strstr(out, "llmem_pool_live_allocations{pool=\"t\"} 2"));
+            assert_null(strstr(out, "class_bytes=\"16\"}")); /* unused classes are left out */
+        }
+        llmem_exporter_destroy(ex);
+    }
+    assert_status(llmem_pool_export_stats(p, NULL, NULL, 0), LLMEM_EINVAL);
     assert_ok(llmem_pool_free(p, a));
     assert_ok(llmem_pool_free(p, b));
+    assert_int_equal(pstats(p).frees_total, 3);
     llmem_pool_destroy(p);
 }
 

@@ -211,8 +211,157 @@ static llmem_pool_stats pool_stats(const llmem_pool *p)
     return s;
 }
 
+/* An idle live thread's cache is memory no one uses: once it has seen no
+ * refill or flush for the decay delay, shrink (manual purge) or the
+ * purger (background) takes its blocks back, the slabs and superblocks
+ * they pinned go, and the thread carries on when it wakes. Before, one
+ * idle thread kept its cache, its slabs and their superblocks until it
+ * exited. */
+typedef struct idler {
+    llmem_pool *pool;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int phase; /* 0 working, 1 idle (main may reclaim), 2 wake up, 3 done */
+    bool ok;
+    uint64_t idle_ms; /* when the thread last used the pool before idling */
+} idler;
+
+static void idler_churn(idler *d)
+{
+    enum { N = 3000 };
+    static __thread void *b[N];
+    uint64_t seed = 99;
+    for (int i = 0; i < N; i++) {
+        size_t n = 16 + xs(&seed) % 1009;
+        b[i] = llmem_pool_alloc(d->pool, n, NULL);
+        if (!b[i]) d->ok = false;
+        else memset(b[i], i & 0xff, n);
+    }
+    for (int i = 0; i < N; i++)
+        if (b[i] && llmem_pool_free(d->pool, b[i]) != LLMEM_OK) d->ok = false;
+}
+
+static void idler_set(idler *d, int phase)
+{
+    pthread_mutex_lock(&d->lock);
+    d->phase = phase;
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void idler_wait(idler *d, int phase)
+{
+    pthread_mutex_lock(&d->lock);
+    while (d->phase != phase) pthread_cond_wait(&d->cond, &d->lock);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void *idler_main(void *v)
+{
+    idler *d = v;
+    idler_churn(d); /* its cache now holds blocks of many classes */
+    d->idle_ms = test_now_ms();
+    idler_set(d, 1);
+    idler_wait(d, 2);
+    idler_churn(d); /* after the reclaim: the cache works as before */
+    idler_set(d, 3);
+    return NULL;
+}
+
+static void idle_cache_reclaimed(bool background)
+{
+    llmem_pool_options o = llmem_pool_options_default();
+    o.decay_ms = 100;
+    o.purge = background ? LLMEM_POOL_PURGE_BACKGROUND : LLMEM_POOL_PURGE_MANUAL;
+    o.first_superblock_bytes = 1 << 20;
+    idler d = {.ok = true};
+    assert_ok(llmem_pool_create(&o, &d.pool));
+    pthread_mutex_init(&d.lock, NULL);
+    pthread_cond_init(&d.cond, NULL);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, idler_main, &d), 0);
+    idler_wait(&d, 1);
+    llmem_pool_stats s = pool_stats(d.pool);
+    assert_int_equal(s.live_allocations, 0);
+    assert_true(s.superblocks > 0);
+    if (!background) {
+        /* Within the delay the cache is the thread's: shrink leaves it. */
+        llmem_pool_trim(d.pool);
+        if (test_now_ms() - d.idle_ms < (uint64_t)o.decay_ms / 2) assert_true(pool_stats(d.pool).superblocks > 0);
+    }
+    /* Past the delay: everything goes, without the thread doing anything. */
+    bool gone = false;
+    for (int ms = 0; ms < 5000 && !gone; ms += 20) {
+        usleep(20 * 1000);
+        if (!background) llmem_pool_trim(d.pool);
+        s = pool_stats(d.pool);
+        gone = s.superblocks == 0 && s.committed_bytes == 0;
+    }
+    if (!gone)
+        fail_msg("an idle thread's cache kept %llu superblocks, %llu bytes committed",
+                 (unsigned long long)s.superblocks, (unsigned long long)s.committed_bytes);
+    assert_true(s.reclaimed_caches_total >= 1); /* more if the thread stalled long in its churn */
+    assert_int_equal(s.live_allocations, 0);
+    assert_ok(llmem_pool_check(d.pool));
+    idler_set(&d, 2);
+    idler_wait(&d, 3);
+    assert_true(d.ok);
+    assert_ok(llmem_pool_check(d.pool));
+    pthread_join(t, NULL);
+    s = pool_stats(d.pool);
+    assert_int_equal(s.live_allocations, 0);
+    assert_int_equal(s.allocs_total, s.frees_total);
+    llmem_pool_destroy(d.pool);
+    pthread_mutex_destroy(&d.lock);
+    pthread_cond_destroy(&d.cond);
+}
+
+static void idle_cache_reclaimed_by_shrink(void **state)
+{
+    (void)state;
+    idle_cache_reclaimed(false);
+}
+
+static void idle_cache_reclaimed_by_purger(void **state)
+{
+    (void)state;
+    idle_cache_reclaimed(true);
+}
+
+/* Poll the pool's stats every 10 ms until done(stats) holds or the bound
+ * passes; true if it held. The bound is generous (a loaded machine under
+ * TSan may not run the purger for seconds): it only turns a purger that
+ * never acts into a failure instead of a hang. */
+#define PURGE_BOUND_MS 60000
+static bool wait_stats(llmem_pool *p, bool (*done)(const llmem_pool_stats *, uint64_t), uint64_t arg,
+                       llmem_pool_stats *last)
+{
+    uint64_t t0 = test_now_ms();
+    for (;;) {
+        *last = pool_stats(p);
+        if (done(last, arg)) return true;
+        if (test_now_ms() - t0 > PURGE_BOUND_MS) return false;
+        usleep(10 * 1000);
+    }
+}
+
+static bool nothing_free_committed(const llmem_pool_stats *s, uint64_t arg) { return (void)arg, s->free_bytes == 0; }
+static bool committed_at_most(const llmem_pool_stats *s, uint64_t bytes) { return s->committed_bytes <= bytes; }
+static bool nothing_reserved(const llmem_pool_stats *s, uint64_t arg) { return (void)arg, s->reserved_bytes == 0; }
+
 /* Without any call into the pool, the background purger gives back free
- * runs and empty superblocks once they have waited the decay delay. */
+ * runs and empty superblocks once they have waited the decay delay, and
+ * not before.
+ *
+ * Deterministic on a loaded machine: the allocations leave free tails in
+ * their superblocks, stamped while they ran; if they ran longer than the
+ * delay, the purger could decommit those tails just after the frees and
+ * the "nothing within the delay" check read it as freed memory going
+ * early (it did, on loaded machines: 1-2 MiB). So the test first waits
+ * until the purger has given back every committed free byte (no clock
+ * involved: free_bytes reaches 0), and only then frees; what the purger
+ * decommits afterwards can only be what the frees released. Every wait is
+ * on a condition, with a generous bound. */
 static void background_purge_returns_idle_memory(void **state)
 {
     (void)state;
@@ -227,36 +376,41 @@ static void background_purge_returns_idle_memory(void **state)
         assert_non_null(b[i]);
         memset(b[i], 7, 1 << 20);
     }
+    llmem_pool_stats full;
+    if (!wait_stats(p, nothing_free_committed, 0, &full))
+        fail_msg("the purger left %llu committed free bytes (the allocations' tails) for %d s",
+                 (unsigned long long)full.free_bytes, PURGE_BOUND_MS / 1000);
     size_t rss_full = test_rss_bytes();
-    llmem_pool_stats full = pool_stats(p);
     uint64_t t0 = test_now_ms();
     for (int i = 0; i < N; i++)
         if (i % 4) assert_ok(llmem_pool_free(p, b[i]));
     llmem_pool_stats before = pool_stats(p);
-    /* Within the delay, nothing goes. Only checkable when the frees and the
-     * stats read themselves finished well inside the delay: under TSan on a
-     * loaded CI machine they may not (a CI run once took longer than 40 ms). */
-    if (test_now_ms() - t0 < (uint64_t)o.decay_ms / 2)
-        assert_int_equal(before.decommitted_bytes_total, 0);
-    bool purged = false;
-    llmem_pool_stats after = before;
-    for (int ms = 0; ms < 3000; ms += 20) {
-        usleep(20 * 1000);
-        after = pool_stats(p);
-        if (after.committed_bytes <= full.committed_bytes - ((size_t)30 << 20)) {
-            purged = true;
-            break;
-        }
+    uint64_t took = test_now_ms() - t0;
+    /* Within the delay, nothing goes: nothing else is free, so any
+     * decommit would be of the blocks just freed. Readable only if the
+     * frees and this read finished inside half the delay (the coarse
+     * clock is a few ms; a loaded machine may take longer, then there is
+     * nothing to see). */
+    if (took < (uint64_t)o.decay_ms / 2) {
+        assert_int_equal(before.decommitted_bytes_total, full.decommitted_bytes_total);
+        assert_int_equal(before.free_bytes, (uint64_t)36 << 20); /* the 36 frees, all committed */
     }
-    if (!purged) fail_msg("the purger gave back %llu of %llu free bytes in 3 s",
-                            (unsigned long long)(full.committed_bytes - after.committed_bytes),
-                            (unsigned long long)before.free_bytes);
+    llmem_pool_stats after;
+    if (!wait_stats(p, committed_at_most, full.committed_bytes - ((size_t)30 << 20), &after))
+        fail_msg("the purger gave back %llu of %llu free bytes in %d s",
+                 (unsigned long long)(full.committed_bytes - after.committed_bytes),
+                 (unsigned long long)before.free_bytes, PURGE_BOUND_MS / 1000);
+    /* Not early: the frees' runs had waited the delay (on the test's clock,
+     * which the pool's coarse one trails by at most a tick, 10 ms at HZ=100). */
+    assert_true(test_now_ms() - t0 + 20 >= (uint64_t)o.decay_ms);
     assert_true(test_rss_bytes() < rss_full - ((size_t)24 << 20));
     for (int i = 0; i < N; i += 4)
         for (size_t k = 0; k < (1 << 20); k += 4096) assert_int_equal(b[i][k], 7);
     for (int i = 0; i < N; i += 4) assert_ok(llmem_pool_free(p, b[i]));
-    for (int ms = 0; ms < 3000 && pool_stats(p).reserved_bytes; ms += 20) usleep(20 * 1000);
-    assert_int_equal(pool_stats(p).reserved_bytes, 0);
+    llmem_pool_stats end;
+    if (!wait_stats(p, nothing_reserved, 0, &end))
+        fail_msg("the purger kept %llu bytes of empty superblocks for %d s", (unsigned long long)end.reserved_bytes,
+                 PURGE_BOUND_MS / 1000);
     assert_ok(llmem_pool_check(p));
     /* Memory given back comes back on demand. */
     void *again = llmem_pool_alloc(p, 8 << 20, NULL);
@@ -407,6 +561,8 @@ int main(void)
         cmocka_unit_test(cross_thread_checked),
         cmocka_unit_test(thread_exit_returns_cache),
         cmocka_unit_test(background_purge_returns_idle_memory),
+        cmocka_unit_test(idle_cache_reclaimed_by_shrink),
+        cmocka_unit_test(idle_cache_reclaimed_by_purger),
         cmocka_unit_test(property_per_thread),
         cmocka_unit_test(property_per_thread_sim_device),
     };

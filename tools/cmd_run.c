@@ -117,7 +117,7 @@ static int fail(const char *what, llmem_status st)
 }
 
 static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, llmem_controller *ctl,
-                        double load_s, double first_s)
+                        llmem_predictor *pred, double load_s, double first_s)
 {
     llmem_engine_stats es = {sizeof es};
     llmem_model_stats ms = {sizeof ms};
@@ -133,9 +133,11 @@ static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, llme
         llmem_kv *kv = llmem_engine_kv(e);
         llmem_pool *pool = llmem_engine_pool(e);
         llmem_kv_stats ks = {sizeof ks};
-        llmem_pool_stats ps = {sizeof ps};
         if (kv && !llmem_kv_get_stats(kv, &ks)) llmem_exporter_add(ex, llmem_kv_stats_schema(), &ks, NULL, 0);
-        if (pool && !llmem_pool_get_stats(pool, &ps)) llmem_exporter_add(ex, llmem_pool_stats_schema(), &ps, NULL, 0);
+        if (pool) llmem_pool_export_stats(pool, ex, NULL, 0); /* the pool's figures and each class's */
+        llmem_predictor_stats prs = {sizeof prs};
+        if (pred && !llmem_predictor_get_stats(pred, &prs))
+            llmem_exporter_add(ex, llmem_predictor_stats_schema(), &prs, NULL, 0);
         llmem_controller_stats cs = {sizeof cs};
         if (ctl && !llmem_controller_get_stats(ctl, &cs))
             llmem_exporter_add(ex, llmem_controller_stats_schema(), &cs, NULL, 0);
@@ -205,6 +207,7 @@ static int generate(const run_args *a)
     llmem_memctl *mc = NULL;
     llmem_pool *pool = NULL;
     llmem_controller *ctl = NULL;
+    llmem_predictor *pred = NULL;
     llmem_timeline *tl = NULL;
     llmem_tokenizer *tok = NULL;
     llmem_engine *e = NULL;
@@ -245,6 +248,7 @@ static int generate(const run_args *a)
         }
         pool = llmem_memctl_pool(mc);
         ctl = llmem_memctl_controller(mc);
+        pred = llmem_memctl_predictor(mc); /* fed the measured peaks through eo.on_step_done */
     }
     if ((st = llmem_engine_create(m, &eo, &e))) {
         rc = fail("engine", st);
@@ -422,7 +426,7 @@ static int generate(const run_args *a)
     fflush(stdout);
     double total = now_s() - t_start;
     if (generated > 0) fprintf(stderr, "achieved tok/s: %f\n", (double)generated / (total - t_first));
-    if (a->stats) print_stats(a, m, e, ctl, load_s, t_first);
+    if (a->stats) print_stats(a, m, e, ctl, pred, load_s, t_first);
     rc = output_failed ? 1 : 0; /* the text is out; a file asked for is not: a failure */
 out:
     for (uint32_t b = 0; seqs && b < a->batch; b++) {

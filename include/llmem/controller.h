@@ -5,8 +5,10 @@
  * sizes a pool (llmem/pool.h) ahead of the work instead of behind it:
  *
  *   PREFILL (batch b, tokens t): reserve what the step will need before it
- *     runs - the predictor's reserve for b sequences of ceil(t / b) tokens
- *     (or t x bytes_per_token_hint without a predictor) times
+ *     runs - the predictor's reserve for b sequences of ceil(t / b) tokens,
+ *     which carries the predictor's own safety factor (its corrected
+ *     reserve once its corrector, fed by llmem_controller_on_step_done,
+ *     predicts better), or without a predictor t x bytes_per_token_hint x
  *     safety_factor - through llmem_pool_reserve, so the step's
  *     allocations make no resource call.
  *   DECODE: grow only when used / committed passes high_watermark and the
@@ -107,7 +109,8 @@ typedef struct llmem_controller_options {
     llmem_predictor *predictor;  /* optional, borrowed: sizes the reserve before a prefill */
     size_t bytes_per_token_hint; /* without a predictor: a prefill reserves tokens x this (x safety);
                                     0 = no prefill reserve */
-    double safety_factor;        /* on every prefill reserve, >= 1; default 1.2 */
+    double safety_factor;        /* on a prefill reserve from bytes_per_token_hint, >= 1; default 1.2 (a
+                                    predictor's reserve carries its own, applied once) */
     double high_watermark;       /* DECODE: used / committed above it -> grow; in (0, 1], default 0.85 */
     double low_watermark;        /* IDLE: shrink until used / committed >= it; in (0, high), default 0.30 */
     uint32_t idle_decay_ms;      /* how long IDLE must last before shrinking; default 1000 */
@@ -136,6 +139,14 @@ LLMEM_API llmem_status llmem_controller_create(const llmem_controller_options *o
 
 /* NULL is a no-op. The pool keeps whatever the controller reserved. */
 LLMEM_API void llmem_controller_destroy(llmem_controller *c);
+
+/* An engine's on_step_done (with stage_ctx = the controller): a step's
+ * measured activation peak goes to the predictor's online corrector
+ * (llmem_predictor_observe), whose corrected reserve the next prefills use
+ * once it predicts better than the formulas. Without a predictor, or for
+ * figures the predictor refuses, nothing happens. */
+LLMEM_API void llmem_controller_on_step_done(void *controller, uint32_t batch, uint32_t tokens, uint32_t context,
+                                             uint64_t measured_bytes);
 
 /* An llmem_stage_fn: pass it as an engine's on_stage with stage_ctx = the
  * controller. Records a STAGE event when the stage changes, forwards the

@@ -96,6 +96,11 @@ typedef struct llmem_engine_options {
     llmem_pool *pool;              /* borrowed; default a pool of the engine's own */
     llmem_stage_fn on_stage;       /* optional listener for stage events */
     void *stage_ctx;
+    /* Optional, called after every step with stage_ctx: the step's batch,
+     * tokens per sequence (the most of any), the context held before it
+     * (the longest sequence) and the activation workspace it used, in bytes
+     * (llmem_controller_on_step_done feeds it to the predictor). */
+    void (*on_step_done)(void *ctx, uint32_t batch, uint32_t tokens, uint32_t context, uint64_t activation_bytes);
 } llmem_engine_options;
 
 LLMEM_API llmem_engine_options llmem_engine_options_default(void);

@@ -6,7 +6,7 @@
  *
  *     llmem_engine_options eo = llmem_engine_options_default();
  *     llmem_memctl *mc;
- *     llmem_memctl_create_for_engine(model, &eo, NULL, &mc); // sets eo.pool, eo.on_stage
+ *     llmem_memctl_create_for_engine(model, &eo, NULL, &mc); // sets eo.pool, eo.on_stage, ...
  *     llmem_engine_create(model, &eo, &engine);
  *     ...
  *     llmem_engine_destroy(engine);
@@ -64,8 +64,9 @@ LLMEM_API llmem_status llmem_memctl_create(const llmem_memctl_options *o, llmem_
 
 /* For an engine: the predictor from llmem_engine_predictor_options(m, eo),
  * the controller told that the engine notes its stages to the pool itself
- * (skip_pool_note); then eo->pool, eo->on_stage and eo->stage_ctx are set
- * so the engine created with *eo runs under it. o may be NULL. */
+ * (skip_pool_note); then eo->pool, eo->on_stage, eo->stage_ctx and
+ * eo->on_step_done (the measured peaks train the predictor's corrector)
+ * are set so the engine created with *eo runs under it. o may be NULL. */
 LLMEM_API llmem_status llmem_memctl_create_for_engine(const llmem_model *m, llmem_engine_options *eo,
                                                       const llmem_memctl_options *o, llmem_memctl **out);
 

@@ -5,7 +5,13 @@
  * Memory comes from the pool's resource in superblocks: the first of
  * first_superblock_bytes, each later one twice the last up to
  * max_superblock_bytes; a request larger than that gets a superblock of its
- * own. Inside superblocks:
+ * own. On the host (without reserve_bytes) slabs and large blocks live in
+ * separate superblocks, each kind growing on its own, so that transparent
+ * huge pages back only the slabs: small blocks are where the TLB decides
+ * the speed, while a large block's first touch should fault in 4 KiB, not
+ * zero 2 MiB (measured: 60% of the tensor mix's time went to clearing huge
+ * pages, and a huge-page fault on a fragmented machine stalls in
+ * compaction). Inside superblocks:
  *  - small and medium requests (up to 32 KiB on the host, 512 KiB on a
  *    device) are rounded to a size class (see below) and served from slabs,
  *    runs of pages holding blocks of one class;
@@ -38,14 +44,15 @@
  * (the sim-device resource turns any slip into a crash). On the host it
  * threads free lists through free small blocks.
  *
- * Ownership: free() of a pointer this pool did not hand out, or of a large
- * block already freed, is always refused (LLMEM_EFOREIGN, LLMEM_EDOUBLEFREE):
- * the page owner table makes that check free. For small blocks, release
- * mode checks only that the pointer is a block boundary of one of its slabs
- * (a small block freed twice is handed out twice later: the price of a free
- * that touches nothing but the thread's cache); checked mode keeps a bit
- * per block, takes the lock on every call, and catches every double free, writes
- * guard canaries around every host block and verifies them on free
+ * Ownership: free() of a pointer this pool did not hand out, or of a block
+ * already freed, is refused (LLMEM_EFOREIGN, LLMEM_EDOUBLEFREE) and changes
+ * nothing: the page owner table makes that check free for large blocks,
+ * and every slab keeps a state byte per small block (in host memory, set
+ * when the block is handed out, cleared when it is freed) that the free
+ * fast path reads, so a small block freed twice is refused and never
+ * handed out twice (two threads freeing one block at the same instant can
+ * both pass). Checked mode takes the lock on every call, writes guard
+ * canaries around every host block and verifies them on free
  * (LLMEM_ECORRUPT, the block is still freed). Freed host memory is poisoned
  * for AddressSanitizer in every mode when the library is built with it.
  *
@@ -59,7 +66,8 @@
  * shrink() and trim() do the rest at once. Small blocks freed inside slabs
  * that still hold live blocks keep their pages. reserve() maps and commits
  * ahead, so the next allocations up to that many bytes make no resource
- * call.
+ * call (the bytes go to the large blocks; small objects get up to the
+ * first superblock).
  *
  * Reserved range (reserve_bytes): the first growth maps that much address
  * space as one superblock without committing it (the resource must be
@@ -70,17 +78,21 @@
  * decay, or by shrink; the range is unmapped only at destroy). Past it,
  * ordinary superblocks are added as usual. The range counts in
  * reserved_bytes (and against max_bytes) from the start; host metadata is
- * about 12 bytes per unit of it (4 KiB host, 64 KiB device), in zeroed
+ * about 24 bytes per unit of it (4 KiB host, 64 KiB device), in zeroed
  * pages the OS backs only where touched.
  *
  * Threads: a pool is safe to share between threads. Each thread keeps a
  * small cache of free small blocks per pool (not in checked mode), so
  * small allocations and frees take no lock and no atomic read-modify-write;
- * a block may be freed by any thread. Blocks in a thread's cache count as
- * free in the stats but stay in their slabs until that thread refills,
- * flushes (llmem_pool_flush_thread_cache, shrink, trim) or exits. With
- * threads running, the stats are a snapshot: the in-use peak is sampled
- * when caches refill.
+ * a block may be freed by any thread. A cache refills from and flushes to a
+ * per-class transfer cache with a lock of its own, and only goes to the
+ * pool lock (slabs, page runs) when that is empty or full. Blocks in a
+ * thread's cache count as free in the stats but stay in their slabs until
+ * that thread refills, flushes (llmem_pool_flush_thread_cache, shrink,
+ * trim) or exits. Stats reads take no lock an allocation waits for (the
+ * largest free run alone is read under the pool lock); with threads
+ * running they are a snapshot: the in-use peak is sampled when caches
+ * refill.
  */
 #ifndef LLMEM_POOL_H
 #define LLMEM_POOL_H
@@ -110,8 +122,8 @@ typedef enum llmem_pool_purge {
 typedef struct llmem_pool_options {
     const char *name;              /* shown in messages and stats; default "pool" */
     llmem_resource *resource;      /* borrowed; default: the os resource with transparent huge
-                                      pages advised for superblocks (pass llmem_resource_default()
-                                      for plain pages) */
+                                      pages advised for slab superblocks and plain pages for large
+                                      blocks (a resource given here serves both) */
     size_t first_superblock_bytes; /* default 4 MiB host, 32 MiB device */
     size_t max_superblock_bytes;   /* growth cap per superblock; default 64 MiB host, 512 MiB device */
     size_t max_bytes;              /* cap on mapped bytes; 0 = none (LLMEM_ENOMEM past it) */
@@ -135,13 +147,15 @@ typedef struct llmem_pool_stats {
     uint64_t used_bytes;              /* in live blocks, at their class or page-rounded size */
     uint64_t used_peak_bytes;
     uint64_t live_allocations;
-    uint64_t free_bytes;              /* in free page runs (the large-block allocator) */
-    uint64_t largest_free_bytes;      /* the largest free run */
+    uint64_t free_bytes;              /* committed bytes not in live blocks: free page runs' committed
+                                         pages and free (or cached) slab blocks */
+    uint64_t largest_free_bytes;      /* the longest committed free page run: the most one
+                                         allocation can take with no resource call */
     double fragmentation;             /* 1 - largest_free / free_bytes; 0 when nothing is free */
     uint64_t slab_bytes;              /* in slabs (small blocks, used or not) */
     uint64_t superblocks;
     uint64_t allocs_total;
-    uint64_t frees_total;
+    uint64_t frees_total;             /* frees taken (counted, per thread on the fast path) */
     uint64_t grows_total;             /* superblocks mapped */
     uint64_t shrinks_total;           /* superblocks unmapped */
     uint64_t decommitted_bytes_total; /* pages given back inside superblocks */
@@ -160,6 +174,7 @@ typedef struct llmem_pool_stats {
     uint64_t fenced_pending_bytes;    /* their bytes (still in used_bytes) */
     uint64_t fenced_frees_total;      /* fenced frees accepted */
     uint64_t fence_waits_total;       /* fences waited for because an allocation would have failed */
+    uint64_t reclaimed_caches_total;  /* idle threads' caches taken back (purger, shrink) */
 } llmem_pool_stats;
 
 /* Per size class figures, from llmem_pool_get_class_stats. */
@@ -170,6 +185,8 @@ typedef struct llmem_pool_class_stats {
     uint64_t slabs;               /* slabs held now */
     uint64_t live_blocks;
     uint64_t allocs_total;
+    uint64_t frees_total;             /* frees taken (counted, per thread on the fast path) */
+    uint64_t failures_total;      /* allocations of this class refused */
 } llmem_pool_class_stats;
 
 LLMEM_API llmem_pool_options llmem_pool_options_default(void);
@@ -180,8 +197,10 @@ LLMEM_API llmem_pool_options llmem_pool_options_default(void);
 LLMEM_API llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out);
 
 /* Unmaps every superblock, live blocks included; pending fences are dropped
- * without waiting (drain first if work may still use the memory). NULL is
- * a no-op. */
+ * without waiting (drain first if work may still use the memory). Live
+ * blocks (not counting those whose fenced free is pending) are reported:
+ * a warning in the log naming their count and bytes, also left as the
+ * calling thread's last error (LLMEM_ESTATE). NULL is a no-op. */
 LLMEM_API void llmem_pool_destroy(llmem_pool *p);
 
 /* The resource the pool takes its memory from (NULL for a NULL pool). */
@@ -260,9 +279,7 @@ LLMEM_API llmem_status llmem_pool_check(llmem_pool *p);
  * already the block is freed now. The pool owns the fence from this call
  * on, whatever the outcome: it calls drop exactly once. Refusals are
  * those of llmem_pool_free (the block stays live), plus LLMEM_EDOUBLEFREE
- * for a block whose fenced free is pending (a release pool's thread-cache
- * free of a small block checks nothing, as for any small double free:
- * see above), LLMEM_EINVAL for a handle block or a fence
+ * for a block whose fenced free is pending, LLMEM_EINVAL for a handle block or a fence
  * without done, and LLMEM_ENOMEM when the pending list cannot grow and the
  * fence cannot be waited for (the block stays live). */
 LLMEM_API llmem_status llmem_pool_free_fenced(llmem_pool *p, void *ptr, const llmem_fence *f);
@@ -341,6 +358,13 @@ LLMEM_API const llmem_stats_schema *llmem_pool_stats_schema(void);
 LLMEM_API llmem_status llmem_pool_get_class_stats(const llmem_pool *p, llmem_pool_class_stats *out, size_t cap,
                                                   size_t *count);
 LLMEM_API const llmem_stats_schema *llmem_pool_class_stats_schema(void);
+
+/* Add the pool's stats and each size class's (those that ever held a slab
+ * or served a block) to an exporter (llmem/stats.h), for Prometheus or
+ * JSON: the pool's with `labels`, each class's with them and
+ * class_bytes="<block size>". At most 16 labels. */
+LLMEM_API llmem_status llmem_pool_export_stats(const llmem_pool *p, llmem_exporter *ex, const llmem_label *labels,
+                                               size_t label_count);
 
 #ifdef __cplusplus
 }

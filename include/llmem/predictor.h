@@ -103,6 +103,9 @@ typedef struct llmem_prediction {
                                       start a slab per layer) and the activation peak with data-dependent
                                       ops times the safety factor */
     uint64_t corrected_activation_bytes; /* the corrector's estimate when it is in use, else activation_bytes */
+    uint64_t corrected_reserve_bytes;    /* reserve_bytes with the corrected activation peak in place of the
+                                            formula's (its data-dependent share still times the safety
+                                            factor); = reserve_bytes while the corrector is not in use */
 } llmem_prediction;
 
 /* LLMEM_EINVAL for an incomplete shape or a safety factor below 1. */

@@ -243,8 +243,13 @@ static void prefill(llmem_controller *c, uint64_t now, const llmem_stage_event *
             record(c, now, LLMEM_CTL_FAIL, 0, 0, "prefill: the predictor refused the step", ev->tokens);
             return;
         }
-        want = (double)pr.reserve_bytes * c->o.safety_factor;
-        reason = "prefill: predicted reserve x safety factor";
+        /* The predictor's reserve carries the safety factor already (on
+         * its data-dependent part): applied once, not again here. When its
+         * corrector predicts better than its formulas, the corrected
+         * reserve (which equals the formula's until then). */
+        want = (double)pr.corrected_reserve_bytes;
+        reason = pr.corrected_reserve_bytes != pr.reserve_bytes ? "prefill: predicted reserve (corrected by measured peaks)"
+                                                                : "prefill: predicted reserve";
     } else {
         if (!c->o.bytes_per_token_hint) return;
         want = (double)ev->tokens * (double)c->o.bytes_per_token_hint * c->o.safety_factor;
@@ -271,12 +276,18 @@ static void prefill(llmem_controller *c, uint64_t now, const llmem_stage_event *
 static void decode(llmem_controller *c, uint64_t now)
 {
     llmem_pool_stats s;
-    if (!pool_figures(c, &s) || !s.committed_bytes) return;
+    if (!pool_figures(c, &s)) return;
+    if (!s.committed_bytes) { /* everything went back (a shrink): below any watermark */
+        c->armed = true;
+        return;
+    }
     double ratio = (double)s.used_bytes / (double)s.committed_bytes;
     bool above = ratio > c->o.high_watermark;
     if (!above) c->armed = true;
     else if (!c->armed && s.used_bytes >= c->used_at_grow + c->last_step) c->armed = true;
-    /* The room of a free run as large as the step is there already. */
+    /* The room of a free run as large as the step is there already:
+     * committed pages only (largest_free_bytes), so that a reserved
+     * range's uncommitted tail does not count as room. */
     if (!above || !c->armed || s.largest_free_bytes >= c->grow_step) return;
     size_t step = c->grow_step;
     uint64_t before = s.committed_bytes;
@@ -342,6 +353,16 @@ static void housekeep(llmem_controller *c, uint64_t now)
     record(c, now, LLMEM_CTL_COMPACT, before, s.committed_bytes, "idle: fragmentation above the threshold",
            r.bytes_moved);
     shrink(c, now, "after compaction: down to the low watermark");
+}
+
+void llmem_controller_on_step_done(void *controller, uint32_t batch, uint32_t tokens, uint32_t context,
+                                   uint64_t measured_bytes)
+{
+    llmem_controller *c = controller;
+    if (!c || !c->o.predictor || !batch || !tokens || !measured_bytes) return;
+    pthread_mutex_lock(&c->lock); /* the predictor is the controller's to use under its lock */
+    llmem_predictor_observe(c->o.predictor, batch, tokens, context, measured_bytes);
+    pthread_mutex_unlock(&c->lock);
 }
 
 void llmem_controller_on_stage(void *controller, const llmem_stage_event *ev)

@@ -79,6 +79,7 @@ llmem_status llmem_memctl_create_for_engine(const llmem_model *m, llmem_engine_o
     eo->pool = (*out)->pool;
     eo->on_stage = llmem_controller_on_stage;
     eo->stage_ctx = (*out)->ctl;
+    eo->on_step_done = llmem_controller_on_step_done; /* measured peaks train the predictor */
     return LLMEM_OK;
 }
 

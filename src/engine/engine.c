@@ -978,7 +978,13 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
     e->logits = b.logits;
     e->logits_count = count;
 
-    for (size_t i = 0; i < count; i++) seq_get(e, items[i].seq)->len += items[i].n;
+    uint32_t held = 0, per_seq = 0; /* for on_step_done: before this step's tokens count */
+    for (size_t i = 0; i < count; i++) {
+        eng_seq *q = seq_get(e, items[i].seq);
+        if (q->len > held) held = (uint32_t)q->len;
+        if (items[i].n > per_seq) per_seq = items[i].n;
+        q->len += items[i].n;
+    }
     double secs = (double)(llmem__now_ns() - t0) * 1e-9;
     e->st.steps_total++;
     if (prefill) {
@@ -992,6 +998,8 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
         llmem_arena_stats as = {sizeof as};
         if (llmem_arena_get_stats(e->arena, &as) == LLMEM_OK && as.used_bytes > e->st.workspace_peak_bytes)
             e->st.workspace_peak_bytes = as.used_bytes;
+        if (e->o.on_step_done && as.used_bytes)
+            e->o.on_step_done(e->o.stage_ctx, (uint32_t)count, per_seq, held, as.used_bytes);
     }
     return LLMEM_OK;
 broken:

@@ -91,6 +91,24 @@ void llmem__kv_meta_free(llmem_kv *kv, void *p)
     if (p) llmem_pool_free(kv->meta, p);
 }
 
+/* The tables (each NULL until made), then this struct, back to the
+ * metadata pool one by one, then the pool: its destroy finds no live
+ * block (it reports any, as a leak). */
+static void kv_meta_destroy(llmem_kv *kv)
+{
+    for (uint32_t i = 0; i < kv->nseqs; i++)
+        if (kv->seqs[i].live) {
+            llmem__kv_meta_free(kv, kv->seqs[i].blocks);
+            llmem__kv_meta_free(kv, kv->seqs[i].partial);
+        }
+    void *tables[] = {kv->seqs, kv->ht_hash, kv->ht_block, kv->slabs, kv->slab_base, kv->slab_free, kv->blocks,
+                      kv->btokens};
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) llmem__kv_meta_free(kv, tables[i]);
+    llmem_pool *meta = kv->meta;
+    llmem_pool_free(meta, kv);
+    llmem_pool_destroy(meta);
+}
+
 /* ---- sequences table ----------------------------------------------------------- */
 
 static kv_seq *seq_of(llmem_kv *kv, llmem_kv_seq h)
@@ -242,7 +260,7 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
     st = storage_init(kv, &o, name);
     if (st) {
         if (kv->own_pool) llmem_pool_destroy(kv->pool);
-        llmem_pool_destroy(meta);
+        kv_meta_destroy(kv);
         return st;
     }
     pthread_mutex_init(&kv->lock, NULL);
@@ -254,12 +272,12 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
 void llmem_kv_destroy(llmem_kv *kv)
 {
     if (!kv) return;
-    /* Storage goes back to its pool (which may be borrowed); the metadata
-     * pool then goes whole, this struct and every table with it. */
+    /* Storage goes back to its pool (which may be borrowed); then the
+     * tables and this struct to the metadata pool, which goes last. */
     kv->ops->destroy(kv);
     if (kv->own_pool) llmem_pool_destroy(kv->pool);
     pthread_mutex_destroy(&kv->lock);
-    llmem_pool_destroy(kv->meta);
+    kv_meta_destroy(kv);
 }
 
 #define LOCKED(kv, expr)                   \

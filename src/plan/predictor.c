@@ -280,8 +280,16 @@ llmem_status llmem_predictor_predict(const llmem_predictor *p, llmem_stage stage
         reserve += (double)(out->activation_bytes - dependent) + (double)dependent * p->o.safety_factor;
     out->reserve_bytes = (uint64_t)ceil(reserve);
     double y;
-    out->corrected_activation_bytes =
-        corrector_better(p) && corrector_predict(p, batch, tokens, &y) ? (uint64_t)llround(y) : out->activation_bytes;
+    bool corrected = corrector_better(p) && corrector_predict(p, batch, tokens, &y) && y > 0;
+    out->corrected_activation_bytes = corrected ? (uint64_t)llround(y) : out->activation_bytes;
+    out->corrected_reserve_bytes = out->reserve_bytes;
+    if (corrected && !p->o.activations_apart && out->activation_bytes) {
+        /* The measured peaks replace the formula's, scaled as the formula's
+         * reserve share was (its data-dependent part times the factor). */
+        double share = ((double)(out->activation_bytes - dependent) + (double)dependent * p->o.safety_factor) /
+                       (double)out->activation_bytes;
+        out->corrected_reserve_bytes = (uint64_t)ceil(kv_new + y * share);
+    }
     return LLMEM_OK;
 }
 

@@ -62,9 +62,9 @@ llmem_status llmem_pool_halloc(llmem_pool *p, size_t size, llmem_handle *out)
             p->hcap = ncap;
         }
     }
-    pblock *b = st ? NULL : llmem__pool_take_pages(p, pages, p->unit, &st);
+    pblock *b = st ? NULL : llmem__pool_take_pages(p, heap_for(p, D_LARGE), pages, p->unit, &st);
     if (!b) {
-        p->st.failures_total++;
+        ST_ADD(p->st.failures_total, 1);
         pthread_mutex_unlock(&p->lock);
         return st;
     }
@@ -86,10 +86,10 @@ llmem_status llmem_pool_halloc(llmem_pool *p, size_t size, llmem_handle *out)
     b->handle = i + 1;
     b->sb->owner[unit_of(b->sb, b->start, p->ushift)] = b;
     if (p->host) LLMEM_UNPOISON((void *)b->start, size);
-    p->st.used_bytes += b->size;
-    p->st.live_allocations++;
-    p->st.allocs_total++;
-    p->st.handles++;
+    ST_ADD(p->st.used_bytes, b->size);
+    ST_ADD(p->st.live_allocations, 1);
+    ST_ADD(p->st.allocs_total, 1);
+    ST_ADD(p->st.handles, 1);
     llmem__pool_note_peak(p);
     *out = (uint64_t)e->gen << 32 | (i + 1);
     pthread_mutex_unlock(&p->lock);
@@ -146,9 +146,10 @@ llmem_status llmem_pool_hfree(llmem_pool *p, llmem_handle h)
     } else if (e) {
         pblock *b = e->b;
         b->handle = 0;
-        p->st.used_bytes -= b->size;
-        p->st.live_allocations--;
-        p->st.handles--;
+        ST_SUB(p->st.used_bytes, b->size);
+        ST_SUB(p->st.live_allocations, 1);
+        ST_SUB(p->st.handles, 1);
+        ST_ADD(p->st.frees_total, 1);
         llmem__pool_put_pages(p, b);
         uint32_t i = (uint32_t)(e - p->handles);
         e->b = NULL;
@@ -206,14 +207,14 @@ static bool move_block(llmem_pool *p, pblock *b, pblock *dest, llmem_pool_compac
     llmem__pool_put_pages(p, b);
     r->bytes_moved += d->size;
     r->blocks_moved++;
-    p->st.moved_bytes_total += d->size;
+    ST_ADD(p->st.moved_bytes_total, d->size);
     return true;
 }
 
 /* A free run of at least `size` bytes outside superblock `not`, best fit. */
 static pblock *fit_elsewhere(llmem_pool *p, size_t size, const superblock *not)
 {
-    llmem_avl_node *n = llmem__avl_lower_bound(&p->free_tree, &size, llmem__pool_size_key_cmp);
+    llmem_avl_node *n = llmem__avl_lower_bound(&p->free_tree[not->heap], &size, llmem__pool_size_key_cmp);
     for (; n; n = llmem__avl_next(n)) {
         pblock *f = node_block(n);
         if (f->sb != not) return f;
@@ -291,9 +292,9 @@ static void slide(llmem_pool *p, size_t budget, llmem_pool_compact_report *r)
 
 static double fragmentation(const llmem_pool *p)
 {
-    llmem_avl_node *n = llmem__avl_last(&p->free_tree);
-    if (!n || !p->st.free_bytes) return 0;
-    return 1.0 - (double)node_block(n)->size / (double)p->st.free_bytes;
+    const pblock *big = llmem__pool_largest_free(p);
+    if (!big || !p->st.free_bytes) return 0;
+    return 1.0 - (double)big->size / (double)p->st.free_bytes;
 }
 
 llmem_status llmem_pool_compact(llmem_pool *p, size_t budget, llmem_pool_compact_report *out)
@@ -315,7 +316,7 @@ llmem_status llmem_pool_compact(llmem_pool *p, size_t budget, llmem_pool_compact
         }
     }
     r.fragmentation_after = fragmentation(p);
-    p->st.compactions_total++;
+    ST_ADD(p->st.compactions_total, 1);
     pthread_mutex_unlock(&p->lock);
     if (out) llmem__stats_out(out, &r, sizeof r);
     return LLMEM_OK;

@@ -53,8 +53,8 @@ static void complete(llmem_pool *p, fenced_free *e)
 {
     if (e->large) e->large->fenced = false;
     llmem__pool_free_valid(p, e->ptr);
-    p->st.fenced_pending--;
-    p->st.fenced_pending_bytes -= e->bytes;
+    ST_SUB(p->st.fenced_pending, 1);
+    ST_SUB(p->st.fenced_pending_bytes, e->bytes);
     fence_drop(&e->fence);
 }
 
@@ -88,7 +88,7 @@ bool llmem__pool_wait_one_fenced(llmem_pool *p, bool forced)
     fenced_free e = p->fenced[0];
     memmove(&p->fenced[0], &p->fenced[1], (size_t)(p->nfenced - 1) * sizeof *p->fenced);
     p->nfenced--;
-    if (forced) p->st.fence_waits_total++;
+    if (forced) ST_ADD(p->st.fence_waits_total, 1);
     pthread_mutex_unlock(&p->lock);
     llmem_status st = fence_wait(&e.fence);
     pthread_mutex_lock(&p->lock);
@@ -163,10 +163,14 @@ llmem_status llmem_pool_free_fenced(llmem_pool *p, void *ptr, const llmem_fence 
     }
     bool large = b->kind == D_LARGE;
     if (large) b->fenced = true;
+    else { /* its state byte says so, so that the free fast path sends a second free to the lock */
+        slab *s = (slab *)b;
+        state_set(slab_state(s, (uint32_t)((a - s->b.start) / p->cls.size[s->b.cls])), 2);
+    }
     p->fenced[p->nfenced++] = (fenced_free){a, bytes, large ? b : NULL, fence};
-    p->st.fenced_pending++;
-    p->st.fenced_pending_bytes += bytes;
-    p->st.fenced_frees_total++;
+    ST_ADD(p->st.fenced_pending, 1);
+    ST_ADD(p->st.fenced_pending_bytes, bytes);
+    ST_ADD(p->st.fenced_frees_total, 1);
     pthread_mutex_unlock(&p->lock);
     return LLMEM_OK;
 }

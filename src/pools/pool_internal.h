@@ -1,7 +1,8 @@
 /*
- * pool_internal.h - the dynamic pool's data structures, shared by pool.c
- * (allocation, thread caches, purge) and pool_compact.c (handles and
- * compaction). Not installed. See pool.c for the layout and invariants.
+ * pool_internal.h - the dynamic pool's data structures, and every internal
+ * one of its files calls in another, declared once under a heading per
+ * file (mimalloc's internal.h manner). Not installed. Each file's top
+ * comment states its algorithm and invariants; pool.c lists the files.
  */
 #ifndef LLMEM_POOL_INTERNAL_H
 #define LLMEM_POOL_INTERNAL_H
@@ -10,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "avl.h"
 #include "internal.h"
@@ -20,6 +22,11 @@
 
 enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3 };
 
+/* The page heaps of a pool (see pool_pages.c): slabs live in superblocks of
+ * the small heap, large blocks in those of the large heap. A pool that does
+ * not split (device pools, reserved ranges) has one heap, HEAP_SMALL. */
+enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
+
 #define GUARD_MIN 64u          /* front guard, checked host pools */
 #define GUARD_TAIL 16u         /* at least this much tail guard */
 #define GUARD_MAGIC 0x6c6c6d65u /* "llme" */
@@ -27,7 +34,44 @@ enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3 };
 #define FREED_BYTE 0xDF        /* fills free small blocks of checked host pools */
 #define MAGIC_SHIFT 40         /* exact division by class size, see slab_index */
 
+/* ---- block states: double frees of small blocks ---------------------------
+ *
+ * Every slab keeps one byte per block in host memory: 1 while the block is
+ * handed out, 2 while its fenced free is pending (pool_fence.c), 0 while it
+ * is free (in a thread cache, a transfer cache, its
+ * slab's free list) or not carved yet. A thread cache holds each free block
+ * with the address of its state byte (a tslot), so an allocation sets it
+ * with one store and no lookup; a free reads it on the way in (the slab is
+ * found from the superblock's owner table, which the free path reads
+ * anyway) and refuses a block that is free already with LLMEM_EDOUBLEFREE,
+ * so the block is never cached twice and never handed out twice. Nothing is
+ * written into the block: a device pool's memory stays untouched, and a
+ * free does not fault in the block's line (a mark inside the block cost
+ * half the throughput of the small-block bench, whose frees touch blocks
+ * long out of cache). The bytes are plain stores: two threads freeing the
+ * same block at the same instant can both pass (a race in the program that
+ * no check short of a locked instruction on every free would close).
+ * Where the bytes live: an array per slab, dense (the free path reads one
+ * line per slab, not one per block: a bytemap over the superblock, a byte
+ * per 16 bytes, made the state load miss as often as a mark in the block),
+ * from two fixed pools of host metadata (64-byte arrays for slabs of up to
+ * 64 blocks, most classes; the largest slab's count for the rest), so that
+ * making a slab mallocs nothing (an engine's decode steps stay
+ * malloc-free). */
+typedef struct tslot {
+    void *block;
+    uint8_t *state;
+} tslot;
+
 typedef struct superblock superblock;
+
+/* A unit of a slab, as the free fast path reads it (one line, no slab
+ * descriptor): its class and place in the slab, and the slab's state
+ * array. All zero for a unit outside slabs. */
+typedef struct slab_unit {
+    uint8_t *state;             /* the slab's state bytes */
+    uint32_t info;              /* (class + 1) << 24 | units from the slab's start */
+} slab_unit;
 
 typedef struct pblock {
     uint8_t kind;
@@ -60,7 +104,7 @@ typedef struct slab {
     bool listed;
     void *free_head;            /* in-band free list */
     uint32_t *free_idx;         /* out-of-band free stack (nfree entries) */
-    uint64_t *bits;             /* checked: 1 = handed out */
+    uint8_t *state;             /* nblocks bytes, one per block (see "block states") */
 } slab;
 
 struct superblock {
@@ -70,7 +114,7 @@ struct superblock {
     superblock *next, *prev;    /* all superblocks of the pool */
     superblock *enext, *eprev;  /* the pool's empty superblocks */
     pblock **owner;             /* one entry per unit */
-    uint32_t *slab_info;        /* per unit of a slab: (class + 1) << 24 | units from the slab's start */
+    struct slab_unit *slab_info; /* per unit: what the free fast path needs, in one load */
     uint64_t *decommitted;      /* one bit per unit */
     size_t decommitted_units;
     size_t used;                /* bytes in LARGE and SLAB blocks */
@@ -78,15 +122,30 @@ struct superblock {
     bool empty;
     bool reserved;              /* the reserve_bytes range: never listed empty, never unmapped
                                    before destroy, committed page run by page run */
+    uint8_t heap;               /* HEAP_SMALL or HEAP_LARGE: whose free tree its runs are in */
 };
 
 typedef struct central {
     slab *partial;              /* slabs with a free block (or none carved yet) */
     uint32_t slabs, empty_slabs;
     uint64_t live, allocs;      /* live: blocks out of the slabs (caches included) */
-    void **xfer;                /* transfer cache: free blocks passed between threads */
-    uint32_t xcount, xcap;
+    uint64_t frees, failures;   /* frees taken by the locked path or folded in from exited threads;
+                                   allocations of the class refused */
+    uint64_t last_take;         /* llmem__pool_clock when blocks last left the slabs */
 } central;
+
+/* A class's transfer cache (pool_tcache.c): free blocks passed between
+ * thread caches in batches, under a lock of its own, so a refill or flush
+ * that finds what it needs here takes no pool lock. The lock is a leaf:
+ * nothing else is locked while it is held (the pool lock may be held when
+ * it is taken). */
+typedef struct xfer_cache {
+    _Alignas(64) pthread_mutex_t lock;
+    tslot *slots;
+    uint32_t count;             /* relaxed stores under the lock; stats read it without */
+    uint32_t cap;
+    uint64_t last_used;         /* llmem__pool_clock at the last push or pop (relaxed) */
+} xfer_cache;
 
 /* Fields read by every fast path come first and are only written at
  * create; what the lock guards starts on its own cache line, so refills in
@@ -104,7 +163,9 @@ struct llmem_pool {
     size_t tcache_slots;
     pthread_key_t tkey;
     char name[32];
-    llmem_resource *res;
+    llmem_resource *res;        /* the pool's resource (the small heap's) */
+    llmem_resource *heap_res[HEAPS]; /* each heap's: the large heap's has no THP advice by default */
+    bool split;                 /* two heaps (host pools without reserve_bytes) */
     size_t run;                 /* commit/decommit run: max(unit, resource granularity) */
     size_t sb_align;            /* superblock alignment and size multiple */
     size_t max_sb, max_bytes;
@@ -113,24 +174,66 @@ struct llmem_pool {
     uint64_t decay_ns;
     bool purge_background;
     struct llmem_pool *purge_next; /* the purger's list, under its lock */
-    void **xfer_storage;
+    tslot *xfer_storage;        /* every class's transfer cache slots */
     llmem_fixed *descs;
+    llmem_fixed *states[2];     /* slabs' state arrays: 64 bytes, and states_big bytes */
+    size_t states_big;          /* the most blocks any class's slab holds, rounded up to 64 */
     llmem_profile *profile;     /* borrowed; records every allocation when set */
     /* guarded by the lock */
     _Alignas(64) pthread_mutex_t lock;
-    size_t next_sb;
+    size_t next_sb[HEAPS];      /* each heap's next superblock size */
     central central[LLMEM_MAX_CLASSES];
-    llmem_avl free_tree;
+    llmem_avl free_tree[HEAPS]; /* each heap's free runs */
     superblock *sbs, *empties;
     superblock *rsb;            /* the reserved superblock, once mapped */
     llmem_pool_stats st;        /* derived fields are filled by get_stats */
-    struct tcache *tcaches;
-    uint64_t xfer_bytes, xfer_blocks; /* in transfer caches */
+    struct tcache *tcaches;     /* under tlock (not the pool lock) */
+    uint64_t reclaim_seq;       /* odd while a reclaimer moves another thread's cached blocks to the
+                                   slabs: stats reads retry, so that no block counts as both cached
+                                   and back in its slab (or neither). Written only under the pool
+                                   lock, so it has one writer at a time */
+    pthread_mutex_t tlock;      /* the list of thread caches: a leaf lock, taken by a cache's
+                                   creation and exit and by stats reads, never by the fast paths */
     hentry *handles;            /* handle table (pool_compact.c) */
     uint32_t hcount, hcap, hfree;
     struct fenced_free *fenced; /* pending fenced frees, oldest first (pool_fence.c) */
     uint32_t nfenced, capfenced;
+    xfer_cache xfer[LLMEM_MAX_CLASSES];
 };
+
+/* A thread's cache for one pool (pool_tcache.c). */
+/* One class's stack: what the fast paths touch, in 32 bytes. */
+typedef struct tbin {
+    tslot *items;               /* cap slots; the top count are free blocks */
+    uint32_t count;             /* owner: relaxed stores */
+    uint32_t cap;
+    uint64_t allocs, frees;     /* served and taken by this thread; owner: relaxed stores */
+} tbin;
+
+typedef struct tcache {
+    llmem_pool *pool;
+    struct tcache *next, *prev; /* the pool's caches, under its tcache lock */
+    uint32_t busy;              /* owner: 1 inside an allocation or free (see pool_tcache.c) */
+    uint32_t reclaim;           /* a reclaimer's request: the owner's next call takes the slow path */
+    uint64_t last_active;       /* owner: llmem__pool_clock at its last refill or flush */
+    bool kicked;                /* the purger was told about this cache's blocks (under tlock) */
+    uint64_t seen_ops;          /* reclaimer's: the cache's allocs + frees at its last look (pool lock) */
+    tbin bin[LLMEM_MAX_CLASSES];
+    tslot storage[];
+} tcache;
+
+/* ---- stats fields ------------------------------------------------------
+ *
+ * The figures in p->st and the class counters in central are written only
+ * under the pool lock and read without it by llmem_pool_get_stats and
+ * llmem_pool_get_class_stats: writers make relaxed atomic stores (on x86 a
+ * plain load, add and store: no locked instruction), readers relaxed
+ * loads, so a stats read never waits for an allocation and never races. A
+ * read is a snapshot: two figures may be a few operations apart. */
+#define ST_SET(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+#define ST_ADD(f, v) ST_SET(f, __atomic_load_n(&(f), __ATOMIC_RELAXED) + (v))
+#define ST_SUB(f, v) ST_SET(f, __atomic_load_n(&(f), __ATOMIC_RELAXED) - (v))
+#define ST_GET(f) __atomic_load_n(&(f), __ATOMIC_RELAXED)
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -138,6 +241,29 @@ static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)
 {
     return (size_t)(a - sb->base) >> ushift;
 }
+
+/* The pool's clock for the decay delay, in ns: CLOCK_MONOTONIC_COARSE,
+ * which costs a few ns where CLOCK_MONOTONIC cost 150 ns on this project's
+ * virtual machines (measured; it was 4-10% of tensor_mix), at one tick of
+ * resolution (1-10 ms). Every stamp and every reading come from here, and
+ * decay_ns carries two ticks more than asked, so nothing goes back before
+ * its delay. */
+static inline uint64_t llmem__pool_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The heap that serves blocks of a kind (D_SLAB or D_LARGE). */
+static inline unsigned heap_for(const llmem_pool *p, int kind) { return p->split && kind == D_LARGE ? HEAP_LARGE : HEAP_SMALL; }
+
+/* Block idx's state byte in slab s, and its accessors: relaxed atomics
+ * (plain byte moves on x86), since the fast paths write them without the
+ * lock that llmem_pool_check reads them under. */
+static inline uint8_t *slab_state(const slab *s, uint32_t idx) { return s->state + idx; }
+static inline uint8_t state_get(const uint8_t *b) { return __atomic_load_n(b, __ATOMIC_RELAXED); }
+static inline void state_set(uint8_t *b, uint8_t v) { __atomic_store_n(b, v, __ATOMIC_RELAXED); }
 
 static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }
@@ -148,26 +274,128 @@ static inline pblock *node_block(llmem_avl_node *n)
     return n ? (pblock *)((char *)n - offsetof(pblock, node)) : NULL;
 }
 
-/* ---- the page allocator (pool.c); the pool lock is held for all --------- */
+/* Block index of a pointer at offset off in a slab of class cls, exact:
+ * (off * magic) >> 40 equals off / size for off below 2^24 * 16; false if
+ * off is not a block boundary. */
+static inline bool llmem__pool_slab_index(const llmem_pool *p, unsigned cls, size_t off, uint32_t *idx)
+{
+    uint64_t i = ((uint64_t)off * p->magic[cls]) >> MAGIC_SHIFT;
+    *idx = (uint32_t)i;
+    return i * p->cls.size[cls] == off;
+}
 
+/* Set *status (optional) and return NULL: the tail of every failed
+ * pointer-returning call. */
+static inline void *llmem__pool_alloc_failed(llmem_status st, llmem_status *status)
+{
+    if (status) *status = st;
+    return NULL;
+}
+
+
+/* The front guard of a checked host block at this alignment. */
+static inline size_t llmem__pool_guard_front(size_t align) { return align > GUARD_MIN ? align : GUARD_MIN; }
+
+/* ---- pool_pages.c: superblocks and page runs; the pool lock is held ---- */
+
+/* Free-tree order: (size, address). */
+int llmem__pool_free_cmp(const llmem_avl_node *a, const llmem_avl_node *b);
+/* Free-tree search key: the smallest size wanted. */
+int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n);
+/* A zeroed descriptor (room for a slab), NULL when host memory is short. */
 pblock *llmem__pool_desc_new(llmem_pool *p);
 void llmem__pool_desc_free(llmem_pool *p, pblock *b);
+/* Make b a FREE block in the tree (counted in free_bytes), free since now. */
 void llmem__pool_tree_insert(llmem_pool *p, pblock *b);
 void llmem__pool_tree_remove(llmem_pool *p, pblock *b);
 /* Split everything past `keep` bytes off b as a free run after it. */
 void llmem__pool_split_back(llmem_pool *p, pblock *b, size_t keep);
-/* A run of `size` bytes at `align`, out of the tree, committed, growing if
- * needed; the caller sets its kind. */
-pblock *llmem__pool_take_pages(llmem_pool *p, size_t size, size_t align, llmem_status *st);
+/* Map a superblock in heap h for `need` bytes at `align` (the reserved
+ * range first, if configured and not mapped yet). */
+llmem_status llmem__pool_grow(llmem_pool *p, unsigned h, size_t need, size_t align);
+/* The longest committed stretch of any free run, in bytes: what one
+ * allocation can take with no resource call. */
+size_t llmem__pool_largest_committed_free(const llmem_pool *p);
+/* The largest free run of any heap, or NULL. */
+pblock *llmem__pool_largest_free(const llmem_pool *p);
+/* A best-fit free run of heap h for size bytes at align, or NULL. */
+pblock *llmem__pool_best_fit(llmem_pool *p, unsigned h, size_t size, size_t align);
+/* A run of `size` bytes at `align` from heap h, out of the tree,
+ * committed, growing if needed; the caller sets its kind. */
+pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st);
 /* The same from a given free run b (which must fit). */
 pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align, llmem_status *st);
 /* Back to the free runs, coalescing; the caller has fixed the owner table. */
 void llmem__pool_put_pages(llmem_pool *p, pblock *b);
+/* Commit every decommitted run overlapping [a, a+n). */
 llmem_status llmem__pool_commit_range(llmem_pool *p, superblock *sb, uintptr_t a, size_t n);
+/* Decommit the committed runs inside free block b until `budget` bytes
+ * went back; returns the bytes released. */
+size_t llmem__pool_decommit_block(llmem_pool *p, pblock *b, size_t budget);
 /* Unmap an empty superblock; false (and kept) if the resource refuses. */
 bool llmem__pool_release_sb(llmem_pool *p, superblock *sb);
+/* Free a superblock's host metadata (not its memory). */
+void llmem__pool_sb_free_meta(superblock *sb);
+
+/* ---- pool_purge.c: the background purger ------------------------------- */
+
+/* Register p with the process-wide purger, starting its thread on first
+ * use. LLMEM_EOS if the thread cannot start. */
+llmem_status llmem__pool_purger_register(llmem_pool *p);
+/* Take p off the purger's list; returns after any pass over p ends. */
+void llmem__pool_purger_unregister(llmem_pool *p);
+/* Something became free in p: make sure the purger will look. Any lock. */
+void llmem__pool_purger_kick(const llmem_pool *p);
+
+/* ---- pool_slab.c: slabs, guards and fills; the pool lock is held -------- */
+
+/* A block of class cls out of the slabs (counted as out of the slabs; its
+ * state byte, in *state, still 0: the caller sets it when it hands the
+ * block out); 0 with *st on failure. */
+uintptr_t llmem__pool_small_take(llmem_pool *p, unsigned cls, llmem_status *st, uint8_t **state);
+/* Give a slab block (index idx of slab s) back. */
+void llmem__pool_small_put(llmem_pool *p, slab *s, uintptr_t block, uint32_t idx);
+/* Return an empty slab to the page allocator. */
+void llmem__pool_slab_release(llmem_pool *p, slab *s);
+/* Write the guards around [user, user+n) inside [block, block+bsize). */
+void llmem__pool_guards_write(uintptr_t block, size_t bsize, uintptr_t user, size_t n);
+/* Read the header at block: requested size and front guard; false if the
+ * magic word is damaged. */
+bool llmem__pool_guards_header(uintptr_t block, size_t *n, size_t *g);
+/* True when both guards are intact. */
+bool llmem__pool_guards_intact(uintptr_t block, size_t bsize, uintptr_t user, size_t n);
+/* Offset of the first byte of a free block that is not FREED_BYTE, or
+ * csize if none. */
+size_t llmem__pool_freed_damage(uintptr_t block, size_t csize);
+
+/* ---- pool_tcache.c: thread caches and the fast paths -------------------- */
+
+/* This thread's cache for p, created on first use; NULL when the pool has
+ * none or memory for one is short. Takes the lock on first use only. */
+tcache *llmem__pool_tcache_get(llmem_pool *p);
+/* Return every block of t to the transfer caches or slabs. Lock held. */
+void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t);
+/* Return class c's transfer cache to its slabs. Lock held. */
+void llmem__pool_xfer_drain(llmem_pool *p, unsigned c);
+/* The pthread key's destructor: flush at thread exit. Takes the lock. */
+void llmem__pool_tcache_destructor(void *v);
+/* Take back the blocks of every thread cache idle (no allocation or free)
+ * for the decay delay at `now`: an idle live thread's cache is memory no
+ * one uses. Returns when the next cache with blocks will be idle that
+ * long, or UINT64_MAX. Pool lock held. */
+uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now);
+/* Free every cache of p (destroy; no other thread uses p any more). */
+void llmem__pool_tcaches_destroy(llmem_pool *p);
+/* Bytes and blocks in thread and transfer caches (per_class, optional,
+ * gets each class's block count added). The tcache list lock (tlock) held. */
+void llmem__pool_cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class);
+/* Record a new peak of used bytes (cached blocks not counted). Lock held. */
 void llmem__pool_note_peak(llmem_pool *p);
-/* ---- fenced frees (pool_fence.c uses these from pool.c) ----------------- */
+/* Allocate size bytes at align (>= the pool's) from the slabs or page
+ * runs, counted; NULL with *st. Lock held. */
+void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status *st);
+
+/* ---- pool_free.c: the locked free path --------------------------------- */
 
 /* ptr is a live raw block of this pool whose fenced free is not pending:
  * LLMEM_OK with its block bytes in *bytes and its block in *b (the slab for
@@ -179,6 +407,9 @@ llmem_status llmem__pool_validate_free(llmem_pool *p, uintptr_t a, size_t *bytes
 llmem_status llmem__pool_free_locked(llmem_pool *p, uintptr_t a, const char *what);
 /* Free a block validated before (and still live). Lock held. */
 llmem_status llmem__pool_free_valid(llmem_pool *p, uintptr_t a);
+
+/* ---- pool_fence.c: fenced frees ---------------------------------------- */
+
 /* Is a's fenced free pending? Lock held. */
 bool llmem__pool_fenced_has(const llmem_pool *p, uintptr_t a);
 /* Complete the fenced frees whose fences are done; how many. Lock held. */
@@ -189,8 +420,5 @@ size_t llmem__pool_poll_fenced_locked(llmem_pool *p);
 bool llmem__pool_wait_one_fenced(llmem_pool *p, bool forced);
 /* Drop every pending fence without waiting (destroy). */
 void llmem__pool_drop_fenced(llmem_pool *p);
-
-/* Free-tree search key: the smallest size wanted. */
-int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n);
 
 #endif

@@ -3,12 +3,23 @@
  * pool_shim.h): fork hooks and a lock-free usable size.
  *
  * Fork.
- * Everything a pool operation changes under the pool lock (slabs, free
- * runs, superblocks, the descriptor pool, the address map, the resource)
- * is changed only with the pool lock held, so holding it across fork
- * leaves the child a consistent pool. Thread-cache fast paths take no
- * lock but touch only their own thread's cache, which the child either
- * owns (the forking thread) or never touches again.
+ * The pool's locks, in the one order the hooks take them: the pool lock,
+ * then every class's transfer-cache lock in class order, then the
+ * thread-cache list lock (tlock). Everything else is changed only under
+ * the pool lock (slabs, free runs, superblocks, the descriptor and state
+ * fixed pools with their own locks, the address map's write lock, the
+ * resource), so holding it quiesces those too. The transfer-cache locks
+ * and tlock are leaves, taken with the pool lock held or with no lock at
+ * all, and no thread waits for another lock while holding one, so holding
+ * them all at once in this order cannot deadlock. With all held, no
+ * refill or flush is moving blocks between a thread cache, a transfer
+ * cache and the slabs, no reclaim is under way (reclaim_seq is even), and
+ * no cache is joining or leaving the list: the child finds every
+ * structure whole, and its locks are re-initialised unlocked. Thread-cache
+ * fast paths take no lock but touch only their own thread's cache, which
+ * the child either owns (the forking thread) or never touches again (a
+ * reclaim in the child leaves such a cache alone if its thread was inside
+ * a call at fork: its busy flag stays set).
  *
  * Usable size without the lock. A live slab block keeps its slab (and so
  * the superblock's slab_info entries for it) alive, and a live large
@@ -24,17 +35,26 @@
 
 void llmem__pool_fork_prepare(llmem_pool *p)
 {
-    if (p) pthread_mutex_lock(&p->lock);
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    for (unsigned c = 0; c < p->cls.count; c++) pthread_mutex_lock(&p->xfer[c].lock);
+    pthread_mutex_lock(&p->tlock);
 }
 
 void llmem__pool_fork_parent(llmem_pool *p)
 {
-    if (p) pthread_mutex_unlock(&p->lock);
+    if (!p) return;
+    pthread_mutex_unlock(&p->tlock);
+    for (unsigned c = p->cls.count; c-- > 0;) pthread_mutex_unlock(&p->xfer[c].lock);
+    pthread_mutex_unlock(&p->lock);
 }
 
 void llmem__pool_fork_child(llmem_pool *p)
 {
-    if (p) pthread_mutex_init(&p->lock, NULL);
+    if (!p) return;
+    pthread_mutex_init(&p->tlock, NULL);
+    for (unsigned c = 0; c < p->cls.count; c++) pthread_mutex_init(&p->xfer[c].lock, NULL);
+    pthread_mutex_init(&p->lock, NULL);
 }
 
 size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
@@ -44,15 +64,14 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
     superblock *sb = llmem__addrmap_get(a);
     if (!sb || sb->pool != p) return 0;
     size_t u = unit_of(sb, a, p->ushift);
-    uint32_t info = sb->slab_info[u];
+    uint32_t info = sb->slab_info[u].info;
     if (info) {
         unsigned c = (info >> 24) - 1;
-        size_t csize = p->cls.size[c];
         size_t off = ((a - sb->base) & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
         /* A block boundary: exact division by the class size with the
          * pool's reciprocal (as its free path checks it). */
-        uint64_t i = ((uint64_t)off * p->magic[c]) >> MAGIC_SHIFT;
-        if (i * csize == off) return csize;
+        uint32_t idx;
+        if (llmem__pool_slab_index(p, c, off, &idx)) return p->cls.size[c];
     } else {
         const pblock *b = sb->owner[u];
         if (b && b->kind == D_LARGE && b->user == a) return b->start + b->size - a;

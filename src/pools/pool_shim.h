@@ -11,19 +11,22 @@
  *
  * The pool must use LLMEM_POOL_PURGE_MANUAL (no background thread, which
  * would not exist in the child). Blocks in the thread caches of threads
- * that do not exist in the child stay there: the child never reuses them
- * (at most one cache's worth per such thread).
+ * that do not exist in the child stay there (at most one cache's worth per
+ * such thread) until a shrink (malloc_trim) finds the cache idle past the
+ * decay and takes them back, as it does for an idle live thread's.
  */
 #ifndef LLMEM_POOL_SHIM_H
 #define LLMEM_POOL_SHIM_H
 
 #include "llmem/pool.h"
 
-/* Take the pool lock: waits for every operation under way to finish. */
+/* Take every lock of the pool, in a fixed order (the pool lock, each
+ * class's transfer-cache lock, the thread-cache list lock): waits for
+ * every operation under way to finish. */
 void llmem__pool_fork_prepare(llmem_pool *p);
-/* In the parent after fork: release it. */
+/* In the parent after fork: release them, in the reverse order. */
 void llmem__pool_fork_parent(llmem_pool *p);
-/* In the child: the only thread; the lock is re-initialised unlocked. */
+/* In the child: the only thread; every one is re-initialised unlocked. */
 void llmem__pool_fork_child(llmem_pool *p);
 
 /* Bytes usable from ptr, which must be a live block start this pool

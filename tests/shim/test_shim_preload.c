@@ -2,7 +2,8 @@
  * test_shim_preload.c - libllmem-malloc.so as the process allocator: run
  * under LD_PRELOAD (CTest sets it), every entry point, every situation the
  * shim must survive: bad sizes, bad pointers, threads that exit with
- * blocks live, fork from one and from many threads with children that
+ * blocks live, fork from one and from many threads (while blocks move
+ * through the transfer caches) with children that
  * allocate, allocations before main and after it, and dlopen of a module
  * whose TLS is allocated on first touch.
  *
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -592,6 +594,78 @@ static void test_fork_multi_threaded(void **state)
     alarm(0);
 }
 
+/* Threads that overflow and drain their thread caches of one class over
+ * and over, so that blocks keep moving through the class's transfer cache
+ * (under its own lock, not the pool's) while the main thread forks. The
+ * child takes the same paths: refills from that transfer cache, flushes
+ * into it, and malloc_trim (which drains it and walks the thread-cache
+ * list under its lock). A lock held by a parent thread at fork and not
+ * taken by the fork handlers stays held in the child: alarm() ends it. */
+static void *cache_mover(void *arg)
+{
+    size_t n = (size_t)(uintptr_t)arg;
+    enum { MOVE = 600 };
+    void **p = malloc(MOVE * sizeof *p);
+    if (!p) return (void *)1;
+    while (!__atomic_load_n(&churn_stop, __ATOMIC_RELAXED)) {
+        for (int i = 0; i < MOVE; i++) {
+            p[i] = malloc(n);
+            if (p[i]) memset(p[i], 3, n);
+        }
+        for (int i = 0; i < MOVE; i++) free(p[i]);
+    }
+    free(p);
+    return NULL;
+}
+
+static int child_moves_caches(size_t n)
+{
+    alarm(30); /* a deadlock; generous for a loaded machine */
+    enum { MOVE = 2000 };
+    static void *p[MOVE];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < MOVE; i++) {
+            if (!(p[i] = malloc(n))) return 2;
+            fill(p[i], n, (unsigned)i);
+        }
+        for (int i = 0; i < MOVE; i++) {
+            if (!check(p[i], n, (unsigned)i)) return 3;
+            free(p[i]);
+        }
+        malloc_trim(0);
+    }
+    return child_work();
+}
+
+static void test_fork_while_caches_move(void **state)
+{
+    (void)state;
+    pthread_t t[2];
+    alarm(100);
+    churn_stop = 0;
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&t[i], NULL, cache_mover, (void *)(uintptr_t)48), 0);
+    /* 60 forks (2 of 3 runs deadlocked a child with the old hooks), or
+     * fewer if a loaded machine makes them slow: the test is bounded, and
+     * what it forked it checked. */
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 60; i++) {
+        pid_t pid = fork();
+        if (pid == 0) _exit(child_moves_caches(48));
+        expect_child_ok(pid);
+        usleep(1000); /* let the movers run between forks */
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 25) break;
+    }
+    churn_stop = 1;
+    for (int i = 0; i < 2; i++) {
+        void *r = (void *)1;
+        assert_int_equal(pthread_join(t[i], &r), 0);
+        assert_null(r);
+    }
+    alarm(0);
+}
+
 /* ---- dlopen, and TLS allocated on first touch ----------------------------------- */
 
 static void *touch_tls(void *arg)
@@ -638,6 +712,7 @@ int main(void)
         cmocka_unit_test(test_many_threads_exit),
         cmocka_unit_test(test_fork_single_threaded),
         cmocka_unit_test(test_fork_multi_threaded),
+        cmocka_unit_test(test_fork_while_caches_move),
         cmocka_unit_test(test_dlopen_tls_module),
     };
     /* SHIM_TEST_FILTER: a comma-separated list of test names to run. */

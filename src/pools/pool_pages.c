@@ -1,0 +1,511 @@
+/*
+ * pool_pages.c - the dynamic pool's superblocks and page runs: mapping and
+ * unmapping superblocks, a best-fit page allocator over their free runs,
+ * and commit/decommit inside them.
+ *
+ * Layout. A superblock is one mapping from the resource, aligned to at
+ * least 64 KiB (the address map's unit) and to the resource granularity,
+ * and registered in the process-wide address map, so any pointer finds its
+ * superblock in three loads. A superblock is tiled by blocks: runs of whole
+ * units (U: 4 KiB host, 64 KiB device), each FREE, LARGE (one allocation) or
+ * SLAB (blocks of one size class, pool_slab.c). Blocks are out-of-band
+ * descriptors, linked in address order (prev/next) so freeing coalesces with
+ * free neighbours; FREE blocks also sit in an AVL tree ordered by (size,
+ * address) for best fit in O(log n). Each superblock has an owner table with
+ * one entry per unit: the first unit of every FREE and LARGE block and every
+ * unit of a SLAB point at their descriptor; other entries are NULL. So free
+ * finds a pointer's block in one more load, and a pointer that is not a
+ * live block start is recognised at once.
+ *
+ * Heaps. A host pool without reserve_bytes has two page heaps, each a free
+ * tree and a growth sequence of its own: slabs take pages from the small
+ * heap, large blocks and handles from the large one, so the small heap's
+ * superblocks alone get transparent huge pages (from the default resource;
+ * the large heap maps plain pages unless the caller gave a resource). A
+ * superblock belongs to one heap for its life; its free runs go back to
+ * that heap's tree. Device pools and reserved ranges have one heap.
+ *
+ * Growth. The first superblock is first_superblock_bytes, each later one
+ * twice the last up to max_superblock_bytes; a request larger than that gets
+ * a superblock of its own. With reserve_bytes the first growth maps that
+ * range uncommitted instead (the reserved superblock: never listed empty,
+ * never unmapped before destroy). Growth steps back as superblocks go.
+ *
+ * Memory going back. A superblock whose blocks are all free is "empty"; it
+ * is unmapped once it has stayed empty for the decay delay (the purger,
+ * pool_purge.c, or the pool's slow paths here), or at once by shrink/trim.
+ * Decommit works on runs of units aligned to the resource granularity
+ * inside free blocks; a bit per unit records what is decommitted, and
+ * taking a block first commits the runs it covers, so a run is always
+ * wholly committed or wholly not.
+ *
+ * Invariants (llmem_pool_check verifies them): blocks tile each superblock
+ * in address order; no two FREE blocks are adjacent; the trees hold
+ * exactly the FREE blocks, each in its superblock's heap; owner table entries are as described; a superblock's
+ * used bytes are the sum of its LARGE and SLAB blocks, and it is listed
+ * empty exactly when that is 0 (except the reserved one); a live block has
+ * no decommitted unit.
+ *
+ * Timestamps (free_since, empty_since) come from llmem__pool_clock, a
+ * coarse clock: CLOCK_MONOTONIC cost 150 ns a call on this project's VMs,
+ * on every free of a page run.
+ *
+ * Locking: every function here runs with the pool lock held.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "addrmap.h"
+#include "pool_internal.h"
+
+int llmem__pool_free_cmp(const llmem_avl_node *a, const llmem_avl_node *b)
+{
+    const pblock *x = (const pblock *)((const char *)a - offsetof(pblock, node));
+    const pblock *y = (const pblock *)((const char *)b - offsetof(pblock, node));
+    if (x->size != y->size) return x->size < y->size ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Key for lower_bound: the smallest size wanted, lowest address first. */
+int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n)
+{
+    size_t want = *(const size_t *)key;
+    const pblock *b = (const pblock *)((const char *)n - offsetof(pblock, node));
+    return want <= b->size ? -1 : 1;
+}
+
+/* ---- small helpers ------------------------------------------------------- */
+
+pblock *llmem__pool_desc_new(llmem_pool *p)
+{
+    slab *s = llmem_fixed_alloc(p->descs, NULL);
+    if (s) memset(s, 0, sizeof *s);
+    return &s->b;
+}
+
+void llmem__pool_desc_free(llmem_pool *p, pblock *b) { llmem_fixed_free(p->descs, b); }
+
+void llmem__pool_tree_insert(llmem_pool *p, pblock *b)
+{
+    b->kind = D_FREE;
+    b->free_since = llmem__pool_clock();
+    b->purged = false;
+    llmem__avl_insert(&p->free_tree[b->sb->heap], &b->node, llmem__pool_free_cmp);
+    ST_ADD(p->st.free_bytes, b->size);
+}
+
+void llmem__pool_tree_remove(llmem_pool *p, pblock *b)
+{
+    llmem__avl_remove(&p->free_tree[b->sb->heap], &b->node);
+    ST_SUB(p->st.free_bytes, b->size);
+}
+
+/* ---- superblocks ------------------------------------------------------- */
+
+static void empty_list_add(llmem_pool *p, superblock *sb)
+{
+    if (sb->reserved) return; /* kept: its free pages are decommitted instead */
+    sb->empty = true;
+    sb->empty_since = llmem__pool_clock();
+    sb->eprev = NULL;
+    sb->enext = p->empties;
+    if (p->empties) p->empties->eprev = sb;
+    p->empties = sb;
+}
+
+static void empty_list_remove(llmem_pool *p, superblock *sb)
+{
+    if (!sb->empty) return;
+    if (sb->eprev) sb->eprev->enext = sb->enext;
+    else p->empties = sb->enext;
+    if (sb->enext) sb->enext->eprev = sb->eprev;
+    sb->empty = false;
+}
+
+void llmem__pool_sb_free_meta(superblock *sb)
+{
+    free(sb->owner);
+    free(sb->slab_info);
+    free(sb->decommitted);
+    free(sb);
+}
+
+static void mark_runs(llmem_pool *p, superblock *sb, uintptr_t r0, uintptr_t r1, bool decommitted);
+
+/* Map a superblock of `size` bytes and add it to the pool as one free run:
+ * committed, or (reserved) address space whose every page starts
+ * decommitted, for take_run to commit as blocks need it. The map comes
+ * first: a size the resource cannot hold (an absurd request) must fail
+ * there, not cost host metadata in proportion to it first. Lock held. */
+static llmem_status sb_map(llmem_pool *p, unsigned h, size_t size, bool reserved, superblock **out)
+{
+    void *base;
+    llmem_status st = llmem_resource_map_tagged(p->heap_res[h], size, p->sb_align, reserved ? LLMEM_MAP_UNCOMMITTED : 0,
+                                                p->name, &base);
+    ST_ADD(p->st.resource_calls_total, 1);
+    if (st) return st;
+    size_t units = size >> p->ushift;
+    superblock *sb = calloc(1, sizeof *sb);
+    pblock *b = llmem__pool_desc_new(p);
+    if (sb) {
+        sb->owner = calloc(units, sizeof *sb->owner);
+        sb->decommitted = calloc((units + 63) / 64, sizeof(uint64_t));
+        sb->slab_info = calloc(units, sizeof *sb->slab_info);
+    }
+    if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b)
+        st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for superblock metadata", p->name);
+    else st = llmem__addrmap_set((uintptr_t)base, size, sb);
+    if (st) {
+        if (sb) llmem__pool_sb_free_meta(sb);
+        if (b) llmem__pool_desc_free(p, b);
+        llmem_resource_unmap(p->heap_res[h], base, size, reserved ? 0 : size);
+        ST_ADD(p->st.resource_calls_total, 1);
+        return st;
+    }
+    if (p->host && !reserved) LLMEM_POISON(base, size);
+    sb->base = (uintptr_t)base;
+    sb->size = size;
+    sb->pool = p;
+    sb->reserved = reserved;
+    sb->heap = (uint8_t)h;
+    if (reserved) mark_runs(p, sb, sb->base, sb->base + size, true);
+    sb->next = p->sbs;
+    if (p->sbs) p->sbs->prev = sb;
+    p->sbs = sb;
+    b->start = sb->base;
+    b->size = size;
+    b->sb = sb;
+    sb->owner[0] = b;
+    llmem__pool_tree_insert(p, b);
+    b->purged = reserved; /* nothing of a reserved range is committed yet */
+    empty_list_add(p, sb); /* a reserved range is never listed: see there */
+    ST_ADD(p->st.reserved_bytes, size);
+    if (!reserved) ST_ADD(p->st.committed_bytes, size);
+    if (p->st.reserved_bytes > p->st.reserved_peak_bytes) ST_SET(p->st.reserved_peak_bytes, p->st.reserved_bytes);
+    ST_ADD(p->st.superblocks, 1);
+    ST_ADD(p->st.grows_total, 1);
+    /* A new committed free run (what the allocation that grew leaves of
+     * it): a purger asleep with nothing pending must hear of it, or that
+     * tail stays committed until some later free kicks it. */
+    if (!reserved) llmem__pool_purger_kick(p);
+    *out = sb;
+    return LLMEM_OK;
+}
+
+llmem_status llmem__pool_grow(llmem_pool *p, unsigned h, size_t need, size_t align)
+{
+    if (p->reserve && !p->rsb) return sb_map(p, HEAP_SMALL, p->reserve, true, &p->rsb);
+    size_t want = need, size;
+    if (align > p->unit && !llmem__add_ok(want, align - p->unit, &want))
+        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes at alignment %zu overflow", p->name, need, align);
+    bool dedicated = want > p->max_sb;
+    if (!dedicated && want < p->next_sb[h]) want = p->next_sb[h];
+    if (!llmem__align_up(want, p->sb_align, &size) || size > (size_t)PTRDIFF_MAX)
+        return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': a superblock for %zu bytes overflows", p->name, need);
+    if (p->max_bytes && (size > p->max_bytes || p->st.reserved_bytes > p->max_bytes - size))
+        return llmem__fail(LLMEM_ENOMEM, "pool '%s': a %zu-byte superblock would pass max_bytes %zu (%llu mapped)",
+                           p->name, size, p->max_bytes, (unsigned long long)p->st.reserved_bytes);
+    superblock *sb;
+    llmem_status st = sb_map(p, h, size, false, &sb);
+    if (st) return st;
+    if (!dedicated) p->next_sb[h] = p->next_sb[h] > p->max_sb / 2 ? p->max_sb : p->next_sb[h] * 2;
+    return LLMEM_OK;
+}
+
+/* Unmap an empty superblock. Lock held. */
+bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
+{
+    /* Out of the address map first: once unmapped, the range may be mapped
+     * again for someone else, whose entries we must not clear. */
+    llmem__addrmap_clear(sb->base, sb->size);
+    size_t decommitted = sb->decommitted_units << p->ushift;
+    ST_ADD(p->st.resource_calls_total, 1);
+    if (llmem_resource_unmap(p->heap_res[sb->heap], (void *)sb->base, sb->size, sb->size - decommitted) != LLMEM_OK) {
+        llmem__addrmap_set(sb->base, sb->size, sb); /* its nodes exist: cannot fail */
+        sb->empty_since = llmem__pool_clock();          /* try again after another delay */
+        llmem__log(LLMEM_LOG_WARN, "pool '%s': superblock %p kept: %s", p->name, (void *)sb->base,
+                   llmem_last_error());
+        return false;
+    }
+    pblock *b = sb->owner[0];
+    llmem__pool_tree_remove(p, b);
+    llmem__pool_desc_free(p, b);
+    empty_list_remove(p, sb);
+    if (sb->prev) sb->prev->next = sb->next;
+    else p->sbs = sb->next;
+    if (sb->next) sb->next->prev = sb->prev;
+    ST_SUB(p->st.reserved_bytes, sb->size);
+    ST_SUB(p->st.committed_bytes, sb->size - decommitted);
+    ST_SUB(p->st.superblocks, 1);
+    ST_ADD(p->st.shrinks_total, 1);
+    /* Growth steps back as superblocks go: after an idle shrink, the next
+     * burst's first growth is not the size the previous burst ended on
+     * (measured: llmem demo's second burst mapped 17.8 MB for 1.5 MB used). */
+    size_t *next = &p->next_sb[sb->heap];
+    if (sb->size < p->max_sb || sb->size <= *next) *next = *next / 2 > p->first_sb ? *next / 2 : p->first_sb;
+    llmem__pool_sb_free_meta(sb);
+    return true;
+}
+
+/* Release superblocks empty for longer than the decay delay. Lock held. */
+static void decay(llmem_pool *p)
+{
+    if (!p->empties) return;
+    uint64_t now = llmem__pool_clock();
+    for (superblock *sb = p->empties, *n; sb; sb = n) {
+        n = sb->enext;
+        if (now - sb->empty_since >= p->decay_ns) llmem__pool_release_sb(p, sb);
+    }
+}
+
+/* ---- commit and decommit inside superblocks ------------------------------ */
+
+/* Set or clear the decommit bits of runs [r0, r1) (addresses). */
+static void mark_runs(llmem_pool *p, superblock *sb, uintptr_t r0, uintptr_t r1, bool decommitted)
+{
+    size_t u0 = unit_of(sb, r0, p->ushift), u1 = unit_of(sb, r1, p->ushift);
+    for (size_t u = u0; u < u1; u++) {
+        if (decommitted) bit_set(sb->decommitted, u);
+        else bit_clear(sb->decommitted, u);
+    }
+    if (decommitted) sb->decommitted_units += u1 - u0;
+    else sb->decommitted_units -= u1 - u0;
+}
+
+/* Commit every decommitted run overlapping [a, a+n), one resource call per
+ * stretch of consecutive decommitted runs. Lock held. */
+llmem_status llmem__pool_commit_range(llmem_pool *p, superblock *sb, uintptr_t a, size_t n)
+{
+    if (!sb->decommitted_units) return LLMEM_OK;
+    uintptr_t r = sb->base + ((a - sb->base) & ~(uintptr_t)(p->run - 1)), end = a + n;
+    while (r < end) {
+        if (!bit_get(sb->decommitted, unit_of(sb, r, p->ushift))) {
+            r += p->run;
+            continue;
+        }
+        uintptr_t r1 = r + p->run;
+        while (r1 < end && bit_get(sb->decommitted, unit_of(sb, r1, p->ushift))) r1 += p->run;
+        llmem_status st = llmem_resource_commit(p->heap_res[sb->heap], (void *)r, r1 - r);
+        ST_ADD(p->st.resource_calls_total, 1);
+        if (st) return st;
+        mark_runs(p, sb, r, r1, false);
+        ST_ADD(p->st.committed_bytes, r1 - r);
+        if (p->host) LLMEM_POISON((void *)r, r1 - r);
+        r = r1;
+    }
+    return LLMEM_OK;
+}
+
+/* Decommit the committed runs inside free block b, one resource call per
+ * stretch, until `budget` bytes were released. Returns the bytes released.
+ * Lock held. */
+size_t llmem__pool_decommit_block(llmem_pool *p, pblock *b, size_t budget)
+{
+    superblock *sb = b->sb;
+    uintptr_t r = sb->base + llmem__align_ptr(b->start - sb->base, p->run);
+    uintptr_t hi = sb->base + ((b->start + b->size - sb->base) & ~(uintptr_t)(p->run - 1));
+    size_t released = 0;
+    size_t run_units = p->run >> p->ushift;
+    while (r < hi && released < budget) {
+        size_t u = unit_of(sb, r, p->ushift);
+        if (bit_get(sb->decommitted, u)) {
+            /* Whole words of decommitted units at once: a reserved range is
+             * mostly decommitted, and its free tail can be gigabytes. */
+            if (u % 64 == 0 && 64 % run_units == 0 && sb->decommitted[u / 64] == ~0ull) r += (uintptr_t)64 << p->ushift;
+            else r += p->run;
+            continue;
+        }
+        uintptr_t r1 = r + p->run;
+        while (r1 < hi && r1 - r < budget - released && !bit_get(sb->decommitted, unit_of(sb, r1, p->ushift)))
+            r1 += p->run;
+        llmem_status st = llmem_resource_decommit(p->heap_res[sb->heap], (void *)r, r1 - r);
+        ST_ADD(p->st.resource_calls_total, 1);
+        if (st) break; /* e.g. a resource that cannot decommit: nothing more to do here */
+        mark_runs(p, sb, r, r1, true);
+        ST_SUB(p->st.committed_bytes, r1 - r);
+        ST_ADD(p->st.decommitted_bytes_total, r1 - r);
+        released += r1 - r;
+        r = r1;
+    }
+    return released;
+}
+
+/* ---- the page allocator ------------------------------------------------ */
+
+pblock *llmem__pool_largest_free(const llmem_pool *p)
+{
+    pblock *big = NULL;
+    for (unsigned h = 0; h < HEAPS; h++) {
+        pblock *b = node_block(llmem__avl_last(&p->free_tree[h]));
+        if (b && (!big || b->size > big->size)) big = b;
+    }
+    return big;
+}
+
+/* The longest stretch of committed units inside free run b, in bytes. */
+static size_t committed_stretch(const llmem_pool *p, const pblock *b)
+{
+    const superblock *sb = b->sb;
+    if (!sb->decommitted_units) return b->size;
+    size_t u = unit_of(sb, b->start, p->ushift), end = u + (b->size >> p->ushift), best = 0, cur = 0;
+    while (u < end) {
+        uint64_t w = sb->decommitted[u / 64];
+        /* Whole words at once: a reserved range's free tail is mostly
+         * decommitted and can be millions of units. */
+        if (u % 64 == 0 && end - u >= 64 && (w == 0 || w == ~0ull)) {
+            if (w == 0) cur += 64;
+            else {
+                if (cur > best) best = cur;
+                cur = 0;
+            }
+            u += 64;
+            continue;
+        }
+        if ((w >> (u % 64)) & 1) {
+            if (cur > best) best = cur;
+            cur = 0;
+        } else {
+            cur++;
+        }
+        u++;
+    }
+    if (cur > best) best = cur;
+    return best << p->ushift;
+}
+
+size_t llmem__pool_largest_committed_free(const llmem_pool *p)
+{
+    size_t best = 0;
+    for (unsigned h = 0; h < HEAPS; h++)
+        for (llmem_avl_node *n = llmem__avl_last(&p->free_tree[h]); n; n = llmem__avl_prev(n)) {
+            const pblock *b = node_block(n);
+            if (b->size <= best) break; /* smaller from here on */
+            size_t c = committed_stretch(p, b);
+            if (c > best) best = c;
+        }
+    return best;
+}
+
+/* A FREE block of heap h that can hold size bytes at align, or NULL. */
+pblock *llmem__pool_best_fit(llmem_pool *p, unsigned h, size_t size, size_t align)
+{
+    llmem_avl *tree = &p->free_tree[h];
+    llmem_avl_node *n = llmem__avl_lower_bound(tree, &size, llmem__pool_size_key_cmp);
+    if (align <= p->unit) return node_block(n);
+    /* Aligned: the smallest candidates first, then one that surely fits. */
+    for (int tries = 0; n && tries < 32; tries++, n = llmem__avl_next(n)) {
+        pblock *b = node_block(n);
+        size_t pad = llmem__align_ptr(b->start, align) - b->start;
+        if (pad <= b->size && size <= b->size - pad) return b;
+    }
+    size_t surely;
+    if (!llmem__add_ok(size, align - p->unit, &surely)) return NULL;
+    return node_block(llmem__avl_lower_bound(tree, &surely, llmem__pool_size_key_cmp));
+}
+
+/* Split [b.start, b.start+at) off b as a new FREE block before it; b keeps
+ * the rest. Lock held, b not in the tree. */
+static bool split_front(llmem_pool *p, pblock *b, size_t at)
+{
+    pblock *f = llmem__pool_desc_new(p);
+    if (!f) return false;
+    f->start = b->start;
+    f->size = at;
+    f->sb = b->sb;
+    f->prev = b->prev;
+    f->next = b;
+    if (b->prev) b->prev->next = f;
+    b->prev = f;
+    b->start += at;
+    b->size -= at;
+    f->sb->owner[unit_of(f->sb, f->start, p->ushift)] = f;
+    llmem__pool_tree_insert(p, f);
+    return true;
+}
+
+/* Split everything past `keep` bytes off b as a FREE block after it. */
+void llmem__pool_split_back(llmem_pool *p, pblock *b, size_t keep)
+{
+    pblock *t = llmem__pool_desc_new(p);
+    if (!t) return; /* keep the tail inside b: wasted, not lost */
+    t->start = b->start + keep;
+    t->size = b->size - keep;
+    t->sb = b->sb;
+    t->prev = b;
+    t->next = b->next;
+    if (b->next) b->next->prev = t;
+    b->next = t;
+    b->size = keep;
+    t->sb->owner[unit_of(t->sb, t->start, p->ushift)] = t;
+    llmem__pool_tree_insert(p, t);
+}
+
+/* Take `size` bytes (a unit multiple) at `align` from the free runs,
+ * growing if needed. The block returned is out of the tree, its units
+ * committed, kind still to be set by the caller. Lock held. */
+pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align, llmem_status *st)
+{
+    size_t pad = llmem__align_ptr(b->start, align > p->unit ? align : p->unit) - b->start;
+    *st = llmem__pool_commit_range(p, b->sb, b->start + pad, size);
+    if (*st) return NULL;
+    superblock *sb = b->sb;
+    llmem__pool_tree_remove(p, b);
+    if (pad && !split_front(p, b, pad)) {
+        llmem__pool_tree_insert(p, b);
+        *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for a block descriptor", p->name);
+        return NULL;
+    }
+    if (b->size > size) llmem__pool_split_back(p, b, size);
+    if (sb->used == 0) empty_list_remove(p, sb);
+    sb->used += b->size;
+    return b;
+}
+
+pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st)
+{
+    decay(p);
+    pblock *b = llmem__pool_best_fit(p, h, size, align);
+    /* Twice at most: the reserved range first, if it is not mapped yet and
+     * cannot hold the request, then an ordinary superblock. */
+    for (int tries = 0; !b && tries < 2; tries++) {
+        *st = llmem__pool_grow(p, h, size, align);
+        if (*st) return NULL;
+        b = llmem__pool_best_fit(p, h, size, align);
+    }
+    if (!b) {
+        *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': no fit after growing (internal error)", p->name);
+        return NULL;
+    }
+    return llmem__pool_take_run(p, b, size, align, st);
+}
+
+/* Return a block to the free runs, coalescing with free neighbours. */
+void llmem__pool_put_pages(llmem_pool *p, pblock *b)
+{
+    superblock *sb = b->sb;
+    sb->used -= b->size;
+    pblock *prev = b->prev, *next = b->next;
+    if (prev && prev->kind == D_FREE) {
+        llmem__pool_tree_remove(p, prev);
+        sb->owner[unit_of(sb, b->start, p->ushift)] = NULL;
+        prev->size += b->size;
+        prev->next = next;
+        if (next) next->prev = prev;
+        llmem__pool_desc_free(p, b);
+        b = prev;
+    }
+    if (next && next->kind == D_FREE) {
+        llmem__pool_tree_remove(p, next);
+        sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
+        b->size += next->size;
+        b->next = next->next;
+        if (next->next) next->next->prev = b;
+        llmem__pool_desc_free(p, next);
+    }
+    sb->owner[unit_of(sb, b->start, p->ushift)] = b;
+    if (p->host) LLMEM_POISON((void *)b->start, b->size);
+    llmem__pool_tree_insert(p, b);
+    if (sb->used == 0) empty_list_add(p, sb);
+    llmem__pool_purger_kick(p);
+}
+

@@ -1,0 +1,698 @@
+/*
+ * pool_tcache.c - the dynamic pool's thread caches and its fast paths:
+ * allocation (llmem_pool_alloc, _aligned, _calloc) and the free of a small
+ * block (llmem_pool_free; everything else goes to pool_free.c).
+ *
+ * Algorithm. Each thread that uses a pool gets a cache per pool: for every
+ * class a small stack of free block pointers (capacity: 16 units' worth of
+ * blocks, 64 KiB on the host, 4 to 256 blocks). Allocation pops and free
+ * pushes with no lock and no atomic read-modify-write. An empty stack is
+ * refilled with half its capacity, first from the class's transfer cache
+ * (under that cache's own lock, no pool lock), then from the slabs (under
+ * the pool lock); a full one flushes half into the transfer cache, or what
+ * does not fit to the slabs. A block freed by another thread joins
+ * that thread's cache: blocks of a class are interchangeable. The cache is
+ * found through a one-entry thread-local memo in front of a pthread key; the
+ * key's destructor flushes it when its thread exits.
+ *
+ * Idle caches. A thread that stops using a pool keeps its cache's blocks
+ * until it exits; the purger and shrink take them back once the cache has
+ * made no allocation or free for the decay delay (its counters stood
+ * still between two looks; mimalloc reclaims an exited thread's abandoned
+ * segments, here the thread may still be alive). The
+ * owner's stacks take no lock, so the reclaimer and the owner meet in an
+ * asymmetric handshake: every allocation and free stores busy = 1, then
+ * reads reclaim, and stores busy = 0 (release) when done, with only
+ * compiler barriers on its side; the reclaimer stores reclaim = 1, runs
+ * membarrier(PRIVATE_EXPEDITED), which puts a full barrier on every
+ * running thread of the process, then reads busy. Either the owner sees
+ * reclaim (and takes the slow path, which waits for the pool lock the
+ * reclaimer holds while it empties the cache, then clears reclaim) or the
+ * reclaimer sees busy (and leaves the cache alone: it is not idle).
+ * Without membarrier (kernels before 4.14) idle caches stay their
+ * threads' until exit, as before.
+ *
+ * Lock order: the pool lock, then a transfer cache's lock or tlock (both
+ * leaves: nothing is taken while one is held).
+ *
+ * Invariants: from the slabs' point of view cached blocks are handed out
+ * (the stats subtract them); a cache's counters are written only by its
+ * thread, with relaxed atomic stores, so stats read under the lock never
+ * race; every cache of a pool is on its list (under tlock) from its
+ * first use to its thread's exit or the pool's destroy. Checked pools have
+ * no thread caches: their per-block state must change at every free, under
+ * the lock.
+ */
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "addrmap.h"
+#include "pool_internal.h"
+
+
+static _Thread_local struct {
+    const llmem_pool *pool;
+    uint64_t id;
+    tcache *tc;
+} tl_last;
+
+static inline void st_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+
+/* The owner's half of the handshake (see the top of this file). */
+static inline void owner_enter(tcache *t)
+{
+    __atomic_store_n(&t->busy, 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the reclaimer's membarrier orders it */
+}
+
+static inline bool owner_reclaimed(const tcache *t) { return __atomic_load_n(&t->reclaim, __ATOMIC_RELAXED) != 0; }
+
+static inline void owner_leave(tcache *t)
+{
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* The owner saw reclaim: wait for the reclaimer to finish (it holds the
+ * pool lock while it empties the cache), then carry on. */
+static __attribute__((noinline)) void owner_ack(llmem_pool *p, tcache *t)
+{
+    pthread_mutex_lock(&p->lock);
+    __atomic_store_n(&t->reclaim, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* membarrier(PRIVATE_EXPEDITED), registered once; false if the kernel has
+ * none. */
+static int membarrier_state; /* 0 unknown, 1 usable, -1 not */
+
+static bool membarrier_ready(void)
+{
+    int s = __atomic_load_n(&membarrier_state, __ATOMIC_ACQUIRE);
+    if (s) return s > 0;
+    long q = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    bool ok = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+              syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    __atomic_store_n(&membarrier_state, ok ? 1 : -1, __ATOMIC_RELEASE);
+    return ok;
+}
+
+/* A refill or flush: the cache is in use; tell the purger once that it
+ * holds blocks (so a sleeping purger wakes to take them when it idles). */
+static void note_active(llmem_pool *p, tcache *t)
+{
+    __atomic_store_n(&t->last_active, llmem__pool_clock(), __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&t->kicked, __ATOMIC_RELAXED) && p->purge_background) {
+        __atomic_store_n(&t->kicked, true, __ATOMIC_RELAXED);
+        llmem__pool_purger_kick(p);
+    }
+}
+static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+/* Bytes and blocks sitting in thread and transfer caches. The tcache list
+ * lock held. */
+void llmem__pool_cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class)
+{
+    *bytes = *blocks = 0;
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        uint32_t n = ld_u32(&p->xfer[c].count);
+        *blocks += n;
+        *bytes += (uint64_t)n * p->cls.size[c];
+        if (per_class) per_class[c] += n;
+    }
+    for (const tcache *t = p->tcaches; t; t = t->next) {
+        for (unsigned c = 0; c < p->cls.count; c++) {
+            uint32_t n = ld_u32(&t->bin[c].count);
+            *blocks += n;
+            *bytes += (uint64_t)n * p->cls.size[c];
+            if (per_class) per_class[c] += n;
+        }
+    }
+}
+
+/* Record a new peak of used bytes (those in thread caches not counted). */
+void llmem__pool_note_peak(llmem_pool *p)
+{
+    uint64_t used = p->st.used_bytes;
+    if (used <= p->st.used_peak_bytes) return;
+    if (p->tcache_on) {
+        uint64_t bytes, blocks;
+        pthread_mutex_lock(&p->tlock);
+        llmem__pool_cached_totals(p, &bytes, &blocks, NULL);
+        pthread_mutex_unlock(&p->tlock);
+        used = used > bytes ? used - bytes : 0;
+    }
+    if (used > p->st.used_peak_bytes) ST_SET(p->st.used_peak_bytes, used);
+}
+
+
+/* Return cached blocks of class c to their slabs down to `keep`. Pool lock
+ * held. */
+static void tcache_flush_class_locked(llmem_pool *p, tcache *t, unsigned c, uint32_t keep)
+{
+    uint32_t n = t->bin[c].count;
+    size_t csize = p->cls.size[c];
+    while (n > keep) {
+        uintptr_t b = (uintptr_t)t->bin[c].items[--n].block;
+        superblock *sb = llmem__addrmap_get(b);
+        slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
+        llmem__pool_small_put(p, s, b, (uint32_t)((b - s->b.start) / csize));
+    }
+    st_u32(&t->bin[c].count, n);
+}
+
+/* A full stack of class c: half goes into the transfer cache while it has
+ * room (another thread's refill takes the batch as it is, no slab touched,
+ * no pool lock), the rest back to the slabs under the pool lock. No lock
+ * held. */
+static void tcache_flush_half(llmem_pool *p, tcache *t, unsigned c)
+{
+    note_active(p, t);
+    uint32_t n = t->bin[c].count, keep = t->bin[c].cap / 2;
+    xfer_cache *x = &p->xfer[c];
+    if (x->cap) {
+        pthread_mutex_lock(&x->lock);
+        uint32_t room = x->cap - x->count, move = n - keep < room ? n - keep : room;
+        memcpy(&x->slots[x->count], &t->bin[c].items[n - move], move * sizeof(tslot));
+        st_u32(&x->count, x->count + move);
+        __atomic_store_n(&x->last_used, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&x->lock);
+        n -= move;
+        st_u32(&t->bin[c].count, n);
+    }
+    if (n > keep) {
+        pthread_mutex_lock(&p->lock);
+        tcache_flush_class_locked(p, t, c, keep);
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
+/* Return a class's transfer cache to its slabs. Pool lock held. */
+void llmem__pool_xfer_drain(llmem_pool *p, unsigned c)
+{
+    xfer_cache *x = &p->xfer[c];
+    size_t csize = p->cls.size[c];
+    pthread_mutex_lock(&x->lock);
+    while (x->count) {
+        uintptr_t b = (uintptr_t)x->slots[x->count - 1].block;
+        st_u32(&x->count, x->count - 1);
+        superblock *sb = llmem__addrmap_get(b);
+        slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
+        llmem__pool_small_put(p, s, b, (uint32_t)((b - s->b.start) / csize));
+    }
+    pthread_mutex_unlock(&x->lock);
+}
+
+void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t)
+{
+    for (unsigned c = 0; c < p->cls.count; c++)
+        if (t->bin[c].count) tcache_flush_class_locked(p, t, c, 0);
+}
+
+/* Transfer caches and kept empty slabs of classes idle for the decay go
+ * back too: without that, the blocks taken from an idle cache would sit in
+ * a transfer cache, or their last empty slab would keep its superblock
+ * mapped. Returns the next deadline. Pool lock held. */
+static uint64_t release_idle_classes(llmem_pool *p, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        xfer_cache *x = &p->xfer[c];
+        if (ld_u32(&x->count)) {
+            uint64_t since = __atomic_load_n(&x->last_used, __ATOMIC_RELAXED);
+            if (now >= since && now - since >= p->decay_ns) {
+                __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST); /* see get_stats */
+                llmem__pool_xfer_drain(p, c);
+                __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
+            }
+            else if (since + p->decay_ns < next) next = since + p->decay_ns;
+        }
+        central *k = &p->central[c];
+        if (!k->empty_slabs) continue;
+        uint64_t since = k->last_take;
+        if (now >= since && now - since >= p->decay_ns) {
+            for (slab *s = k->partial, *n; s && k->empty_slabs; s = n) {
+                n = s->lnext;
+                if (s->used == 0) llmem__pool_slab_release(p, s);
+            }
+        } else if (since + p->decay_ns < next) {
+            next = since + p->decay_ns;
+        }
+    }
+    return next;
+}
+
+uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now)
+{
+    if (!p->tcache_on) return UINT64_MAX;
+    uint64_t later = release_idle_classes(p, now);
+    enum { BATCH = 64 };
+    tcache *cand[BATCH];
+    size_t n = 0;
+    uint64_t next = UINT64_MAX;
+    pthread_mutex_lock(&p->tlock);
+    for (tcache *t = p->tcaches; t; t = t->next) {
+        uint32_t held = 0;
+        for (unsigned c = 0; c < p->cls.count && !held; c++) held = ld_u32(&t->bin[c].count);
+        if (!held) {
+            __atomic_store_n(&t->kicked, false, __ATOMIC_RELAXED); /* the next refill tells again */
+            continue;
+        }
+        /* Fast-path calls alone (a cache whose classes balance) are use
+         * too: a cache is idle only if its counters stood still. */
+        uint64_t ops = 0;
+        for (unsigned c = 0; c < p->cls.count; c++)
+            ops += __atomic_load_n(&t->bin[c].allocs, __ATOMIC_RELAXED) +
+                   __atomic_load_n(&t->bin[c].frees, __ATOMIC_RELAXED);
+        if (ops != t->seen_ops) {
+            t->seen_ops = ops;
+            __atomic_store_n(&t->last_active, now, __ATOMIC_RELAXED);
+        }
+        uint64_t since = __atomic_load_n(&t->last_active, __ATOMIC_RELAXED);
+        if (now - since < p->decay_ns || now < since) {
+            if (since + p->decay_ns < next) next = since + p->decay_ns;
+        } else if (n < BATCH) {
+            __atomic_store_n(&t->reclaim, 1, __ATOMIC_RELAXED);
+            cand[n++] = t;
+        } else {
+            next = now; /* more next pass */
+        }
+    }
+    pthread_mutex_unlock(&p->tlock);
+    if (later < next) next = later;
+    /* The caches cannot go away meanwhile: their threads' exits wait for
+     * the pool lock, which is held. */
+    if (!n) return next;
+    if (!membarrier_ready() || syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+        for (size_t i = 0; i < n; i++) __atomic_store_n(&cand[i]->reclaim, 0, __ATOMIC_RELAXED);
+        return next;
+    }
+    for (size_t i = 0; i < n; i++) {
+        tcache *t = cand[i];
+        if (__atomic_load_n(&t->busy, __ATOMIC_ACQUIRE)) { /* in use after all: not idle */
+            __atomic_store_n(&t->reclaim, 0, __ATOMIC_RELAXED);
+            continue;
+        }
+        /* reclaim stays set: the owner's next call clears it under the
+         * pool lock, after this. */
+        __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
+        llmem__pool_tcache_flush_all(p, t);
+        __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
+        ST_ADD(p->st.reclaimed_caches_total, 1);
+    }
+    /* What came back waits its own delay in the slabs (the classes were
+     * idle: their empty slabs can go now). */
+    uint64_t again = release_idle_classes(p, now);
+    return again < next ? again : next;
+}
+
+/* Thread exit: return the cache's blocks and fold its counters in. */
+void llmem__pool_tcache_destructor(void *v)
+{
+    tcache *t = v;
+    llmem_pool *p = t->pool;
+    if (tl_last.tc == t) tl_last.pool = NULL;
+    pthread_mutex_lock(&p->lock);
+    llmem__pool_tcache_flush_all(p, t);
+    /* Counters fold in and the cache leaves the list at once, under both
+     * locks, so a stats read counts them exactly once. */
+    pthread_mutex_lock(&p->tlock);
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        ST_ADD(p->st.allocs_total, t->bin[c].allocs);
+        ST_ADD(p->st.frees_total, t->bin[c].frees);
+        ST_ADD(p->central[c].allocs, t->bin[c].allocs);
+        ST_ADD(p->central[c].frees, t->bin[c].frees);
+    }
+    if (t->prev) t->prev->next = t->next;
+    else p->tcaches = t->next;
+    if (t->next) t->next->prev = t->prev;
+    pthread_mutex_unlock(&p->tlock);
+    pthread_mutex_unlock(&p->lock);
+    free(t);
+}
+
+void llmem__pool_tcaches_destroy(llmem_pool *p)
+{
+    for (tcache *t = p->tcaches, *n; t; t = n) {
+        n = t->next;
+        free(t);
+    }
+    p->tcaches = NULL;
+    if (tl_last.pool == p) tl_last.pool = NULL;
+}
+
+/* This thread's cache for p, created on first use; NULL when the pool has
+ * none or memory for one is short (then the locked path serves). */
+tcache *llmem__pool_tcache_get(llmem_pool *p)
+{
+    if (LLMEM_LIKELY(tl_last.pool == p && tl_last.id == p->id)) return tl_last.tc;
+    if (!p->tcache_on) return NULL;
+    tcache *t = pthread_getspecific(p->tkey);
+    if (!t) {
+        t = calloc(1, sizeof *t + p->tcache_slots * sizeof(tslot));
+        if (!t) return NULL;
+        t->pool = p;
+        t->last_active = llmem__pool_clock();
+        size_t at = 0;
+        for (unsigned c = 0; c < p->cls.count; c++) {
+            t->bin[c].cap = p->tcache_cap[c];
+            t->bin[c].items = &t->storage[at];
+            at += t->bin[c].cap;
+        }
+        if (pthread_setspecific(p->tkey, t) != 0) {
+            free(t);
+            return NULL;
+        }
+        pthread_mutex_lock(&p->tlock);
+        t->next = p->tcaches;
+        if (p->tcaches) p->tcaches->prev = t;
+        p->tcaches = t;
+        pthread_mutex_unlock(&p->tlock);
+    }
+    tl_last.pool = p;
+    tl_last.id = p->id;
+    tl_last.tc = t;
+    return t;
+}
+
+/* Refill the empty stack of class c with half its capacity; one block
+ * goes to the caller (the slot returned, just above the new top). */
+static tslot *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *st)
+{
+    uint32_t want = t->bin[c].cap / 2 ? t->bin[c].cap / 2 : 1, got = 0;
+    note_active(p, t);
+    xfer_cache *x = &p->xfer[c];
+    if (ld_u32(&x->count)) {
+        pthread_mutex_lock(&x->lock);
+        got = x->count < want ? x->count : want;
+        memcpy(t->bin[c].items, &x->slots[x->count - got], got * sizeof(tslot));
+        st_u32(&x->count, x->count - got);
+        __atomic_store_n(&x->last_used, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&x->lock);
+    }
+    if (got == want) {
+        /* Served without the pool lock; sample the peak if it is free. */
+        if (pthread_mutex_trylock(&p->lock) == 0) {
+            llmem__pool_note_peak(p);
+            pthread_mutex_unlock(&p->lock);
+        }
+        st_u32(&t->bin[c].count, got - 1);
+        *st = LLMEM_OK;
+        return &t->bin[c].items[got - 1];
+    }
+    pthread_mutex_lock(&p->lock);
+    if (p->nfenced) llmem__pool_poll_fenced_locked(p);
+    ST_SET(p->central[c].last_take, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED));
+    while (got < want) {
+        uint8_t *state;
+        uintptr_t b = llmem__pool_small_take(p, c, st, &state);
+        if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) continue;
+        if (!b) break;
+        t->bin[c].items[got++] = (tslot){(void *)b, state};
+    }
+    if (got) *st = LLMEM_OK;
+    else {
+        ST_ADD(p->st.failures_total, 1);
+        ST_ADD(p->central[c].failures, 1);
+    }
+    llmem__pool_note_peak(p);
+    pthread_mutex_unlock(&p->lock);
+    if (!got) return NULL;
+    st_u32(&t->bin[c].count, got - 1);
+    return &t->bin[c].items[got - 1];
+}
+
+
+
+/* The class for n bytes at align (0 = the pool's), or cls.count if none. */
+static unsigned class_for(const llmem_pool *p, size_t n, size_t align)
+{
+    if (n > p->cls.max_small) return p->cls.count;
+    unsigned c = llmem__class_of(&p->cls, n);
+    while (c < p->cls.count && p->cls.size[c] % align) c++;
+    return c;
+}
+
+void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_status *st)
+{
+    size_t g = 0, inner = size;
+    if (p->checked && p->host) {
+        g = llmem__pool_guard_front(align);
+        if (!llmem__add_ok(size, g + GUARD_TAIL, &inner)) {
+            *st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes overflow with guards", p->name, size);
+            return NULL;
+        }
+    }
+    unsigned cls = align <= p->unit ? class_for(p, inner, align) : p->cls.count;
+    uintptr_t block, user;
+    if (cls < p->cls.count) {
+        uint8_t *state;
+        block = llmem__pool_small_take(p, cls, st, &state);
+        if (!block) return NULL;
+        state_set(state, 1);
+        ST_ADD(p->central[cls].allocs, 1);
+        user = block + g;
+        if (g) llmem__pool_guards_write(block, p->cls.size[cls], user, size);
+    } else {
+        size_t pages;
+        if (!llmem__align_up(inner, p->unit, &pages) || pages > (size_t)PTRDIFF_MAX) {
+            *st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': %zu bytes overflow when rounded to pages", p->name, size);
+            return NULL;
+        }
+        /* With guards the user pointer must keep the alignment: the block
+         * starts aligned, and g is a multiple of it. */
+        pblock *b = llmem__pool_take_pages(p, heap_for(p, D_LARGE), pages, align, st);
+        if (!b) return NULL;
+        b->kind = D_LARGE;
+        b->requested = size;
+        block = b->start;
+        user = block + g;
+        b->user = user;
+        superblock *sb = b->sb;
+        sb->owner[unit_of(sb, block, p->ushift)] = b;
+        if (g && unit_of(sb, user, p->ushift) != unit_of(sb, block, p->ushift))
+            sb->owner[unit_of(sb, user, p->ushift)] = b;
+        ST_ADD(p->st.used_bytes, b->size);
+        ST_ADD(p->st.live_allocations, 1);
+        if (g) llmem__pool_guards_write(block, b->size, user, size);
+    }
+    if (p->host) LLMEM_UNPOISON((void *)user, size);
+    ST_ADD(p->st.allocs_total, 1);
+    llmem__pool_note_peak(p);
+    *st = LLMEM_OK;
+    return (void *)user;
+}
+
+
+/* Everything but a thread-cache hit: the cache's first use and refills,
+ * bad input, large and aligned requests, checked pools. */
+static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, size_t align, llmem_status *status)
+{
+    if (p && size - 1 < p->cls.max_small && align <= p->align && !(align & (align - 1))) {
+        tcache *t = llmem__pool_tcache_get(p);
+        if (t) {
+            unsigned c = llmem__class_of(&p->cls, size);
+            tslot got;
+            owner_enter(t);
+            if (owner_reclaimed(t)) owner_ack(p, t);
+            uint32_t n = t->bin[c].count;
+            if (n) {
+                got = t->bin[c].items[n - 1];
+                st_u32(&t->bin[c].count, n - 1);
+            } else {
+                llmem_status st;
+                tslot *sl = tcache_refill(p, t, c, &st);
+                if (!sl) {
+                    owner_leave(t);
+                    return llmem__pool_alloc_failed(st, status);
+                }
+                got = *sl;
+            }
+            state_set(got.state, 1);
+            st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
+            owner_leave(t);
+            if (p->host) LLMEM_UNPOISON(got.block, size);
+            if (status) *status = LLMEM_OK;
+            return got.block;
+        }
+    }
+    if (!p) return llmem__pool_alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
+    llmem_status st;
+    if (size == 0) st = llmem__fail(LLMEM_EINVAL, "pool '%s': allocation of 0 bytes", p->name);
+    else if (size > (size_t)PTRDIFF_MAX)
+        st = llmem__fail(LLMEM_EOVERFLOW, "pool '%s': allocation of %zu bytes overflows", p->name, size);
+    else if (align && (!llmem__is_pow2(align) || align > p->max_sb))
+        st = llmem__fail(LLMEM_EALIGN, "pool '%s': alignment %zu is not a power of two up to %zu", p->name, align,
+                         p->max_sb);
+    else st = LLMEM_OK;
+    if (st) {
+        pthread_mutex_lock(&p->lock);
+        ST_ADD(p->st.failures_total, 1);
+        pthread_mutex_unlock(&p->lock);
+        return llmem__pool_alloc_failed(st, status);
+    }
+    if (align < p->align) align = p->align;
+    /* The class the locked path will try, for the per-class failure count. */
+    size_t inner = size;
+    if (p->checked && p->host) inner = size + llmem__pool_guard_front(align) + GUARD_TAIL;
+    unsigned cls = align <= p->unit ? class_for(p, inner, align) : p->cls.count;
+    pthread_mutex_lock(&p->lock);
+    if (p->nfenced) llmem__pool_poll_fenced_locked(p);
+    void *r = llmem__pool_alloc_locked(p, size, align, &st);
+    /* Memory still in flight is not memory lost: wait for it before failing. */
+    while (!r && st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) r = llmem__pool_alloc_locked(p, size, align, &st);
+    if (!r) {
+        ST_ADD(p->st.failures_total, 1);
+        if (cls < p->cls.count) ST_ADD(p->central[cls].failures, 1);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (status) *status = st;
+    return r;
+}
+
+/* The fast path: a small block popped from this thread's cache, found
+ * through the thread-local memo; its state byte is set through the slot,
+ * with no lookup. Anything else goes to alloc_slow. */
+static inline void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
+{
+    if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && tl_last.pool == p && tl_last.id == p->id)) {
+        tcache *t = tl_last.tc;
+        unsigned c = llmem__class_of(&p->cls, size);
+        owner_enter(t);
+        /* reclaim first: once it reads 0, no reclaimer touches the bins
+         * until busy drops (and a past one's writes were acknowledged under
+         * the pool lock). */
+        uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? t->bin[c].count : 0;
+        if (LLMEM_LIKELY(n)) {
+            tslot got = t->bin[c].items[n - 1];
+            st_u32(&t->bin[c].count, n - 1);
+            st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
+            state_set(got.state, 1);
+            owner_leave(t);
+            if (p->host) LLMEM_UNPOISON(got.block, size);
+            if (status) *status = LLMEM_OK;
+            return got.block;
+        }
+        owner_leave(t);
+    }
+    return alloc_slow(p, size, 0, status);
+}
+
+void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_status *status)
+{
+    void *r = LLMEM_LIKELY(p && align <= p->align && !(align & (align - 1))) ? alloc_fast(p, size, status)
+                                                                               : alloc_slow(p, size, align, status);
+    if (LLMEM_UNLIKELY(p && p->profile) && r) llmem_profile_record_alloc(p->profile, size, r);
+    return r;
+}
+
+void *llmem_pool_alloc(llmem_pool *p, size_t size, llmem_status *status)
+{
+    void *r = alloc_fast(p, size, status);
+    if (LLMEM_UNLIKELY(p && p->profile) && r) llmem_profile_record_alloc(p->profile, size, r);
+    return r;
+}
+
+void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *status)
+{
+    size_t n;
+    if (!p) return llmem__pool_alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
+    if (!p->host)
+        return llmem__pool_alloc_failed(llmem__fail(LLMEM_ENOTSUP, "pool '%s': calloc on device memory", p->name), status);
+    if (!llmem__mul_ok(count, size, &n))
+        return llmem__pool_alloc_failed(llmem__fail(LLMEM_EOVERFLOW, "pool '%s': calloc of %zu x %zu overflows", p->name,
+                                           count, size),
+                            status);
+    void *r = llmem_pool_alloc(p, n, status);
+    if (r) memset(r, 0, n);
+    return r;
+}
+
+
+/* The slab block a pointer starts, read from the superblock's slab and
+ * owner tables without touching the block: its class (or -1 if it is not a
+ * block boundary of a slab of this pool: then the slow path explains) and
+ * its state byte. */
+static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **state)
+{
+    superblock *sb = llmem__addrmap_get(a);
+    if (!sb || sb->pool != p) return -1;
+    size_t u = unit_of(sb, a, p->ushift);
+    const slab_unit *su = &sb->slab_info[u];
+    uint32_t info = su->info;
+    if (!info) return -1;
+    unsigned c = (info >> 24) - 1;
+    /* Offset into the slab: into this unit, plus the units before it. */
+    size_t off = ((a - sb->base) & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
+    uint32_t idx;
+    if (!llmem__pool_slab_index(p, c, off, &idx)) return -1;
+    *state = su->state + idx;
+    return (int)c;
+}
+
+/* Everything but a push onto a thread cache with room: the cache's first
+ * use and flushes, large blocks, checked pools, bad pointers, and blocks
+ * that are free already (the locked path refuses them). */
+static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr)
+{
+    if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
+    if (!ptr) return LLMEM_OK;
+    if (p->profile) llmem_profile_record_free(p->profile, ptr);
+    if (p->tcache_on) {
+        uint8_t *state = NULL;
+        int c = small_block_of(p, (uintptr_t)ptr, &state);
+        tcache *t = c >= 0 && state_get(state) == 1 ? llmem__pool_tcache_get(p) : NULL;
+        if (t) {
+            owner_enter(t);
+            if (owner_reclaimed(t)) owner_ack(p, t);
+            uint32_t n = t->bin[c].count;
+            if (n == t->bin[c].cap) {
+                tcache_flush_half(p, t, (unsigned)c);
+                n = t->bin[c].count;
+            }
+            state_set(state, 0);
+            t->bin[c].items[n] = (tslot){ptr, state};
+            st_u32(&t->bin[c].count, n + 1);
+            st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
+            if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+            owner_leave(t);
+            return LLMEM_OK;
+        }
+    }
+    pthread_mutex_lock(&p->lock);
+    llmem_status st = llmem__pool_free_locked(p, (uintptr_t)ptr, "free");
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+/* The fast path: a small block pushed onto this thread's cache, unless its
+ * state byte says it is free already (a double free: free_slow refuses
+ * it). The slab cannot change under us: it holds this live block. */
+llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
+{
+    if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id && !p->profile)) {
+        uint8_t *state = NULL;
+        int c = small_block_of(p, (uintptr_t)ptr, &state);
+        tcache *t = tl_last.tc;
+        if (LLMEM_LIKELY(c >= 0 && state_get(state) == 1)) {
+            owner_enter(t);
+            if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap)) {
+                uint32_t n = t->bin[c].count;
+                state_set(state, 0);
+                t->bin[c].items[n] = (tslot){ptr, state};
+                st_u32(&t->bin[c].count, n + 1);
+                st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
+                if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+                owner_leave(t);
+                return LLMEM_OK;
+            }
+            owner_leave(t);
+        }
+    }
+    return free_slow(p, ptr);
+}
