@@ -57,6 +57,13 @@ LLMEM_API int32_t llmem_tokenizer_eos(const llmem_tokenizer *t); /* 2 */
 LLMEM_API llmem_status llmem_tokenizer_encode(const llmem_tokenizer *t, const char *text, bool bos, bool eos,
                                               int32_t *out, size_t cap, size_t *n);
 
+/* The same for a fragment that continues a prompt (the text between two
+ * special tokens of a chat template): no BOS, no dummy-prefix space, so
+ * "<|im_start|>" + fragment("user") encodes "user" as a model trained on
+ * such prompts saw it. Same errors. */
+LLMEM_API llmem_status llmem_tokenizer_encode_fragment(const llmem_tokenizer *t, const char *text, int32_t *out,
+                                                       size_t cap, size_t *n);
+
 /* The text of `token` following `prev` (see above), with its length (a
  * <0x00> piece is one NUL byte). NULL for an id out of range. */
 LLMEM_API const char *llmem_tokenizer_decode(const llmem_tokenizer *t, int32_t prev, int32_t token, size_t *len);
