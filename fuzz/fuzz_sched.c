@@ -136,6 +136,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ko.max_seq_len = 512;
     /* 2 x 8 x 2 bytes x 2 layers = 64 B a token: 24..48 KiB, 384..768 tokens */
     ko.budget_bytes = (size_t)(24 + (cfg >> 2) % 25) << 10;
+    /* Slabs of 4 blocks (1 KiB a layer), so the budget holds many and a
+     * PAGED cache preempts at block granularity (the default slab, 64 KiB
+     * a layer, is more than the whole budget and is refused at create). */
+    ko.slab_bytes = 4 * 8 * 8 * 2 * 2;
     ko.pool = pool;
     ko.prefix_cache = strat == LLMEM_KV_PAGED;
     ko.swap_resource = swap;

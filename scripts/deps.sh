@@ -10,7 +10,10 @@ pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered he
 pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
 # bench/programs.sh: real programs under each allocator
 pkgs_bench="$pkgs_bench redis-server redis-tools libpython3.11-testsuite sqlite3 python3"
-pkgs_fuzz="clang"
+# clang's sanitizer and libFuzzer runtimes and headers (sanitizer/*.h) are
+# in libclang-rt-14-dev, only a Recommends of clang on Debian 12 (and
+# apt-get runs with --no-install-recommends below).
+pkgs_fuzz="clang libclang-rt-14-dev"
 
 want=""
 for g in "$@"; do

@@ -40,7 +40,8 @@
  * disarms the fault before teardown and covers the calls before it.
  *
  * Replay: the first 200 requests of the Azure code trace
- * (LLMEM_SHARED_DIR/traces; skipped when absent) through the replay
+ * (the shared folder's traces/: the group --shared, CTest's
+ * test_fault_campaign_shared, skipped when absent) through the replay
  * (llmem/replay.h: the library's scheduler over a simulated engine; PAGED,
  * llama-2-7b shape, 3 GiB of KV so it preempts and rejects what never
  * fits, slabs of 8 blocks), without and with the controller, its KV pool
@@ -652,7 +653,7 @@ static void engine_fail_once_release_ops(void **state)
 
 /* ---- the replay campaign ------------------------------------------------------------ */
 
-#define TRACE LLMEM_SHARED_DIR "/traces/AzureLLMInferenceTrace_code.csv"
+#define TRACE test_shared_path("traces/AzureLLMInferenceTrace_code.csv")
 
 /* Every k up to REPLAY_DENSE, then a stride that covers the rest in about
  * REPLAY_STRIDED runs (LLMEM_FAULT_FULL=1: every k). A replay run takes
@@ -685,10 +686,6 @@ static const char *const rp_names[RP_COUNT_] = {"absorbed (same schedule)", "adm
 
 static void replay_campaign(bool controller, bool forever)
 {
-    if (access(TRACE, R_OK) != 0) {
-        print_message("skipped: %s is absent\n", TRACE);
-        skip();
-    }
     uint64_t t0 = test_now_ms();
     llmem_trace tr;
     assert_ok(llmem_trace_load(TRACE, &tr));
@@ -820,17 +817,26 @@ static int teardown_model(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* The replay campaigns run on the Azure trace of the shared folder
+     * (test_fault_campaign_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(replay_without_controller),
+        cmocka_unit_test(replay_with_controller),
+        cmocka_unit_test(replay_without_controller_forever),
+        cmocka_unit_test(replay_with_controller_forever),
+    };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("traces/AzureLLMInferenceTrace_code.csv", NULL);
+        return cmocka_run_group_tests_name("test_fault_campaign (shared data)", shared_tests, setup_model,
+                                           teardown_model);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(engine_fail_once_retry),
         cmocka_unit_test(engine_fail_once_preempt),
         cmocka_unit_test(engine_fail_forever),
         cmocka_unit_test(engine_fail_once_release_ops),
-        cmocka_unit_test(replay_without_controller),
-        cmocka_unit_test(replay_with_controller),
-        cmocka_unit_test(replay_without_controller_forever),
-        cmocka_unit_test(replay_with_controller_forever),
     };
     return cmocka_run_group_tests(tests, setup_model, teardown_model);
 }

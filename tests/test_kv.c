@@ -696,6 +696,43 @@ static void geometry(void **state)
     llmem_kv_destroy(kv);
 }
 
+/* A PAGED budget below one slab could never hold a token: refused at
+ * create, naming the minimum; exactly one slab holds one. */
+static void paged_budget_below_one_slab_is_refused(void **state)
+{
+    (void)state;
+    llmem_kv_options o = geo(LLMEM_KV_PAGED, 16);
+    llmem_kv *kv;
+    assert_ok(llmem_kv_create(&o, &kv));
+    size_t bb = llmem_kv_block_bytes(kv);
+    llmem_kv_destroy(kv);
+    size_t slab = 2 * bb < ((size_t)64 << 10) ? (size_t)64 << 10 : 2 * bb; /* the default slab */
+    size_t slab_all = slab / bb * bb * o.layers;
+    char want[64];
+    snprintf(want, sizeof want, "give at least %zu", slab_all);
+    size_t budgets[] = {1, bb, slab_all - 1};
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+        o.budget_bytes = budgets[i];
+        kv = (llmem_kv *)1;
+        assert_status(llmem_kv_create(&o, &kv), LLMEM_EINVAL);
+        assert_null(kv);
+        assert_error_mentions("below one slab");
+        assert_error_mentions(want);
+    }
+    o.budget_bytes = slab_all;
+    assert_ok(llmem_kv_create(&o, &kv));
+    llmem_kv_seq s;
+    assert_ok(llmem_kv_seq_create(kv, 0, &s));
+    int32_t tok = 5;
+    assert_ok(llmem_kv_seq_append(kv, s, 1, &tok, NULL));
+    llmem_kv_destroy(kv);
+    /* A smaller slab lowers the minimum. */
+    o.slab_bytes = bb;
+    o.budget_bytes = bb * o.layers;
+    assert_ok(llmem_kv_create(&o, &kv));
+    llmem_kv_destroy(kv);
+}
+
 static void create_rejects_bad_options(void **state)
 {
     (void)state;
@@ -2606,6 +2643,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(geometry),
         cmocka_unit_test(create_rejects_bad_options),
+        cmocka_unit_test_setup(paged_budget_below_one_slab_is_refused, test_quiet_logs),
         cmocka_unit_test(property_host),
         cmocka_unit_test(property_sim_device),
         cmocka_unit_test(prefix_cache_hits_and_misses),

@@ -15,17 +15,11 @@
 
 #include "test_util.h"
 
-#define MODELS LLMEM_SHARED_DIR "/models"
-#define MODEL MODELS "/stories260K.bin"
+/* The real model of the shared folder (test_sched_shared runs the cases
+ * that need it; see test_util.h). */
+#define MODEL test_shared_path("models/stories260K.bin")
 
 static llmem_model *g_model;
-
-static bool have_model(void)
-{
-    if (g_model) return true;
-    print_message("skipped: %s is absent\n", MODEL);
-    return false;
-}
 
 /* Prompts of distinct lengths over the 512-token vocabulary. */
 static void make_prompt(int32_t *p, uint32_t n, uint32_t seed)
@@ -147,7 +141,6 @@ static size_t kv_used_blocks(llmem_engine *e)
 static void alone_matches_a_plain_engine_loop(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     job j[1];
     jobs_init(j, 1, 40);
     j[0].temperature = 0;
@@ -172,7 +165,6 @@ static void alone_matches_a_plain_engine_loop(void **state)
 static void batched_chunked_equals_alone(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     enum { N = 10 };
     static job ref[N], got[N];
     jobs_init(ref, N, 60);
@@ -261,7 +253,6 @@ static void preempted(bool swap, bool prefix)
 static void preemption_recompute_same_tokens(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     preempted(false, false);
     /* With the prefix cache a recomputation reuses its cached blocks; a
      * step refused after some appends must not leave unwritten blocks
@@ -272,7 +263,6 @@ static void preemption_recompute_same_tokens(void **state)
 static void preemption_swap_same_tokens(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     preempted(true, false);
 }
 
@@ -290,7 +280,6 @@ static bool cancel_on_third_token(void *ctx, const llmem_sched_event *ev)
 static void cancellation_frees_kv_at_once(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     job j[3];
     jobs_init(j, 3, 100);
     llmem_engine *e = engine(4, 64, 0, false, NULL);
@@ -339,7 +328,6 @@ static void cancellation_frees_kv_at_once(void **state)
 static void prefix_cache_skips_prefill(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     /* Four requests share a 96-token system prompt, then differ. */
     enum { N = 4 };
     static job ref[N], got[N];
@@ -381,7 +369,6 @@ static void prefix_cache_skips_prefill(void **state)
 static void refused_step_leaves_nothing_cached(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     size_t block = 16 * 1280; /* one block, all layers */
     llmem_engine *e = engine(4, 512, 4 * block, true, NULL);
     int32_t a[17], b[100];
@@ -442,7 +429,6 @@ static void on_step_blocks(void *ctx, const llmem_sched_step_report *rep)
 static void forks_share_blocks(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     /* n = 3, sampled: sample k is what a request of one sample seeded
      * seed + k gives. */
     static job ref[3], got[1];
@@ -486,7 +472,6 @@ static void forks_share_blocks(void **state)
 static void stop_tokens_and_sequences(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     job j[1];
     jobs_init(j, 1, 30);
     j[0].temperature = 0;
@@ -562,7 +547,6 @@ static bool stop_at_five(void *ctx, const llmem_sched_event *ev)
 static void admission_and_bad_input(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     llmem_engine *e = engine(4, 512, 0, false, NULL);
     llmem_sched_options so = llmem_sched_options_default();
     so.max_waiting = 2;
@@ -900,7 +884,6 @@ static void step_model_fit_recovers_coefficients(void **state)
 static void calibration_on_the_engine(void **state)
 {
     (void)state;
-    if (!have_model()) skip();
     llmem_engine *e = engine(8, 256, 0, false, NULL);
     llmem_step_model m;
     llmem_step_calibration rep = {sizeof rep};
@@ -921,7 +904,7 @@ static int setup(void **state)
 {
     (void)state;
     llmem_log_set(NULL, NULL, LLMEM_LOG_ERROR);
-    if (access(MODEL, R_OK) == 0) assert_ok(llmem_model_open(MODEL, NULL, &g_model));
+    if (!g_model) assert_ok(llmem_model_open(MODEL, NULL, &g_model));
     return 0;
 }
 
@@ -932,9 +915,17 @@ static int teardown(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sim_deterministic_and_checked),
+        cmocka_unit_test(sim_bad_options),
+        cmocka_unit_test(predictor_reserve_limits_admission),
+        cmocka_unit_test(cancel_swapped_frees_swap),
+        cmocka_unit_test(step_model_fit_recovers_coefficients),
+    };
+    /* The real engine on stories260K (test_sched_shared). */
+    const struct CMUnitTest shared_tests[] = {
         cmocka_unit_test(alone_matches_a_plain_engine_loop),
         cmocka_unit_test(batched_chunked_equals_alone),
         cmocka_unit_test(preemption_recompute_same_tokens),
@@ -945,12 +936,11 @@ int main(void)
         cmocka_unit_test(forks_share_blocks),
         cmocka_unit_test(stop_tokens_and_sequences),
         cmocka_unit_test(admission_and_bad_input),
-        cmocka_unit_test(sim_deterministic_and_checked),
-        cmocka_unit_test(sim_bad_options),
-        cmocka_unit_test(predictor_reserve_limits_admission),
-        cmocka_unit_test(cancel_swapped_frees_swap),
-        cmocka_unit_test(step_model_fit_recovers_coefficients),
         cmocka_unit_test(calibration_on_the_engine),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/stories260K.bin", NULL);
+        return cmocka_run_group_tests_name("test_sched (shared data)", shared_tests, setup, teardown);
+    }
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -269,6 +269,10 @@ int llmem_cmd_replay(int argc, char **argv)
         else if (TAKE("--strategy")) strategy = v;
         else if (TAKE("--kv-budget")) {
             double b = tool_parse_bytes(v);
+            if (b == TOOL_BYTES_TOO_LARGE) {
+                fprintf(stderr, "llmem replay: --kv-budget '%s' is too large (at most 9e18 bytes)\n", v);
+                return 2;
+            }
             if (b <= 0) {
                 fprintf(stderr, "llmem replay: --kv-budget '%s' is not a size (e.g. 8GiB)\n", v);
                 return 2;
@@ -371,9 +375,12 @@ int llmem_cmd_replay(int argc, char **argv)
             return 1;
         }
     }
+    int rc = 0;
     if (tl) {
-        if (llmem_timeline_write_html(tl, timeline_path, "llmem replay: KV pool under the controller"))
-            fprintf(stderr, "llmem replay: timeline: %s\n", llmem_last_error());
+        if (llmem_timeline_write_html(tl, timeline_path, "llmem replay: KV pool under the controller")) {
+            fprintf(stderr, "llmem replay: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+            rc = 1;
+        }
         llmem_timeline_destroy(tl);
     }
     if (json) {
@@ -387,5 +394,5 @@ int llmem_cmd_replay(int argc, char **argv)
         print_table(rs, ns, &o, trace_path);
     }
     llmem_trace_free(&trace);
-    return 0;
+    return rc;
 }

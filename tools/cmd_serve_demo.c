@@ -238,7 +238,7 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
     if (!rc && r->tl) {
         llmem_memctl_add_decisions(r->ctl, r->tl);
         if (llmem_timeline_write_html(r->tl, timeline_path, "llmem demo: two bursts of requests, and idle")) {
-            fprintf(stderr, "llmem demo: timeline: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem demo: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
             rc = 1;
         }
     }
@@ -319,12 +319,31 @@ int llmem_cmd_demo(int argc, char **argv)
     } else {
         printf("llmem %s demo on %s\n\n", llmem_version(), model_path);
     }
-    char default_timeline[256];
+    /* No --timeline: a new private folder (mkdtemp, mode 0700) in the
+     * temporary folder, never a fixed name there that another user could
+     * have planted a link at. */
+    char default_timeline[4096];
     if (!timeline) {
         const char *dir = getenv("TMPDIR");
-        snprintf(default_timeline, sizeof default_timeline, "%s/llmem-demo-timeline.html", dir && *dir ? dir : "/tmp");
+        char folder[4000];
+        snprintf(folder, sizeof folder, "%s/llmem-demo-XXXXXX", dir && *dir ? dir : "/tmp");
+        if (!mkdtemp(folder)) {
+            fprintf(stderr, "llmem demo: no folder for the timeline in %s: %s (give --timeline FILE)\n",
+                    dir && *dir ? dir : "/tmp", strerror(errno));
+            if (*tmp_model) unlink(tmp_model);
+            return 1;
+        }
+        snprintf(default_timeline, sizeof default_timeline, "%s/timeline.html", folder);
         timeline = default_timeline;
     }
+    /* Refuse a timeline path that cannot be written now, not after the run. */
+    llmem_outfile *probe;
+    if (llmem_outfile_open(timeline, &probe)) {
+        fprintf(stderr, "llmem demo: timeline: %s\n", llmem_last_error());
+        if (*tmp_model) unlink(tmp_model);
+        return 1;
+    }
+    llmem_outfile_abort(probe);
     llmem_model *m;
     if (llmem_model_open(model_path, NULL, &m)) {
         fprintf(stderr, "llmem demo: %s: %s\n", model_path, llmem_last_error());

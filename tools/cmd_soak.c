@@ -241,7 +241,8 @@ typedef struct soak {
     bool sampler_started;
     atomic_int stop;
     atomic_int phase; /* 0 idle, 1 burst */
-    FILE *samples_file;
+    FILE *samples_file;         /* the stream of samples_out */
+    llmem_outfile *samples_out; /* --samples, renamed into place at the end */
     soak_sample *samples;
     size_t nsamples, samples_cap;
     size_t rss_peak;
@@ -852,11 +853,11 @@ int llmem_cmd_soak(int argc, char **argv)
     if (k->samples_path) {
         size_t n = strlen(k->samples_path);
         k->samples_json = n > 5 && !strcmp(k->samples_path + n - 5, ".json");
-        k->samples_file = fopen(k->samples_path, "w");
-        if (!k->samples_file) {
-            fprintf(stderr, "llmem soak: %s: %s\n", k->samples_path, strerror(errno));
+        if (llmem_outfile_open(k->samples_path, &k->samples_out)) {
+            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_last_error());
             return 2;
         }
+        k->samples_file = llmem_outfile_stream(k->samples_out);
         fputs(k->samples_json ? "[\n" : "t_s,rss_bytes,committed_bytes,used_bytes,reserved_bytes,kv_bytes,sequences,phase\n",
               k->samples_file);
     }
@@ -883,9 +884,14 @@ int llmem_cmd_soak(int argc, char **argv)
     memset(&ss, 0, sizeof ss);
     memset(&sims, 0, sizeof sims);
     teardown(k, &pool_live, &mappings, &check_failed, &ss, &sims);
+    bool samples_failed = false;
     if (k->samples_file) {
         if (k->samples_json) fputs("\n]\n", k->samples_file);
-        fclose(k->samples_file);
+        k->samples_file = NULL;
+        if (llmem_outfile_commit(k->samples_out)) {
+            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_last_error());
+            samples_failed = true;
+        }
     }
 
     /* Drift over the troughs after the warm-up. */
@@ -947,7 +953,7 @@ int llmem_cmd_soak(int argc, char **argv)
            (unsigned long long)k->manual_compactions, (unsigned long long)(k->manual_moved + cs.bytes_compacted_total),
            (unsigned long long)ps.resource_calls_total, (unsigned long long)k->corruptions,
            (unsigned long long)pool_live, mappings, (unsigned long long)check_failed, status);
-    rc = strcmp(status, "ok") ? 1 : 0;
+    rc = strcmp(status, "ok") || samples_failed ? 1 : 0;
     free(k->samples);
     free(k->troughs);
     free(k);

@@ -26,6 +26,7 @@
 
 #include "commands.h"
 #include "llmem/llmem.h"
+#include "llmem/resource_impl.h" /* llmem_set_error */
 
 #include "../src/engine/kernels.h"
 
@@ -291,10 +292,10 @@ static llmem_status write_llama2c(synth *sy, const char *path)
         fprintf(stderr, "llmem synth: llama2.c checkpoints need head_dim x heads = hidden\n");
         return LLMEM_ENOTSUP;
     }
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return LLMEM_EIO;
+    llmem_outfile *of; /* a temporary file beside path, renamed over it at the end */
+    llmem_status ost = llmem_outfile_open(path, &of);
+    if (ost) return ost;
+    FILE *f = llmem_outfile_stream(of);
     int32_t hdr[7] = {(int32_t)s->hidden, (int32_t)s->ffn, (int32_t)s->layers, (int32_t)s->heads,
                       (int32_t)s->kv_heads, (int32_t)s->vocab, (int32_t)s->max_ctx};
     if (!s->tied_embeddings) hdr[5] = -hdr[5];
@@ -337,12 +338,11 @@ static llmem_status write_llama2c(synth *sy, const char *path)
         }
     }
     free(buf);
-    if (fclose(f)) ok = false;
-    if (!ok || rename(tmp, path)) {
-        remove(tmp);
-        return LLMEM_EIO;
+    if (!ok) {
+        llmem_outfile_abort(of);
+        return llmem_set_error(LLMEM_EIO, "writing '%s' failed", path);
     }
-    return LLMEM_OK;
+    return llmem_outfile_commit(of);
 }
 
 /* Take the synthesiser's buffers for a shape; false if out of memory. */

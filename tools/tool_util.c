@@ -4,6 +4,7 @@
 #include "tool_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,7 +14,9 @@ double tool_parse_bytes(const char *s)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
+    if (end == s || !(v >= 0)) return -1;
+    if (errno == ERANGE && v > 1) v = INFINITY; /* 1e400: too large, not "not a size" */
+    else if (errno) return -1;
     static const struct {
         const char *suffix;
         double mult;
@@ -23,7 +26,7 @@ double tool_parse_bytes(const char *s)
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (!strcmp(end, units[i].suffix)) {
             double b = v * units[i].mult;
-            return b > 9e18 ? -1 : b;
+            return b > 9e18 ? TOOL_BYTES_TOO_LARGE : b;
         }
     return -1;
 }

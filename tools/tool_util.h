@@ -10,7 +10,10 @@
 
 #include "llmem/llmem.h"
 
-/* "8GiB", "512MiB", "64KiB", "1.5GiB", "24GB", "4096": bytes, or -1. */
+/* "8GiB", "512MiB", "64KiB", "1.5GiB", "24GB", "4096": bytes; -1 when it
+ * is not a size, TOOL_BYTES_TOO_LARGE when it is one above 9e18 bytes
+ * (1e30, inf, 1e400), so the message can say which. */
+#define TOOL_BYTES_TOO_LARGE (-2.0)
 double tool_parse_bytes(const char *s);
 
 /* A whole decimal number in [lo, hi], or false. */

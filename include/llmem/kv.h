@@ -114,7 +114,8 @@ typedef struct llmem_kv_options {
     llmem_kv_dtype dtype;         /* default F16 */
     uint32_t block_tokens;        /* tokens per block; default 16 */
     uint32_t max_seq_len;         /* longest sequence (STATIC reserves it); required */
-    size_t budget_bytes;          /* cap on KV storage held; 0 = none */
+    size_t budget_bytes;          /* cap on KV storage held; 0 = none; PAGED: at least one slab
+                                     (slab_bytes x layers), else create is LLMEM_EINVAL naming it */
     llmem_pool *pool;             /* borrowed; default: a pool of the manager's own over `resource` */
     llmem_resource *resource;     /* for the manager's own pool; default the os resource */
     size_t slab_bytes;            /* PAGED: bytes per layer per slab; default 2 blocks, at least 64 KiB */

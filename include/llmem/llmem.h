@@ -12,6 +12,7 @@
 #include "llmem/version.h"
 #include "llmem/status.h"
 #include "llmem/stats.h"
+#include "llmem/outfile.h"
 #include "llmem/resource.h"
 #include "llmem/fence.h"
 #include "llmem/os_resource.h"

@@ -289,28 +289,36 @@ typedef struct graph_dims {
     unsigned threads;
 } graph_dims;
 
+/* a * b * c, or SIZE_MAX when it does not fit (plan_step refuses it). */
+static size_t bytes3(size_t a, size_t b, size_t c)
+{
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r)) return SIZE_MAX;
+    return r;
+}
+
 static void graph(const graph_dims *d, size_t T, size_t S, llmem_plan_tensor *t)
 {
 #define G(id, nm, bytes, a, b) t[id] = (llmem_plan_tensor){nm, (bytes), (a), (b), -1, 0}
-    G(G_TOK_ITEM, "tok_item", T * sizeof(uint32_t), 0, 11);
-    G(G_TOK_POS, "tok_pos", T * sizeof(uint32_t), 0, 11);
-    G(G_X, "x", T * d->dim * sizeof(float), 0, 12);
-    G(G_XB, "attn_in", T * d->dim * sizeof(float), 1, 2);
-    G(G_Q, "q", T * d->qdim * sizeof(float), 2, 4);
-    G(G_K, "k", T * d->kvdim * sizeof(float), 2, 3);
-    G(G_V, "v", T * d->kvdim * sizeof(float), 2, 3);
-    G(G_KTAB, "k_table", S * d->blocks_max * sizeof(void *), 3, 4);
-    G(G_VTAB, "v_table", S * d->blocks_max * sizeof(void *), 3, 4);
-    G(G_TABLEN, "table_len", S * sizeof(size_t), 3, 4);
-    G(G_SCORES, "scores", (size_t)d->threads * d->max_seq_len * sizeof(float), 4, 4);
-    G(G_ATT_OUT, "attn_out", T * d->qdim * sizeof(float), 4, 5);
-    G(G_XO, "attn_proj", T * d->dim * sizeof(float), 5, 6);
-    G(G_XF, "ffn_in", T * d->dim * sizeof(float), 7, 8);
-    G(G_HB, "gate", T * d->ffn * sizeof(float), 8, 10);
-    G(G_HB2, "up", T * d->ffn * sizeof(float), 8, 9);
-    G(G_XD, "down", T * d->dim * sizeof(float), 10, 11);
-    G(G_XLAST, "last_rows", S * d->dim * sizeof(float), 12, 13);
-    G(G_LOGITS, "logits", S * d->vocab * sizeof(float), 13, 14);
+    G(G_TOK_ITEM, "tok_item", bytes3(T, 1, sizeof(uint32_t)), 0, 11);
+    G(G_TOK_POS, "tok_pos", bytes3(T, 1, sizeof(uint32_t)), 0, 11);
+    G(G_X, "x", bytes3(T, d->dim, sizeof(float)), 0, 12);
+    G(G_XB, "attn_in", bytes3(T, d->dim, sizeof(float)), 1, 2);
+    G(G_Q, "q", bytes3(T, d->qdim, sizeof(float)), 2, 4);
+    G(G_K, "k", bytes3(T, d->kvdim, sizeof(float)), 2, 3);
+    G(G_V, "v", bytes3(T, d->kvdim, sizeof(float)), 2, 3);
+    G(G_KTAB, "k_table", bytes3(S, d->blocks_max, sizeof(void *)), 3, 4);
+    G(G_VTAB, "v_table", bytes3(S, d->blocks_max, sizeof(void *)), 3, 4);
+    G(G_TABLEN, "table_len", bytes3(S, 1, sizeof(size_t)), 3, 4);
+    G(G_SCORES, "scores", bytes3(d->threads, d->max_seq_len, sizeof(float)), 4, 4);
+    G(G_ATT_OUT, "attn_out", bytes3(T, d->qdim, sizeof(float)), 4, 5);
+    G(G_XO, "attn_proj", bytes3(T, d->dim, sizeof(float)), 5, 6);
+    G(G_XF, "ffn_in", bytes3(T, d->dim, sizeof(float)), 7, 8);
+    G(G_HB, "gate", bytes3(T, d->ffn, sizeof(float)), 8, 10);
+    G(G_HB2, "up", bytes3(T, d->ffn, sizeof(float)), 8, 9);
+    G(G_XD, "down", bytes3(T, d->dim, sizeof(float)), 10, 11);
+    G(G_XLAST, "last_rows", bytes3(S, d->dim, sizeof(float)), 12, 13);
+    G(G_LOGITS, "logits", bytes3(S, d->vocab, sizeof(float)), 13, 14);
 #undef G
 }
 
@@ -325,6 +333,10 @@ static llmem_status plan_step(const graph_dims *d, size_t T, size_t S, llmem_pla
 {
     uint32_t scratch[2 * G_COUNT + 1];
     graph(d, T, S, t);
+    for (size_t i = 0; i < G_COUNT; i++)
+        if (t[i].bytes == SIZE_MAX)
+            return llmem__fail(LLMEM_EOVERFLOW, "engine plan: the '%s' buffer of a %zu-token step overflows the "
+                               "address space (the shape or the step is too large)", t[i].name, T);
     return llmem_plan(t, G_COUNT, WS_ALIGN, scratch, sizeof scratch, r);
 }
 
@@ -360,7 +372,7 @@ llmem_status llmem_engine_plan_step(const llmem_shape *s, uint32_t tokens, uint3
         return llmem__fail(LLMEM_EINVAL, "engine plan: null shape or result, or a zero count");
     if (!s->hidden || !s->heads || !s->kv_heads || !s->head_dim || !s->ffn || !s->vocab)
         return llmem__fail(LLMEM_EINVAL, "engine plan: incomplete shape");
-    graph_dims d = {s->hidden, (size_t)s->heads * s->head_dim, (size_t)s->kv_heads * s->head_dim, s->ffn, s->vocab,
+    graph_dims d = {s->hidden, bytes3(s->heads, s->head_dim, 1), bytes3(s->kv_heads, s->head_dim, 1), s->ffn, s->vocab,
                     max_seq_len, ((size_t)max_seq_len + 15) / 16 + 1, threads};
     llmem_plan_tensor t[G_COUNT];
     return plan_step(&d, tokens, seqs, t, out);

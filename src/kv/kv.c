@@ -1053,7 +1053,15 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
         /* With a budget, the per-slab arrays hold its slabs from the start
          * (up to KV_META_PRESIZE bytes), so no append grows them. */
         size_t slab_all = (size_t)kv->S * block_bytes * kv->layers;
-        if (kv->strategy == LLMEM_KV_PAGED && kv->budget >= slab_all) {
+        /* A PAGED budget below one slab could never hold a token: refuse it
+         * here, naming the minimum, rather than failing every append. */
+        if (!st && kv->strategy == LLMEM_KV_PAGED && kv->budget && kv->budget < slab_all)
+            st = llmem__fail(LLMEM_EINVAL,
+                             "kv '%s': budget_bytes %zu is below one slab, the least a PAGED cache holds: %zu bytes "
+                             "(%u blocks of %u tokens, %zu bytes a block, x %u layers); give at least %zu or a "
+                             "smaller slab_bytes",
+                             name, kv->budget, slab_all, kv->S, kv->B, block_bytes, kv->layers, slab_all);
+        if (!st && kv->strategy == LLMEM_KV_PAGED && kv->budget >= slab_all) {
             size_t per_slot = sizeof(kv_slab) + (size_t)kv->layers * sizeof(void *) +
                               (size_t)kv->S * (sizeof(uint32_t) + sizeof(kv_block) +
                                                (kv->prefix ? (size_t)kv->B * sizeof(int32_t) + 4 * 12 : 0));
