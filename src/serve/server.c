@@ -65,6 +65,23 @@ void llmem__srv_chunk_prefix(srv_req *r, llmem_sbuf *b)
     llmem__json_str(b, r->srv->model_name, strlen(r->srv->model_name));
 }
 
+/* ,"token_ids":[...] of sample i: its readable output. */
+static void token_ids_json(srv_req *r, uint32_t i, llmem_sbuf *b)
+{
+    size_t got = 0, from = 0;
+    int32_t buf[256];
+    llmem_sbuf_puts(b, ",\"token_ids\":[");
+    bool first = true;
+    while (!llmem_sched_read(r->srv->sched, r->id, i, from, buf, 256, &got) && got) {
+        for (size_t k = 0; k < got; k++) {
+            llmem_sbuf_printf(b, first ? "%d" : ",%d", buf[k]);
+            first = false;
+        }
+        from += got;
+    }
+    llmem_sbuf_putc(b, ']');
+}
+
 /* One streamed choice: text (may be empty), finish (NULL while going on). */
 static void stream_choice(srv_req *r, uint32_t i, const char *text, size_t len, const char *finish)
 {
@@ -93,21 +110,8 @@ static void stream_choice(srv_req *r, uint32_t i, const char *text, size_t len, 
     llmem_sbuf_puts(b, "\"logprobs\":null,\"finish_reason\":");
     if (finish) llmem_sbuf_printf(b, "\"%s\"", finish);
     else llmem_sbuf_puts(b, "null");
-    if (finish && r->q->return_token_ids) {
-        /* The sample's whole output, once, with its last chunk. */
-        size_t got = 0, from = 0;
-        int32_t buf[256];
-        llmem_sbuf_puts(b, ",\"token_ids\":[");
-        bool first = true;
-        while (!llmem_sched_read(r->srv->sched, r->id, i, from, buf, 256, &got) && got) {
-            for (size_t k = 0; k < got; k++) {
-                llmem_sbuf_printf(b, first ? "%d" : ",%d", buf[k]);
-                first = false;
-            }
-            from += got;
-        }
-        llmem_sbuf_putc(b, ']');
-    }
+    /* The sample's whole output, once, with its last chunk. */
+    if (finish && r->q->return_token_ids) token_ids_json(r, i, b);
     llmem_sbuf_puts(b, "}]}\n\n");
 }
 
@@ -120,6 +124,30 @@ static void usage_json(srv_req *r, llmem_sbuf *b)
     }
     llmem_sbuf_printf(b, "{\"prompt_tokens\":%u,\"completion_tokens\":%llu,\"total_tokens\":%llu}", r->prompt_len,
                       (unsigned long long)gen, (unsigned long long)(gen + r->prompt_len));
+}
+
+void llmem__srv_response_json(srv_req *r, llmem_sbuf *b)
+{
+    bool chat = r->q->kind == LLMEM_OAI_CHAT;
+    llmem_sbuf_printf(b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id_str,
+                      chat ? "chat.completion" : "text_completion", (long long)r->created);
+    llmem__json_str(b, r->srv->model_name, strlen(r->srv->model_name));
+    llmem_sbuf_puts(b, ",\"choices\":[");
+    for (uint32_t i = 0; i < r->n; i++) {
+        const llmem_sbuf *t = &r->s[i].text;
+        llmem_sbuf_printf(b, "%s{\"index\":%u,", i ? "," : "", i);
+        if (chat) llmem_sbuf_puts(b, "\"message\":{\"role\":\"assistant\",\"content\":");
+        else llmem_sbuf_puts(b, "\"text\":");
+        llmem__json_str(b, t->len ? t->data : "", t->len);
+        if (chat) llmem_sbuf_putc(b, '}');
+        llmem_sbuf_printf(b, ",\"logprobs\":null,\"finish_reason\":\"%s\"",
+                          llmem__srv_finish_reason(r->s[i].finish));
+        if (r->q->return_token_ids) token_ids_json(r, i, b);
+        llmem_sbuf_putc(b, '}');
+    }
+    llmem_sbuf_puts(b, "],\"usage\":");
+    usage_json(r, b);
+    llmem_sbuf_putc(b, '}');
 }
 
 void llmem__srv_stream_error(srv_req *r, const char *type, const char *msg)
@@ -596,7 +624,9 @@ llmem_status llmem_server_shutdown(llmem_server *s, uint32_t deadline_ms, llmem_
         out->finished = at_start > left ? at_start - left : 0;
         out->cancelled = cancelled;
         out->seconds = (double)(llmem__now_ns() - t0) * 1e-9;
-        llmem_tracking_stats ts = {sizeof ts};
+        llmem_tracking_stats ts;
+        memset(&ts, 0, sizeof ts);
+        ts.struct_size = sizeof ts;
         if (s->track && !llmem_tracking_resource_get_stats(s->track, &ts)) {
             out->leaked_mappings = ts.live_mappings;
             out->leaked_bytes = ts.live_bytes;

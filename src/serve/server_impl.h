@@ -138,6 +138,8 @@ void llmem__srv_inflight_remove(llmem_server *s, srv_req *r);
 void llmem__srv_stream_error(srv_req *r, const char *type, const char *msg);
 void llmem__srv_chunk_prefix(srv_req *r, llmem_sbuf *b);
 const char *llmem__srv_finish_reason(llmem_sched_finish f);
+/* The JSON body of a finished, not streamed request (its samples done). */
+void llmem__srv_response_json(srv_req *r, llmem_sbuf *b);
 
 /* serve_http.c */
 llmem_status llmem__srv_http_start(llmem_server *s);
