@@ -24,7 +24,7 @@ NOASLR := $(shell setarch "$$(uname -m)" -R true >/dev/null 2>&1 && echo 'setarc
 
 FUZZ_SECONDS ?= 60
 # Every libFuzzer target, by corpus name (fuzz/fuzz_<t>.c, fuzz/corpus/<t>).
-FUZZ_TARGETS = trace shape kv model tokenizer pool fixed arena sched
+FUZZ_TARGETS = trace shape kv model tokenizer pool fixed arena sched oai
 SOAK_MINUTES ?= 30
 SOAK_STRESS_SECONDS ?= 60
 

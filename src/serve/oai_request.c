@@ -332,6 +332,20 @@ static llmem_status parse_object(llmem_oai_kind kind, const cJSON *o, llmem_oai_
     return check_neutral(o, kind, err);
 }
 
+/* "\u0000" escaped in a JSON string (an odd run of backslashes before
+ * it): cJSON would cut the string there, so it is refused instead. A raw
+ * NUL byte is not valid JSON and cJSON refuses it. */
+static bool has_nul_escape(const char *b, size_t len)
+{
+    for (size_t i = 0; b && i + 6 <= len; i++) {
+        if (b[i] != '\\' || b[i + 1] != 'u' || memcmp(b + i + 2, "0000", 4)) continue;
+        size_t k = 0;
+        while (k < i && b[i - 1 - k] == '\\') k++;
+        if (k % 2 == 0) return true;
+    }
+    return false;
+}
+
 llmem_status llmem_oai_request_parse(llmem_oai_kind kind, const char *body, size_t len, llmem_oai_request **out,
                                      llmem_oai_error *err)
 {
@@ -340,6 +354,7 @@ llmem_status llmem_oai_request_parse(llmem_oai_kind kind, const char *body, size
     if (!out || (!body && len)) return llmem__fail(LLMEM_EINVAL, "openai: parse: null argument");
     if (kind != LLMEM_OAI_COMPLETION && kind != LLMEM_OAI_CHAT)
         return llmem__fail(LLMEM_EINVAL, "openai: parse: unknown request kind %d", (int)kind);
+    if (has_nul_escape(body, len)) return bad(err, LLMEM_EINVAL, NULL, "strings must not contain U+0000");
     cJSON *o = cJSON_ParseWithLength(body ? body : "", len);
     if (!o) return bad(err, LLMEM_EFORMAT, NULL, "the body is not valid JSON");
     if (!cJSON_IsObject(o)) {
