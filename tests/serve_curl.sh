@@ -123,6 +123,15 @@ req POST /v1/completions "$(json '{"prompt":"hello","max_tokens":6,"n":2,"seed":
 [ "$(sed 's/"id":"[^"]*","object":"text_completion","created":[0-9]*//' "$work/body")" = \
   "$(sed 's/"id":"[^"]*","object":"text_completion","created":[0-9]*//' "$work/n2")" ] || fail "seeded samples differ"
 
+[ "$(metric llmem_sched_forks_total)" -ge 1 ] || fail "n=2 did not fork the prompt's sequence"
+# The prefix cache: the same long prompt twice skips the cached blocks.
+pp='{"prompt":"hello world hello world hello world hello world hello world hello world hello world","max_tokens":2}'
+req POST /v1/completions "$(json "$pp")" -H "$auth"
+h0=$(metric vllm:prefix_cache_hits_total)
+req POST /v1/completions "$(json "$pp")" -H "$auth"
+expect_code 200 "prefix cache request"
+[ "$(metric vllm:prefix_cache_hits_total)" -gt "$h0" ] || fail "the repeated prompt found no cached block"
+
 # Chat without a template: refused clearly; completions still served above.
 req POST /v1/chat/completions "$(json '{"messages":[{"role":"user","content":"hi"}]}')" -H "$auth"
 expect_code 400 "chat without a template"
@@ -170,7 +179,7 @@ kill "$c1"
 wait "$c1" 2>/dev/null
 wait_metric llmem_server_client_disconnects_total 1
 [ "$(metric llmem_sched_requests_cancelled_total)" -ge 1 ] || fail "the disconnected request was not cancelled"
-kill "$c1b"
+kill "$c1b" 2>/dev/null
 wait "$c1b" 2>/dev/null
 wait "$c2"
 [ "$(tail -c 14 "$work/run2.out")" = "data: [DONE]
@@ -210,6 +219,34 @@ grep -Eq 'stopped in .*: 1 requests finished, 0 cancelled; 0 mappings \(0 bytes\
 tail -2 "$work/drain.out" | grep -q '^data: \[DONE\]' || fail "the request in flight at SIGTERM was cut short"
 pids=""
 
+# Preemption through the server: a KV budget of 8 blocks (4 KiB on this
+# model), room for one request alone, four at once; the victims swap out
+# (--swap) and back in, and every answer equals the one it got alone.
+start c --kv-budget 4096 --swap 1MiB --max-batch 4
+strip() { sed 's/"id":"[^"]*",//; s/"created":[0-9]*,//' "$1"; }
+for i in 1 2 3 4; do
+    curl -s --data-binary "{\"prompt\":\"story $i\",\"max_tokens\":$((80 + 5 * i)),\"temperature\":0}" \
+        "http://127.0.0.1:$port/v1/completions" >"$work/alone$i"
+done
+cpids=""
+for i in 1 2 3 4; do
+    curl -s --data-binary "{\"prompt\":\"story $i\",\"max_tokens\":$((80 + 5 * i)),\"temperature\":0}" \
+        "http://127.0.0.1:$port/v1/completions" >"$work/together$i" &
+    cpids="$cpids $!"
+done
+for c in $cpids; do wait "$c"; done
+for i in 1 2 3 4; do
+    grep -q '"finish_reason":"length"' "$work/alone$i" || fail "request $i alone: $(head -c 300 "$work/alone$i")"
+    [ "$(strip "$work/alone$i")" = "$(strip "$work/together$i")" ] ||
+        fail "request $i under preemption differs from its run alone: $(head -c 300 "$work/together$i")"
+done
+[ "$(metric llmem_sched_preemptions_swap_total)" -ge 1 ] || fail "no preemption swapped out (budget too large?)"
+[ "$(metric llmem_sched_swap_ins_total)" -ge 1 ] || fail "no sequence swapped back in"
+kill -TERM "$pid"
+wait "$pid" || fail "llmem serve (preemption) exited $?"
+grep -q '0 mappings (0 bytes) left' "$work/c.log" || fail "preemption server: $(tail -1 "$work/c.log")"
+pids=""
+
 # A server with the llama-2 chat template: chat served, streamed; a
 # deadline of 0 cancels what runs at SIGTERM, and it still exits 0.
 start b --chat-template llama2 --drain-ms 0
@@ -234,7 +271,7 @@ wait "$c4"
 grep -Eq 'stopped in .*, 1 cancelled; 0 mappings' "$work/b.log" || fail "drain-0 report: $(tail -1 "$work/b.log")"
 grep -q 'shutting down' "$work/cut.out" || fail "the cancelled stream did not say why"
 pids=""
-for f in "$work"/a.log "$work"/b.log; do
+for f in "$work"/a.log "$work"/b.log "$work"/c.log; do
     for pat in 'ERROR: AddressSanitizer' 'ERROR: LeakSanitizer' 'runtime error:' 'WARNING: ThreadSanitizer'; do
         grep -Fq "$pat" "$f" && fail "a sanitizer report ($pat) in $f"
     done
