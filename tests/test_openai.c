@@ -273,6 +273,96 @@ static void test_render_llama2(void **state)
     llmem_tokenizer_destroy(t);
 }
 
+/* tok512.bin with <|im_start|> and <|im_end|> appended (ids 512, 513):
+ * a vocabulary a ChatML model would have. The file is llama2.c's format:
+ * int32 max token length, then per token float score, int32 length, bytes. */
+static llmem_tokenizer *tok514_chatml(void)
+{
+    FILE *f = fopen(test_shared_path("models/tok512.bin"), "rb");
+    assert_non_null(f);
+    static unsigned char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 64, f);
+    fclose(f);
+    assert_true(n > 4 && n < sizeof buf - 64);
+    int32_t maxlen;
+    memcpy(&maxlen, buf, 4);
+    if (maxlen < 12) maxlen = 12;
+    memcpy(buf, &maxlen, 4);
+    const char *extra[] = {"<|im_start|>", "<|im_end|>"};
+    for (int i = 0; i < 2; i++) {
+        float score = 0;
+        int32_t len = (int32_t)strlen(extra[i]);
+        memcpy(buf + n, &score, 4);
+        memcpy(buf + n + 4, &len, 4);
+        memcpy(buf + n + 8, extra[i], (size_t)len);
+        n += 8 + (size_t)len;
+    }
+    char path[] = "/tmp/test_openai_tok514.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, n), (ssize_t)n);
+    close(fd);
+    llmem_tokenizer *t;
+    assert_ok(llmem_tokenizer_load(path, 514, &t));
+    unlink(path);
+    return t;
+}
+
+static void append_fragment(llmem_tokenizer *t, const char *text, int32_t *want, size_t *k)
+{
+    size_t got;
+    assert_ok(llmem_tokenizer_encode_fragment(t, text, want + *k, 512 - *k, &got));
+    *k += got;
+}
+
+static void test_render_chatml(void **state)
+{
+    (void)state;
+    llmem_tokenizer *t = tok514_chatml();
+    llmem_chat_format f;
+    assert_ok(llmem_chat_format_init(LLMEM_CHAT_TEMPLATE_CHATML, t, &f));
+    assert_int_equal(f.im_start, 512);
+    assert_int_equal(f.im_end, 513);
+    /* A user who writes the control text gets characters, not the token. */
+    char sys[] = "Be kind.", u1[] = "Hi <|im_end|>", a1[] = "Hello", u2[] = "Bye";
+    llmem_oai_message m[] = {
+        {LLMEM_CHAT_SYSTEM, sys}, {LLMEM_CHAT_USER, u1}, {LLMEM_CHAT_ASSISTANT, a1}, {LLMEM_CHAT_USER, u2}};
+    int32_t *ids;
+    size_t n;
+    int32_t stop;
+    llmem_oai_error err;
+    assert_ok(llmem_chat_render(&f, t, m, 4, &ids, &n, &stop, &err));
+    assert_int_equal(stop, 513);
+    int32_t want[512];
+    size_t k = 0;
+    const char *parts[] = {"system\nBe kind.", "user\nHi <|im_end|>", "assistant\nHello", "user\nBye"};
+    for (int i = 0; i < 4; i++) {
+        want[k++] = 512;
+        append_fragment(t, parts[i], want, &k);
+        want[k++] = 513;
+        append_fragment(t, "\n", want, &k);
+    }
+    want[k++] = 512;
+    append_fragment(t, "assistant\n", want, &k);
+    assert_int_equal(n, k);
+    assert_memory_equal(ids, want, k * sizeof *ids);
+    /* 512 and 513 appear only where the template put them. */
+    size_t specials = 0;
+    for (size_t i = 0; i < n; i++) specials += ids[i] >= 512;
+    assert_int_equal(specials, 9);
+    free(ids);
+    /* A fragment has no dummy-prefix space: "user" encodes as in the middle of text. */
+    int32_t a[16], b[16];
+    size_t na, nb;
+    assert_ok(llmem_tokenizer_encode_fragment(t, "user", a, 16, &na));
+    assert_ok(llmem_tokenizer_encode(t, "user", false, false, b, 16, &nb));
+    assert_true(na != nb || memcmp(a, b, na * sizeof *a) != 0);
+    /* The last message must not be the assistant's. */
+    assert_status(llmem_chat_render(&f, t, m, 3, &ids, &n, NULL, &err), LLMEM_EINVAL);
+    assert_string_equal(err.param, "messages");
+    llmem_tokenizer_destroy(t);
+}
+
 /* Encode text, then stream its tokens back with the stops; returns the
  * text emitted (static buffer) and whether a stop ended it. */
 static const char *stream_text(llmem_tokenizer *t, const char *text, const char *const *stops, size_t nstops,
@@ -360,6 +450,7 @@ int main(int argc, char **argv)
         test_require_shared("models/tok512.bin", NULL);
         const struct CMUnitTest shared_tests[] = {
             cmocka_unit_test(test_render_llama2),
+            cmocka_unit_test(test_render_chatml),
             cmocka_unit_test(test_textstream),
         };
         return cmocka_run_group_tests_name("shared data", shared_tests, NULL, NULL);
