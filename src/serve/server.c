@@ -202,7 +202,6 @@ static bool on_event(void *ctx, const llmem_sched_event *ev)
         pthread_mutex_unlock(&r->mu);
         return stop;
     case LLMEM_SCHED_EV_FINISH: {
-        bool last = false;
         pthread_mutex_lock(&r->mu);
         srv_sample_out *so = &r->s[ev->sample];
         if (!r->done && !so->finished) {
@@ -219,7 +218,9 @@ static bool on_event(void *ctx, const llmem_sched_event *ev)
             llmem_textstream_finish(so->ts, &text, &len);
             if (!r->q->stream || !r->error) sample_text(r, ev->sample, text, len, llmem__srv_finish_reason(ev->finish));
             if (r->finished == r->n) {
-                last = true;
+                /* Here, under r->mu: once done is set the handler may
+                 * answer and free r at any moment. */
+                record_latency(s, r);
                 if (r->q->stream) {
                     if (r->error) {
                         llmem__srv_stream_error(r, "server_error", r->error_msg);
@@ -238,7 +239,6 @@ static bool on_event(void *ctx, const llmem_sched_event *ev)
             pthread_cond_broadcast(&r->cv);
         }
         pthread_mutex_unlock(&r->mu);
-        if (last) record_latency(s, r);
         return false;
     }
     default: return false;
@@ -538,6 +538,9 @@ llmem_status llmem_server_create(const llmem_server_options *o, llmem_server **o
         st = build(s);
         s->o.chat_template = NULL;
     }
+    /* The first sample before the step thread runs: the engine's stats
+     * are the step thread's to read from then on. */
+    if (!st) llmem__srv_sample(s, true);
     if (!st) st = llmem__srv_http_start(s);
     if (!st && pthread_create(&s->stepper, NULL, step_loop, s))
         st = llmem__fail(LLMEM_EOS, "serve: cannot start the step thread");
@@ -549,7 +552,6 @@ llmem_status llmem_server_create(const llmem_server_options *o, llmem_server **o
         llmem_server_destroy(s);
         return llmem__fail(st, "%s", msg);
     }
-    llmem__srv_sample(s, true);
     if (o->fault_probability > 0) {
         /* Armed once everything is built: what fails is the serving's own
          * commits (KV blocks above all), never the start. */
