@@ -206,7 +206,7 @@ expect_code 200 "timeline"
 expect_body '"samples":\[\{"t":' "timeline samples"
 
 # SIGTERM with a request in flight: it finishes within the drain, exit 0.
-curl -s -N -H "$auth" --data-binary '{"prompt":"hello","max_tokens":1500,"temperature":0,"stream":true}' \
+curl -s -N -H "$auth" --data-binary '{"prompt":"hello","max_tokens":1500,"n":2,"temperature":0,"stream":true}' \
     "http://127.0.0.1:$port/v1/completions" >"$work/drain.out" &
 c3=$!
 wait_metric vllm:num_requests_running 1
@@ -253,7 +253,7 @@ expect_code 400 "chat roles the template cannot express"
 req POST /v1/chat/completions "$(json '{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true}')" -N
 expect_code 200 "chat stream"
 expect_body '"delta":\{"role":"assistant"' "chat stream role"
-curl -s -N --data-binary '{"prompt":"hello","max_tokens":3000,"temperature":0,"stream":true}' \
+curl -s -N --data-binary '{"prompt":"hello","max_tokens":4000,"n":8,"temperature":0,"stream":true}' \
     "http://127.0.0.1:$port/v1/completions" >"$work/cut.out" &
 c4=$!
 wait_metric vllm:num_requests_running 1

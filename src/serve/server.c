@@ -602,19 +602,23 @@ llmem_status llmem_server_shutdown(llmem_server *s, uint32_t deadline_ms, llmem_
     uint32_t at_start = s->ninflight;
     pthread_mutex_unlock(&s->mu);
     wait_inflight(s, t0 + (uint64_t)deadline_ms * 1000000ull);
-    /* The deadline: whatever still runs is cancelled; its handler or
-     * stream reader sees cancel_all and ends its response. */
+    /* The deadline: whatever still runs is cancelled here, then its
+     * handler or stream reader sees cancel_all and ends its response
+     * (in that order: a handler that saw cancel_all first would cancel
+     * and free its request itself, and it would not be counted). A
+     * request whose handler frees it meanwhile finished by itself: its
+     * id is then unknown and not counted. */
     uint32_t cancelled = 0;
     pthread_mutex_lock(&s->mu);
     uint32_t left = s->ninflight;
     llmem_sched_req *ids = left ? calloc(left, sizeof *ids) : NULL;
     size_t nids = 0;
     for (srv_req *r = s->inflight; r && ids; r = r->next) ids[nids++] = r->id;
-    atomic_store(&s->cancel_all, true);
     pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; i < nids; i++)
         if (ids[i] && !llmem_sched_cancel(s->sched, ids[i])) cancelled++;
     free(ids);
+    atomic_store(&s->cancel_all, true);
     wait_inflight(s, llmem__now_ns() + 5000ull * 1000000ull);
     llmem__srv_http_stop(s);
     atomic_store(&s->stop, true);
