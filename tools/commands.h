@@ -24,6 +24,7 @@ int llmem_bench_waste(int argc, char **argv);
 int llmem_bench_checked(int argc, char **argv);
 int llmem_bench_kernels(int argc, char **argv);
 int llmem_bench_device(int argc, char **argv);
+int llmem_bench_serve(int argc, char **argv);
 
 #include "llmem/llmem.h"
 
