@@ -133,13 +133,15 @@ check-fuzz:
 # The long runs: the 8-thread stress of pool, fixed pool and KV for
 # SOAK_STRESS_SECONDS, then `llmem soak` for SOAK_MINUTES (samples of
 # resident memory each second in build/soak-samples.csv, a JSON summary on
-# stdout; fails on RSS drift above 2% after warm-up, or on any leak).
+# stdout; fails on RSS drift above 2% after warm-up, or on any leak), then
+# the serving soak (tests/serve_soak.sh) for as long.
 soak:
 	@scripts/deps.sh build test
 	@cmake -S . -B build -DLLMEM_BUILD_TESTS=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j$(JOBS) --target llmem_tool test_stress_threads >/dev/null
 	LLMEM_STRESS_SECONDS=$(SOAK_STRESS_SECONDS) build/tests/test_stress_threads
 	build/llmem soak --minutes $(SOAK_MINUTES) --samples build/soak-samples.csv --progress
+	sh tests/serve_soak.sh build/llmem $$(( $(SOAK_MINUTES) * 60 ))
 
 install: build
 	cmake --install build --prefix $(PREFIX)

@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "                   [--no-prefix-cache] [--swap BYTES] [--max-batch N] [--max-step-tokens N]\n"
             "                   [--max-seq-len N] [--threads N] [--max-waiting N] [--max-body BYTES]\n"
             "                   [--max-connections N] [--default-max-tokens N] [--drain-ms N]\n"
-            "                   [--fault-probability P] [--fault-seed N] [--access-log] [--port-file FILE]\n"
+            "                   [--idle-decay-ms N] [--fault-probability P] [--fault-seed N] [--access-log]\n"
+            "                   [--port-file FILE]\n"
             "\n"
             "An OpenAI-compatible server: POST /v1/completions, /v1/chat/completions (stream: true as\n"
             "server-sent events), GET /v1/models, /health, /metrics (Prometheus), / (a live dashboard).\n"
@@ -56,6 +57,7 @@ static void usage(FILE *f)
             "  --max-connections N  connections at once (default 256)\n"
             "  --default-max-tokens N  completions without max_tokens (default 16)\n"
             "  --drain-ms N         on SIGTERM, how long requests in flight may finish (default 10000)\n"
+            "  --idle-decay-ms N    idle time before the controller gives memory back (default 1000)\n"
             "  --fault-probability P  testing: each KV/pool commit fails with probability P once serving\n"
             "  --fault-seed N       its seed\n"
             "  --access-log         a line per request on stderr\n"
@@ -158,6 +160,9 @@ int llmem_cmd_serve(int argc, char **argv)
             NEED();
             if (!tool_parse_u32(v, 0, UINT32_MAX, &u)) return bad(a, v);
             o.fault_seed = u;
+        } else if (!strcmp(a, "--idle-decay-ms")) {
+            NEED();
+            if (!tool_parse_u32(v, 1, 3600u * 1000, &o.idle_decay_ms)) return bad(a, v);
         } else if (!strcmp(a, "--port-file")) { NEED(); port_file = v; }
         else if (a[0] == '-') {
             fprintf(stderr, "llmem serve: unknown option %s (llmem serve --help)\n", a);
