@@ -578,7 +578,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     while (l && msg[l - 1] == '\n') msg[--l] = 0;
     /* A client that went away mid-response is routine (its request is
      * cancelled); only the access log mentions it. */
-    bool routine = strstr(msg, "no longer available") || strstr(msg, "Connection reset") || strstr(msg, "Broken pipe");
+    bool routine = strstr(msg, "no longer available") || strstr(msg, "Connection reset") ||
+                   strstr(msg, "forcibly closed") || strstr(msg, "Broken pipe") ||
+                   strstr(msg, "application error generating response");
     llmem_server *s = cls;
     if (!routine || s->o.access_log) fprintf(stderr, "llmem serve: http: %s\n", msg);
 }

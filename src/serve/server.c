@@ -490,6 +490,12 @@ static llmem_status build(llmem_server *s)
     s->samples = calloc(SRV_SAMPLES, sizeof *s->samples);
     s->lat = calloc(SRV_LATENCIES, sizeof *s->lat);
     if (!s->samples || !s->lat) return llmem__fail(LLMEM_ENOMEM, "serve: out of memory");
+    /* Written through now, so the rings (about 420 KiB) are resident from
+     * the start: filling them as the server runs would read as slow
+     * growth of its resident memory for the first minutes (the soak's
+     * drift check). */
+    for (size_t i = 0; i < SRV_SAMPLES; i++) s->samples[i].t = -1;
+    for (size_t i = 0; i < SRV_LATENCIES; i++) s->lat[i].ttft = -1;
     return LLMEM_OK;
 }
 
