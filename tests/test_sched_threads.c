@@ -93,6 +93,14 @@ static void *client_main(void *arg)
             if (llmem_sched_wait(w->s, id, &progress, 50000000) == LLMEM_EINVAL) break; /* the rogue released it */
             bool all_done = true, gone = false;
             for (uint32_t k = 0; k < p.n; k++) {
+                /* The state first, then the read: a step may append and
+                 * finish between the two calls, so only a state seen before
+                 * the read promises the read got every token. */
+                llmem_sched_info info;
+                if (llmem_sched_get_info(w->s, id, k, &info)) {
+                    gone = true;
+                    break;
+                }
                 size_t got;
                 if (llmem_sched_read(w->s, id, k, seen[k], out, 64 - seen[k], &got)) {
                     gone = true;
@@ -101,12 +109,7 @@ static void *client_main(void *arg)
                 memcpy(&streamed[k][seen[k]], out, got * sizeof *out);
                 atomic_fetch_add(&w->tokens_read, got);
                 seen[k] += got;
-                llmem_sched_info info;
-                if (llmem_sched_get_info(w->s, id, k, &info)) {
-                    gone = true;
-                    break;
-                }
-                if (info.visible < seen[k]) c->failures++; /* reads only grow */
+                if (seen[k] < info.visible) c->failures++; /* reads only grow */
                 if (info.state != LLMEM_SCHED_FINISHED) all_done = false;
             }
             if (gone) break;

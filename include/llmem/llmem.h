@@ -35,6 +35,7 @@
 #include "llmem/stage.h"
 #include "llmem/engine.h"
 #include "llmem/planner.h"
+#include "llmem/workload.h"
 #include "llmem/predictor.h"
 #include "llmem/timeline.h"
 #include "llmem/controller.h"
