@@ -24,7 +24,7 @@ NOASLR := $(shell setarch "$$(uname -m)" -R true >/dev/null 2>&1 && echo 'setarc
 
 FUZZ_SECONDS ?= 60
 # Every libFuzzer target, by corpus name (fuzz/fuzz_<t>.c, fuzz/corpus/<t>).
-FUZZ_TARGETS = trace shape kv model tokenizer pool fixed arena sched
+FUZZ_TARGETS = trace shape kv model tokenizer pool fixed arena sched oai
 SOAK_MINUTES ?= 30
 SOAK_STRESS_SECONDS ?= 60
 
@@ -79,7 +79,7 @@ check-asan:
 check-tsan:
 	@scripts/deps.sh test
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMEM_SANITIZE=thread -DLLMEM_BUILD_TESTS=ON -DLLMEM_WERROR=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-tsan -j$(JOBS) --target test_fixed_threads test_resource_threads test_pool_threads test_kv_threads test_threads test_controller_threads test_sched_threads test_stress_threads test_fence
+	cmake --build build-tsan -j$(JOBS) --target test_fixed_threads test_resource_threads test_pool_threads test_kv_threads test_threads test_controller_threads test_sched_threads test_stress_threads test_fence llmem_tool
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(NOASLR) $(CTEST) -L threads \
 	    --output-junit ctest.xml; rc=$$?; ../tests/skip_summary.sh ctest.xml; exit $$rc
 
@@ -133,13 +133,15 @@ check-fuzz:
 # The long runs: the 8-thread stress of pool, fixed pool and KV for
 # SOAK_STRESS_SECONDS, then `llmem soak` for SOAK_MINUTES (samples of
 # resident memory each second in build/soak-samples.csv, a JSON summary on
-# stdout; fails on RSS drift above 2% after warm-up, or on any leak).
+# stdout; fails on RSS drift above 2% after warm-up, or on any leak), then
+# the serving soak (tests/serve_soak.sh) for as long.
 soak:
 	@scripts/deps.sh build test
 	@cmake -S . -B build -DLLMEM_BUILD_TESTS=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j$(JOBS) --target llmem_tool test_stress_threads >/dev/null
 	LLMEM_STRESS_SECONDS=$(SOAK_STRESS_SECONDS) build/tests/test_stress_threads
 	build/llmem soak --minutes $(SOAK_MINUTES) --samples build/soak-samples.csv --progress
+	sh tests/serve_soak.sh build/llmem $$(( $(SOAK_MINUTES) * 60 ))
 
 install: build
 	cmake --install build --prefix $(PREFIX)

@@ -255,7 +255,8 @@ int llmem_cmd_bench(int argc, char **argv)
                    "  waste   internal waste on the tensor mix: default, profile-refined, multi-size\n"
                    "  checked what checked mode costs: release pools against checked pools\n"
                    "  kernels the engine's matmul (each path and weight type) against run.c's loop; thread team latency\n"
-                   "  device  a CUDA GPU: pool, cuda-vmm, KV append and swap against the CUDA runtime\n");
+                   "  device  a CUDA GPU: pool, cuda-vmm, KV append and swap against the CUDA runtime\n"
+                   "  serve   llmem serve under open-loop streaming load: paged vs static KV, prefix cache on vs off\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "pools")) return bench_pools(argc - 1, argv + 1);
@@ -264,6 +265,7 @@ int llmem_cmd_bench(int argc, char **argv)
     if (!strcmp(argv[1], "checked")) return llmem_bench_checked(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kernels")) return llmem_bench_kernels(argc - 1, argv + 1);
     if (!strcmp(argv[1], "device")) return llmem_bench_device(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return llmem_bench_serve(argc - 1, argv + 1);
     fprintf(stderr, "llmem bench: unknown benchmark '%s'\n", argv[1]);
     return 2;
 }

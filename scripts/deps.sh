@@ -4,8 +4,8 @@
 # Runs apt-get as root (directly, or through sudo when not root).
 set -eu
 
-pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev libpcre2-dev"
-pkgs_test="libcmocka-dev libnuma1 sqlite3" # sqlite3: tests/shim/programs.sh
+pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev libmicrohttpd-dev libpcre2-dev"
+pkgs_test="libcmocka-dev libnuma1 sqlite3 curl" # sqlite3: tests/shim/programs.sh; curl: tests/serve_*.sh
 pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered headless (tests/timeline_render.sh)
 pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
 # bench/programs.sh: real programs under each allocator

@@ -20,6 +20,6 @@ cc -std=c11 -Wall -Werror "$src/main.c" -o "$work/consumer_pc" $(pkg-config --cf
 LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/consumer_pc"
 cc -std=c11 -Wall -Werror "$src/main.c" -o "$work/consumer_pc_static" \
     $(pkg-config --cflags llmem) "$(dirname "$libdir")/libllmem.a" $(pkg-config --libs-only-other --static llmem) \
-    -lcjson -lpthread -ldl -lm
+    -lcjson -lmicrohttpd -lpcre2-8 -lpthread -ldl -lm
 "$work/consumer_pc_static"
 echo "install consumer: find_package and pkg-config builds ran"

@@ -15,6 +15,7 @@ int llmem_cmd_run(int argc, char **argv);
 int llmem_cmd_synth(int argc, char **argv);
 int llmem_cmd_plan(int argc, char **argv);
 int llmem_cmd_soak(int argc, char **argv);
+int llmem_cmd_serve(int argc, char **argv);
 
 /* The foundation tour (cmd_demo.c), behind llmem demo --tour. */
 int llmem_demo_tour(bool json);
@@ -23,6 +24,7 @@ int llmem_bench_waste(int argc, char **argv);
 int llmem_bench_checked(int argc, char **argv);
 int llmem_bench_kernels(int argc, char **argv);
 int llmem_bench_device(int argc, char **argv);
+int llmem_bench_serve(int argc, char **argv);
 
 #include "llmem/llmem.h"
 

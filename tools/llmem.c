@@ -32,6 +32,7 @@ static const command commands[] = {
     {"plan", llmem_cmd_plan, "the memory a workload needs: weights, KV, activations, reserve, what fits"},
     {"synth", llmem_cmd_synth, "write a model of a given shape with synthetic weights"},
     {"replay", llmem_cmd_replay, "replay a request trace through the KV cache strategies"},
+    {"serve", llmem_cmd_serve, "an OpenAI-compatible HTTP server over the engine (llmem serve --help)"},
     {"soak", llmem_cmd_soak, "serve random bursts for a long time; check resident memory for drift and leaks"},
     {"help", cmd_help, "this text"},
 };

@@ -43,5 +43,7 @@
 #include "llmem/step_model.h"
 #include "llmem/sched.h"
 #include "llmem/replay.h"
+#include "llmem/openai.h"
+#include "llmem/server.h"
 
 #endif /* LLMEM_LLMEM_H */

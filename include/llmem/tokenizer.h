@@ -73,6 +73,13 @@ LLMEM_API bool llmem_tokenizer_is_bpe(const llmem_tokenizer *t);
 LLMEM_API llmem_status llmem_tokenizer_encode(const llmem_tokenizer *t, const char *text, bool bos, bool eos,
                                               int32_t *out, size_t cap, size_t *n);
 
+/* The same for a fragment that continues a prompt (the text between two
+ * special tokens of a chat template): no BOS, no dummy-prefix space, so
+ * "<|im_start|>" + fragment("user") encodes "user" as a model trained on
+ * such prompts saw it. Same errors. */
+LLMEM_API llmem_status llmem_tokenizer_encode_fragment(const llmem_tokenizer *t, const char *text, int32_t *out,
+                                                       size_t cap, size_t *n);
+
 /* The same, and control tokens written in the text ("<|im_start|>") become
  * those tokens (llama.cpp's parse_special), as chat templates need. For
  * SentencePiece vocabularies, the same as llmem_tokenizer_encode. */

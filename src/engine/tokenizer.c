@@ -521,8 +521,8 @@ static void push_pair(tok_work *w, int32_t l)
 
 /* On LLMEM_ERANGE *n still gets the count needed, so (out NULL, cap 0) is a
  * size query. Allocates only for texts over LLMEM__TOK_SMALL symbols. */
-llmem_status llmem_tokenizer_encode(const llmem_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
-                                    size_t cap, size_t *n)
+static llmem_status encode(const llmem_tokenizer *t, const char *text, bool bos, bool eos, bool prefix, int32_t *out,
+                           size_t cap, size_t *n)
 {
     if (n) *n = 0;
     if (!t || !text || !n || (!out && cap)) return llmem__fail(LLMEM_EINVAL, "tokenizer: encode: null argument");
@@ -554,7 +554,7 @@ llmem_status llmem_tokenizer_encode(const llmem_tokenizer *t, const char *text, 
     /* The initial symbols, as run.c makes them. */
     int32_t k = 0;
     if (bos) w.tok[k++] = t->bos;
-    if (tlen) w.tok[k++] = t->space_id >= 0 ? t->space_id : t->byte_id[' '];
+    if (tlen && prefix) w.tok[k++] = t->space_id >= 0 ? t->space_id : t->byte_id[' '];
     const unsigned char *c = (const unsigned char *)text;
     for (size_t i = 0; i < tlen;) {
         /* One buffer: a byte, then the continuation bytes that follow while
@@ -602,6 +602,18 @@ llmem_status llmem_tokenizer_encode(const llmem_tokenizer *t, const char *text, 
     }
     free(mem);
     return st;
+}
+
+llmem_status llmem_tokenizer_encode(const llmem_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
+                                    size_t cap, size_t *n)
+{
+    return encode(t, text, bos, eos, true, out, cap, n);
+}
+
+llmem_status llmem_tokenizer_encode_fragment(const llmem_tokenizer *t, const char *text, int32_t *out, size_t cap,
+                                             size_t *n)
+{
+    return encode(t, text, false, false, false, out, cap, n);
 }
 
 /* ---- decode -------------------------------------------------------------- */

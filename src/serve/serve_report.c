@@ -1,0 +1,331 @@
+/*
+ * serve_report.c - what the server says about itself: GET /metrics
+ * (Prometheus text), GET /llmem/timeline (JSON for the dashboard), the
+ * samples behind it, and the dashboard page (llmem/server.h).
+ *
+ * Metrics: vLLM's names where one exists, with its label model_name:
+ * vllm:num_requests_running / _waiting / _swapped, vllm:kv_cache_usage_perc
+ * (and the older vllm:gpu_cache_usage_perc, the same value), prefix cache
+ * queries and hits, preemptions, prompt and generation token counters,
+ * request_success by finished_reason, and the latency histograms the
+ * scheduler keeps in vLLM's buckets (time_to_first_token_seconds,
+ * time_per_output_token_seconds, e2e_request_latency_seconds,
+ * request_queue_time_seconds). Then every llmem component's stats through
+ * the exporter: server, scheduler, engine, KV, pool, controller, tracking
+ * resource. The engine's stats are read by the step thread only (its
+ * snapshot, under snap_mu); the others are safe from any thread.
+ *
+ * Samples: after every step (and at creation) the step thread records one
+ * sample at most every 50 ms into a ring of SRV_SAMPLES: the pool's
+ * reserved, committed and used bytes, KV utilisation, the stage, requests
+ * running and waiting, tokens generated, RSS. GET /llmem/timeline?since=K
+ * returns the samples recorded from K on (the newest SRV_SAMPLES), the
+ * controller's latest events, and P50/P99 of the latest requests'
+ * latencies.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "serve_internal.h"
+#include "server_impl.h"
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, res = 0;
+    int n = fscanf(f, "%llu %llu", &size, &res);
+    fclose(f);
+    return n == 2 ? res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+void llmem__srv_sample(llmem_server *s, bool force)
+{
+    uint64_t now = llmem__now_ns();
+    if (!force && now - s->last_sample_ns < 50ull * 1000 * 1000) return;
+    s->last_sample_ns = now;
+    srv_sample x;
+    memset(&x, 0, sizeof x);
+    x.t = (double)(now - s->start_ns) * 1e-9;
+    llmem_pool_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    llmem_pool *pool = s->mc ? llmem_memctl_pool(s->mc) : NULL;
+    if (pool && !llmem_pool_get_stats(pool, &ps)) {
+        x.reserved = ps.reserved_bytes;
+        x.committed = ps.committed_bytes;
+        x.used = ps.used_bytes;
+    }
+    llmem_controller_stats cs;
+    memset(&cs, 0, sizeof cs);
+    cs.struct_size = sizeof cs;
+    llmem_controller *ctl = s->mc ? llmem_memctl_controller(s->mc) : NULL;
+    if (ctl && !llmem_controller_get_stats(ctl, &cs)) x.stage = (uint32_t)cs.stage;
+    llmem_sched_stats ss;
+    memset(&ss, 0, sizeof ss);
+    ss.struct_size = sizeof ss;
+    if (s->sched && !llmem_sched_get_stats(s->sched, &ss)) {
+        x.running = (uint32_t)ss.requests_running;
+        x.waiting = (uint32_t)ss.requests_waiting;
+        x.swapped = (uint32_t)ss.sequences_swapped;
+        x.generated = ss.generation_tokens_total;
+        x.kv_usage = ss.kv_usage;
+    }
+    llmem_engine_stats es;
+    memset(&es, 0, sizeof es);
+    es.struct_size = sizeof es;
+    bool have_es = s->engine && !llmem_engine_get_stats(s->engine, &es);
+    llmem_kv_stats ks;
+    memset(&ks, 0, sizeof ks);
+    ks.struct_size = sizeof ks;
+    llmem_kv *kv = s->engine ? llmem_engine_kv(s->engine) : NULL;
+    bool have_ks = kv && !llmem_kv_get_stats(kv, &ks);
+    x.kv_util = have_ks && ks.tokens_reserved ? (double)ks.tokens_written / (double)ks.tokens_reserved : -1;
+    x.rss = rss_bytes();
+    pthread_mutex_lock(&s->snap_mu);
+    s->samples[s->nsamples++ % SRV_SAMPLES] = x;
+    if (have_es) s->es = es;
+    if (have_ks) {
+        s->ks = ks;
+        s->have_ks = true;
+    }
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
+/* ---- metrics ------------------------------------------------------------------ */
+
+static void family(llmem_sbuf *b, const char *name, const char *type, const char *help)
+{
+    llmem_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample_u(llmem_sbuf *b, const char *name, const char *model, uint64_t v)
+{
+    llmem_sbuf_printf(b, "%s{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)v);
+}
+
+static void sample_d(llmem_sbuf *b, const char *name, const char *model, double v)
+{
+    llmem_sbuf_printf(b, "%s{model_name=\"%s\"} %.17g\n", name, model, v);
+}
+
+static void histogram(llmem_server *s, llmem_sbuf *b, llmem_sched_hist_kind k, const char *name, const char *help,
+                      const char *model)
+{
+    llmem_sched_histogram h;
+    if (llmem_sched_get_histogram(s->sched, k, &h)) return;
+    family(b, name, "histogram", help);
+    for (uint32_t i = 0; i < h.buckets; i++)
+        llmem_sbuf_printf(b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", name, model, h.le[i],
+                          (unsigned long long)h.cumulative[i]);
+    llmem_sbuf_printf(b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", name, model, (unsigned long long)h.count);
+    llmem_sbuf_printf(b, "%s_sum{model_name=\"%s\"} %.17g\n", name, model, h.sum);
+    llmem_sbuf_printf(b, "%s_count{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)h.count);
+}
+
+/* The model name as a Prometheus label value (\\, \" and \n escaped),
+ * cut to fit. */
+static void label_value(const char *in, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const char *p = in; *p && o + 3 < cap; p++) {
+        if (*p == '\\' || *p == '"') {
+            out[o++] = '\\';
+            out[o++] = *p;
+        } else if (*p == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = 0;
+}
+
+void llmem__srv_metrics(llmem_server *s, llmem_sbuf *b)
+{
+    char model[256];
+    label_value(s->model_name, model, sizeof model);
+    llmem_sched_stats ss;
+    memset(&ss, 0, sizeof ss);
+    ss.struct_size = sizeof ss;
+    llmem_sched_get_stats(s->sched, &ss);
+
+    family(b, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
+    sample_u(b, "vllm:num_requests_running", model, ss.requests_running);
+    family(b, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
+    sample_u(b, "vllm:num_requests_waiting", model, ss.requests_waiting);
+    family(b, "vllm:num_requests_swapped", "gauge", "Number of sequences swapped out to host memory.");
+    sample_u(b, "vllm:num_requests_swapped", model, ss.sequences_swapped);
+    family(b, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
+    sample_d(b, "vllm:kv_cache_usage_perc", model, ss.kv_usage);
+    family(b, "vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage (the older name). 1 means 100 percent usage.");
+    sample_d(b, "vllm:gpu_cache_usage_perc", model, ss.kv_usage);
+    family(b, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in tokens.");
+    sample_u(b, "vllm:prefix_cache_queries_total", model, ss.prefix_cache_queries_total);
+    family(b, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens.");
+    sample_u(b, "vllm:prefix_cache_hits_total", model, ss.prefix_cache_hits_total);
+    family(b, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.");
+    sample_u(b, "vllm:num_preemptions_total", model, ss.preemptions_total);
+    family(b, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
+    sample_u(b, "vllm:prompt_tokens_total", model, ss.prompt_tokens_total);
+    family(b, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
+    sample_u(b, "vllm:generation_tokens_total", model, ss.generation_tokens_total);
+    family(b, "vllm:request_success_total", "counter", "Count of successfully processed samples, by reason.");
+    llmem_sbuf_printf(b, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"stop\"} %llu\n", model,
+                      (unsigned long long)ss.samples_stop_total);
+    llmem_sbuf_printf(b, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"length\"} %llu\n", model,
+                      (unsigned long long)(ss.samples_length_total + ss.samples_context_total +
+                                           ss.samples_memory_total));
+    llmem_sbuf_printf(b, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"abort\"} %llu\n", model,
+                      (unsigned long long)ss.requests_cancelled_total);
+    histogram(s, b, LLMEM_SCHED_HIST_TTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", model);
+    histogram(s, b, LLMEM_SCHED_HIST_TPOT, "vllm:time_per_output_token_seconds",
+              "Histogram of time per output token in seconds.", model);
+    histogram(s, b, LLMEM_SCHED_HIST_E2E, "vllm:e2e_request_latency_seconds",
+              "Histogram of end to end request latency in seconds.", model);
+    histogram(s, b, LLMEM_SCHED_HIST_QUEUE, "vllm:request_queue_time_seconds",
+              "Histogram of time spent waiting in the queue in seconds.", model);
+
+    /* Every llmem component, through the exporter. */
+    llmem_exporter *ex;
+    if (llmem_exporter_create(LLMEM_EXPORT_PROMETHEUS, &ex)) {
+        b->failed = true;
+        return;
+    }
+    llmem_label lab = {"model_name", s->model_name};
+    llmem_server_stats sv;
+    memset(&sv, 0, sizeof sv);
+    sv.struct_size = sizeof sv;
+    llmem_server_get_stats(s, &sv);
+    llmem_exporter_add(ex, llmem_server_stats_schema(), &sv, &lab, 1);
+    llmem_exporter_add(ex, llmem_sched_stats_schema(), &ss, &lab, 1);
+    pthread_mutex_lock(&s->snap_mu);
+    llmem_engine_stats es = s->es;
+    pthread_mutex_unlock(&s->snap_mu);
+    if (es.struct_size) llmem_exporter_add(ex, llmem_engine_stats_schema(), &es, &lab, 1);
+    llmem_kv *kv = llmem_engine_kv(s->engine);
+    llmem_kv_stats ks;
+    memset(&ks, 0, sizeof ks);
+    ks.struct_size = sizeof ks;
+    if (kv && !llmem_kv_get_stats(kv, &ks)) llmem_exporter_add(ex, llmem_kv_stats_schema(), &ks, &lab, 1);
+    llmem_pool_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    if (!llmem_pool_get_stats(llmem_memctl_pool(s->mc), &ps))
+        llmem_exporter_add(ex, llmem_pool_stats_schema(), &ps, &lab, 1);
+    llmem_controller_stats cs;
+    memset(&cs, 0, sizeof cs);
+    cs.struct_size = sizeof cs;
+    if (!llmem_controller_get_stats(llmem_memctl_controller(s->mc), &cs))
+        llmem_exporter_add(ex, llmem_controller_stats_schema(), &cs, &lab, 1);
+    llmem_tracking_stats ts;
+    memset(&ts, 0, sizeof ts);
+    ts.struct_size = sizeof ts;
+    if (!llmem_tracking_resource_get_stats(s->track, &ts))
+        llmem_exporter_add(ex, llmem_tracking_stats_schema(), &ts, &lab, 1);
+    size_t len = 0;
+    llmem_status st = llmem_exporter_render(ex, NULL, 0, &len);
+    if (st == LLMEM_OK || st == LLMEM_ERANGE) {
+        char *buf = malloc(len + 1);
+        if (buf && !llmem_exporter_render(ex, buf, len + 1, &len)) llmem_sbuf_puts(b, buf);
+        else b->failed = true;
+        free(buf);
+    }
+    llmem_exporter_destroy(ex);
+    llmem_sbuf_printf(b, "# HELP llmem_process_resident_bytes Resident memory of the server process.\n"
+                         "# TYPE llmem_process_resident_bytes gauge\nllmem_process_resident_bytes %llu\n",
+                      (unsigned long long)rss_bytes());
+}
+
+/* ---- timeline JSON --------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p)
+{
+    if (!n) return -1;
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem_sbuf *b)
+{
+    pthread_mutex_lock(&s->snap_mu);
+    uint64_t total = s->nsamples;
+    uint64_t from = total > SRV_SAMPLES ? total - SRV_SAMPLES : 0;
+    if (since > from) from = since < total ? since : total;
+    llmem_sbuf_printf(b, "{\"model\":");
+    llmem__json_str(b, s->model_name, strlen(s->model_name));
+    llmem_sbuf_printf(b, ",\"next\":%llu,\"samples\":[", (unsigned long long)total);
+    for (uint64_t i = from; i < total; i++) {
+        const srv_sample *x = &s->samples[i % SRV_SAMPLES];
+        llmem_sbuf_printf(b,
+                          "%s{\"t\":%.3f,\"stage\":\"%s\",\"reserved\":%llu,\"committed\":%llu,\"used\":%llu,"
+                          "\"kv_util\":%.4f,\"kv_usage\":%.4f,\"running\":%u,\"waiting\":%u,\"swapped\":%u,"
+                          "\"generated\":%llu,\"rss\":%llu}",
+                          i > from ? "," : "", x->t, llmem_stage_name((llmem_stage)x->stage),
+                          (unsigned long long)x->reserved, (unsigned long long)x->committed,
+                          (unsigned long long)x->used, x->kv_util, x->kv_usage, x->running, x->waiting, x->swapped,
+                          (unsigned long long)x->generated, (unsigned long long)x->rss);
+    }
+    pthread_mutex_unlock(&s->snap_mu);
+    llmem_sbuf_puts(b, "],\"events\":[");
+    /* The controller's latest decisions (its ring holds kept = total -
+     * dropped, oldest first). */
+    llmem_controller *ctl = llmem_memctl_controller(s->mc);
+    llmem_controller_stats cs;
+    memset(&cs, 0, sizeof cs);
+    cs.struct_size = sizeof cs;
+    if (ctl && !llmem_controller_get_stats(ctl, &cs)) {
+        size_t kept = (size_t)(cs.events_total - cs.events_dropped) + 8;
+        llmem_ctl_event *ev = malloc(kept * sizeof *ev);
+        size_t nev = ev ? llmem_controller_events(ctl, ev, kept) : 0;
+        size_t first = nev > 64 ? nev - 64 : 0;
+        for (size_t i = first; i < nev; i++)
+            llmem_sbuf_printf(b, "%s{\"t\":%.3f,\"action\":\"%s\",\"stage\":\"%s\",\"before\":%llu,\"after\":%llu}",
+                              i > first ? "," : "",
+                              ev[i].time_ns > s->start_ns ? (double)(ev[i].time_ns - s->start_ns) * 1e-9 : 0.0,
+                              llmem_ctl_action_name(ev[i].action), llmem_stage_name(ev[i].stage),
+                              (unsigned long long)ev[i].bytes_before, (unsigned long long)ev[i].bytes_after);
+        free(ev);
+    }
+    llmem_sbuf_puts(b, "]");
+    /* Latency percentiles over the latest requests. */
+    pthread_mutex_lock(&s->lat_mu);
+    size_t n = s->nlat < SRV_LATENCIES ? (size_t)s->nlat : SRV_LATENCIES;
+    double *v = n ? malloc(4 * n * sizeof *v) : NULL;
+    size_t nt = 0;
+    if (v) {
+        for (size_t i = 0; i < n; i++) {
+            v[i] = s->lat[i].ttft;
+            v[n + i] = s->lat[i].e2e;
+            v[2 * n + i] = s->lat[i].queue;
+            if (s->lat[i].tpot >= 0) v[3 * n + nt++] = s->lat[i].tpot;
+        }
+    }
+    pthread_mutex_unlock(&s->lat_mu);
+    if (v) {
+        qsort(v, n, sizeof *v, cmp_double);
+        qsort(v + n, n, sizeof *v, cmp_double);
+        qsort(v + 2 * n, n, sizeof *v, cmp_double);
+        qsort(v + 3 * n, nt, sizeof *v, cmp_double);
+    }
+    llmem_sbuf_printf(b,
+                      ",\"latency\":{\"requests\":%zu,\"ttft_p50\":%.6f,\"ttft_p99\":%.6f,\"tpot_p50\":%.6f,"
+                      "\"tpot_p99\":%.6f,\"e2e_p50\":%.6f,\"e2e_p99\":%.6f,\"queue_p50\":%.6f,\"queue_p99\":%.6f}",
+                      n, v ? pct(v, n, .5) : -1, v ? pct(v, n, .99) : -1, v ? pct(v + 3 * n, nt, .5) : -1,
+                      v ? pct(v + 3 * n, nt, .99) : -1, v ? pct(v + n, n, .5) : -1, v ? pct(v + n, n, .99) : -1,
+                      v ? pct(v + 2 * n, n, .5) : -1, v ? pct(v + 2 * n, n, .99) : -1);
+    free(v);
+    pthread_mutex_lock(&s->mu);
+    llmem_sbuf_printf(b, ",\"in_flight\":%u}", s->ninflight);
+    pthread_mutex_unlock(&s->mu);
+}
