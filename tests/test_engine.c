@@ -11,7 +11,8 @@
  *    counted; the malloc baseline shows the counter counts);
  *  - stages reach the listener and the pool;
  *  - F16, BF16 and Q8_0 weights give the logits of the f32 model they were
- *    rounded from, within their precision; rope base and dimensions are
+ *    rounded from, within their precision (Q8_0 also rounds the
+ *    activations to int8 in its matmuls); rope base and dimensions are
  *    read from the file;
  *  - bad input is refused with a status and changes nothing, and a full KV
  *    budget is LLMEM_ENOMEM with every sequence intact.
@@ -833,7 +834,13 @@ static void weight_types_agree_with_f32(void **state)
     static const struct {
         uint32_t type;
         float tol;
-    } cases[] = {{LLMEM_DTYPE_F16, 0.01f}, {LLMEM_DTYPE_BF16, 0.06f}, {LLMEM_DTYPE_Q8_0, 0.06f}};
+    } cases[] = {{LLMEM_DTYPE_F16, 0.01f}, {LLMEM_DTYPE_BF16, 0.06f},
+                 /* Two int8 roundings per product (the weight and, since the
+                  * integer kernels, the activation), each ~0.4% rms of a
+                  * uniform block (amax / (127 sqrt 12) over amax / sqrt 3),
+                  * against bf16's one of ~0.1%: about 5 times bf16's error
+                  * (measured: q8_0 0.067, bf16 0.016 of the scale). */
+                 {LLMEM_DTYPE_Q8_0, 0.1f}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         sm.type = cases[c].type;
         write_synth(&sm, path);

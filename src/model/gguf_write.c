@@ -178,6 +178,29 @@ llmem_status llmem_gguf_add_i32_array(llmem_gguf_writer *w, const char *key, con
     return add_num_array(w, key, LLMEM_META_I32, v, n);
 }
 
+llmem_status llmem__gguf_add_raw(llmem_gguf_writer *w, const char *key, size_t key_len, const void *bytes, size_t len)
+{
+    if (!w || !key || !bytes) return llmem__fail(LLMEM_EINVAL, "gguf writer: null argument");
+    char *k = malloc(key_len + 1);
+    if (!k) return llmem__fail(LLMEM_ENOMEM, "gguf writer: out of memory");
+    memcpy(k, key, key_len);
+    k[key_len] = 0;
+    if (strlen(k) != key_len) {
+        free(k);
+        return llmem__fail(LLMEM_EINVAL, "gguf writer: a metadata key with a NUL byte");
+    }
+    size_t mark;
+    llmem_status st = begin(w, k, 0, &mark);
+    if (st) {
+        free(k);
+        return st;
+    }
+    w->kv_len = mark; /* begin wrote the key and a type: the raw bytes carry both */
+    st = end(w, k, mark, put(w, bytes, len));
+    free(k);
+    return st;
+}
+
 /* ---- tensors ------------------------------------------------------------- */
 
 llmem_status llmem_gguf_add_tensor(llmem_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
