@@ -110,7 +110,7 @@ void llmem__act_quantize_ref(uint32_t wtype, const float *x, size_t n, void *row
             const float *xb = x + 32 * b;
             float amax = 0;
             for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
-            float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
+            float db = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
             int sum = 0;
             for (int j = 0; j < 32; j++) {
                 int q = rne(xb[j] * id);
@@ -689,8 +689,8 @@ KQ_TARGET void llmem__qrows_avx2(float *y, const void *act, const void *w, uint3
 }
 
 /* Activation rows, vectorised; the same values as the reference (the
- * same float operations per element: amax, amax / 127, 1 / d, x * id
- * rounded half to even). */
+ * same float operations per element: amax, 127 / amax, x * that rounded
+ * half to even, amax / 127). */
 KQ_TARGET void llmem__act_quantize_avx2(uint32_t wtype, const float *x, size_t n, void *row)
 {
     if (is_k(wtype)) { /* per 256: few enough that the reference's cost is small next to the matmul */
@@ -712,7 +712,7 @@ KQ_TARGET void llmem__act_quantize_avx2(uint32_t wtype, const float *x, size_t n
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
         float amax = _mm_cvtss_f32(h);
-        float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
+        float db = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
         __m256 idv = _mm256_set1_ps(id);
         __m256i q[4];
         for (int i = 0; i < 4; i++)

@@ -15,7 +15,10 @@
  *   generate MODEL N ID...        greedy: N tokens after the prompt ids, space-separated
  *                                 (first highest logit wins a tie)
  *   logits MODEL OUT ID...        teacher forcing: the prompt in one batch, the logits of
- *                                 every position to OUT (f32, ids x vocab, row-major)
+ *                                 every position to OUT (f32, ids x vocab, row-major);
+ *                                 with LLAMACPP_ONE_BY_ONE=1 one token a step instead (the
+ *                                 same products in another order: how far llama.cpp is from
+ *                                 itself)
  *   dequant TYPE IN OUT           ggml's own to_float for the ggml type number TYPE over
  *                                 the whole blocks in IN, f32 to OUT
  *   bench MODEL P N S ROUNDS      timing: S sequences, each a prompt of P tokens (prefill,
@@ -26,7 +29,8 @@
  *
  * The CPU backend is loaded from LLAMACPP_LIBDIR (the package's bins folder,
  * where ggml picks the variant for this CPU). llama.cpp's log goes to
- * stderr only with LLAMACPP_VERBOSE=1. KV cache f32 by default (the
+ * stderr only with LLAMACPP_VERBOSE=1; LLAMACPP_NO_REPACK=1 turns off the
+ * CPU backend's repacked weight layouts. KV cache f32 by default (the
  * oracle wants llama.cpp's best numbers, llmem's KV is f32 by default);
  * --kv f16 for llama.cpp's own default.
  */
@@ -71,6 +75,7 @@ static struct llama_model *load(const char *path)
 {
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    if (getenv("LLAMACPP_NO_REPACK")) mp.use_extra_bufts = false;
     struct llama_model *m = llama_model_load_from_file(path, mp);
     if (!m) fprintf(stderr, "llamacpp_harness: llama.cpp refused to load %s\n", path);
     return m;
@@ -205,11 +210,18 @@ static int cmd_logits(const char *path, const char *out, int argc, char **argv)
     int vocab = llama_vocab_n_tokens(llama_model_get_vocab(m));
     struct llama_context *c = context(m, (uint32_t)n, (uint32_t)n, 1);
     struct llama_batch b = llama_batch_init(n, 0, 1);
-    int rc = c ? decode(c, &b, ids, n, 0, 0, 1) : 1;
-    FILE *f = rc ? NULL : fopen(out, "wb");
-    if (!rc && !f) rc = 1;
-    for (int i = 0; !rc && i < n; i++)
-        if (fwrite(llama_get_logits_ith(c, i), sizeof(float), (size_t)vocab, f) != (size_t)vocab) rc = 1;
+    FILE *f = fopen(out, "wb");
+    int rc = !c || !f;
+    if (!rc && getenv("LLAMACPP_ONE_BY_ONE")) {
+        for (int i = 0; !rc && i < n; i++) {
+            rc = decode(c, &b, ids + i, 1, i, 0, 1);
+            if (!rc && fwrite(llama_get_logits_ith(c, 0), sizeof(float), (size_t)vocab, f) != (size_t)vocab) rc = 1;
+        }
+    } else {
+        if (!rc) rc = decode(c, &b, ids, n, 0, 0, 1);
+        for (int i = 0; !rc && i < n; i++)
+            if (fwrite(llama_get_logits_ith(c, i), sizeof(float), (size_t)vocab, f) != (size_t)vocab) rc = 1;
+    }
     if (f && fclose(f)) rc = 1;
     llama_batch_free(b);
     if (c) llama_free(c);
