@@ -370,6 +370,26 @@ static void decode_steps_call_no_malloc(void **state)
     assert_true(base >= 200);
     print_message("decode: llmem %lu malloc calls in 200 steps, the malloc baseline %lu\n", calls, base);
     llmem_model_close(m);
+    /* Block-type weights quantise each matmul's activations into the step's
+     * workspace: still no malloc (q8_0 and q4_k; stories260K's rows of 64
+     * make the q4_k request q5_0 and f16, a mix of the three paths). */
+    if (!have(MODELS "/stories260K.gguf")) return;
+    static const uint32_t qt[] = {LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q4_K};
+    for (size_t k = 0; k < 2; k++) {
+        char path[64];
+        strcpy(path, "/tmp/llmem-test-engine-XXXXXX");
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        close(fd);
+        llmem_quantize_options qo = {qt[k], false, false};
+        assert_ok(llmem_model_quantize(MODELS "/stories260K.gguf", path, &qo, NULL));
+        m = open_model(path);
+        calls = decode_mallocs(m, LLMEM_ENGINE_ALLOC_LLMEM, 200);
+        if (calls) fail_msg("200 %s decode steps called malloc %lu times", llmem_dtype_name(qt[k]), calls);
+        print_message("decode (%s weights): %lu malloc calls in 200 steps\n", llmem_dtype_name(qt[k]), calls);
+        llmem_model_close(m);
+        unlink(path);
+    }
 #endif
 }
 

@@ -21,10 +21,12 @@
  *                                 itself)
  *   dequant TYPE IN OUT           ggml's own to_float for the ggml type number TYPE over
  *                                 the whole blocks in IN, f32 to OUT
- *   bench MODEL P N S ROUNDS      timing: S sequences, each a prompt of P tokens (prefill,
- *                                 one batch each) then N greedy decode steps (S tokens a
- *                                 step); per round "round R prefill_tok_s decode_tok_s"
- *                                 (aggregate tokens over wall time of each phase), then
+ *   bench MODEL TEXT N S ROUNDS   timing: S sequences of the prompt TEXT (tokenised, BOS
+ *                                 first), prefilled together in one batch, then N greedy
+ *                                 decode steps of S tokens; per round "round R
+ *                                 prompt_tokens P prefill_tok_s X decode_tok_s Y" (tokens
+ *                                 of all sequences over the wall time of each phase; the
+ *                                 same measure as llmem run --batch S --stats), then
  *                                 "peak_rss_kb K"
  *
  * The CPU backend is loaded from LLAMACPP_LIBDIR (the package's bins folder,
@@ -259,28 +261,41 @@ static int cmd_dequant(int type, const char *in, const char *out)
     return rc;
 }
 
-static int cmd_bench(const char *path, int P, int N, int S, int rounds)
+static int cmd_bench(const char *path, const char *text, int N, int S, int rounds)
 {
-    if (P < 1 || N < 1 || S < 1 || rounds < 1) return 2;
+    if (N < 1 || S < 1 || rounds < 1) return 2;
     struct llama_model *m = load(path);
     if (!m) return 1;
     const struct llama_vocab *v = llama_model_get_vocab(m);
     int vocab = llama_vocab_n_tokens(v);
-    int batch = P > S ? P : S;
+    int len = (int)strlen(text), cap = len + 8;
+    llama_token *prompt = malloc((size_t)cap * sizeof *prompt), *last = malloc((size_t)S * sizeof *last);
+    int P = prompt ? llama_tokenize(v, text, len, prompt, cap, true, false) : -1;
+    if (P < 1 || !last) {
+        fprintf(stderr, "llamacpp_harness: cannot tokenise the prompt\n");
+        llama_model_free(m);
+        return 1;
+    }
+    /* Every sequence's prompt in one batch, as llmem run --batch S does. */
+    int batch = P * S;
     struct llama_context *c = context(m, (uint32_t)(S * (P + N + 1)), (uint32_t)batch, (uint32_t)S);
     struct llama_batch b = llama_batch_init(batch, 0, 1);
-    llama_token *prompt = malloc((size_t)P * sizeof *prompt), *last = malloc((size_t)S * sizeof *last);
-    int rc = !c || !prompt || !last;
-    /* A prompt of P ids: BOS then ids spread over the vocabulary, the same
-     * in every run (the bench script gives llmem the same ids). */
-    for (int i = 0; !rc && i < P; i++) prompt[i] = i == 0 ? llama_vocab_bos(v) : (llama_token)(3 + (i * 7919) % (vocab - 3));
+    int rc = !c;
     for (int r = 0; !rc && r < rounds; r++) {
         llama_memory_clear(llama_get_memory(c), true);
         double t0 = now_s();
-        for (int s = 0; !rc && s < S; s++) {
-            rc = decode(c, &b, prompt, P, 0, s, 0);
-            if (!rc) last[s] = argmax(llama_get_logits_ith(c, -1), vocab);
-        }
+        b.n_tokens = batch;
+        for (int s = 0; s < S; s++)
+            for (int i = 0; i < P; i++) {
+                int k = s * P + i;
+                b.token[k] = prompt[i];
+                b.pos[k] = i;
+                b.n_seq_id[k] = 1;
+                b.seq_id[k][0] = s;
+                b.logits[k] = (int8_t)(i == P - 1);
+            }
+        if ((rc = llama_decode(c, b))) break;
+        for (int s = 0; s < S; s++) last[s] = argmax(llama_get_logits_ith(c, s * P + P - 1), vocab);
         double t1 = now_s();
         for (int step = 0; !rc && step < N; step++) {
             b.n_tokens = S;
@@ -295,7 +310,9 @@ static int cmd_bench(const char *path, int P, int N, int S, int rounds)
             for (int s = 0; s < S; s++) last[s] = argmax(llama_get_logits_ith(c, s), vocab);
         }
         double t2 = now_s();
-        if (!rc) printf("round %d %.3f %.3f\n", r + 1, (double)P * S / (t1 - t0), (double)N * S / (t2 - t1));
+        if (!rc)
+            printf("round %d prompt_tokens %d prefill_tok_s %.3f decode_tok_s %.3f\n", r + 1, P,
+                   (double)P * S / (t1 - t0), (double)N * S / (t2 - t1));
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -334,7 +351,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "generate") && n >= 3) rc = cmd_generate(a[0], atoi(a[1]), n - 2, a + 2);
     else if (!strcmp(cmd, "logits") && n >= 3) rc = cmd_logits(a[0], a[1], n - 2, a + 2);
     else if (!strcmp(cmd, "dequant") && n == 3) rc = cmd_dequant(atoi(a[0]), a[1], a[2]);
-    else if (!strcmp(cmd, "bench") && n == 5) rc = cmd_bench(a[0], atoi(a[1]), atoi(a[2]), atoi(a[3]), atoi(a[4]));
+    else if (!strcmp(cmd, "bench") && n == 5) rc = cmd_bench(a[0], a[1], atoi(a[2]), atoi(a[3]), atoi(a[4]));
     else rc = usage();
     llama_backend_free();
     return rc;
