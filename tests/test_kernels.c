@@ -394,7 +394,7 @@ static void qmatmul_case(uint32_t t, size_t n, size_t d)
     memset(act2, 0, maxb * ab);
     for (size_t b = 0; b < maxb; b++) {
         llmem__act_quantize_ref(t, x + b * n, n, act + b * ab);
-        if (!strcmp(llmem__kernels_isa(), "avx2")) llmem__act_quantize_avx2(t, x + b * n, n, act2 + b * ab);
+        if (!strncmp(llmem__kernels_isa(), "avx2", 4)) llmem__act_quantize_avx2(t, x + b * n, n, act2 + b * ab);
         else llmem__act_quantize_ref(t, x + b * n, n, act2 + b * ab);
         act_decode(t, act + b * ab, n, xd + b * n, &s[b]);
         size_t blk = t >= LLMEM_DTYPE_Q2_K ? 256 : 32;
@@ -438,6 +438,12 @@ static void qmatmul_case(uint32_t t, size_t n, size_t d)
             snprintf(what, sizeof what, "%s reference kernel n=%zu d=%zu b=%zu row", type_name(t), n, d, b);
             check_close(yr[b * d + r], ref, scale, 2e-6, what, r);
         }
+    }
+    /* On a VNNI machine the AVX2 kernels give the dispatched path's bits. */
+    if (!strcmp(llmem__kernels_isa(), "avx2+vnni")) {
+        llmem__qrows_avx2(y, act, w, t, n, d, maxb, 0, d);
+        if (memcmp(y, y1, maxb * d * sizeof(float)) != 0)
+            fail_msg("%s n=%zu d=%zu: the AVX2 and AVX-VNNI kernels differ", type_name(t), n, d);
     }
     for (size_t batch = 1; batch <= maxb; batch++)
         for (unsigned k = 0; k <= 4; k++) {

@@ -6,7 +6,8 @@
  * Dispatch. Two paths implement the hot kernels (matmul rows, dot, axpy,
  * f16 rows): a portable C one and, on x86-64 with GCC or Clang, one compiled
  * with __attribute__((target("avx2,fma,f16c"))) so the library itself needs
- * no -mavx2. The path is picked once (pthread_once; CPUID for the features
+ * no -mavx2 (a third, "avx2+vnni", is that one with the block types' dot
+ * products on AVX-VNNI where the CPU has it: the same results). The path is picked once (pthread_once; CPUID for the features
  * and XGETBV for the OS saving the ymm state) and kept in a static table of
  * function pointers; llmem__kernels_force_portable switches to the
  * portable table for tests and benchmarks. A matmul reads the table once and
@@ -387,6 +388,17 @@ static const kernel_path path_x86 = {
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_avx2,
 };
+
+/* AVX2 with AVX-VNNI for the integer dot products (same results). */
+static const kernel_path path_x86_vnni = {
+    /* .name = */ "avx2+vnni",
+    /* .rows = */ rows_x86,
+    /* .dot = */ dot_x86,
+    /* .axpy = */ axpy_x86,
+    /* .f16_row = */ f16_row_x86,
+    /* .act_quantize = */ llmem__act_quantize_avx2,
+    /* .qrows = */ llmem__qrows_vnni,
+};
 #endif
 
 static pthread_once_t path_once = PTHREAD_ONCE_INIT;
@@ -409,12 +421,21 @@ static bool x86_has_avx2_fma_f16c(void)
     __cpuid_count(7, 0, a, b, c, d);
     return (b & bit_AVX2) != 0;
 }
+
+/* AVX-VNNI (CPUID.(7,1):EAX bit 4), the VEX-encoded vpdpbusd. */
+static bool x86_has_avxvnni(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a & (1u << 4)) != 0;
+}
 #endif
 
 static void path_init(void)
 {
 #ifdef KERNELS_X86
-    if (x86_has_avx2_fma_f16c()) path_best = &path_x86;
+    if (x86_has_avx2_fma_f16c()) path_best = llmem__qrows_vnni_built && x86_has_avxvnni() ? &path_x86_vnni : &path_x86;
 #endif
 }
 

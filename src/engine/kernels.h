@@ -64,7 +64,8 @@ void llmem__axpy(float *y, float alpha, const float *x, size_t n);
 /* IEEE half <-> float (round to nearest even): core/half.h. */
 
 /* The instruction set the kernels run on: "avx2" (AVX2 + FMA + F16C, chosen
- * at run time) or "portable". */
+ * at run time), "avx2+vnni" (also AVX-VNNI for the block types) or
+ * "portable". */
 const char *llmem__kernels_isa(void);
 
 /* Force the portable path (true) or return to the best one (false): for

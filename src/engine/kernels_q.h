@@ -37,8 +37,9 @@ size_t llmem__act_row_bytes(uint32_t wtype, size_t n);
 void llmem__act_quantize_ref(uint32_t wtype, const float *x, size_t n, void *row);
 float llmem__qdot_ref(uint32_t wtype, const void *w, const void *act, size_t n);
 
-/* The vector path (AVX2 + FMA + F16C), when compiled; same contracts.
- * Callers check the CPU (kernels.c's dispatch). */
+/* The vector paths (AVX2 + FMA + F16C; for the dot products also with
+ * AVX-VNNI), when compiled; same contracts. Callers check the CPU
+ * (kernels.c's dispatch). */
 void llmem__act_quantize_avx2(uint32_t wtype, const float *x, size_t n, void *row);
 
 /* y[b*d + r] for r in [r0, r1), b < batch: row r of w (rows of n elements
@@ -49,5 +50,12 @@ void llmem__qrows_ref(float *y, const void *act, const void *w, uint32_t wtype, 
                       size_t r0, size_t r1);
 void llmem__qrows_avx2(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d, size_t batch,
                        size_t r0, size_t r1);
+/* The same with AVX-VNNI's vpdpbusd (kernels_q_vnni.c): bitwise the AVX2
+ * path's results. */
+void llmem__qrows_vnni(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d, size_t batch,
+                       size_t r0, size_t r1);
+
+/* Whether the compiler built the vector paths (else they are the reference). */
+extern const bool llmem__qrows_avx2_built, llmem__qrows_vnni_built;
 
 #endif

@@ -10,6 +10,7 @@
 #define LLMEM_MODEL_QUANT_INTERNAL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #define LLMEM_QK 32    /* elements per block of the 32-element types */
 #define LLMEM_QK_K 256 /* elements per k-quant super-block */
@@ -111,11 +112,40 @@ static inline void llmem__k4_scale_min(const uint8_t *s, int g, uint8_t *sc, uin
     }
 }
 
-/* The 16 6-bit scales of a q3_k block, unsigned (0..63; the value is s - 32). */
+/* All 8 scales and mins of a q4_k/q5_k block at once, four per 32-bit
+ * word (the same values as llmem__k4_scale_min, without a branch). */
+static inline void llmem__k4_scales_mins(const uint8_t *s, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t u0, u1, u2, lo, hi;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    lo = u0 & 0x3f3f3f3fu;
+    hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    memcpy(sc, &lo, 4);
+    memcpy(sc + 4, &hi, 4);
+    lo = u1 & 0x3f3f3f3fu;
+    hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    memcpy(m, &lo, 4);
+    memcpy(m + 4, &hi, 4);
+}
+
+/* The 16 6-bit scales of a q3_k block, unsigned (0..63; the value is s - 32),
+ * four per 32-bit word. */
 static inline void llmem__k3_scales(const uint8_t *s, uint8_t out[16])
 {
-    for (int g = 0; g < 16; g++)
-        out[g] = (uint8_t)(((s[g % 8] >> (4 * (g / 8))) & 15) | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4));
+    uint32_t a0, a1, t, w;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&t, s + 8, 4);
+    w = (a0 & 0x0f0f0f0fu) | ((t & 0x03030303u) << 4);
+    memcpy(out, &w, 4);
+    w = (a1 & 0x0f0f0f0fu) | (((t >> 2) & 0x03030303u) << 4);
+    memcpy(out + 4, &w, 4);
+    w = ((a0 >> 4) & 0x0f0f0f0fu) | (((t >> 4) & 0x03030303u) << 4);
+    memcpy(out + 8, &w, 4);
+    w = ((a1 >> 4) & 0x0f0f0f0fu) | (((t >> 6) & 0x03030303u) << 4);
+    memcpy(out + 12, &w, 4);
 }
 
 #endif
