@@ -37,9 +37,11 @@ done
 LLMEM=${LLMEM:-build/llmem}
 DIR=${BENCH_DIR:-build-bench}
 export LLMEM THREADS=${THREADS:-2}
-# The weights faulted in at open, so the prefill measures compute, not first
-# touches of the mapping (llama.cpp is timed in its second, warm round).
-export LLMEM_ARGS=${LLMEM_ARGS:---populate}
+# The weights faulted in at open and the prompt run once before the timed
+# prefill (--populate --warmup), as llama.cpp is timed in its second, warm
+# round: the prefill then measures compute, not first touches of the
+# mapping and the workspace.
+export LLMEM_ARGS=${LLMEM_ARGS:---populate --warmup}
 mkdir -p "$DIR"
 SHORT="Once upon a time"
 LONG="Once upon a time, in a small town by the sea, there lived a girl named Lily. She loved to walk on the beach every morning and look for shells. One day she found a big blue shell."
