@@ -24,12 +24,16 @@
  * 127 x 16 < 2^31).
  *
  * Order. Per (weight row, activation row) the float result is summed in
- * one order that depends on n only: blocks in increasing order into one
- * 8-lane accumulator (vector path) or one float (reference), the minimum
- * terms into a separate float, lanes reduced as kernels.c reduces them;
- * so batched and batch-1 calls agree bitwise on each path. The two paths
- * agree with each other within float rounding (their integer sums are
- * identical; their float sums differ in order).
+ * one order that depends on n only, so batched and batch-1 calls agree
+ * bitwise on each path. The 32-element types: blocks in increasing order
+ * into one float, acc += (dw da) Σ, then (q4_1, q5_1) acc += mw sa, on
+ * both paths (the vector path computes 8 weight rows in the 8 lanes, one
+ * row a lane), so the two paths give the same bits. The k-quants: blocks
+ * in increasing order into one 8-lane accumulator (vector path) or one
+ * float (reference), the minimum terms into a separate float, lanes
+ * reduced as kernels.c reduces them; the two paths agree within float
+ * rounding (their integer sums are identical; their float sums differ in
+ * order).
  *
  * Nothing here allocates.
  */
@@ -276,9 +280,9 @@ float llmem__qdot_ref(uint32_t t, const void *w, const void *act, size_t n)
             int sum = 0;
             for (int j = 0; j < 32; j++) sum += q[j] * a.qs[32 * b + (size_t)j];
             acc += (dw * a.d[b]) * (float)sum;
-            macc += mw * a.s[b];
+            if (t == LLMEM_DTYPE_Q4_1 || t == LLMEM_DTYPE_Q5_1) acc += mw * a.s[b];
         }
-        return acc + macc;
+        return acc;
     }
     a8k a = a8k_view(act, n);
     for (size_t b = 0; b < n / 256; b++) {

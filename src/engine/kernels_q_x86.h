@@ -33,17 +33,6 @@ KQ_INLINE float kq_hsum(__m256 v)
 
 KQ_INLINE float kq_h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
-/* Σ of 4 adjacent products of u (unsigned, 0..128) and s (signed), as 8
- * int32. */
-KQ_INLINE __m256i mul_u8(__m256i u, __m256i s)
-{
-#if KQ_VNNI
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-
 /* 32 nibbles of 16 bytes: low nibbles in bytes 0..15, high nibbles in 16..31. */
 KQ_INLINE __m256i nibbles16(const uint8_t *p)
 {
@@ -94,64 +83,221 @@ KQ_INLINE __m256i w_levels32(const uint32_t t, const uint8_t *blk, float *dw, fl
     }
 }
 
-/* The int32 sums of 4 adjacent products of one block's weight levels q
- * (signed, or unsigned for the types with a minimum) and activation x. */
-KQ_INLINE __m256i dot32_block(const bool with_min, __m256i q, __m256i aq, __m256i x)
+/* ---- the 32-element types: eight weight rows a pass, one row per lane ----
+ *
+ * A block's dot product for 8 weight rows at once: the 8 rows' levels are
+ * transposed so that 32-bit lane i of T[j] holds bytes 4j..4j+3 of row i
+ * (an 8 x 8 transpose of dwords), and the activation's bytes 4j..4j+3 are
+ * broadcast: one vpdpbusd then adds 4 products to every row's sum, 8 of
+ * them make the block, and lane i ends with row i's exact block sum. The
+ * float epilogue (scale, convert, add) is then one vector op for 8 rows
+ * instead of 8, and no lane reduction is needed at the end. Batches of 2
+ * or more unpack and transpose a tile of 8 rows x KC blocks once into a
+ * stack buffer and run every activation row over it (4 at a time, the
+ * buffer's rows loaded once for 4); batch 1 (decode) needs no transpose:
+ * it sums each row's block in 8 lanes and reduces the 8 rows' lanes at
+ * once (hsum8_epi32), the same exact integers.
+ *
+ * Order: per (row, activation row) blocks in increasing order, as the
+ * reference: acc += (dw * da) * (float)Σ, then (q4_1, q5_1) acc += mw *
+ * sa, a multiply and an add each (ISO C: nothing is contracted), so both
+ * paths and every batch give the reference's bits. */
+#define TR 8  /* weight rows a tile */
+#define KC 32 /* blocks a tile buffer holds */
+
+/* r[i] (lanes j = dwords of row i) to r[j] (lanes i). */
+KQ_INLINE void transpose8_epi32(__m256i r[8])
 {
-    if (with_min) return mul_u8(q, x);
-    return mul_u8(aq, _mm256_sign_epi8(x, q));
+    __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+    __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
 
-/* One weight row of a 32-element type against B activation rows. Two
- * accumulators per activation row, even and odd blocks, so consecutive
- * blocks' FMAs do not wait on each other; they are added before the lane
- * reduction: one order for every B. */
-KQ_INLINE void dot32_rows(const uint32_t t, const int B, const uint8_t *w, const uint8_t *act, size_t astride,
-                          size_t n, float *out)
+/* Lane i of the result: the sum of p[i]'s 8 lanes. */
+KQ_INLINE __m256i hsum8_epi32(const __m256i p[8])
+{
+    __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    /* lanes 0..3: rows 0..3's (or 4..7's) low-half sums; 4..7: high-half sums */
+    __m256i h03 = _mm256_hadd_epi32(h01, h23), h47 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h03, h47, 0x20), _mm256_permute2x128_si256(h03, h47, 0x31));
+}
+
+/* acc + the 4-product sums of u (unsigned) and s (signed), per int32 lane. */
+KQ_INLINE __m256i dp_acc(__m256i acc, __m256i u, __m256i s)
+{
+#if KQ_VNNI
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+KQ_INLINE __m256i bcast32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Block k of rows wr[0..rows) (rows <= 8; the others are zero): the
+ * transposed levels in q, the scales and minimums in dw, mw. */
+KQ_INLINE void tile_block(const uint32_t t, const uint8_t *w, size_t rb, size_t bb, int rows, size_t k, __m256i q[8],
+                          float dw[8], float mw[8])
+{
+KQ_UNROLL
+    for (int i = 0; i < TR; i++) {
+        dw[i] = mw[i] = 0;
+        q[i] = i < rows ? w_levels32(t, w + (size_t)i * rb + k * bb, &dw[i], &mw[i]) : _mm256_setzero_si256();
+    }
+    transpose8_epi32(q);
+}
+
+/* The f16 at offset off of block k of rows 0..rows-1 (0 for the others),
+ * as 8 floats: loads from the weights, no store to forward. */
+KQ_INLINE __m256 h8(const uint8_t *w0, size_t rb, size_t kb, size_t off, int rows)
+{
+    uint16_t h[TR];
+KQ_UNROLL
+    for (int i = 0; i < TR; i++) {
+        h[i] = 0;
+        if (i < rows) memcpy(&h[i], w0 + (size_t)i * rb + kb + off, 2);
+    }
+    return _mm256_cvtph_ps(_mm_set_epi16((short)h[7], (short)h[6], (short)h[5], (short)h[4], (short)h[3], (short)h[2],
+                                         (short)h[1], (short)h[0]));
+}
+
+/* Decode (batch 1), rows [0, rows) of y from w0: each row's block against
+ * the activation block as it lies (no transpose: one load of x for the 8
+ * rows), 8 int32 partial sums a row, then one horizontal reduction for the
+ * 8 rows puts row i's block sum in lane i. Integer sums are exact in any
+ * order, so the floats are the tile path's and the reference's. Called
+ * with rows a constant TR for whole tiles, so the row tests fold away. */
+KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_min, float *y, const uint8_t *act,
+                           const uint8_t *w0, size_t rb, size_t n, int rows)
+{
+    a8 a = a8_view(act, n);
+    __m256 acc = _mm256_setzero_ps();
+    const size_t nb = n / 32;
+    /* The tile reads 8 rows a block at a time, 8 interleaved streams that
+     * the hardware prefetcher follows worse than the one linear stream of
+     * a row at a time: fetch the tile after next ahead, linearly. (Past the
+     * matrix's end a prefetch is only a hint: it never faults.) */
+    for (size_t o = 0; o < (size_t)TR * rb; o += 64) _mm_prefetch((const char *)(w0 + 2 * (size_t)TR * rb + o), _MM_HINT_T0);
+    for (size_t k = 0; k < nb; k++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a.qs + 32 * k));
+        __m256i p[TR];
+KQ_UNROLL
+        for (int i = 0; i < TR; i++) {
+            if (i >= rows) {
+                p[i] = _mm256_setzero_si256();
+                continue;
+            }
+            float dw, mw;
+            __m256i q = w_levels32(t, w0 + (size_t)i * rb + k * bb, &dw, &mw);
+            p[i] = with_min ? dp_acc(_mm256_setzero_si256(), q, x)
+                            : dp_acc(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+        }
+        __m256i sum = hsum8_epi32(p);
+        __m256 sc = _mm256_mul_ps(h8(w0, rb, k * bb, 0, rows), _mm256_set1_ps(a.d[k]));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
+        if (with_min) acc = _mm256_add_ps(acc, _mm256_mul_ps(h8(w0, rb, k * bb, 2, rows), _mm256_set1_ps(a.s[k])));
+    }
+    float res[TR];
+    _mm256_storeu_ps(res, acc);
+    for (int i = 0; i < rows; i++) y[i] = res[i];
+}
+
+/* G activation rows (stride ab) over a tile buffer of kn blocks from
+ * block k0: their sums so far from y (stride d; none when k0 is 0), back
+ * into y after. */
+KQ_INLINE void tile_pass(const bool with_min, const int G, float *y, size_t d, const uint8_t *act, size_t ab, size_t n,
+                         size_t k0, size_t kn, int rows, __m256i (*tq)[8], __m256i (*taq)[8],
+                         float (*tdw)[8], float (*tmw)[8])
+{
+    __m256 acc[MAXB];
+    a8 a[MAXB];
+    float res[TR] = {0};
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8_view(act + (size_t)g * ab, n);
+        if (k0) memcpy(res, y + (size_t)g * d, (size_t)rows * sizeof(float));
+        acc[g] = _mm256_loadu_ps(res);
+    }
+    for (size_t kk = 0; kk < kn; kk++) {
+        const size_t k = k0 + kk;
+        __m256i p[MAXB];
+KQ_UNROLL
+        for (int g = 0; g < G; g++) p[g] = _mm256_setzero_si256();
+KQ_UNROLL
+        for (int j = 0; j < 8; j++) {
+            const __m256i qj = tq[kk][j], aj = with_min ? qj : taq[kk][j];
+KQ_UNROLL
+            for (int g = 0; g < G; g++) {
+                __m256i xb = bcast32(a[g].qs + 32 * k + 4 * (size_t)j);
+                p[g] = with_min ? dp_acc(p[g], qj, xb) : dp_acc(p[g], aj, _mm256_sign_epi8(xb, qj));
+            }
+        }
+        const __m256 dwv = _mm256_loadu_ps(tdw[kk]);
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            __m256 sc = _mm256_mul_ps(dwv, _mm256_set1_ps(a[g].d[k]));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(sc, _mm256_cvtepi32_ps(p[g])));
+            if (with_min) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_loadu_ps(tmw[kk]), _mm256_set1_ps(a[g].s[k])));
+        }
+    }
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        _mm256_storeu_ps(res, acc[g]);
+        memcpy(y + (size_t)g * d, res, (size_t)rows * sizeof(float));
+    }
+}
+
+/* Rows [r, r + rows) (rows <= 8) of y for activation rows [0, batch). */
+KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t ab, const uint8_t *w, size_t rb,
+                         size_t n, size_t d, size_t batch, size_t r, int rows)
 {
     const size_t bb = t == LLMEM_DTYPE_Q8_0 ? 34 : t == LLMEM_DTYPE_Q4_0 ? 18 : t == LLMEM_DTYPE_Q4_1 ? 20
                     : t == LLMEM_DTYPE_Q5_0 ? 22 : 24;
     const bool with_min = t == LLMEM_DTYPE_Q4_1 || t == LLMEM_DTYPE_Q5_1;
-    __m256 acc[2][MAXB];
-    float macc[MAXB];
-    a8 a[MAXB];
-KQ_UNROLL
-    for (int b = 0; b < B; b++) {
-        acc[0][b] = acc[1][b] = _mm256_setzero_ps();
-        macc[b] = 0;
-        a[b] = a8_view(act + (size_t)b * astride, n);
-    }
     const size_t nb = n / 32;
-    size_t k = 0;
-    for (; k + 2 <= nb; k += 2) {
+    const uint8_t *w0 = w + r * rb;
+    if (batch == 1) {
+        if (rows == TR) row8_decode(t, bb, with_min, y + r, act, w0, rb, n, TR);
+        else row8_decode(t, bb, with_min, y + r, act, w0, rb, n, rows);
+        return;
+    }
+    /* Levels (signed types: and their magnitudes), scales and minimums of
+     * KC blocks; a tile's running sums live in y between buffers. */
+    __m256i tq[KC][8], taq[KC][8];
+    float tdw[KC][8], tmw[KC][8];
+    for (size_t k0 = 0; k0 < nb; k0 += KC) {
+        const size_t kn = nb - k0 < KC ? nb - k0 : KC;
+        for (size_t kk = 0; kk < kn; kk++) {
+            tile_block(t, w0, rb, bb, rows, k0 + kk, tq[kk], tdw[kk], tmw[kk]);
+            if (!with_min)
 KQ_UNROLL
-        for (int h = 0; h < 2; h++) {
-            float dw, mw = 0;
-            __m256i q = w_levels32(t, w + (k + (size_t)h) * bb, &dw, &mw);
-            __m256i aq = with_min ? q : _mm256_sign_epi8(q, q);
-KQ_UNROLL
-            for (int b = 0; b < B; b++) {
-                __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[b].qs + 32 * (k + (size_t)h)));
-                __m256i p = dot32_block(with_min, q, aq, x);
-                acc[h][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a[b].d[k + (size_t)h]), acc[h][b]);
-                if (with_min) macc[b] += mw * a[b].s[k + (size_t)h];
-            }
+                for (int j = 0; j < 8; j++) taq[kk][j] = _mm256_sign_epi8(tq[kk][j], tq[kk][j]);
+        }
+        for (size_t b = 0; b < batch;) {
+            if (batch - b >= MAXB) tile_pass(with_min, MAXB, y + b * d + r, d, act + b * ab, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
+            else tile_pass(with_min, 1, y + b * d + r, d, act + b * ab, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
+            b += batch - b >= MAXB ? MAXB : 1;
         }
     }
-    if (k < nb) {
-        float dw, mw = 0;
-        __m256i q = w_levels32(t, w + k * bb, &dw, &mw);
-        __m256i aq = with_min ? q : _mm256_sign_epi8(q, q);
-KQ_UNROLL
-        for (int b = 0; b < B; b++) {
-            __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[b].qs + 32 * k));
-            __m256i p = dot32_block(with_min, q, aq, x);
-            acc[0][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a[b].d[k]), acc[0][b]);
-            if (with_min) macc[b] += mw * a[b].s[k];
-        }
-    }
-KQ_UNROLL
-    for (int b = 0; b < B; b++) out[b] = kq_hsum(_mm256_add_ps(acc[0][b], acc[1][b])) + macc[b];
 }
 
 /* Two int16 scales as a vector: s0 for lanes 0..7 (elements 0..15 of a
@@ -334,18 +480,20 @@ KQ_INLINE void qrows_t(const uint32_t t, float *y, const uint8_t *act, const uin
 {
     const bool k = is_k(t);
     size_t rb = n / (k ? 256 : 32) * block_bytes(t), ab = llmem__act_row_bytes(t, n);
+    if (!k) {
+        for (size_t r = r0; r < r1; r += TR) tile_rows(t, y, act, ab, w, rb, n, d, batch, r, r1 - r < TR ? (int)(r1 - r) : TR);
+        return;
+    }
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *wr = w + r * rb;
         size_t b = 0;
         float out[MAXB];
         for (; b + MAXB <= batch; b += MAXB) {
-            if (k) dotk_rows(t, MAXB, wr, act + b * ab, ab, n, out);
-            else dot32_rows(t, MAXB, wr, act + b * ab, ab, n, out);
+            dotk_rows(t, MAXB, wr, act + b * ab, ab, n, out);
             for (int i = 0; i < MAXB; i++) y[(b + (size_t)i) * d + r] = out[i];
         }
         for (; b < batch; b++) {
-            if (k) dotk_rows(t, 1, wr, act + b * ab, ab, n, out);
-            else dot32_rows(t, 1, wr, act + b * ab, ab, n, out);
+            dotk_rows(t, 1, wr, act + b * ab, ab, n, out);
             y[b * d + r] = out[0];
         }
     }
