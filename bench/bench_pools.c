@@ -254,6 +254,7 @@ int llmem_cmd_bench(int argc, char **argv)
                    "  pools   fixed pool and arena against glibc malloc/free\n"
                    "  waste   internal waste on the tensor mix: default, profile-refined, multi-size\n"
                    "  checked what checked mode costs: release pools against checked pools\n"
+                   "  kernels the engine's matmul (each path and weight type) against run.c's loop; thread team latency\n"
                    "  device  a CUDA GPU: pool, cuda-vmm, KV append and swap against the CUDA runtime\n");
         return argc < 2 ? 2 : 0;
     }
@@ -261,6 +262,7 @@ int llmem_cmd_bench(int argc, char **argv)
     if (!strcmp(argv[1], "alloc")) return llmem_bench_alloc(argc - 1, argv + 1);
     if (!strcmp(argv[1], "waste")) return llmem_bench_waste(argc - 1, argv + 1);
     if (!strcmp(argv[1], "checked")) return llmem_bench_checked(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "kernels")) return llmem_bench_kernels(argc - 1, argv + 1);
     if (!strcmp(argv[1], "device")) return llmem_bench_device(argc - 1, argv + 1);
     fprintf(stderr, "llmem bench: unknown benchmark '%s'\n", argv[1]);
     return 2;

@@ -89,6 +89,10 @@ static void add_path(const char *path)
         snprintf(names[n++], len, "%s/%s", path, e->d_name);
     }
     closedir(d);
+    if (n == 0) { /* an empty folder (a seed folder whose source is absent) adds nothing */
+        free(names);
+        return;
+    }
     qsort(names, n, sizeof *names, by_name); /* the same order everywhere */
     for (size_t i = 0; i < n; i++) {
         add_file(names[i]);

@@ -5,7 +5,7 @@
 set -eu
 
 pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev"
-pkgs_test="libcmocka-dev libnuma1"
+pkgs_test="libcmocka-dev libnuma1 sqlite3" # sqlite3: tests/shim/programs.sh
 pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered headless (tests/timeline_render.sh)
 # llama.cpp from the npm registry for test_oracle and engine_bench -L
 # (scripts/llamacpp.sh). Debian's npm only where no npm is on PATH: a
@@ -13,7 +13,12 @@ pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered he
 pkgs_oracle="git"
 command -v npm >/dev/null 2>&1 || pkgs_oracle="$pkgs_oracle npm"
 pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
-pkgs_fuzz="clang"
+# bench/programs.sh: real programs under each allocator
+pkgs_bench="$pkgs_bench redis-server redis-tools libpython3.11-testsuite sqlite3 python3"
+# clang's sanitizer and libFuzzer runtimes and headers (sanitizer/*.h) are
+# in libclang-rt-14-dev, only a Recommends of clang on Debian 12 (and
+# apt-get runs with --no-install-recommends below).
+pkgs_fuzz="clang libclang-rt-14-dev"
 
 want=""
 for g in "$@"; do

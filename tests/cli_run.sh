@@ -1,18 +1,32 @@
 #!/bin/sh
-# cli_run.sh LLMEM SHARED_DIR TMPDIR - `llmem run` and `llmem synth` end to end:
+# cli_run.sh LLMEM SHARED_DIR TMPDIR [args|models] - `llmem run` and `llmem
+# synth` end to end (CTest: cli_run_args, which needs nothing, and cli_run,
+# which needs the shared models):
 #  - greedy ids of stories260K (.bin with tok512.bin, and .gguf) equal
 #    llama2.c's reference ids for every reference prompt;
 #  - --alloc malloc, --batch 3 and --warmup give the same ids;
 #  - llmem synth writes a GGUF (with a vocabulary) and a llama2.c file that
 #    llmem run reads, and --stats reports;
 #  - bad arguments and a corrupt model fail with a message, exit status 1 or 2.
-# Exit 77 (skipped) when the shared models are absent.
+# The shared folder is $LLMEM_SHARED_DIR when set, else SHARED_DIR (the
+# convention of tests/test_util.h). `models` exits 77 (skipped) when the
+# shared models are absent.
 set -u
 LLMEM=$1
-MODELS=$2/models
+MODELS=${LLMEM_SHARED_DIR:-$2}/models
 TMP=$3
+mode=${4:-models}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 mkdir -p "$TMP" || exit 1
+
+if [ "$mode" = args ]; then
+    # Bad arguments.
+    "$LLMEM" run 2>/dev/null; [ $? = 2 ] || fail "no model: exit 2"
+    "$LLMEM" run x.gguf -t hot 2>/dev/null; [ $? = 2 ] || fail "bad temperature: exit 2"
+    "$LLMEM" run x.gguf --alloc jemalloc 2>/dev/null; [ $? = 2 ] || fail "bad alloc: exit 2"
+    "$LLMEM" synth --shape nope -o "$TMP/x.gguf" 2>/dev/null; [ $? = 1 ] || fail "bad shape: exit 1"
+    exit 0
+fi
 
 if [ -f "$MODELS/stories260K.bin" ] && [ -d "$MODELS/reference" ]; then
     for ref in once:"Once upon a time":256 lily:"Lily liked":128 empty:"":256; do
@@ -80,12 +94,7 @@ if [ -f "$MODELS/stories260K.bin" ] && [ -d "$MODELS/reference" ]; then
     grep -q -- "-z" "$TMP/err.txt" || fail "no hint about -z"
     rm -f "$TMP"/*.ids "$TMP"/*.txt "$TMP"/synth.* "$TMP"/short.bin
 else
-    echo "skipped: $MODELS is absent"
+    echo "skipped: $MODELS/stories260K.bin or $MODELS/reference is absent (the shared data folder: set LLMEM_SHARED_DIR, or put shared/ beside the checkout)"
     exit 77
 fi
-# Bad arguments.
-"$LLMEM" run 2>/dev/null; [ $? = 2 ] || fail "no model: exit 2"
-"$LLMEM" run x.gguf -t hot 2>/dev/null; [ $? = 2 ] || fail "bad temperature: exit 2"
-"$LLMEM" run x.gguf --alloc jemalloc 2>/dev/null; [ $? = 2 ] || fail "bad alloc: exit 2"
-"$LLMEM" synth --shape nope -o "$TMP/x.gguf" 2>/dev/null; [ $? = 1 ] || fail "bad shape: exit 1"
 exit 0

@@ -1111,6 +1111,62 @@ static size_t count_lines(const char *s, const char *needle)
     return n;
 }
 
+typedef struct log_capture {
+    char text[8192];
+    size_t len, errors;
+} log_capture;
+
+static void capture_log(void *user, llmem_log_level level, const char *msg)
+{
+    log_capture *c = user;
+    if (level == LLMEM_LOG_ERROR) c->errors++;
+    int n = snprintf(c->text + c->len, sizeof c->text - c->len, "%s\n", msg);
+    if (n > 0) c->len = c->len + (size_t)n < sizeof c->text ? c->len + (size_t)n : sizeof c->text - 1;
+}
+
+/* Destroyed with live mappings, a tracking resource says so (it used to be
+ * silent): an error line with the count and bytes, then each mapping; none
+ * when everything was returned. */
+static void tracking_destroy_reports_live_mappings(void **state)
+{
+    (void)state;
+    llmem_resource *os = new_os();
+    size_t page = llmem_resource_granularity(os);
+    llmem_resource *t = new_tracking(os);
+    void *a, *b, *c;
+    assert_ok(llmem_resource_map_tagged(t, 3 * page, 0, 0, "kv-cache", &a));
+    assert_ok(llmem_resource_map_tagged(t, page, 0, 0, "scratch", &b));
+    assert_ok(llmem_resource_map(t, page, 0, 0, &c));
+    assert_ok(llmem_resource_unmap(t, c, page, page));
+    static log_capture cap;
+    memset(&cap, 0, sizeof cap);
+    llmem_log_set(capture_log, &cap, LLMEM_LOG_DEBUG);
+    llmem_resource_destroy(t);
+    llmem_log_set(NULL, NULL, LLMEM_LOG_WARN);
+    assert_int_equal(cap.errors, 3); /* the summary and two mappings */
+    char want[160];
+    snprintf(want, sizeof want, "destroyed with 2 live mappings (%zu bytes)", 4 * page);
+    if (!strstr(cap.text, want)) fail_msg("no summary '%s' in: %s", want, cap.text);
+    snprintf(want, sizeof want, "%zu bytes at %p (tag 'kv-cache'", 3 * page, a);
+    if (!strstr(cap.text, want)) fail_msg("no line '%s' in: %s", want, cap.text);
+    snprintf(want, sizeof want, "%zu bytes at %p (tag 'scratch'", page, b);
+    if (!strstr(cap.text, want)) fail_msg("no line '%s' in: %s", want, cap.text);
+    /* Left mapped upstream: the caller's leak to clean up. */
+    memset(a, 1, 3 * page);
+    assert_ok(llmem_resource_unmap(os, a, 3 * page, 3 * page));
+    assert_ok(llmem_resource_unmap(os, b, page, page));
+    /* Nothing live: nothing said. */
+    t = new_tracking(os);
+    assert_ok(llmem_resource_map(t, page, 0, 0, &c));
+    assert_ok(llmem_resource_unmap(t, c, page, page));
+    memset(&cap, 0, sizeof cap);
+    llmem_log_set(capture_log, &cap, LLMEM_LOG_DEBUG);
+    llmem_resource_destroy(t);
+    llmem_log_set(NULL, NULL, LLMEM_LOG_WARN);
+    assert_int_equal(cap.len, 0);
+    llmem_resource_destroy(os);
+}
+
 static void tracking_report_lists_leaks(void **state)
 {
     (void)state;
@@ -1703,6 +1759,7 @@ int main(void)
         cmocka_unit_test(fault_over_sim_device),
         cmocka_unit_test(tracking_foreach_oldest_first),
         cmocka_unit_test(tracking_report_lists_leaks),
+        cmocka_unit_test(tracking_destroy_reports_live_mappings),
         cmocka_unit_test(tracking_refuses_what_would_corrupt_upstream),
         cmocka_unit_test(tracking_upstream_failure_keeps_mapping),
         cmocka_unit_test(tracking_committed_figure_is_rounded),

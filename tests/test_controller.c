@@ -717,12 +717,8 @@ static void on_stage_then_snapshot(void *ctx, const llmem_stage_event *ev)
 static void engine_prefill_makes_no_resource_call(void **state)
 {
     (void)state;
-    if (access(LLMEM_SHARED_DIR "/models/stories260K.bin", R_OK)) {
-        print_message("skipped: " LLMEM_SHARED_DIR "/models/stories260K.bin is absent\n");
-        skip();
-    }
     llmem_model *m;
-    assert_ok(llmem_model_open(LLMEM_SHARED_DIR "/models/stories260K.bin", NULL, &m));
+    assert_ok(llmem_model_open(test_shared_path("models/stories260K.bin"), NULL, &m));
     const llmem_model_config *mc = llmem_model_get_config(m);
     llmem_predictor_options po = llmem_predictor_options_default();
     po.shape = mc->shape;
@@ -819,8 +815,16 @@ static void on_stage_keeps_the_heap(void **state)
 #endif
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* On a real model of the shared folder (test_controller_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(engine_prefill_makes_no_resource_call),
+    };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/stories260K.bin", NULL);
+        return cmocka_run_group_tests_name("test_controller (shared data)", shared_tests, test_quiet_logs, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reserve_before_prefill),
         cmocka_unit_test(no_hint_no_reserve),
@@ -832,7 +836,6 @@ int main(void)
         cmocka_unit_test(events_ring_and_json),
         cmocka_unit_test(bad_input),
         cmocka_unit_test(refused_reserve_is_an_event),
-        cmocka_unit_test(engine_prefill_makes_no_resource_call),
         cmocka_unit_test(on_stage_keeps_the_heap),
     };
     return cmocka_run_group_tests(tests, test_quiet_logs, NULL);

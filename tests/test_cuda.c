@@ -11,8 +11,9 @@
  * layout over it keeps positions fixed while memory follows the tokens;
  * KV swapped out to pinned memory and back keeps every byte.
  *
- * Without a device every test prints "skipped: no CUDA device (...)" and
- * skips (tests/test_cuda_absent.c covers that path's statuses).
+ * Without a device the binary prints "skipped: no CUDA device (...)" and
+ * exits 77, so CTest lists it as Skipped (tests/test_cuda_absent.c covers
+ * that path's statuses).
  */
 #include "test_util.h"
 
@@ -667,6 +668,11 @@ static void kv_swap_round_trip_to_pinned(void **state)
 
 int main(void)
 {
+    int devices = 0;
+    if (llmem_cuda_device_count(&devices) != LLMEM_OK || devices == 0) {
+        printf("skipped: no CUDA device (%s)\n", devices == 0 && !llmem_last_error()[0] ? "none found" : llmem_last_error());
+        return 77;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cuda_contract),
         cmocka_unit_test(async_contract),

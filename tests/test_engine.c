@@ -1,5 +1,7 @@
 /*
- * test_engine.c - the llama engine on real checkpoints and on small
+ * test_engine.c - the llama engine on real checkpoints (the shared
+ * folder's models: the group test_engine --shared, CTest's
+ * test_engine_shared, skipped when absent; see test_util.h) and on small
  * synthetic ones:
  *  - greedy generation reproduces llama2.c's reference ids token for token
  *    (stories260K, from the .bin and from the .gguf), with 1 and 2 threads
@@ -21,7 +23,8 @@
 
 #include "test_util.h"
 
-#define MODELS LLMEM_SHARED_DIR "/models"
+/* A file in the shared folder's models/ (test_util.h: test_shared_path). */
+#define MODEL(rel) test_shared_path("models/" rel)
 
 /* ---- counting malloc -------------------------------------------------------------------
  * The test binary defines malloc and friends, forwarding to glibc's own
@@ -87,13 +90,6 @@ static unsigned long count_stop(void)
 #endif
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-static bool have(const char *path)
-{
-    if (access(path, R_OK) == 0) return true;
-    print_message("skipped: %s is absent\n", path);
-    return false;
-}
 
 static llmem_model *open_model(const char *path)
 {
@@ -161,7 +157,8 @@ static void check_reference(const char *model_path, const char *tok_path, const 
     assert_ok(llmem_engine_create(m, o, &e));
     for (size_t r = 0; r < sizeof refs / sizeof refs[0]; r++) {
         char path[512];
-        snprintf(path, sizeof path, MODELS "/reference/stories260K.%s.%zu.ids", refs[r].name, refs[r].steps);
+        snprintf(path, sizeof path, "%s/models/reference/stories260K.%s.%zu.ids", test_shared_dir(), refs[r].name,
+                 refs[r].steps);
         int32_t want[600], got[600];
         size_t nw = read_ids(path, want, 600);
         size_t ng = greedy(e, tok, refs[r].prompt, refs[r].steps, got);
@@ -191,39 +188,36 @@ static float max_abs_diff(const float *a, const float *b, size_t n, float *scale
 static void reference_ids_from_bin(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.bin") || !have(MODELS "/reference")) skip();
     llmem_engine_options o = llmem_engine_options_default();
     o.threads = 2;
-    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    check_reference(MODEL("stories260K.bin"), MODEL("tok512.bin"), &o);
 }
 
 static void reference_ids_from_gguf(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.gguf") || !have(MODELS "/reference")) skip();
     llmem_engine_options o = llmem_engine_options_default();
     o.threads = 2;
-    check_reference(MODELS "/stories260K.gguf", NULL, &o);
+    check_reference(MODEL("stories260K.gguf"), NULL, &o);
 }
 
 static void reference_ids_one_thread_and_malloc_baseline(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.bin") || !have(MODELS "/reference")) skip();
     llmem_engine_options o = llmem_engine_options_default();
     o.threads = 1;
-    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    check_reference(MODEL("stories260K.bin"), MODEL("tok512.bin"), &o);
     o.threads = 2;
     o.alloc = LLMEM_ENGINE_ALLOC_MALLOC;
-    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    check_reference(MODEL("stories260K.bin"), MODEL("tok512.bin"), &o);
     o.alloc = LLMEM_ENGINE_ALLOC_LLMEM;
     o.kv_strategy = LLMEM_KV_STATIC;
-    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    check_reference(MODEL("stories260K.bin"), MODEL("tok512.bin"), &o);
     o.kv_strategy = LLMEM_KV_BUCKETS;
     o.kv_block_tokens = 8;
-    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    check_reference(MODEL("stories260K.bin"), MODEL("tok512.bin"), &o);
     o.kv_strategy = LLMEM_KV_CONTIGUOUS; /* reserved per layer, committed as it grows */
-    check_reference(MODELS "/stories260K.bin", MODELS "/tok512.bin", &o);
+    check_reference(MODEL("stories260K.bin"), MODEL("tok512.bin"), &o);
 }
 
 /* ---- batched prefill --------------------------------------------------------------------- */
@@ -257,9 +251,8 @@ static void prefill_in_one_pass_matches_token_loop(llmem_model *m, const int32_t
 static void batched_prefill_matches_token_loop(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.bin")) skip();
-    llmem_model *m = open_model(MODELS "/stories260K.bin");
-    llmem_tokenizer *tok = tokenizer_for(m, MODELS "/tok512.bin");
+    llmem_model *m = open_model(MODEL("stories260K.bin"));
+    llmem_tokenizer *tok = tokenizer_for(m, MODEL("tok512.bin"));
     int32_t toks[200];
     size_t n;
     assert_ok(llmem_tokenizer_encode(tok, "Once upon a time, a little dog named Max ran to the big green park with his ball.",
@@ -274,9 +267,8 @@ static void batched_prefill_matches_token_loop(void **state)
 static void sequences_batched_together_match_alone(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.bin")) skip();
-    llmem_model *m = open_model(MODELS "/stories260K.bin");
-    llmem_tokenizer *tok = tokenizer_for(m, MODELS "/tok512.bin");
+    llmem_model *m = open_model(MODEL("stories260K.bin"));
+    llmem_tokenizer *tok = tokenizer_for(m, MODEL("tok512.bin"));
     uint32_t vocab = 512;
     const char *prompts[3] = {"Once upon a time", "Lily liked", "The cat sat on a mat and looked at the sun"};
     int32_t toks[3][64];
@@ -360,8 +352,7 @@ static void decode_steps_call_no_malloc(void **state)
     print_message("skipped: sanitizer builds bring their own malloc; the normal build counts\n");
     skip();
 #else
-    if (!have(MODELS "/stories260K.bin")) skip();
-    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    llmem_model *m = open_model(MODEL("stories260K.bin"));
     /* 200 steps cross a dozen KV blocks and several slabs. */
     unsigned long calls = decode_mallocs(m, LLMEM_ENGINE_ALLOC_LLMEM, 200);
     if (calls) fail_msg("200 decode steps called malloc %lu times", calls);
@@ -373,7 +364,6 @@ static void decode_steps_call_no_malloc(void **state)
     /* Block-type weights quantise each matmul's activations into the step's
      * workspace: still no malloc (q8_0 and q4_k; stories260K's rows of 64
      * make the q4_k request q5_0 and f16, a mix of the three paths). */
-    if (!have(MODELS "/stories260K.gguf")) return;
     static const uint32_t qt[] = {LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q4_K};
     for (size_t k = 0; k < 2; k++) {
         char path[64];
@@ -382,7 +372,7 @@ static void decode_steps_call_no_malloc(void **state)
         assert_true(fd >= 0);
         close(fd);
         llmem_quantize_options qo = {qt[k], false, false};
-        assert_ok(llmem_model_quantize(MODELS "/stories260K.gguf", path, &qo, NULL));
+        assert_ok(llmem_model_quantize(MODEL("stories260K.gguf"), path, &qo, NULL));
         m = open_model(path);
         calls = decode_mallocs(m, LLMEM_ENGINE_ALLOC_LLMEM, 200);
         if (calls) fail_msg("200 %s decode steps called malloc %lu times", llmem_dtype_name(qt[k]), calls);
@@ -398,8 +388,7 @@ static void decode_steps_call_no_malloc(void **state)
 static void prefill_workspace_released_at_decode(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.bin")) skip();
-    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    llmem_model *m = open_model(MODEL("stories260K.bin"));
     int32_t toks[260];
     for (int i = 0; i < 260; i++) toks[i] = 1 + (i * 31) % 500;
     llmem_engine *e, *base;
@@ -487,8 +476,7 @@ static void on_stage(void *ctx, const llmem_stage_event *ev)
 static void stages_reach_listener_and_pool(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.bin")) skip();
-    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    llmem_model *m = open_model(MODEL("stories260K.bin"));
     stage_log log = {0};
     llmem_pool *pool;
     assert_ok(llmem_pool_create(NULL, &pool));
@@ -552,8 +540,7 @@ static void stages_reach_listener_and_pool(void **state)
 static void bad_input_changes_nothing(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.bin")) skip();
-    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    llmem_model *m = open_model(MODEL("stories260K.bin"));
     llmem_engine *e;
     assert_status(llmem_engine_create(NULL, NULL, &e), LLMEM_EINVAL);
     assert_status(llmem_engine_create(m, NULL, NULL), LLMEM_EINVAL);
@@ -612,8 +599,7 @@ static void bad_input_changes_nothing(void **state)
 static void full_kv_is_enomem_and_keeps_sequences(void **state)
 {
     (void)state;
-    if (!have(MODELS "/stories260K.bin")) skip();
-    llmem_model *m = open_model(MODELS "/stories260K.bin");
+    llmem_model *m = open_model(MODEL("stories260K.bin"));
     uint32_t vocab = 512;
     int32_t toks[256];
     for (int i = 0; i < 256; i++) toks[i] = 1 + (i * 53) % 500;
@@ -893,8 +879,7 @@ static void weight_types_agree_with_f32(void **state)
 static void tiny_random_f16_gguf_runs(void **state)
 {
     (void)state;
-    if (!have(MODELS "/llama-2-tiny-random.gguf")) skip();
-    llmem_model *m = open_model(MODELS "/llama-2-tiny-random.gguf");
+    llmem_model *m = open_model(MODEL("llama-2-tiny-random.gguf"));
     assert_int_equal(llmem_model_get_config(m)->weight_type, LLMEM_DTYPE_F16);
     llmem_tokenizer *tok = tokenizer_for(m, NULL);
     int32_t toks[64];
@@ -916,9 +901,14 @@ static void tiny_random_f16_gguf_runs(void **state)
     llmem_model_close(m);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(workspace_plan_near_lower_bound, test_quiet_logs),
+        cmocka_unit_test(weight_types_agree_with_f32),
+    };
+    /* The real checkpoints of the shared folder (test_engine_shared). */
+    const struct CMUnitTest shared_tests[] = {
         cmocka_unit_test(reference_ids_from_bin),
         cmocka_unit_test(reference_ids_from_gguf),
         cmocka_unit_test(reference_ids_one_thread_and_malloc_baseline),
@@ -926,12 +916,15 @@ int main(void)
         cmocka_unit_test(sequences_batched_together_match_alone),
         cmocka_unit_test(decode_steps_call_no_malloc),
         cmocka_unit_test(prefill_workspace_released_at_decode),
-        cmocka_unit_test_setup(workspace_plan_near_lower_bound, test_quiet_logs),
         cmocka_unit_test(stages_reach_listener_and_pool),
         cmocka_unit_test_setup(bad_input_changes_nothing, test_quiet_logs),
         cmocka_unit_test_setup(full_kv_is_enomem_and_keeps_sequences, test_quiet_logs),
-        cmocka_unit_test(weight_types_agree_with_f32),
         cmocka_unit_test(tiny_random_f16_gguf_runs),
     };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/stories260K.bin", "models/stories260K.gguf", "models/tok512.bin",
+                            "models/llama-2-tiny-random.gguf", "models/reference", NULL);
+        return cmocka_run_group_tests_name("test_engine (shared data)", shared_tests, NULL, NULL);
+    }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,15 +40,17 @@
  * disarms the fault before teardown and covers the calls before it.
  *
  * Replay: the first 200 requests of the Azure code trace
- * (LLMEM_SHARED_DIR/traces; skipped when absent) through the replay
- * scheduler (tools/replay_sim.c; PAGED, llama-2-7b shape, 3 GiB of KV so it
- * preempts and rejects what never fits, slabs of 8 blocks), without and
- * with the controller, its KV pool over fault(tracking(sim-device)). The
- * scheduler's recovery is documented in replay_sim.h (a refused decode
- * append preempts, a refused admission leaves the request queued, a
- * request alone is tried twice). With one failure, every run completes and
- * rejects exactly the requests the run without faults does; failing
- * forever, it still finishes cleanly with every request completed or
+ * (the shared folder's traces/: the group --shared, CTest's
+ * test_fault_campaign_shared, skipped when absent) through the replay
+ * (llmem/replay.h: the library's scheduler over a simulated engine; PAGED,
+ * llama-2-7b shape, 3 GiB of KV so it preempts and rejects what never
+ * fits, slabs of 8 blocks), without and with the controller, its KV pool
+ * over fault(tracking(sim-device)). The scheduler's recovery is documented
+ * in llmem/replay.h (a refused step preempts, a refused admission leaves
+ * the request queued, a request alone is tried twice). With one failure,
+ * every run completes and rejects exactly the requests the run without
+ * faults does; failing forever, it still finishes cleanly with every
+ * request completed or
  * rejected; no leak, llmem_kv_check after every step. k: every k up to
  * REPLAY_DENSE, then a stride covering the rest in about REPLAY_STRIDED runs
  * (LLMEM_FAULT_FULL=1: every k).
@@ -57,7 +59,6 @@
  * docs/RELIABILITY.md.
  */
 
-#include "replay_sim.h"
 #include "test_util.h"
 
 #define KiB ((size_t)1 << 10)
@@ -652,7 +653,7 @@ static void engine_fail_once_release_ops(void **state)
 
 /* ---- the replay campaign ------------------------------------------------------------ */
 
-#define TRACE LLMEM_SHARED_DIR "/traces/AzureLLMInferenceTrace_code.csv"
+#define TRACE test_shared_path("traces/AzureLLMInferenceTrace_code.csv")
 
 /* Every k up to REPLAY_DENSE, then a stride that covers the rest in about
  * REPLAY_STRIDED runs (LLMEM_FAULT_FULL=1: every k). A replay run takes
@@ -663,9 +664,9 @@ enum { REPLAY_DENSE = 16, REPLAY_STRIDED = 16 };
 enum { REPLAY_DENSE = 150, REPLAY_STRIDED = 150 };
 #endif
 
-static void replay_setup(replay_options *o, stack *s, bool controller)
+static void replay_setup(llmem_replay_options *o, stack *s, bool controller)
 {
-    replay_options_default(o);
+    *o = llmem_replay_options_default();
     o->strategy = LLMEM_KV_PAGED;
     assert_ok(llmem_shape_preset("llama-2-7b", &o->shape));
     o->kv_budget = (size_t)3 << 30; /* 6144 tokens: the first 200 requests preempt */
@@ -685,21 +686,17 @@ static const char *const rp_names[RP_COUNT_] = {"absorbed (same schedule)", "adm
 
 static void replay_campaign(bool controller, bool forever)
 {
-    if (access(TRACE, R_OK) != 0) {
-        print_message("skipped: %s is absent\n", TRACE);
-        skip();
-    }
     uint64_t t0 = test_now_ms();
     llmem_trace tr;
     assert_ok(llmem_trace_load(TRACE, &tr));
     assert_true(tr.count >= 200);
     stack s;
     stack_init(&s, true);
-    replay_options o;
+    llmem_replay_options o;
     replay_setup(&o, &s, controller);
-    replay_result ref, r;
+    llmem_replay_result ref, r;
     arm(&s, 0, false, 0);
-    assert_int_equal(replay_run(&tr, &o, &ref), 0);
+    assert_ok(llmem_replay_run(&tr, &o, &ref));
     uint64_t n = fstats(&s).calls_total;
     assert_no_leak(&s, "replay, no faults", 0);
     assert_int_equal(ref.requests_total, 200);
@@ -707,7 +704,7 @@ static void replay_campaign(bool controller, bool forever)
     assert_true(ref.preemptions > 0);
     /* Deterministic: the same count again. */
     arm(&s, 0, false, 0);
-    assert_int_equal(replay_run(&tr, &o, &r), 0);
+    assert_ok(llmem_replay_run(&tr, &o, &r));
     assert_int_equal(fstats(&s).calls_total, n);
     assert_int_equal(r.steps, ref.steps);
     double t_ref = secs_since(t0) / 2;
@@ -723,7 +720,7 @@ static void replay_campaign(bool controller, bool forever)
     size_t most_rejected = 0;
     for (uint64_t k = 1; k <= n; k = k < dense ? k + 1 : k + stride) {
         arm(&s, k, forever, 0);
-        int rc = replay_run(&tr, &o, &r);
+        llmem_status rc = llmem_replay_run(&tr, &o, &r);
         if (rc) fail_msg("replay, k = %llu: did not finish cleanly (%s)", (unsigned long long)k, llmem_last_error());
         if (forever) assert_true(fstats(&s).injected_total >= 1);
         else assert_int_equal(fstats(&s).injected_total, 1);
@@ -820,17 +817,26 @@ static int teardown_model(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* The replay campaigns run on the Azure trace of the shared folder
+     * (test_fault_campaign_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(replay_without_controller),
+        cmocka_unit_test(replay_with_controller),
+        cmocka_unit_test(replay_without_controller_forever),
+        cmocka_unit_test(replay_with_controller_forever),
+    };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("traces/AzureLLMInferenceTrace_code.csv", NULL);
+        return cmocka_run_group_tests_name("test_fault_campaign (shared data)", shared_tests, setup_model,
+                                           teardown_model);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(engine_fail_once_retry),
         cmocka_unit_test(engine_fail_once_preempt),
         cmocka_unit_test(engine_fail_forever),
         cmocka_unit_test(engine_fail_once_release_ops),
-        cmocka_unit_test(replay_without_controller),
-        cmocka_unit_test(replay_with_controller),
-        cmocka_unit_test(replay_without_controller_forever),
-        cmocka_unit_test(replay_with_controller_forever),
     };
     return cmocka_run_group_tests(tests, setup_model, teardown_model);
 }

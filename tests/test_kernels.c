@@ -20,8 +20,8 @@
  * team. Also f16 conversion for all 65536 halves and chosen roundings,
  * Q8_0 dequant of hand-built blocks, rope against run.c's formula, softmax
  * edge cases.
- * Last, a matmul benchmark (printed, not asserted) against run.c's naive
- * loop compiled here at the same optimisation.
+ * The speed of these kernels is a benchmark, not a test: `llmem bench
+ * kernels` (bench/bench_kernels.c).
  */
 #include <math.h>
 
@@ -838,109 +838,6 @@ static void test_swiglu_dot_axpy(void **state)
     assert_true(llmem__dot(e, one, 0) == 0.0f);
 }
 
-/* ---- benchmark -------------------------------------------------------------- */
-
-/* run.c's matmul, compiled here at the test's optimisation. */
-static void *qbench_scratch; /* activation rows for the block types' benchmark */
-
-static void naive_matmul(float *xout, const float *x, const float *w, int n, int d)
-{
-    for (int i = 0; i < d; i++) {
-        float val = 0.0f;
-        for (int j = 0; j < n; j++) val += w[i * n + j] * x[j];
-        xout[i] = val;
-    }
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Best GFLOPS over a few timed repetitions of at least min_s each. */
-static double bench_gflops(llmem__threads *th, bool naive, const float *x, const void *w, uint32_t type, size_t n,
-                           size_t d, size_t batch, float *y, double min_s)
-{
-    double best = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        size_t iters = 0;
-        double t0 = now_s(), t;
-        do {
-            if (naive)
-                for (size_t b = 0; b < batch; b++) naive_matmul(y + b * d, x + b * n, w, (int)n, (int)d);
-            else llmem__matmul(th, y, x, w, type, n, d, batch, qbench_scratch);
-            iters++;
-            t = now_s() - t0;
-        } while (t < min_s);
-        double g = 2.0 * (double)n * (double)d * (double)batch * (double)iters / t * 1e-9;
-        if (g > best) best = g;
-    }
-    return best;
-}
-
-static void test_bench(void **state)
-{
-    (void)state;
-#if defined(TEST_ASAN) || defined(TEST_TSAN)
-    const double min_s = 0.01;
-#else
-    const double min_s = 0.05;
-#endif
-    const size_t n = 768, d = 768, maxb = 32;
-    wmat m[NWTYPES];
-    for (size_t t = 0; t < NWTYPES; t++) wmat_make(&m[t], wtypes[t], n, d);
-    float *x = malloc(maxb * n * sizeof(float)), *y = malloc(maxb * d * sizeof(float));
-    assert_true(x && y);
-    for (size_t i = 0; i < maxb * n; i++) x[i] = rng_f();
-
-    printf("  matmul d=n=768 GFLOPS (best of 3; 2 flops per multiply-add)\n");
-    printf("  %-10s %-6s %8s %8s %8s %8s\n", "path", "weight", "b1 t1", "b1 t2", "b32 t1", "b32 t2");
-    for (int path = 0; path < 2; path++) {
-        llmem__kernels_force_portable(path == 1);
-        for (size_t t = 0; t < NWTYPES; t++) {
-            double g[4];
-            int k = 0;
-            for (size_t batch = 1; batch <= maxb; batch += maxb - 1)
-                for (unsigned th = 1; th <= 2; th++)
-                    g[k++] = bench_gflops(teams[th], false, x, m[t].data, m[t].type, n, d, batch, y, min_s);
-            printf("  %-10s %-6s %8.2f %8.2f %8.2f %8.2f\n", llmem__kernels_isa(), type_name(m[t].type), g[0], g[1],
-                   g[2], g[3]);
-        }
-    }
-    /* The block types, same shape. */
-    size_t qs_bytes = 0;
-    for (size_t t = 0; t < NQTYPES; t++)
-        if (llmem__matmul_scratch_bytes(qtypes[t], n, maxb) > qs_bytes) qs_bytes = llmem__matmul_scratch_bytes(qtypes[t], n, maxb);
-    qbench_scratch = aligned_alloc(64, qs_bytes);
-    assert_non_null(qbench_scratch);
-    for (int path = 0; path < 2; path++) {
-        llmem__kernels_force_portable(path == 1);
-        for (size_t t = 0; t < NQTYPES; t++) {
-            size_t rb;
-            uint8_t *w = qmat_make(qtypes[t], n, d, &rb);
-            double g[4];
-            int k = 0;
-            for (size_t batch = 1; batch <= maxb; batch += maxb - 1)
-                for (unsigned th = 1; th <= 2; th++)
-                    g[k++] = bench_gflops(teams[th], false, x, w, qtypes[t], n, d, batch, y, path ? min_s / 4 : min_s);
-            printf("  %-10s %-6s %8.2f %8.2f %8.2f %8.2f\n", llmem__kernels_isa(), type_name(qtypes[t]), g[0], g[1],
-                   g[2], g[3]);
-            free(w);
-        }
-    }
-    free(qbench_scratch);
-    qbench_scratch = NULL;
-    llmem__kernels_force_portable(false);
-    double g1 = bench_gflops(NULL, true, x, m[0].data, F32, n, d, 1, y, min_s);
-    double g32 = bench_gflops(NULL, true, x, m[0].data, F32, n, d, maxb, y, min_s);
-    printf("  %-10s %-6s %8.2f %8s %8.2f %8s\n", "naive", "f32", g1, "-", g32, "-");
-    free(x);
-    free(y);
-    for (size_t t = 0; t < NWTYPES; t++) wmat_free(&m[t]);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -958,7 +855,6 @@ int main(void)
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu_dot_axpy),
-        cmocka_unit_test(test_bench),
     };
     return cmocka_run_group_tests(tests, setup_teams, teardown_teams);
 }

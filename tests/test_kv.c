@@ -696,6 +696,43 @@ static void geometry(void **state)
     llmem_kv_destroy(kv);
 }
 
+/* A PAGED budget below one slab could never hold a token: refused at
+ * create, naming the minimum; exactly one slab holds one. */
+static void paged_budget_below_one_slab_is_refused(void **state)
+{
+    (void)state;
+    llmem_kv_options o = geo(LLMEM_KV_PAGED, 16);
+    llmem_kv *kv;
+    assert_ok(llmem_kv_create(&o, &kv));
+    size_t bb = llmem_kv_block_bytes(kv);
+    llmem_kv_destroy(kv);
+    size_t slab = 2 * bb < ((size_t)64 << 10) ? (size_t)64 << 10 : 2 * bb; /* the default slab */
+    size_t slab_all = slab / bb * bb * o.layers;
+    char want[64];
+    snprintf(want, sizeof want, "give at least %zu", slab_all);
+    size_t budgets[] = {1, bb, slab_all - 1};
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+        o.budget_bytes = budgets[i];
+        kv = (llmem_kv *)1;
+        assert_status(llmem_kv_create(&o, &kv), LLMEM_EINVAL);
+        assert_null(kv);
+        assert_error_mentions("below one slab");
+        assert_error_mentions(want);
+    }
+    o.budget_bytes = slab_all;
+    assert_ok(llmem_kv_create(&o, &kv));
+    llmem_kv_seq s;
+    assert_ok(llmem_kv_seq_create(kv, 0, &s));
+    int32_t tok = 5;
+    assert_ok(llmem_kv_seq_append(kv, s, 1, &tok, NULL));
+    llmem_kv_destroy(kv);
+    /* A smaller slab lowers the minimum. */
+    o.slab_bytes = bb;
+    o.budget_bytes = bb * o.layers;
+    assert_ok(llmem_kv_create(&o, &kv));
+    llmem_kv_destroy(kv);
+}
+
 static void create_rejects_bad_options(void **state)
 {
     (void)state;
@@ -902,6 +939,73 @@ static void property_sim_device(void **state)
 }
 
 /* ---- the prefix cache -------------------------------------------------------- */
+
+/* Rollback (undoing an append nobody wrote) against truncate (keeping
+ * what was written): a block the undone append filled leaves the prefix
+ * cache, whether the rollback drops it or keeps it partial; truncate keeps
+ * it registered. And the room figures admission reads. */
+static void rollback_forgets_what_truncate_keeps(void **state)
+{
+    (void)state;
+    llmem_kv_options o = geo(LLMEM_KV_PAGED, 16);
+    o.prefix_cache = true;
+    o.budget_bytes = 1 << 20;
+    llmem_kv *kv;
+    assert_ok(llmem_kv_create(&o, &kv));
+    int32_t t[40];
+    fill_tokens(t, 40, 77);
+    size_t matched;
+    llmem_kv_seq a, b;
+    /* truncate: the filled block stays cached, so it is found */
+    assert_ok(llmem_kv_seq_create(kv, 0, &a));
+    assert_ok(llmem_kv_seq_append(kv, a, 20, t, NULL));
+    assert_ok(llmem_kv_seq_truncate(kv, a, 10));
+    assert_ok(llmem_kv_seq_create(kv, 0, &b));
+    assert_ok(llmem_kv_seq_match_prefix(kv, b, t, 17, &matched));
+    assert_int_equal(matched, 16);
+    assert_ok(llmem_kv_seq_free(kv, b));
+    assert_ok(llmem_kv_seq_free(kv, a));
+    assert_int_equal(llmem_kv_trim(kv, true) > 0, 1); /* the cache forgets it */
+    /* rollback inside the block: kept partial, no longer registered */
+    assert_ok(llmem_kv_seq_create(kv, 0, &a));
+    assert_ok(llmem_kv_seq_append(kv, a, 20, t, NULL));
+    assert_ok(llmem_kv_seq_rollback(kv, a, 10));
+    assert_ok(llmem_kv_seq_create(kv, 0, &b));
+    assert_ok(llmem_kv_seq_match_prefix(kv, b, t, 17, &matched));
+    assert_int_equal(matched, 0);
+    assert_ok(llmem_kv_seq_free(kv, b));
+    /* rollback to empty: dropped and unregistered */
+    assert_ok(llmem_kv_seq_rollback(kv, a, 0));
+    assert_ok(llmem_kv_seq_append(kv, a, 33, t, NULL)); /* hashable again from 0 */
+    assert_ok(llmem_kv_seq_rollback(kv, a, 0));
+    assert_ok(llmem_kv_seq_create(kv, 0, &b));
+    assert_ok(llmem_kv_seq_match_prefix(kv, b, t, 33, &matched));
+    assert_int_equal(matched, 0);
+    /* A shared block (a fork) keeps its registration: the other holder wrote it. */
+    assert_ok(llmem_kv_seq_append(kv, b, 16, t, NULL));
+    llmem_kv_seq c, d;
+    assert_ok(llmem_kv_seq_fork(kv, b, &c));
+    assert_ok(llmem_kv_seq_rollback(kv, c, 0));
+    assert_ok(llmem_kv_seq_create(kv, 0, &d));
+    assert_ok(llmem_kv_seq_match_prefix(kv, d, t, 17, &matched));
+    assert_int_equal(matched, 16);
+    /* The room: what the stats say, without their walk. */
+    llmem_kv_room r;
+    assert_ok(llmem_kv_get_room(kv, &r));
+    llmem_kv_stats ks = kstats(kv);
+    assert_int_equal(r.used_blocks, ks.blocks_used);
+    assert_int_equal(r.free_blocks, ks.blocks_free);
+    assert_int_equal(r.cached_blocks, ks.blocks_cached);
+    assert_int_equal(r.reserved_bytes, ks.bytes_reserved);
+    assert_int_equal(r.budget_bytes, 1 << 20);
+    assert_int_equal(r.block_tokens, 16);
+    assert_true(r.prefix_cache && !r.can_swap);
+    assert_int_equal(r.block_bytes_all_layers, llmem_kv_block_bytes(kv) * 2);
+    assert_status(llmem_kv_get_room(NULL, &r), LLMEM_EINVAL);
+    assert_status(llmem_kv_seq_rollback(NULL, a, 0), LLMEM_EINVAL);
+    assert_status(llmem_kv_seq_rollback(kv, a, 5), LLMEM_ERANGE);
+    llmem_kv_destroy(kv);
+}
 
 static void prefix_cache_hits_and_misses(void **state)
 {
@@ -2539,9 +2643,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(geometry),
         cmocka_unit_test(create_rejects_bad_options),
+        cmocka_unit_test_setup(paged_budget_below_one_slab_is_refused, test_quiet_logs),
         cmocka_unit_test(property_host),
         cmocka_unit_test(property_sim_device),
         cmocka_unit_test(prefix_cache_hits_and_misses),
+        cmocka_unit_test(rollback_forgets_what_truncate_keeps),
         cmocka_unit_test(slabs_follow_sequences),
         cmocka_unit_test(prefix_cache_lru_eviction),
         cmocka_unit_test(copy_on_write),

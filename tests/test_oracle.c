@@ -52,7 +52,9 @@
 
 #include "../src/engine/kernels.h"
 
-#define MODELS LLMEM_SHARED_DIR "/models"
+/* stories260K in the shared folder (test_util.h: test_shared_path; the
+ * cases that read it are the --shared group, CTest's oracle_llamacpp_shared). */
+#define STORIES test_shared_path("models/stories260K.gguf")
 #define GREEDY_STEPS 200
 #if defined(TEST_ASAN) || defined(TEST_TSAN)
 /* Sanitizer builds check memory, not numbers: a quarter of the positions
@@ -109,13 +111,6 @@ static bool have_harness(void)
 {
     if (harness && access(harness, X_OK) == 0) return true;
     print_message("skipped: no llama.cpp harness (LLMEM_LLAMACPP_HARNESS; tests/oracle/run_oracle.sh builds it)\n");
-    return false;
-}
-
-static bool have(const char *path)
-{
-    if (access(path, R_OK) == 0) return true;
-    print_message("skipped: %s is absent\n", path);
     return false;
 }
 
@@ -489,17 +484,20 @@ static bool greedy_matches(const char *path, const char *label, const int32_t *p
 static void stories_greedy(void **state)
 {
     (void)state;
-    if (!have_harness() || !have(MODELS "/stories260K.gguf")) SKIP();
+    if (!have_harness()) SKIP();
     /* "Once upon a time" as both tokenise it (checked in tokenize_matches). */
     static const int32_t prompt[] = {1, 403, 407, 261, 378};
     const size_t np = sizeof prompt / sizeof prompt[0];
-    run_harness("load '" MODELS "/stories260K.gguf'", NULL, 0);
-    int bad = !greedy_matches(MODELS "/stories260K.gguf", "stories260K f32", prompt, np, LLMEM_DTYPE_F32);
+    char sp[4096], la[4200];
+    snprintf(sp, sizeof sp, "%s", STORIES);
+    snprintf(la, sizeof la, "load '%s'", sp);
+    run_harness(la, NULL, 0);
+    int bad = !greedy_matches(sp, "stories260K f32", prompt, np, LLMEM_DTYPE_F32);
     static const uint32_t more[] = {LLMEM_DTYPE_F16, LLMEM_DTYPE_BF16};
     for (size_t i = 0; i < NQ + 2; i += i < 2 ? 1 : TYPE_STRIDE) {
         uint32_t t = i < 2 ? more[i] : qtypes[i - 2];
         char path[256], label[64], args[512];
-        quantize_to(MODELS "/stories260K.gguf", t, path, sizeof path);
+        quantize_to(sp, t, path, sizeof path);
         snprintf(args, sizeof args, "load '%s'", path);
         run_harness(args, NULL, 0);
         snprintf(label, sizeof label, "stories260K %s", llmem_dtype_name(t));
@@ -601,12 +599,17 @@ static void tokens_match(const char *path, const char *label)
     llmem_model_close(m);
 }
 
+static void tokenize_stories(void **state)
+{
+    (void)state;
+    if (!have_harness()) SKIP();
+    tokens_match(STORIES, "stories260K");
+}
+
 static void tokenize_matches(void **state)
 {
     (void)state;
     if (!have_harness()) SKIP();
-    if (access(MODELS "/stories260K.gguf", R_OK) == 0) tokens_match(MODELS "/stories260K.gguf", "stories260K");
-    else print_message("stories260K.gguf absent: only the synthetic vocabulary\n");
     llmem_shape sh = {"oracle-vocab", 1, 64, 2, 2, 32, 128, 2000, 256, 10000.0, 1};
     char path[256];
     snprintf(path, sizeof path, "%s/vocab.gguf", tmpdir);
@@ -615,17 +618,31 @@ static void tokenize_matches(void **state)
     tokens_match(path, "llmem synth vocabulary");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dequant_matches),
         cmocka_unit_test(tokenize_matches),
-        cmocka_unit_test(stories_greedy),
         cmocka_unit_test(forced_matches),
     };
-    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    /* The trained model of the shared folder (oracle_llamacpp_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(tokenize_stories),
+        cmocka_unit_test(stories_greedy),
+    };
+    int failed;
+    size_t count;
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/stories260K.gguf", NULL);
+        failed = cmocka_run_group_tests_name("test_oracle (shared data)", shared_tests, setup, teardown);
+        count = sizeof shared_tests / sizeof shared_tests[0];
+    } else {
+        failed = cmocka_run_group_tests(tests, setup, teardown);
+        count = sizeof tests / sizeof tests[0];
+    }
+    /* Only the harness is ever missing here: every case skips then. */
     if (!failed && skips) {
-        printf("test_oracle: %d of %zu tests skipped\n", skips, sizeof tests / sizeof tests[0]);
+        printf("skipped: test_oracle: %d of %zu tests skipped (no llama.cpp harness)\n", skips, count);
         return 77;
     }
     return failed;

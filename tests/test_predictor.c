@@ -8,7 +8,8 @@
 
 #include "test_util.h"
 
-#define MODELS LLMEM_SHARED_DIR "/models"
+/* A file in the shared folder's models/ (test_util.h: test_shared_path). */
+#define MODEL(rel) test_shared_path("models/" rel)
 
 static llmem_predictor *make(const char *shape, size_t kv_elem, uint32_t max_seq_len)
 {
@@ -106,12 +107,8 @@ static void check_against_engine(const char *path, uint32_t kv_elem)
 static void engine_peaks_real_models(void **state)
 {
     (void)state;
-    if (access(MODELS "/stories260K.bin", R_OK) || access(MODELS "/llama-2-tiny-random.gguf", R_OK)) {
-        print_message("skipped: " MODELS " is absent\n");
-        skip();
-    }
-    check_against_engine(MODELS "/stories260K.bin", 4);
-    check_against_engine(MODELS "/llama-2-tiny-random.gguf", 2);
+    check_against_engine(MODEL("stories260K.bin"), 4);
+    check_against_engine(MODEL("llama-2-tiny-random.gguf"), 2);
 }
 
 static llmem_status synth_fill(void *ctx, size_t index, void *buf, size_t bytes)
@@ -274,11 +271,18 @@ static void bad_input(void **state)
     llmem_predictor_destroy(NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* The real models of the shared folder (test_predictor_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(engine_peaks_real_models),
+    };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/stories260K.bin", "models/llama-2-tiny-random.gguf", NULL);
+        return cmocka_run_group_tests_name("test_predictor (shared data)", shared_tests, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sizes_of_llama_2_7b),
-        cmocka_unit_test(engine_peaks_real_models),
         cmocka_unit_test(engine_peaks_synthetic_model),
         cmocka_unit_test(corrector_learns_what_formulas_miss),
         cmocka_unit_test(reserve_scales_data_dependent_part),

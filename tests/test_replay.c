@@ -1,6 +1,6 @@
 /*
- * test_replay.c - the trace replay scheduler (tools/replay_sim.c) on
- * synthetic traces whose answers are known: accounting closes, paged beats
+ * test_replay.c - the trace replay (llmem/replay.h: the library's scheduler
+ * over a simulated engine) on synthetic traces whose answers are known: accounting closes, paged beats
  * static on utilisation and concurrency, rejection and truncation at the
  * context length, preemption under a tight budget loses no request, the
  * prefix cache hits only where the trace declares a prefix, and a replay is
@@ -8,7 +8,6 @@
  */
 #include "test_util.h"
 
-#include "replay_sim.h"
 
 /* A trace of n requests arriving `rate` per second, prompts and outputs
  * drawn uniformly from [pmin, pmax] and [omin, omax] (deterministic). */
@@ -31,10 +30,10 @@ static llmem_trace synth(size_t n, double rate, uint32_t pmin, uint32_t pmax, ui
     return t;
 }
 
-static replay_options opts(llmem_kv_strategy st, size_t budget, uint32_t max_seq_len)
+static llmem_replay_options opts(llmem_kv_strategy st, size_t budget, uint32_t max_seq_len)
 {
-    replay_options o;
-    replay_options_default(&o);
+    llmem_replay_options o;
+    o = llmem_replay_options_default();
     assert_ok(llmem_shape_preset("llama-2-7b", &o.shape));
     o.strategy = st;
     o.kv_budget = budget;
@@ -42,7 +41,7 @@ static replay_options opts(llmem_kv_strategy st, size_t budget, uint32_t max_seq
     return o;
 }
 
-static void check_invariants(const llmem_trace *t, const replay_options *o, const replay_result *r)
+static void check_invariants(const llmem_trace *t, const llmem_replay_options *o, const llmem_replay_result *r)
 {
     assert_int_equal(r->requests_total, t->count);
     assert_int_equal(r->requests_completed + r->requests_rejected, t->count);
@@ -68,11 +67,11 @@ static void paged_beats_static(void **state)
     llmem_trace t = synth(300, 40, 100, 600, 20, 200, 1);
     uint64_t want_tokens = 0;
     for (size_t i = 0; i < t.count; i++) want_tokens += t.req[i].output_tokens;
-    replay_result r[3];
+    llmem_replay_result r[3];
     const llmem_kv_strategy st[3] = {LLMEM_KV_STATIC, LLMEM_KV_BUCKETS, LLMEM_KV_PAGED};
     for (int i = 0; i < 3; i++) {
-        replay_options o = opts(st[i], (size_t)2 << 30, 1024);
-        assert_int_equal(replay_run(&t, &o, &r[i]), 0);
+        llmem_replay_options o = opts(st[i], (size_t)2 << 30, 1024);
+        assert_ok(llmem_replay_run(&t, &o, &r[i]));
         check_invariants(&t, &o, &r[i]);
         /* Every prompt + output fits the context: all complete, in full. */
         assert_int_equal(r[i].requests_completed, t.count);
@@ -102,9 +101,9 @@ static void reject_and_truncate_at_context(void **state)
     t.req[2].prompt_tokens = 500; /* 500 + 40 > 512: stops at 12 tokens */
     t.req[2].output_tokens = 40;
     for (int s = 0; s < 3; s++) {
-        replay_options o = opts((llmem_kv_strategy)s, (size_t)1 << 30, 512);
-        replay_result r;
-        assert_int_equal(replay_run(&t, &o, &r), 0);
+        llmem_replay_options o = opts((llmem_kv_strategy)s, (size_t)1 << 30, 512);
+        llmem_replay_result r;
+        assert_ok(llmem_replay_run(&t, &o, &r));
         assert_int_equal(r.requests_rejected, 1);
         assert_int_equal(r.requests_completed, 3);
         assert_int_equal(r.requests_truncated, 1);
@@ -122,9 +121,9 @@ static void preemption_loses_nothing(void **state)
     llmem_trace t = synth(40, 1e6, 60, 120, 100, 250, 3);
     uint64_t want_tokens = 0;
     for (size_t i = 0; i < t.count; i++) want_tokens += t.req[i].output_tokens;
-    replay_options o = opts(LLMEM_KV_PAGED, (size_t)256 << 20, 512);
-    replay_result r;
-    assert_int_equal(replay_run(&t, &o, &r), 0);
+    llmem_replay_options o = opts(LLMEM_KV_PAGED, (size_t)256 << 20, 512);
+    llmem_replay_result r;
+    assert_ok(llmem_replay_run(&t, &o, &r));
     check_invariants(&t, &o, &r);
     assert_true(r.preemptions > 0);
     assert_int_equal(r.requests_completed, t.count);
@@ -151,12 +150,12 @@ static void prefix_cache_hits_declared_prefixes(void **state)
         }
         total += t.req[i].prompt_tokens;
     }
-    replay_options o = opts(LLMEM_KV_PAGED, (size_t)4 << 30, 1024);
-    replay_result off, on;
-    assert_int_equal(replay_run(&t, &o, &off), 0);
+    llmem_replay_options o = opts(LLMEM_KV_PAGED, (size_t)4 << 30, 1024);
+    llmem_replay_result off, on;
+    assert_ok(llmem_replay_run(&t, &o, &off));
     assert_true(off.prefix_hit_rate == 0);
     o.prefix_cache = true;
-    assert_int_equal(replay_run(&t, &o, &on), 0);
+    assert_ok(llmem_replay_run(&t, &o, &on));
     check_invariants(&t, &o, &on);
     /* All but the first sharer find the 16 full blocks of the prefix. */
     double best = (double)(shared - 256) / (double)total;
@@ -171,10 +170,10 @@ static void deterministic_and_bad_options(void **state)
 {
     (void)state;
     llmem_trace t = synth(120, 30, 50, 700, 1, 300, 5);
-    replay_options o = opts(LLMEM_KV_BUCKETS, (size_t)1 << 30, 1024);
-    replay_result a, b;
-    assert_int_equal(replay_run(&t, &o, &a), 0);
-    assert_int_equal(replay_run(&t, &o, &b), 0);
+    llmem_replay_options o = opts(LLMEM_KV_BUCKETS, (size_t)1 << 30, 1024);
+    llmem_replay_result a, b;
+    assert_ok(llmem_replay_run(&t, &o, &a));
+    assert_ok(llmem_replay_run(&t, &o, &b));
     assert_true(a.sim_time_s == b.sim_time_s);
     assert_true(a.kv_utilization == b.kv_utilization);
     assert_int_equal(a.steps, b.steps);
@@ -182,10 +181,10 @@ static void deterministic_and_bad_options(void **state)
     assert_true(a.ttft_p99_s == b.ttft_p99_s && a.e2e_p99_s == b.e2e_p99_s);
     /* No budget: refused with a message, nothing leaks (ASan checks). */
     o.kv_budget = 0;
-    assert_int_equal(replay_run(&t, &o, &a), 1);
+    assert_status(llmem_replay_run(&t, &o, &a), LLMEM_EINVAL);
     /* A budget smaller than one static reservation rejects every request. */
     o = opts(LLMEM_KV_STATIC, (size_t)64 << 20, 1024);
-    assert_int_equal(replay_run(&t, &o, &a), 0);
+    assert_ok(llmem_replay_run(&t, &o, &a));
     assert_int_equal(a.requests_rejected, t.count);
     free(t.req);
 }

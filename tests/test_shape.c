@@ -175,16 +175,56 @@ static void config_json_bad(void **state)
     }
 }
 
+/* Checked sizes: the same figures as the plain functions, and a shape
+ * whose counts do not fit 64 bits is LLMEM_EOVERFLOW, not a wrapped number. */
+static void sizes_are_overflow_checked(void **state)
+{
+    (void)state;
+    llmem_shape s;
+    uint64_t params = 0, kv = 0;
+    static const char *const presets[] = {"llama-2-7b", "llama-2-13b", "yi-coder-1.5b", "tiny-15m", "stories260k"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        assert_ok(llmem_shape_preset(presets[i], &s));
+        assert_ok(llmem_shape_sizes(&s, 2, &params, &kv));
+        assert_int_equal(params, llmem_shape_params(&s));
+        assert_int_equal(kv, llmem_shape_kv_bytes_per_token(&s, 2));
+    }
+    assert_ok(llmem_shape_sizes(&s, 2, NULL, NULL));
+    assert_status(llmem_shape_sizes(NULL, 2, &params, &kv), LLMEM_EINVAL);
+    /* The largest shape a config.json may give: 9.3e18 parameters still
+     * fit (their bytes do not: cli_plan_overflow_weights); 2^32 - 1 such
+     * layers do not. */
+    static const char huge[] = "{\"hidden_size\": 1048576, \"num_hidden_layers\": 4096, \"num_attention_heads\": 8192,"
+                               " \"head_dim\": 65536, \"intermediate_size\": 4194304, \"vocab_size\": 16777216}";
+    assert_ok(llmem_shape_from_json(huge, sizeof huge - 1, &s));
+    assert_ok(llmem_shape_sizes(&s, 2, &params, NULL));
+    assert_int_equal(params, 9277450425346293760ull);
+    s.layers = UINT32_MAX;
+    params = kv = 7;
+    assert_status(llmem_shape_sizes(&s, 2, &params, &kv), LLMEM_EOVERFLOW);
+    assert_error_mentions("parameter count overflows 64 bits");
+    assert_int_equal(params, 7); /* untouched */
+    /* KV per token alone: 2 x 2^32 layers x 2^32 heads overflows. */
+    memset(&s, 0, sizeof s);
+    s.layers = s.kv_heads = s.heads = UINT32_MAX;
+    s.head_dim = 2;
+    s.hidden = s.ffn = s.vocab = 1;
+    assert_status(llmem_shape_sizes(&s, 4, NULL, &kv), LLMEM_EOVERFLOW);
+    /* The engine's step plan of such a shape says so too. */
+    llmem_plan_result r;
+    assert_ok(llmem_shape_preset("llama-2-7b", &s));
+    s.hidden = s.ffn = UINT32_MAX;
+    assert_status(llmem_engine_plan_step(&s, UINT32_MAX, 1, 4096, 2, &r), LLMEM_EOVERFLOW);
+    assert_error_mentions("overflows the address space");
+}
+
 /* The stories260k preset matches the real checkpoint: llama2.c's header is
  * seven int32: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab, seq_len. */
 static void tiny_preset_matches_checkpoint(void **state)
 {
     (void)state;
-    FILE *f = fopen(LLMEM_SHARED_DIR "/models/stories260K.bin", "rb");
-    if (!f) {
-        print_message("skipped: " LLMEM_SHARED_DIR "/models/stories260K.bin is absent\n");
-        skip();
-    }
+    FILE *f = fopen(test_shared_path("models/stories260K.bin"), "rb");
+    assert_non_null(f);
     int32_t h[7];
     assert_int_equal(fread(h, sizeof h, 1, f), 1);
     fclose(f);
@@ -199,14 +239,22 @@ static void tiny_preset_matches_checkpoint(void **state)
     assert_int_equal(s.max_ctx, h[6]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* The real checkpoint of the shared folder (test_shape_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(tiny_preset_matches_checkpoint),
+    };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/stories260K.bin", NULL);
+        return cmocka_run_group_tests_name("test_shape (shared data)", shared_tests, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(presets_have_published_sizes),
         cmocka_unit_test(unknown_preset_and_nulls),
         cmocka_unit_test(config_json_good),
         cmocka_unit_test(config_json_bad),
-        cmocka_unit_test(tiny_preset_matches_checkpoint),
+        cmocka_unit_test(sizes_are_overflow_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,8 @@
  * asleep and runs where the caller has to sleep for a slow worker; split
  * covers [0, total) in balanced, grain-aligned, contiguous parts; create and
  * destroy in a loop (LeakSanitizer and TSan's thread-leak check watch).
- * Run latency is printed, not asserted. Runs under TSan in `make check`.
+ * Runs under TSan in `make check`. Run latency is a benchmark, not a test:
+ * `llmem bench kernels` (bench/bench_kernels.c).
  */
 #include <stdatomic.h>
 
@@ -261,57 +262,6 @@ static void test_split(void **state)
     check_split(SIZE_MAX, 1000, 7);
 }
 
-/* Latency of an empty run, printed (not asserted). */
-static void noop_fn(void *ctx, unsigned index, unsigned count)
-{
-    (void)ctx;
-    (void)index;
-    (void)count;
-}
-
-static void test_latency(void **state)
-{
-    (void)state;
-    static const unsigned teams[] = {1, 2, 3, 8};
-#if defined(TEST_ASAN) || defined(TEST_TSAN)
-    const unsigned runs = 2000;
-#else
-    const unsigned runs = 50000;
-#endif
-    for (size_t i = 0; i < sizeof teams / sizeof teams[0]; i++) {
-        llmem__threads *t;
-        assert_ok(llmem__threads_create(teams[i], &t));
-        for (unsigned r = 0; r < 100; r++) llmem__threads_run(t, noop_fn, NULL); /* warm */
-        struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        uint64_t t0 = test_now_ms();
-        unsigned done = 0;
-        /* At most `runs`, and at most half a second on a busy machine. */
-        while (done < runs && (done % 256 || test_now_ms() - t0 < 500)) {
-            llmem__threads_run(t, noop_fn, NULL);
-            done++;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        double ns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / done;
-        printf("  run latency, team of %u: %.0f ns per empty run (back to back)\n", teams[i], ns);
-        /* After an idle gap the workers sleep: one wake-up round trip. */
-        double worst = 0, sum = 0;
-        for (unsigned r = 0; r < 20; r++) {
-            struct timespec gap = {0, 2 * 1000000L};
-            nanosleep(&gap, NULL);
-            clock_gettime(CLOCK_MONOTONIC, &a);
-            llmem__threads_run(t, noop_fn, NULL);
-            clock_gettime(CLOCK_MONOTONIC, &b);
-            double one = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
-            sum += one;
-            if (one > worst) worst = one;
-        }
-        printf("  run latency, team of %u: %.0f ns mean, %.0f ns worst after a 2 ms idle gap\n", teams[i], sum / 20,
-               worst);
-        llmem__threads_destroy(t);
-    }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,7 +272,6 @@ int main(void)
         cmocka_unit_test(test_create_destroy),
         cmocka_unit_test(test_defaults_and_errors),
         cmocka_unit_test(test_split),
-        cmocka_unit_test(test_latency),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,9 @@
  *    a missing " ", decode rules;
  *  - hostile images (every truncation, bad lengths, bad max_token_length)
  *    -> LLMEM_EFORMAT naming token and byte offset; bad arguments;
- *  - the real vocabularies in ../shared/models (skipped when absent): the
+ *  - the real vocabularies in the shared folder's models/ (the group
+ *    test_tokenizer --shared, CTest's test_tokenizer_shared; skipped when
+ *    absent, see test_util.h): the
  *    reference prompts' ids, "Hello world" on the 32k vocabulary, byte
  *    fallback, the reference texts rebuilt by decoding the reference ids;
  *  - an independent transcription of run.c's encode (qsort + bsearch +
@@ -14,9 +16,10 @@
  *  - GGUF vocabularies (from_model) encoding exactly as their tokenizer.bin.
  *
  * `LLMEM_WRITE_TOKENIZER_SEEDS=DIR test_tokenizer` writes fuzz_tokenizer's
- * seed built on the shared tok512.bin into DIR and exits (nothing when the
- * file is absent): CTest (fixture fuzz_tokenizer_seeds) and `make fuzz`
- * make it this way instead of keeping a copy of a model file here.
+ * seed built on the shared tok512.bin into DIR and exits (77, nothing
+ * written, when the file is absent): CTest (fixture fuzz_tokenizer_seeds)
+ * and `make fuzz` make it this way instead of keeping a copy of a model
+ * file here.
  */
 #include <ctype.h>
 #include <math.h>
@@ -24,7 +27,8 @@
 
 #include "test_util.h"
 
-#define MODELS LLMEM_SHARED_DIR "/models/"
+/* A file in the shared folder's models/ (test_util.h: test_shared_path). */
+#define MODEL(rel) test_shared_path("models/" rel)
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -36,12 +40,12 @@ static bool file_exists(const char *path)
     return true;
 }
 
-#define REQUIRE_FILE(path)                                                        \
-    do {                                                                          \
-        if (!file_exists(path)) {                                                 \
-            print_message("skipped: %s is absent\n", (const char *)(path));       \
-            skip();                                                               \
-        }                                                                         \
+/* In the shared group every file was required up front (main): one missing
+ * here is a list in main() that forgot it, a failure, not a skip. */
+#define REQUIRE_FILE(path)                                                                    \
+    do {                                                                                      \
+        if (!file_exists(path)) fail_msg("%s is absent: add it to main()'s test_require_shared", \
+                                         (const char *)(path));                               \
     } while (0)
 
 static char *read_all(const char *path, size_t *size)
@@ -82,7 +86,7 @@ static size_t read_ids(const char *path, int32_t *ids, size_t cap)
     return n;
 }
 
-static llmem_tokenizer *load_or_skip(const char *path, uint32_t vocab)
+static llmem_tokenizer *load_shared(const char *path, uint32_t vocab)
 {
     REQUIRE_FILE(path);
     llmem_tokenizer *t;
@@ -592,8 +596,8 @@ static void odd_vocabularies(void **state)
 
 /* ---- the real vocabularies ----------------------------------------------- */
 
-#define TOK512 MODELS "tok512.bin"
-#define TOK32K MODELS "tokenizer-llama2-32k.bin"
+#define TOK512 MODEL("tok512.bin")
+#define TOK32K MODEL("tokenizer-llama2-32k.bin")
 
 /* encode(prompt) is a prefix of the reference ids, decodes back to the
  * prompt, and the next reference id is generated text, not prompt. */
@@ -627,10 +631,10 @@ static void check_prompt(const llmem_tokenizer *t, const char *prompt, const cha
 static void tok512_reference_prompts(void **state)
 {
     (void)state;
-    llmem_tokenizer *t = load_or_skip(TOK512, 512);
+    llmem_tokenizer *t = load_shared(TOK512, 512);
     assert_int_equal(llmem_tokenizer_vocab_size(t), 512);
-    check_prompt(t, "Once upon a time", MODELS "reference/stories260K.once.256.ids");
-    check_prompt(t, "Lily liked", MODELS "reference/stories260K.lily.128.ids");
+    check_prompt(t, "Once upon a time", MODEL("reference/stories260K.once.256.ids"));
+    check_prompt(t, "Lily liked", MODEL("reference/stories260K.lily.128.ids"));
     /* The empty prompt is BOS alone, as the reference starts. */
     int32_t out[4];
     size_t n = enc(t, "", true, false, out, 4);
@@ -641,7 +645,7 @@ static void tok512_reference_prompts(void **state)
 static void tok512_byte_fallback(void **state)
 {
     (void)state;
-    llmem_tokenizer *t = load_or_skip(TOK512, 512);
+    llmem_tokenizer *t = load_shared(TOK512, 512);
     int32_t out[16];
     size_t n = enc(t, "\xF0\x9F\x98\x80", true, false, out, 16); /* 😀 */
     /* BOS, the dummy prefix " ", then the emoji's 4 bytes as <0xXX>. */
@@ -665,8 +669,8 @@ static void tok512_byte_fallback(void **state)
 static void check_reference_text(const llmem_tokenizer *t, const char *name)
 {
     char ids_path[512], txt_path[512];
-    snprintf(ids_path, sizeof ids_path, MODELS "reference/%s.ids", name);
-    snprintf(txt_path, sizeof txt_path, MODELS "reference/%s.txt", name);
+    snprintf(ids_path, sizeof ids_path, "%s/models/reference/%s.ids", test_shared_dir(), name);
+    snprintf(txt_path, sizeof txt_path, "%s/models/reference/%s.txt", test_shared_dir(), name);
     REQUIRE_FILE(ids_path);
     int32_t ids[1024];
     size_t n = read_ids(ids_path, ids, 1024), tsize;
@@ -696,7 +700,7 @@ static void check_reference_text(const llmem_tokenizer *t, const char *name)
 static void tok512_decodes_reference_text(void **state)
 {
     (void)state;
-    llmem_tokenizer *t = load_or_skip(TOK512, 512);
+    llmem_tokenizer *t = load_shared(TOK512, 512);
     check_reference_text(t, "stories260K.once.256");
     check_reference_text(t, "stories260K.lily.128");
     check_reference_text(t, "stories260K.empty.256");
@@ -706,7 +710,7 @@ static void tok512_decodes_reference_text(void **state)
 static void llama32k_hello_world(void **state)
 {
     (void)state;
-    llmem_tokenizer *t = load_or_skip(TOK32K, 32000);
+    llmem_tokenizer *t = load_shared(TOK32K, 32000);
     int32_t out[32];
     size_t n = enc(t, "Hello world", true, false, out, 32);
     assert_ids(out, n, (const int32_t[]){1, 15043, 3186}, 3);
@@ -726,7 +730,7 @@ static void llama32k_hello_world(void **state)
  * longer than the stack path's 128 symbols). */
 static void agree_with_reference(const char *path, uint32_t V, int texts, size_t maxlen)
 {
-    llmem_tokenizer *t = load_or_skip(path, V);
+    llmem_tokenizer *t = load_shared(path, V);
     ref_tok r = ref_make(t);
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ V;
     char *text = malloc(maxlen + 1);
@@ -808,7 +812,7 @@ static void random_vocabularies_agree_with_run_c(void **state)
 static void long_text_is_fast_and_round_trips(void **state)
 {
     (void)state;
-    llmem_tokenizer *t = load_or_skip(TOK32K, 32000);
+    llmem_tokenizer *t = load_shared(TOK32K, 32000);
     size_t len = 100 * 1000;
     char *text = malloc(len + 1);
     uint64_t rng = 7;
@@ -868,7 +872,7 @@ static void *enc_worker(void *arg)
 static void threads_encode_at_once(void **state)
 {
     (void)state;
-    llmem_tokenizer *t = load_or_skip(TOK512, 512);
+    llmem_tokenizer *t = load_shared(TOK512, 512);
     pthread_t th[4];
     enc_job jobs[4];
     for (int i = 0; i < 4; i++) {
@@ -884,7 +888,7 @@ static void threads_encode_at_once(void **state)
 
 /* ---- GGUF vocabularies --------------------------------------------------- */
 
-static llmem_tokenizer *gguf_or_skip(const char *path, llmem_model **mp)
+static llmem_tokenizer *gguf_shared(const char *path, llmem_model **mp)
 {
     REQUIRE_FILE(path);
     llmem_model *m;
@@ -900,9 +904,9 @@ static llmem_tokenizer *gguf_or_skip(const char *path, llmem_model **mp)
  * every text the same. */
 static void gguf_matches_bin(const char *bin, uint32_t V, const char *gguf)
 {
-    llmem_tokenizer *tb = load_or_skip(bin, V);
+    llmem_tokenizer *tb = load_shared(bin, V);
     llmem_model *m;
-    llmem_tokenizer *tg = gguf_or_skip(gguf, &m);
+    llmem_tokenizer *tg = gguf_shared(gguf, &m);
     assert_int_equal(llmem_tokenizer_vocab_size(tg), V);
     assert_int_equal(llmem_tokenizer_bos(tg), 1);
     assert_int_equal(llmem_tokenizer_eos(tg), 2);
@@ -950,16 +954,16 @@ static void gguf_matches_bin(const char *bin, uint32_t V, const char *gguf)
 static void gguf_stories260k_matches_tok512(void **state)
 {
     (void)state;
-    gguf_matches_bin(TOK512, 512, MODELS "stories260K.gguf");
+    gguf_matches_bin(TOK512, 512, MODEL("stories260K.gguf"));
 }
 
 static void gguf_llama32k_matches_bin(void **state)
 {
     (void)state;
-    gguf_matches_bin(TOK32K, 32000, MODELS "llama-2-tiny-random.gguf");
+    gguf_matches_bin(TOK32K, 32000, MODEL("llama-2-tiny-random.gguf"));
     /* And "Hello world" straight from the GGUF. */
     llmem_model *m;
-    llmem_tokenizer *t = gguf_or_skip(MODELS "llama-2-tiny-random.gguf", &m);
+    llmem_tokenizer *t = gguf_shared(MODEL("llama-2-tiny-random.gguf"), &m);
     int32_t out[8];
     size_t n = enc(t, "Hello world", true, false, out, 8);
     assert_ids(out, n, (const int32_t[]){1, 15043, 3186}, 3);
@@ -973,9 +977,9 @@ static void gguf_llama32k_matches_bin(void **state)
 static void llama2c_checkpoint_has_no_vocabulary(void **state)
 {
     (void)state;
-    REQUIRE_FILE(MODELS "stories260K.bin");
+    REQUIRE_FILE(MODEL("stories260K.bin"));
     llmem_model *m;
-    assert_ok(llmem_model_open(MODELS "stories260K.bin", NULL, &m));
+    assert_ok(llmem_model_open(MODEL("stories260K.bin"), NULL, &m));
     llmem_tokenizer *t = (llmem_tokenizer *)1;
     assert_status(llmem_tokenizer_from_model(m, &t), LLMEM_ENOTFOUND);
     assert_null(t);
@@ -1123,8 +1127,8 @@ static int write_seeds(const char *dir)
     size_t n = 0;
     char *vocab = read_all(TOK512, &n);
     if (!vocab) {
-        fprintf(stderr, "no tokenizer seed: %s is absent\n", TOK512);
-        return 0;
+        printf("skipped: no tokenizer seed: %s is absent\n", TOK512);
+        return 77;
     }
     static const char text[] = "Once upon a time, Lily liked the big dog. \xf0\x9f\x98\x80\n\"Hi!\"";
     char path[4096];
@@ -1143,7 +1147,7 @@ static int write_seeds(const char *dir)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const char *seeds = getenv("LLMEM_WRITE_TOKENIZER_SEEDS");
     if (seeds) return write_seeds(seeds);
@@ -1154,20 +1158,30 @@ int main(void)
         cmocka_unit_test(cap_too_small_is_erange),
         cmocka_unit_test(merges_follow_run_c),
         cmocka_unit_test(odd_vocabularies),
+        cmocka_unit_test(random_vocabularies_agree_with_run_c),
+        cmocka_unit_test(gguf_hostile_metadata),
+        cmocka_unit_test(gguf_vocabulary_rules),
+    };
+    /* The real vocabularies of the shared folder (test_tokenizer_shared). */
+    const struct CMUnitTest shared_tests[] = {
         cmocka_unit_test(tok512_reference_prompts),
         cmocka_unit_test(tok512_byte_fallback),
         cmocka_unit_test(tok512_decodes_reference_text),
         cmocka_unit_test(llama32k_hello_world),
         cmocka_unit_test(tok512_agrees_with_run_c),
         cmocka_unit_test(llama32k_agrees_with_run_c),
-        cmocka_unit_test(random_vocabularies_agree_with_run_c),
         cmocka_unit_test(long_text_is_fast_and_round_trips),
         cmocka_unit_test(threads_encode_at_once),
         cmocka_unit_test(gguf_stories260k_matches_tok512),
         cmocka_unit_test(gguf_llama32k_matches_bin),
         cmocka_unit_test(llama2c_checkpoint_has_no_vocabulary),
-        cmocka_unit_test(gguf_hostile_metadata),
-        cmocka_unit_test(gguf_vocabulary_rules),
     };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("models/tok512.bin", "models/tokenizer-llama2-32k.bin", "models/stories260K.bin",
+                            "models/stories260K.gguf", "models/llama-2-tiny-random.gguf",
+                            "models/reference/stories260K.once.256.ids", "models/reference/stories260K.lily.128.ids",
+                            NULL);
+        return cmocka_run_group_tests_name("test_tokenizer (shared data)", shared_tests, test_quiet_logs, NULL);
+    }
     return cmocka_run_group_tests(tests, test_quiet_logs, NULL);
 }

@@ -140,11 +140,7 @@ static void malformed(void **state)
 static void real_trace(void **state)
 {
     (void)state;
-    const char *path = LLMEM_SHARED_DIR "/traces/AzureLLMInferenceTrace_code.csv";
-    if (access(path, R_OK) != 0) {
-        print_message("skipped: %s is absent\n", path);
-        skip();
-    }
+    const char *path = test_shared_path("traces/AzureLLMInferenceTrace_code.csv");
     llmem_trace t;
     assert_ok(llmem_trace_load(path, &t));
     /* Its README: 8,819 requests over 3,436 s, mean prompt 2,048, mean output 28. */
@@ -164,13 +160,20 @@ static void real_trace(void **state)
     llmem_trace_free(&t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* The Azure trace of the shared folder (test_trace_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(real_trace),
+    };
+    if (test_shared_group(argc, argv)) {
+        test_require_shared("traces/AzureLLMInferenceTrace_code.csv", NULL);
+        return cmocka_run_group_tests_name("test_trace (shared data)", shared_tests, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(azure_format),
         cmocka_unit_test(simple_format_any_order_and_prefixes),
         cmocka_unit_test(malformed),
-        cmocka_unit_test(real_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,30 @@
 /*
  * test_util.h - what every llmem unit test includes: cmocka, the library,
  * status assertions that print the library's message, resident-memory
- * readers, and a death-test helper for the sim-device checks.
+ * readers, a death-test helper for the sim-device checks, and the one way
+ * a test finds (or skips without) the shared data folder.
+ *
+ * Shared data (models, traces: the checkout's ../shared), the convention
+ * every test follows (tests/CMakeLists.txt says the same for CMake):
+ *  - test_shared_path("models/x.bin") is a file in the shared folder:
+ *    $LLMEM_SHARED_DIR when that is set (make check sets it to an empty
+ *    folder in the normal build, to exercise the skips), else the folder
+ *    compiled in (LLMEM_TEST_SHARED_DEFAULT, the checkout's ../shared).
+ *  - Cases that need shared files never skip one by one inside a binary
+ *    (cmocka's skip() counts as a pass in CTest). They sit in a group of
+ *    their own that main() runs when called with --shared:
+ *
+ *        if (test_shared_group(argc, argv)) {
+ *            test_require_shared("models/stories260K.bin", "models/reference", NULL);
+ *            return cmocka_run_group_tests_name("shared data", shared_tests, NULL, NULL);
+ *        }
+ *        return cmocka_run_group_tests(tests, NULL, NULL);
+ *
+ *    registered by llmem_add_test(name SHARED) as a second CTest entry
+ *    name_shared (label "shared", SKIP_RETURN_CODE 77).
+ *    test_require_shared exits 77 with "skipped: ... is absent" when any
+ *    file is missing, so CTest prints the entry as Skipped, and
+ *    tests/skip_summary.sh prints the reason after the run.
  */
 #ifndef LLMEM_TEST_UTIL_H
 #define LLMEM_TEST_UTIL_H
@@ -99,6 +122,59 @@ static inline bool test_child_faults(void (*fn)(void *), void *arg)
     if (waitpid(pid, &status, 0) != pid) fail_msg("waitpid failed: the death test has no verdict");
     if (WIFEXITED(status)) return WEXITSTATUS(status) == 77;
     return WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS);
+}
+
+/* ---- the shared data folder ------------------------------------------ */
+
+#ifndef LLMEM_TEST_SHARED_DEFAULT
+#define LLMEM_TEST_SHARED_DEFAULT "../shared"
+#endif
+
+/* The shared folder: $LLMEM_SHARED_DIR if set and not empty, else the
+ * compiled default. */
+static inline const char *test_shared_dir(void)
+{
+    const char *env = getenv("LLMEM_SHARED_DIR");
+    return env && env[0] ? env : LLMEM_TEST_SHARED_DEFAULT;
+}
+
+/* The path of `rel` (e.g. "models/tok512.bin") in the shared folder. The
+ * string lives in a ring of 16 static buffers: use it before 16 more calls
+ * (enough for the paths of one statement); fails the test when too long. */
+static inline const char *test_shared_path(const char *rel)
+{
+    static char ring[16][4096];
+    static unsigned next;
+    char *buf = ring[next++ % 16];
+    int n = snprintf(buf, sizeof ring[0], "%s/%s", test_shared_dir(), rel);
+    if (n < 0 || (size_t)n >= sizeof ring[0]) fail_msg("shared path too long: %s/%s", test_shared_dir(), rel);
+    return buf;
+}
+
+/* True when main() was called to run its shared-data group (--shared). */
+static inline bool test_shared_group(int argc, char **argv)
+{
+    return argc > 1 && strcmp(argv[1], "--shared") == 0;
+}
+
+/* Exit 77 (CTest: Skipped) with the reason unless every file or folder
+ * named (relative to the shared folder, NULL-terminated) is readable. */
+static inline void test_require_shared(const char *rel, ...)
+{
+    va_list ap;
+    va_start(ap, rel);
+    for (const char *r = rel; r; r = va_arg(ap, const char *)) {
+        const char *p = test_shared_path(r);
+        if (access(p, R_OK) != 0) {
+            printf("skipped: %s is absent (the shared data folder: set LLMEM_SHARED_DIR, or put shared/ "
+                   "beside the checkout)\n",
+                   p);
+            fflush(stdout);
+            va_end(ap);
+            exit(77);
+        }
+    }
+    va_end(ap);
 }
 
 /* Silence llmem's default stderr log for tests that misuse on purpose. */

@@ -66,7 +66,14 @@ int llmem_cmd_plan(int argc, char **argv)
         else if (TAKE("--prompt-tokens")) ok = tool_parse_u32(v, 0, 1u << 24, &prompt);
         else if (TAKE("--max-tokens")) ok = tool_parse_u32(v, 0, 1u << 24, &gen);
         else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &threads);
-        else if (TAKE("--device-memory")) ok = (device = tool_parse_bytes(v)) > 0;
+        else if (TAKE("--device-memory")) {
+            device = tool_parse_bytes(v);
+            if (device == TOOL_BYTES_TOO_LARGE) {
+                fprintf(stderr, "llmem plan: --device-memory '%s' is too large (at most 9e18 bytes)\n", v);
+                return 2;
+            }
+            ok = device > 0;
+        }
         else if (TAKE("--dtype")) {
             if (!strcmp(v, "f32")) dtype = LLMEM_DTYPE_F32;
             else if (!strcmp(v, "f16")) dtype = LLMEM_DTYPE_F16;
@@ -116,19 +123,43 @@ int llmem_cmd_plan(int argc, char **argv)
         }
         /* q8_0 blocks hold 32 elements in 34 bytes; norms stay f32 (a
          * rounding error here). */
-        uint64_t params = llmem_shape_params(&s);
-        weights = dtype == LLMEM_DTYPE_Q8_0 ? params / 32 * 34 : params * (dtype == LLMEM_DTYPE_F32 ? 4 : 2);
+        uint64_t params;
+        if (llmem_shape_sizes(&s, 1, &params, NULL)) {
+            fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
+            return 1;
+        }
+        bool ok = dtype == LLMEM_DTYPE_Q8_0 ? !__builtin_mul_overflow(params / 32, 34, &weights)
+                                            : !__builtin_mul_overflow(params, dtype == LLMEM_DTYPE_F32 ? 4 : 2, &weights);
+        if (!ok) {
+            fprintf(stderr, "llmem plan: the weights of %llu parameters in %s overflow 64 bits\n",
+                    (unsigned long long)params, llmem_dtype_name(dtype));
+            return 1;
+        }
         weights_from = llmem_dtype_name(dtype);
     }
+    /* Every size below comes from user input (shape, batch, tokens): each
+     * product and sum is checked, and no double is cast to an integer it
+     * does not fit. */
     size_t kv_elem = dtype == LLMEM_DTYPE_F32 ? 4 : dtype == LLMEM_DTYPE_F16 ? 2 : 1;
     uint64_t seq_tokens = (uint64_t)prompt + gen;
     if (seq_tokens > s.max_ctx)
         fprintf(stderr, "llmem plan: note: %llu tokens per sequence exceed the model's context (%u)\n",
                 (unsigned long long)seq_tokens, s.max_ctx);
-    uint64_t kv_token = llmem_shape_kv_bytes_per_token(&s, kv_elem);
+    uint64_t kv_token;
+    if (llmem_shape_sizes(&s, kv_elem, NULL, &kv_token)) {
+        fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
+        return 1;
+    }
     uint64_t seq_blocks = (seq_tokens + BLOCK_TOKENS - 1) / BLOCK_TOKENS;
-    uint64_t kv_seq = seq_blocks * BLOCK_TOKENS * kv_token;
-    uint64_t kv = kv_seq * batch;
+    uint64_t kv_seq, kv;
+    if (__builtin_mul_overflow(seq_blocks * BLOCK_TOKENS, kv_token, &kv_seq) ||
+        __builtin_mul_overflow(kv_seq, (uint64_t)batch, &kv)) {
+        fprintf(stderr,
+                "llmem plan: the KV cache is too large: %u sequences x %llu tokens x %llu bytes a token overflow 64 "
+                "bits\n",
+                batch, (unsigned long long)(seq_blocks * BLOCK_TOKENS), (unsigned long long)kv_token);
+        return 1;
+    }
 
     /* The largest step: prefill in steps of at most 512 tokens (all
      * prompts together when they fit), or decode of one token each. */
@@ -146,13 +177,23 @@ int llmem_cmd_plan(int argc, char **argv)
         return 1;
     }
     const llmem_plan_result *act = pre.peak_bytes >= dec.peak_bytes ? &pre : &dec;
-    uint64_t reserve = (uint64_t)ceil((double)(kv + act->peak_bytes) * SAFETY);
+    /* (KV + activations) x 1.2, rounded up, in integers: x + ceil(x / 5). */
+    uint64_t need, reserve;
+    if (__builtin_add_overflow(kv, (uint64_t)act->peak_bytes, &need) ||
+        __builtin_add_overflow(need, need / 5 + (need % 5 != 0), &reserve)) {
+        fprintf(stderr, "llmem plan: the reserve is too large: KV %llu + activations %zu bytes, x %.1f, overflow 64 bits\n",
+                (unsigned long long)kv, act->peak_bytes, SAFETY);
+        return 1;
+    }
     long long fit = -1;
     if (device > 0) {
         /* Beside the weights and the largest step's activations (itself
-         * for one sequence; the bound stays conservative). */
+         * for one sequence; the bound stays conservative). The quotient is
+         * at most device / 38 bytes (the smallest sequence's KV), so it
+         * fits; it is clamped anyway. */
         double room = device - (double)weights - (double)act->peak_bytes * SAFETY;
-        fit = room > 0 ? (long long)(room / ((double)kv_seq * SAFETY)) : 0;
+        double q = room > 0 ? room / ((double)kv_seq * SAFETY) : 0;
+        fit = q >= 9.2e18 ? 9200000000000000000ll : (long long)q;
     }
 
     if (json) {

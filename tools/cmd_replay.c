@@ -1,17 +1,18 @@
 /*
  * cmd_replay.c - `llmem replay`: a request trace through the KV cache
- * strategies (see replay_sim.h).
+ * strategies (llmem/replay.h: the library's scheduler over a simulated
+ * engine). Parses, calls llmem_replay_run per strategy, prints.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #include "commands.h"
 #include "llmem/llmem.h"
-#include "replay_sim.h"
 #include "tool_util.h"
 
 /* A finite number > 0 (>= 0 when zero_ok), or false. */
@@ -23,6 +24,47 @@ static bool parse_pos_arg(const char *s, bool zero_ok, double *out)
     if (errno || end == s || *end || !isfinite(v) || v < 0 || (v == 0 && !zero_ok)) return false;
     *out = v;
     return true;
+}
+
+static void progress(void *ctx, size_t done, size_t total, double sim_s)
+{
+    static const char *names[] = {"paged", "static", "buckets", "contiguous"};
+    fprintf(stderr, "\r\033[Kreplay %s: %zu/%zu requests, %.0f s simulated", names[(uintptr_t)ctx % 4], done, total,
+            sim_s);
+}
+
+/* Measure a real engine's steps and fit the linear step model. */
+static int run_calibration(const char *path, uint32_t threads, llmem_step_model *out, bool json)
+{
+    llmem_model *m;
+    if (llmem_model_open(path, NULL, &m)) {
+        fprintf(stderr, "llmem replay: %s: %s\n", path, llmem_last_error());
+        return 1;
+    }
+    llmem_engine_options eo = llmem_engine_options_default();
+    eo.threads = threads;
+    eo.max_seqs = 32;
+    llmem_engine *e;
+    llmem_step_calibration rep = {sizeof rep};
+    llmem_status st = llmem_engine_create(m, &eo, &e);
+    if (!st) {
+        st = llmem_step_model_calibrate(e, 5, out, &rep);
+        llmem_engine_destroy(e);
+    }
+    llmem_model_close(m);
+    if (st) {
+        fprintf(stderr, "llmem replay: calibration: %s\n", llmem_last_error());
+        return 1;
+    }
+    FILE *f = json ? stderr : stdout;
+    fprintf(f,
+            "calibrated on %s (%u threads): step = %.4g s + %.4g s x prefill tokens + %.4g s x decode sequences"
+            " + %.4g s x attention pairs\n"
+            "  %u step shapes, median of %u each, mean relative error of the fit %.1f%%, %.1f s\n"
+            "  --step-model linear:%.6g,%.6g,%.6g,%.6g\n",
+            path, threads, out->c0, out->c_prefill_token, out->c_decode_seq, out->c_attn_pair, rep.points, rep.repeats,
+            100 * rep.rel_error, rep.seconds, out->c0, out->c_prefill_token, out->c_decode_seq, out->c_attn_pair);
+    return 0;
 }
 
 static void usage(FILE *f)
@@ -57,10 +99,18 @@ static void usage(FILE *f)
             "  --controller           the stage-aware controller runs the KV pool (reserve before prefill,\n"
             "                         grow past the watermark, give back after idle), on the simulated clock\n"
             "  --idle-decay-ms N      the controller's idle decay, simulated (default 1000)\n"
-            "  --timeline FILE.html   write the pool's memory timeline (implies --controller; one strategy)\n");
+            "  --timeline FILE.html   write the pool's memory timeline (implies --controller; one strategy)\n"
+            "  --step-model linear:C0,CP,CD,CA  a linear step model instead of the roofline: seconds =\n"
+            "                         C0 + CP x prefill tokens + CD x decode sequences + CA x attention pairs\n"
+            "  --calibrate MODEL      measure MODEL's steps on this machine's CPU engine (--threads N), fit\n"
+            "                         the linear model, print it, and replay with it when a trace is given\n"
+            "  --engine MODEL         replay on MODEL's real engine instead (wall clock; --kv-budget, --max-batch\n"
+            "                         (default 16), --max-prefill (default 512), --threads), to compare\n"
+            "  --first-request N      start at request N of the trace\n"
+            "  --prompt-scale F       prompt lengths x F (a small model's context); --output-scale F likewise\n");
 }
 
-static void print_json(const replay_result *r, const replay_options *o)
+static void print_json(const llmem_replay_result *r, const llmem_replay_options *o)
 {
     printf("{\"strategy\":\"%s\",\"model\":\"%s\",\"kv_budget_bytes\":%zu,\"max_seq_len\":%u,\"speedup\":%g,"
            "\"kv_utilization\":%.6f,"
@@ -83,7 +133,7 @@ static void print_json(const replay_result *r, const replay_options *o)
            (unsigned long long)r->controller_shrinks);
 }
 
-static void print_table(const replay_result *rs, size_t n, const replay_options *o, const char *trace)
+static void print_table(const llmem_replay_result *rs, size_t n, const llmem_replay_options *o, const char *trace)
 {
     printf("llmem %s replay: %s, model %s, KV budget %.2f GiB, %zu requests", llmem_version(), trace, o->shape.name,
            (double)o->kv_budget / (1 << 30), rs[0].requests_total);
@@ -121,12 +171,70 @@ static void print_table(const replay_result *rs, size_t n, const replay_options 
 #undef ROW
 }
 
+/* The trace on a real engine (wall clock), printed as the simulation is. */
+static int replay_on_engine(const char *path, const char *trace_path, llmem_replay_options *o, uint32_t threads,
+                            bool json)
+{
+    if (!trace_path) {
+        fprintf(stderr, "llmem replay: --engine needs --trace\n");
+        return 2;
+    }
+    llmem_model *m;
+    if (llmem_model_open(path, NULL, &m)) {
+        fprintf(stderr, "llmem replay: %s: %s\n", path, llmem_last_error());
+        return 1;
+    }
+    o->shape = llmem_model_get_config(m)->shape;
+    llmem_engine_options eo = llmem_engine_options_default();
+    eo.threads = threads;
+    eo.max_seqs = o->max_batch < 256 ? o->max_batch : 16;
+    eo.max_step_tokens = o->max_prefill_tokens < 8192 ? o->max_prefill_tokens : 512;
+    eo.max_seq_len = o->max_seq_len;
+    eo.kv_budget_bytes = o->kv_budget;
+    eo.kv_prefix_cache = o->prefix_cache;
+    o->max_batch = eo.max_seqs;
+    o->max_prefill_tokens = eo.max_step_tokens;
+    llmem_engine *e = NULL;
+    llmem_trace trace = {0};
+    llmem_replay_result r;
+    int rc = 1;
+    if (llmem_engine_create(m, &eo, &e) || llmem_trace_load(trace_path, &trace)) {
+        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+    } else {
+        o->engine = e;
+        o->fit_steps = true;
+        if (llmem_replay_run(&trace, o, &r)) {
+            fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+        } else {
+            rc = 0;
+            if (json) {
+                print_json(&r, o);
+                printf("\n");
+            } else {
+                print_table(&r, 1, o, trace_path);
+            }
+            const llmem_step_model *f = &r.step_fit;
+            fprintf(json ? stderr : stdout,
+                    "steps as they ran, least squares: %.4g s + %.4g s x prefill tokens + %.4g s x decode sequences"
+                    " + %.4g s x attention pairs (mean relative error %.1f%%)\n  --step-model linear:%.6g,%.6g,%.6g,%.6g\n",
+                    f->c0, f->c_prefill_token, f->c_decode_seq, f->c_attn_pair, 100 * r.step_fit_error, f->c0,
+                    f->c_prefill_token, f->c_decode_seq, f->c_attn_pair);
+        }
+    }
+    llmem_trace_free(&trace);
+    llmem_engine_destroy(e);
+    llmem_model_close(m);
+    return rc;
+}
+
 int llmem_cmd_replay(int argc, char **argv)
 {
-    replay_options o;
-    replay_options_default(&o);
-    const char *trace_path = NULL, *shape = NULL, *strategy = "paged";
+    llmem_replay_options o = llmem_replay_options_default();
+    const char *trace_path = NULL, *shape = NULL, *strategy = "paged", *timeline_path = NULL, *calibrate = NULL,
+               *engine_path = NULL;
     bool json = false;
+    uint32_t threads = 0;
+    llmem_step_model linear;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -138,13 +246,33 @@ int llmem_cmd_replay(int argc, char **argv)
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--prefix-cache")) o.prefix_cache = true;
         else if (!strcmp(a, "--controller")) o.controller = true;
-        else if (TAKE("--timeline")) o.timeline = v, o.controller = true;
+        else if (TAKE("--timeline")) timeline_path = v, o.controller = true;
+        else if (TAKE("--calibrate")) calibrate = v;
+        else if (TAKE("--engine")) engine_path = v;
+        else if (TAKE("--first-request")) {
+            uint32_t f;
+            ok = tool_parse_u32(v, 0, UINT32_MAX, &f);
+            o.first_request = f;
+        } else if (TAKE("--prompt-scale")) ok = parse_pos_arg(v, false, &o.prompt_scale);
+        else if (TAKE("--output-scale")) ok = parse_pos_arg(v, false, &o.output_scale);
+        else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &threads);
+        else if (TAKE("--step-model")) {
+            double c[4];
+            ok = sscanf(v, "linear:%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]) == 4;
+            linear = llmem_step_model_linear(c[0], c[1], c[2], c[3]);
+            ok = ok && llmem_step_model_check(&linear) == LLMEM_OK;
+            o.model = &linear;
+        }
         else if (TAKE("--idle-decay-ms")) ok = tool_parse_u32(v, 0, 1u << 30, &o.idle_decay_ms);
         else if (TAKE("--trace")) trace_path = v;
         else if (TAKE("--model-shape")) shape = v;
         else if (TAKE("--strategy")) strategy = v;
         else if (TAKE("--kv-budget")) {
             double b = tool_parse_bytes(v);
+            if (b == TOOL_BYTES_TOO_LARGE) {
+                fprintf(stderr, "llmem replay: --kv-budget '%s' is too large (at most 9e18 bytes)\n", v);
+                return 2;
+            }
             if (b <= 0) {
                 fprintf(stderr, "llmem replay: --kv-budget '%s' is not a size (e.g. 8GiB)\n", v);
                 return 2;
@@ -183,6 +311,12 @@ int llmem_cmd_replay(int argc, char **argv)
             return 2;
         }
     }
+    if (calibrate) {
+        int rc = run_calibration(calibrate, threads, &linear, json);
+        if (rc || !trace_path) return rc;
+        o.model = &linear;
+    }
+    if (engine_path) return replay_on_engine(engine_path, trace_path, &o, threads, json);
     if (!trace_path || !shape || !o.kv_budget) {
         fprintf(stderr, "llmem replay: --trace, --model-shape and --kv-budget are required\n\n");
         usage(stderr);
@@ -214,20 +348,40 @@ int llmem_cmd_replay(int argc, char **argv)
         llmem_trace_free(&trace);
         return 2;
     }
-    if (o.timeline && ns > 1) {
+    if (timeline_path && ns > 1) {
         fprintf(stderr, "llmem replay: --timeline takes one strategy\n");
         llmem_trace_free(&trace);
         return 2;
     }
-    o.progress = !json && isatty(STDERR_FILENO);
-    replay_result rs[4];
+    if (!json && isatty(STDERR_FILENO)) o.progress = progress;
+    llmem_timeline *tl = NULL;
+    if (timeline_path && llmem_timeline_create(0, &tl)) {
+        fprintf(stderr, "llmem replay: timeline: %s\n", llmem_last_error());
+        llmem_trace_free(&trace);
+        return 1;
+    }
+    o.timeline = tl;
+    llmem_replay_result rs[4];
     llmem_log_set(NULL, NULL, LLMEM_LOG_ERROR);
     for (size_t i = 0; i < ns; i++) {
         o.strategy = list[i];
-        if (replay_run(&trace, &o, &rs[i])) {
+        o.progress_ctx = (void *)(uintptr_t)list[i];
+        llmem_status st = llmem_replay_run(&trace, &o, &rs[i]);
+        if (o.progress) fprintf(stderr, "\r\033[K");
+        if (st) {
+            fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+            llmem_timeline_destroy(tl);
             llmem_trace_free(&trace);
             return 1;
         }
+    }
+    int rc = 0;
+    if (tl) {
+        if (llmem_timeline_write_html(tl, timeline_path, "llmem replay: KV pool under the controller")) {
+            fprintf(stderr, "llmem replay: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+            rc = 1;
+        }
+        llmem_timeline_destroy(tl);
     }
     if (json) {
         if (ns > 1) printf("[");
@@ -240,5 +394,5 @@ int llmem_cmd_replay(int argc, char **argv)
         print_table(rs, ns, &o, trace_path);
     }
     llmem_trace_free(&trace);
-    return 0;
+    return rc;
 }

@@ -36,7 +36,7 @@ static void usage(FILE *f)
             "usage: llmem run MODEL [-z TOKENIZER] [-i PROMPT] [-n STEPS] [-t TEMP] [-p TOPP] [-s SEED]\n"
             "                 [--threads N] [--batch N] [--print-ids] [--alloc llmem|malloc] [--stats[=json|=prometheus]]\n"
             "                 [--kv paged|static|buckets|contiguous] [--kv-dtype f32|f16] [--max-seq-len N]\n"
-            "                 [--populate] [--warmup] [--shared] [--mlock] [--sequential] [--hugepage] [--timeline FILE.html]\n"
+            "                 [--populate] [--warmup] [--shared] [--mlock] [--sequential] [--hugepage] [--copy] [--timeline FILE.html]\n"
             "\n"
             "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q8_0).\n"
             "  -z PATH          llama2.c tokenizer.bin (default: the vocabulary inside a GGUF model)\n"
@@ -59,6 +59,8 @@ static void usage(FILE *f)
             "                   --stats' prefill figure (a warm prefill, as benchmarks time their peers)\n"
             "  --shared         map the model MAP_SHARED (one copy across processes)\n"
             "  --mlock          lock the model in memory\n"
+            "  --copy           read the model into private memory instead of mapping it (immune to the file\n"
+            "                   being truncated or rewritten while it runs; costs its size in RAM)\n"
             "  --sequential     madvise(SEQUENTIAL, WILLNEED) over the weights at open (read ahead)\n"
             "  --hugepage       madvise(HUGEPAGE) over the mapping where alignment allows\n"
             "  --timeline F     run the stage-aware controller and write its memory timeline to F (HTML)\n"
@@ -98,7 +100,7 @@ typedef struct run_args {
     uint32_t steps, threads, batch;
     float temperature, top_p;
     uint64_t seed;
-    bool print_ids, stats, stats_json, stats_prom, populate, shared, mlock, sequential, hugepage, warmup;
+    bool print_ids, stats, stats_json, stats_prom, populate, shared, mlock, sequential, hugepage, copy, warmup;
     const char *events;
     llmem_engine_options eo;
 } run_args;
@@ -107,10 +109,16 @@ typedef struct run_args {
 static uint64_t warm_tokens;
 static double warm_seconds;
 
+/* "llmem run: WHAT: message (STATUS)", without WHAT when the library's
+ * message already names it (a path it quotes, or its own "tokenizer: "
+ * prefix), so nothing is said twice. */
 static int fail(const char *what, llmem_status st)
 {
-    fprintf(stderr, "llmem run: %s: %s (%s)\n", what, llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st),
-            llmem_status_name(st));
+    const char *msg = llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st);
+    size_t wl = strlen(what);
+    bool named = strstr(msg, what) != NULL || (!strncmp(msg, what, wl) && msg[wl] == ':');
+    if (named) fprintf(stderr, "llmem run: %s (%s)\n", msg, llmem_status_name(st));
+    else fprintf(stderr, "llmem run: %s: %s (%s)\n", what, msg, llmem_status_name(st));
     return 1;
 }
 
@@ -174,22 +182,27 @@ static void timeline_sample(llmem_timeline *tl, llmem_pool *pool, llmem_engine *
     llmem_timeline_record(tl, &s);
 }
 
-static void timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char *path)
+/* False (and a message) when the page could not be written. */
+static bool timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char *path)
 {
-    tool_timeline_add_decisions(tl, ctl);
-    if (llmem_timeline_write_html(tl, path, "llmem run"))
-        fprintf(stderr, "llmem run: timeline: %s\n", llmem_last_error());
-    else
-        fprintf(stderr, "llmem run: timeline written to %s\n", path);
+    llmem_memctl_add_decisions(ctl, tl);
+    if (llmem_timeline_write_html(tl, path, "llmem run")) {
+        fprintf(stderr, "llmem run: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+        return false;
+    }
+    fprintf(stderr, "llmem run: timeline written to %s\n", path);
+    return true;
 }
 
 static int generate(const run_args *a)
 {
     double t_start = now_s();
+    bool output_failed = false; /* --timeline or --events could not be written */
     llmem_model_options mo = llmem_model_options_default();
     mo.populate = a->populate;
     mo.shared = a->shared;
     mo.mlock = a->mlock;
+    mo.copy = a->copy;
     mo.sequential = a->sequential;
     mo.hugepage = a->hugepage;
     mo.progress = true;
@@ -198,8 +211,8 @@ static int generate(const run_args *a)
     struct stat sb;
     if (isatty(2) && stat(a->model, &sb) == 0 && sb.st_size > 100 * 1000 * 1000) mo.populate = true;
     llmem_model *m = NULL;
+    llmem_memctl *mc = NULL;
     llmem_pool *pool = NULL;
-    llmem_predictor *pred = NULL;
     llmem_controller *ctl = NULL;
     llmem_timeline *tl = NULL;
     llmem_tokenizer *tok = NULL;
@@ -229,33 +242,18 @@ static int generate(const run_args *a)
     eo.threads = a->threads;
     eo.max_seqs = a->batch;
     if (a->timeline || a->events) {
-        /* The timeline watches a pool the stage-aware controller runs. */
-        llmem_pool_options po = llmem_pool_options_default();
-        po.name = "run";
-        po.resource = llmem_resource_default();
-        po.first_superblock_bytes = 1u << 20;
-        po.purge = LLMEM_POOL_PURGE_MANUAL;
-        llmem_predictor_options pro = llmem_predictor_options_default();
-        pro.shape = c->shape;
-        pro.weight_type = c->weight_type;
-        pro.activations_apart = true; /* the engine's workspace is its own arena */
-        pro.kv_elem_bytes = eo.kv_dtype == LLMEM_KV_F16 ? 2 : 4;
-        if ((st = llmem_pool_create(&po, &pool)) || (st = llmem_predictor_create(&pro, &pred)) ||
+        /* The timeline watches a pool the stage-aware controller runs:
+         * pool, predictor and controller for this engine in one call (eo
+         * gets the pool and the stage listener). */
+        llmem_memctl_options mco = llmem_memctl_options_default();
+        mco.name = "run";
+        if ((st = llmem_memctl_create_for_engine(m, &eo, &mco, &mc)) ||
             (a->timeline && (st = llmem_timeline_create(0, &tl)))) {
-            rc = fail("timeline", st);
-            goto out;
-        }
-        llmem_controller_options co = llmem_controller_options_default();
-        co.pool = pool;
-        co.predictor = pred;
-        co.skip_pool_note = true; /* the engine notes its stages to the pool itself */
-        if ((st = llmem_controller_create(&co, &ctl))) {
             rc = fail("controller", st);
             goto out;
         }
-        eo.pool = pool;
-        eo.on_stage = llmem_controller_on_stage;
-        eo.stage_ctx = ctl;
+        pool = llmem_memctl_pool(mc);
+        ctl = llmem_memctl_controller(mc);
     }
     if ((st = llmem_engine_create(m, &eo, &e))) {
         rc = fail("engine", st);
@@ -265,7 +263,11 @@ static int generate(const run_args *a)
 
     size_t ctx = eo.max_seq_len && eo.max_seq_len < c->shape.max_ctx ? eo.max_seq_len : c->shape.max_ctx;
     size_t steps = a->steps ? a->steps : ctx;
-    if (steps > ctx) steps = ctx;
+    if (steps > ctx) {
+        fprintf(stderr, "llmem run: warning: -n %u is past the context of %zu positions: running %zu\n", a->steps, ctx,
+                ctx);
+        steps = ctx;
+    }
     size_t cap = strlen(a->prompt) + 3, n = 0;
     prompt = malloc(cap * sizeof *prompt);
     if (!prompt) goto out;
@@ -273,7 +275,13 @@ static int generate(const run_args *a)
         rc = fail("encode", st);
         goto out;
     }
-    if (n > steps) n = steps; /* as run.c: only the first steps positions run */
+    if (n > steps) { /* as run.c: only the first steps positions run; but say so */
+        fprintf(stderr,
+                "llmem run: warning: the prompt is %zu tokens (with BOS), more than the %zu positions that run: only "
+                "its first %zu are used, %zu dropped (raise -n%s)\n",
+                n, steps, steps, n - steps, steps == ctx ? ", or use a model with a longer context" : "");
+        n = steps;
+    }
     if (a->warmup) {
         /* The prompt once (every copy, as the timed prefill will), then the
          * sequences go back: the timed pass meets a warm engine. */
@@ -402,19 +410,20 @@ static int generate(const run_args *a)
     llmem_engine_set_idle(e);
     if (tl) {
         timeline_sample(tl, pool, e, LLMEM_STAGE_IDLE);
-        timeline_write(tl, ctl, a->timeline);
+        if (!timeline_write(tl, ctl, a->timeline)) output_failed = true;
     }
     free(items);
     free(next);
     free(slot);
     if (a->events) {
-        FILE *f = fopen(a->events, "w");
-        llmem_status wst = f ? llmem_controller_write_events(ctl, f) : LLMEM_EIO;
-        if (f && fclose(f)) wst = LLMEM_EIO;
+        llmem_outfile *of;
+        llmem_status wst = llmem_outfile_open(a->events, &of);
+        if (!wst && (wst = llmem_controller_write_events(ctl, llmem_outfile_stream(of))) != LLMEM_OK)
+            llmem_outfile_abort(of);
+        else if (!wst) wst = llmem_outfile_commit(of);
         if (wst) {
-            fprintf(stderr, "llmem run: cannot write %s\n", a->events);
-            rc = 1;
-            goto out;
+            fprintf(stderr, "llmem run: events: %s\n", llmem_last_error());
+            output_failed = true;
         }
     }
     if (a->print_ids) {
@@ -439,7 +448,7 @@ static int generate(const run_args *a)
     double total = now_s() - t_start;
     if (generated > 0) fprintf(stderr, "achieved tok/s: %f\n", (double)generated / (total - t_first));
     if (a->stats) print_stats(a, m, e, ctl, load_s, t_first);
-    rc = 0;
+    rc = output_failed ? 1 : 0; /* the text is out; a file asked for is not: a failure */
 out:
     for (uint32_t b = 0; seqs && b < a->batch; b++) {
         if (e && seqs[b]) llmem_engine_seq_free(e, seqs[b]);
@@ -453,10 +462,8 @@ out:
     free(done);
     free(prompt);
     llmem_engine_destroy(e);
-    llmem_controller_destroy(ctl);
-    llmem_predictor_destroy(pred);
     llmem_timeline_destroy(tl);
-    llmem_pool_destroy(pool);
+    llmem_memctl_destroy(mc);
     llmem_tokenizer_destroy(tok);
     llmem_model_close(m);
     return rc;
@@ -489,6 +496,7 @@ int llmem_cmd_run(int argc, char **argv)
         else if (!strcmp(o, "--warmup")) a.warmup = true;
         else if (!strcmp(o, "--shared")) a.shared = true;
         else if (!strcmp(o, "--mlock")) a.mlock = true;
+        else if (!strcmp(o, "--copy")) a.copy = true;
         else if (!strcmp(o, "--sequential")) a.sequential = true;
         else if (!strcmp(o, "--hugepage")) a.hugepage = true;
         else if (TAKE("-z")) a.tokenizer = v;

@@ -6,9 +6,10 @@
  * attention, synthetic weights) is written to a temporary file. Then:
  * a burst of concurrent requests whose prompt and output lengths follow the
  * Azure code trace in ../shared/traces (its quantiles are embedded below,
- * prompts scaled to the model's context), served by continuous batching
- * (up to 8 sequences a step, new prompts prefilled in the same steps as the
- * others decode); an idle pause; a second burst; another pause. The engine
+ * prompts scaled to the model's context), served by the library's
+ * continuous-batching scheduler (llmem/sched.h: up to 8 sequences a step,
+ * new prompts prefilled in the same steps as the others decode); an idle
+ * pause; a second burst; another pause. The engine
  * reports its stages to the stage-aware controller, which reserves before
  * each prefill, grows past the high watermark and gives memory back after
  * the idle decay. The demo prints what each phase reserved, used, grew and
@@ -43,14 +44,6 @@ typedef struct request {
     int32_t *tokens;
 } request;
 
-typedef struct slot {
-    bool live;
-    llmem_engine_seq seq;
-    const request *req;
-    uint32_t generated;
-    int32_t last;
-} slot;
-
 typedef struct phase_figures {
     const char *name;
     double seconds;
@@ -65,6 +58,7 @@ typedef struct demo_run {
     llmem_kv_strategy strategy;
     bool controlled;
     llmem_engine *e;
+    llmem_sched *sched;
     llmem_pool *pool;
     llmem_controller *ctl;
     llmem_timeline *tl;
@@ -120,75 +114,45 @@ static uint64_t reserved(const demo_run *r)
     return ps.reserved_bytes;
 }
 
-/* Serve a burst to the end: continuous batching, greedy tokens. */
+/* Serve a burst to the end: the scheduler's steps, greedy tokens. */
 static int serve(demo_run *r, request *reqs, size_t n, phase_figures *ph)
 {
-    slot slots[DEMO_SEQS];
-    memset(slots, 0, sizeof slots);
-    size_t next = 0, done = 0;
-    llmem_engine_batch_item items[DEMO_SEQS];
-    uint32_t item_slot[DEMO_SEQS];
-    uint64_t t_prev = tool_now_ns();
-    while (done < n) {
-        size_t ni = 0, tokens = 0;
-        for (uint32_t i = 0; i < DEMO_SEQS; i++)
-            if (slots[i].live) {
-                items[ni] = (llmem_engine_batch_item){slots[i].seq, &slots[i].last, 1};
-                item_slot[ni++] = i;
-                tokens++;
-            }
-        /* Admit new requests while a slot is free and the step has room. */
-        for (uint32_t i = 0; i < DEMO_SEQS && next < n; i++) {
-            if (slots[i].live) continue;
-            request *q = &reqs[next];
-            if (tokens + q->prompt > DEMO_STEP_TOKENS && ni) break;
-            llmem_engine_seq s;
-            /* No per-request reservation: the controller reserves ahead of
-             * each prefill step for what the step may take. */
-            llmem_status st = llmem_engine_seq_create(r->e, &s);
-            if (st) {
-                fprintf(stderr, "llmem demo: admitting a request: %s\n", llmem_last_error());
-                return 1;
-            }
-            slots[i] = (slot){true, s, q, 0, 0};
-            items[ni] = (llmem_engine_batch_item){s, q->tokens, q->prompt};
-            item_slot[ni++] = i;
-            tokens += q->prompt;
-            next++;
+    llmem_sched_req ids[DEMO_BURST];
+    for (size_t i = 0; i < n; i++) {
+        llmem_sched_params p = llmem_sched_params_default();
+        p.prompt = reqs[i].tokens;
+        p.prompt_len = reqs[i].prompt;
+        p.max_tokens = reqs[i].gen;
+        if (llmem_sched_submit(r->sched, &p, &ids[i])) {
+            fprintf(stderr, "llmem demo: submitting a request: %s\n", llmem_last_error());
+            return 1;
         }
-        llmem_status st = llmem_engine_step(r->e, items, ni);
-        if (st) {
+    }
+    uint64_t t_prev = tool_now_ns();
+    while (llmem_sched_pending(r->sched)) {
+        llmem_sched_step_report rep;
+        if (llmem_sched_step(r->sched, &rep)) {
             fprintf(stderr, "llmem demo: step: %s\n", llmem_last_error());
             return 1;
         }
-        bool prefill = false;
-        for (size_t k = 0; k < ni; k++) {
-            slot *sl = &slots[item_slot[k]];
-            if (items[k].n > 1) prefill = true;
-            sl->last = llmem_argmax(llmem_engine_logits(r->e, k), r->vocab);
-            if (++sl->generated >= sl->req->gen) {
-                llmem_engine_seq_free(r->e, sl->seq);
-                sl->live = false;
-                done++;
-            }
-        }
-        ph->tokens += tokens;
+        ph->tokens += rep.prefill_tokens + rep.decode_tokens;
         uint64_t t = tool_now_ns();
-        sample(r, ph, prefill ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE, (double)(t - t_prev) * 1e-9);
+        sample(r, ph, rep.prefill_tokens ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE, (double)(t - t_prev) * 1e-9);
         t_prev = t;
     }
+    for (size_t i = 0; i < n; i++) llmem_sched_release(r->sched, ids[i]);
     return 0;
 }
 
-/* Idle: the controller's housekeeping ticks for a while. */
+/* Idle: the scheduler reports IDLE and ticks the controller on each empty
+ * step, as a server's loop would. */
 static void idle(demo_run *r, phase_figures *ph, uint32_t ms)
 {
-    llmem_engine_set_idle(r->e);
     uint64_t end = tool_now_ns() + (uint64_t)ms * 1000000ull;
     while (tool_now_ns() < end) {
+        llmem_sched_step(r->sched, NULL);
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
-        if (r->ctl) llmem_controller_tick(r->ctl);
         sample(r, ph, LLMEM_STAGE_IDLE, 0.02);
     }
 }
@@ -207,47 +171,44 @@ static void controller_totals(const demo_run *r, uint64_t *grown, uint64_t *rele
 static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const char *timeline_path,
                         uint32_t idle_ms)
 {
-    llmem_pool_options po = llmem_pool_options_default();
-    po.name = "demo";
-    po.resource = llmem_resource_default();
-    po.first_superblock_bytes = 1u << 20;
-    po.purge = r->controlled ? LLMEM_POOL_PURGE_MANUAL : LLMEM_POOL_PURGE_BACKGROUND;
-    if (llmem_pool_create(&po, &r->pool)) return 1;
     const llmem_model_config *c = llmem_model_get_config(m);
-    llmem_predictor *pred = NULL;
-    if (r->controlled) {
-        llmem_predictor_options pro = llmem_predictor_options_default();
-        pro.shape = c->shape;
-        pro.weight_type = c->weight_type;
-        pro.activations_apart = true; /* the engine's workspace is its own arena */
-        pro.kv_elem_bytes = 4;
-        llmem_controller_options co = llmem_controller_options_default();
-        co.pool = r->pool;
-        co.idle_decay_ms = idle_ms / 2;
-        if (llmem_predictor_create(&pro, &pred)) {
-            fprintf(stderr, "llmem demo: predictor: %s\n", llmem_last_error());
-            return 1;
-        }
-        co.predictor = pred;
-        co.skip_pool_note = true; /* the engine notes its stages to the pool itself */
-        if (llmem_controller_create(&co, &r->ctl)) {
-            fprintf(stderr, "llmem demo: controller: %s\n", llmem_last_error());
-            llmem_predictor_destroy(pred);
-            return 1;
-        }
-        if (timeline_path && llmem_timeline_create(0, &r->tl)) return 1;
-    }
     llmem_engine_options eo = llmem_engine_options_default();
     eo.max_seqs = DEMO_SEQS;
     eo.max_step_tokens = DEMO_STEP_TOKENS + DEMO_SEQS;
     eo.kv_strategy = r->strategy;
-    eo.pool = r->pool;
-    if (r->ctl) {
-        eo.on_stage = llmem_controller_on_stage;
-        eo.stage_ctx = r->ctl;
+    llmem_memctl *mc = NULL;
+    if (r->controlled) {
+        /* Pool, predictor and controller for this engine; eo gets its pool
+         * and stage listener. */
+        llmem_memctl_options mo = llmem_memctl_options_default();
+        mo.name = "demo";
+        mo.controller.idle_decay_ms = idle_ms / 2;
+        if (llmem_memctl_create_for_engine(m, &eo, &mo, &mc)) {
+            fprintf(stderr, "llmem demo: controller: %s\n", llmem_last_error());
+            return 1;
+        }
+        r->pool = llmem_memctl_pool(mc);
+        r->ctl = llmem_memctl_controller(mc);
+        if (timeline_path && llmem_timeline_create(0, &r->tl)) {
+            llmem_memctl_destroy(mc);
+            return 1;
+        }
+    } else {
+        llmem_pool_options po = llmem_pool_options_default();
+        po.name = "demo";
+        po.resource = llmem_resource_default();
+        po.first_superblock_bytes = 1u << 20;
+        if (llmem_pool_create(&po, &r->pool)) return 1;
+        eo.pool = r->pool;
     }
-    if (llmem_engine_create(m, &eo, &r->e)) {
+    llmem_sched_options so = llmem_sched_options_default();
+    so.controller = r->ctl;
+    if (llmem_engine_create(m, &eo, &r->e) || llmem_sched_create_engine(r->e, &so, &r->sched)) {
         fprintf(stderr, "llmem demo: engine: %s\n", llmem_last_error());
+        llmem_engine_destroy(r->e);
+        llmem_timeline_destroy(r->tl);
+        if (mc) llmem_memctl_destroy(mc);
+        else llmem_pool_destroy(r->pool);
         return 1;
     }
     r->vocab = c->shape.vocab;
@@ -275,20 +236,21 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
     llmem_pool_get_stats(r->pool, &ps);
     r->resource_calls = ps.resource_calls_total;
     if (!rc && r->tl) {
-        tool_timeline_add_decisions(r->tl, r->ctl);
+        llmem_memctl_add_decisions(r->ctl, r->tl);
         if (llmem_timeline_write_html(r->tl, timeline_path, "llmem demo: two bursts of requests, and idle")) {
-            fprintf(stderr, "llmem demo: timeline: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem demo: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
             rc = 1;
         }
     }
+    llmem_sched_destroy(r->sched);
+    r->sched = NULL;
     llmem_engine_destroy(r->e);
     r->e = NULL;
-    llmem_controller_destroy(r->ctl);
-    r->ctl = NULL;
-    llmem_predictor_destroy(pred);
     llmem_timeline_destroy(r->tl);
     r->tl = NULL;
-    llmem_pool_destroy(r->pool);
+    if (mc) llmem_memctl_destroy(mc);
+    else llmem_pool_destroy(r->pool);
+    r->ctl = NULL;
     r->pool = NULL;
     return rc;
 }
@@ -357,12 +319,31 @@ int llmem_cmd_demo(int argc, char **argv)
     } else {
         printf("llmem %s demo on %s\n\n", llmem_version(), model_path);
     }
-    char default_timeline[256];
+    /* No --timeline: a new private folder (mkdtemp, mode 0700) in the
+     * temporary folder, never a fixed name there that another user could
+     * have planted a link at. */
+    char default_timeline[4096];
     if (!timeline) {
         const char *dir = getenv("TMPDIR");
-        snprintf(default_timeline, sizeof default_timeline, "%s/llmem-demo-timeline.html", dir && *dir ? dir : "/tmp");
+        char folder[4000];
+        snprintf(folder, sizeof folder, "%s/llmem-demo-XXXXXX", dir && *dir ? dir : "/tmp");
+        if (!mkdtemp(folder)) {
+            fprintf(stderr, "llmem demo: no folder for the timeline in %s: %s (give --timeline FILE)\n",
+                    dir && *dir ? dir : "/tmp", strerror(errno));
+            if (*tmp_model) unlink(tmp_model);
+            return 1;
+        }
+        snprintf(default_timeline, sizeof default_timeline, "%s/timeline.html", folder);
         timeline = default_timeline;
     }
+    /* Refuse a timeline path that cannot be written now, not after the run. */
+    llmem_outfile *probe;
+    if (llmem_outfile_open(timeline, &probe)) {
+        fprintf(stderr, "llmem demo: timeline: %s\n", llmem_last_error());
+        if (*tmp_model) unlink(tmp_model);
+        return 1;
+    }
+    llmem_outfile_abort(probe);
     llmem_model *m;
     if (llmem_model_open(model_path, NULL, &m)) {
         fprintf(stderr, "llmem demo: %s: %s\n", model_path, llmem_last_error());

@@ -5,40 +5,43 @@
  * The setup an engine would have, with host memory standing in for the
  * device so that resident memory (RSS) shows what the pool holds: an os
  * resource under a tracking resource, one pool over it driven by the
- * stage-aware controller (purge MANUAL: memory goes back only when the
- * controller says so), and a PAGED KV manager with the prefix cache over
- * that pool. Every token slot appended is written, K and V of every layer,
- * as an engine writes KV; every movable scratch buffer is written when
- * taken. Geometry: 4 layers, 2 KV heads of 64, f16 (2 KiB of KV a token),
- * 16-token blocks, contexts up to 8192 tokens, a 96 MiB KV budget.
+ * stage-aware controller (llmem_memctl; purge MANUAL: memory goes back only
+ * when the controller says so), a PAGED KV manager with the prefix cache
+ * over that pool, and the library's scheduler (llmem/sched.h) over a
+ * simulated engine on the wall clock: each step sleeps its modelled time
+ * (1 ms, plus 1 ms per 2048 prompt tokens), and every KV slot a step
+ * appends is written, K and V of every layer, with a pattern of its
+ * position's prefix hash that is checked before the sequence is freed and
+ * after a swap-in (the simulation's write_kv). Geometry: 4 layers, 2 KV
+ * heads of 64, f16 (2 KiB of KV a token), 16-token blocks, contexts up to
+ * 8192 tokens, a 96 MiB KV budget.
  *
  * The load, a loop of cycles until the deadline:
  *  - a burst of 4..32 requests arriving over up to 2 s; prompt and output
  *    lengths drawn from the Azure code trace (--trace, by default
  *    ../shared/traces/AzureLLMInferenceTrace_code.csv when present, else its
  *    quantiles built in), outputs capped at 512 tokens. Every prompt starts
- *    with one of 4 shared system prompts (128..1024 tokens) appended with
- *    its tokens, so the prefix cache holds and shares them; the rest of the
- *    prompt and the output are appended without tokens (never cached).
- *    Continuous batching: up to 12 sequences run; admitted prompts are a
- *    PREFILL step, the others DECODE; 1 in 8 admitted requests forks a
- *    second sequence (parallel sampling, copy-on-write). When an append
- *    finds no memory the most recently admitted sequence is preempted (its
- *    request goes back to the head of the queue). Each request also holds a
- *    movable scratch buffer (a pool handle, 256 B a prompt token) and a small
- *    raw block; 8 long-lived handles (adapters, 64 KiB..2 MiB) are replaced
- *    one per burst, so that freed holes make the pool fragment and the
- *    controller compact.
+ *    with one of 4 shared system prompts (128..1024 tokens), the only part
+ *    offered to the prefix cache (cache_limit), so the cache holds and
+ *    shares them. The scheduler runs up to 12 sequences, 4096 prompt tokens
+ *    a step; 1 in 8 requests asks for two samples (n = 2: a fork sharing
+ *    the prompt's blocks); when a step finds no memory the most recently
+ *    admitted sequence is preempted and recomputed. Each admitted request
+ *    also holds a movable scratch buffer (a pool handle, 256 B a prompt
+ *    token) and a small raw block, taken when the scheduler admits it and
+ *    verified and freed when it finishes or is preempted (its events); 8
+ *    long-lived handles (adapters, 64 KiB..2 MiB) are replaced one per
+ *    burst, so that freed holes make the pool fragment and the controller
+ *    compact.
  *  - an idle gap: 80% of them long (1.5..5 decay delays: the controller
- *    shrinks), 20% short (under the decay: nothing goes back). The engine
- *    ticks the controller every 20 ms. Every 10th long gap, llmem_pool_check
- *    and llmem_kv_check; every 20th, an explicit llmem_pool_compact.
+ *    shrinks), 20% short (under the decay: nothing goes back). The
+ *    scheduler ticks the controller every 20 ms. Every 10th long gap,
+ *    llmem_pool_check and llmem_kv_check; every 20th, an explicit
+ *    llmem_pool_compact.
  *
- * Every KV token slot holds a pattern derived from its position's prefix
- * hash (so forks and prefix matches share it), layer and K/V; every handle
- * and raw block holds a pattern too. Patterns are verified before every
- * free (sampled positions for KV, every byte for handles) and after every
- * compaction: a mismatch is a corruption, counted and fatal.
+ * Handles and raw blocks hold patterns too, verified before every free and
+ * after every compaction: a mismatch, like a KV one, is a corruption,
+ * counted and fatal.
  *
  * Measured: a sampler thread records, each second, RSS (/proc/self/statm),
  * the pool's committed, used and reserved bytes, KV bytes held and live
@@ -93,9 +96,9 @@ enum {
     SOAK_PREFIXES = 4,      /* shared system prompts */
     SOAK_ADAPTERS = 8,      /* long-lived handles */
     SOAK_MAX_BURST = 32,
+    SOAK_LIVE = 2 * SOAK_MAX_BURST, /* request records: a burst, and what a cut-short one left */
     SOAK_SCRATCH_PER_TOKEN = 256,
     SOAK_KV_BUDGET = 96 << 20,
-    SOAK_TOKEN_WORDS = SOAK_KV_HEADS * SOAK_HEAD_DIM * 2 / 8, /* uint64 words in one token's K (f16) */
 };
 
 /* The Azure LLM inference trace (code): the 0/16 .. 16/16 quantiles of
@@ -123,18 +126,6 @@ static uint64_t mix(uint64_t x)
     x ^= x >> 27;
     x *= 0x81dadef4bc2dd44dull;
     return x ^ (x >> 33);
-}
-
-/* The prefix hash of position pos given the one before it. */
-static uint64_t prefix_step(uint64_t prev, int32_t tok, size_t pos)
-{
-    return mix(prev * 0x100000001b3ull + (uint64_t)(uint32_t)tok * 0x9e3779b97f4a7c15ull + pos + 1);
-}
-
-/* The first word of a KV token slot's pattern; word i is seed + i. */
-static uint64_t kv_seed(uint64_t ph, uint32_t layer, int which)
-{
-    return mix(ph ^ ((uint64_t)layer * 2 + (uint64_t)which + 1) * 0x2545f4914f6cdd1dull);
 }
 
 static void fill_words(void *dst, size_t bytes, uint64_t seed)
@@ -179,26 +170,22 @@ typedef struct request {
     uint32_t prefix;      /* which system prompt */
     double arrival_s;     /* after the burst began */
     uint64_t id;
-    bool fork;            /* run a second sequence from its prompt */
+    bool fork;            /* two samples */
 } request;
 
-typedef struct seq_slot {
-    bool live;
-    llmem_kv_seq s;
+/* What the soak keeps for a request the scheduler runs. */
+typedef struct live_req {
+    bool used;
     request req;
-    bool is_child;          /* a fork's second sequence (dropped if preempted) */
-    uint64_t admitted;      /* admission order, for preemption */
-    uint32_t generated;
-    size_t length;          /* tokens held */
-    uint64_t *ph;           /* [SOAK_MAX_SEQ] prefix hash per position */
-    llmem_handle scratch;   /* movable scratch (roots only) */
+    llmem_sched_req sid;
+    bool admitted_once;
+    llmem_handle scratch;   /* movable scratch, while admitted */
     size_t scratch_bytes;
     uint64_t scratch_seed;
-    unsigned char *obj;     /* a small raw block (request object) */
+    unsigned char *obj;     /* a small raw block (request object), while admitted */
     size_t obj_bytes;
     uint64_t obj_seed;
-    bool fresh;             /* admitted in this step (its prefill makes its first token) */
-} seq_slot;
+} live_req;
 
 typedef struct adapter {
     llmem_handle h;
@@ -230,20 +217,22 @@ typedef struct soak {
     size_t trace_n;
     /* memory */
     llmem_resource *os, *track;
+    llmem_memctl *mc;
     llmem_pool *pool;
     llmem_kv *kv;
     llmem_controller *ctl;
+    llmem_sched *sched;
     int32_t prefix_tok[SOAK_PREFIXES][1024];
     uint32_t prefix_len[SOAK_PREFIXES];
-    seq_slot slot[SOAK_RUN];
+    live_req live[SOAK_LIVE];
     adapter ad[SOAK_ADAPTERS];
-    request queue[SOAK_MAX_BURST + SOAK_RUN];
-    size_t queued;
-    uint64_t rng, admitted_seq, next_id;
-    int32_t tok_buf[1024];
+    request queue[SOAK_MAX_BURST];
+    size_t queued, qhead;
+    uint64_t rng, next_id;
+    int32_t tok_buf[SOAK_MAX_SEQ];
     /* figures */
-    uint64_t requests_done, requests_admitted, forks, preemptions, tokens, steps, bursts, gaps_long, gaps_short;
-    uint64_t corruptions, checks, manual_compactions, manual_moved;
+    uint64_t requests_done, requests_admitted, bursts, gaps_long, gaps_short;
+    uint64_t corruptions, manual_compactions, manual_moved;
     uint64_t t0_ns;
     trough *troughs;
     size_t ntroughs, troughs_cap;
@@ -252,7 +241,8 @@ typedef struct soak {
     bool sampler_started;
     atomic_int stop;
     atomic_int phase; /* 0 idle, 1 burst */
-    FILE *samples_file;
+    FILE *samples_file;         /* the stream of samples_out */
+    llmem_outfile *samples_out; /* --samples, renamed into place at the end */
     soak_sample *samples;
     size_t nsamples, samples_cap;
     size_t rss_peak;
@@ -370,59 +360,6 @@ static int by_arrival(const void *a, const void *b)
     return x->arrival_s < y->arrival_s ? -1 : x->arrival_s > y->arrival_s;
 }
 
-/* The token at position pos of a sequence: the system prompt's, then ones
- * of its own (a function of the request, the position and, for a fork's
- * output, which side). */
-static int32_t token_at(const soak *k, const seq_slot *sl, size_t pos)
-{
-    uint32_t lp = k->prefix_len[sl->req.prefix];
-    if (pos < lp) return k->prefix_tok[sl->req.prefix][pos];
-    uint64_t side = pos >= sl->req.prompt && sl->is_child ? 0x5bd1e995u : 0;
-    return (int32_t)(mix(sl->req.id * 0x9e3779b97f4a7c15ull + pos + side) % 32000u);
-}
-
-/* Write K and V of positions [from, to) of every layer. */
-static bool write_kv(soak *k, seq_slot *sl, size_t from, size_t to)
-{
-    for (size_t p = from; p < to; p++)
-        for (uint32_t l = 0; l < SOAK_LAYERS; l++) {
-            void *kp, *vp;
-            if (llmem_kv_seq_token(k->kv, sl->s, l, p, &kp, &vp)) {
-                fatal(k, "kv token");
-                return false;
-            }
-            fill_words(kp, SOAK_TOKEN_WORDS * 8, kv_seed(sl->ph[p], l, 0));
-            fill_words(vp, SOAK_TOKEN_WORDS * 8, kv_seed(sl->ph[p], l, 1));
-        }
-    return true;
-}
-
-static void verify_pos(soak *k, seq_slot *sl, size_t p)
-{
-    for (uint32_t l = 0; l < SOAK_LAYERS; l++) {
-        void *kp, *vp;
-        if (llmem_kv_seq_token(k->kv, sl->s, l, p, &kp, &vp)) {
-            fatal(k, "kv token");
-            return;
-        }
-        if (!check_words(kp, SOAK_TOKEN_WORDS * 8, kv_seed(sl->ph[p], l, 0)) ||
-            !check_words(vp, SOAK_TOKEN_WORDS * 8, kv_seed(sl->ph[p], l, 1)))
-            corrupt(k, "KV token slot changed", sl->req.id);
-    }
-}
-
-/* Check a sample of positions: the first, the last, the prompt's end and 5
- * random ones. */
-static void verify_kv(soak *k, seq_slot *sl)
-{
-    if (!sl->length) return;
-    verify_pos(k, sl, 0);
-    verify_pos(k, sl, sl->length - 1);
-    if (sl->req.prompt - 1 < sl->length) verify_pos(k, sl, sl->req.prompt - 1);
-    for (int i = 0; i < 5; i++) verify_pos(k, sl, (size_t)(rng_next(&k->rng) % sl->length));
-    k->checks++;
-}
-
 static bool handle_write(soak *k, llmem_handle h, size_t bytes, uint64_t seed)
 {
     void *p = llmem_pool_pin(k->pool, h, NULL);
@@ -446,172 +383,110 @@ static void handle_verify(soak *k, llmem_handle h, size_t bytes, uint64_t seed, 
     llmem_pool_unpin(k->pool, h);
 }
 
-/* Free a sequence and what its request holds; verify first. */
-static void release(soak *k, seq_slot *sl)
+/* What an admitted request holds besides its KV: taken at its admission. */
+static void take_extras(soak *k, live_req *l)
 {
-    verify_kv(k, sl);
-    if (llmem_kv_seq_free(k->kv, sl->s)) fatal(k, "kv free");
-    if (sl->scratch) {
-        handle_verify(k, sl->scratch, sl->scratch_bytes, sl->scratch_seed, sl->req.id);
-        if (llmem_pool_hfree(k->pool, sl->scratch)) fatal(k, "hfree");
-    }
-    if (sl->obj) {
-        if (!check_words(sl->obj, sl->obj_bytes, sl->obj_seed)) corrupt(k, "request object changed", sl->req.id);
-        if (llmem_pool_free(k->pool, sl->obj)) fatal(k, "free");
-    }
-    sl->live = false;
-    sl->s = 0;
-    sl->scratch = LLMEM_HANDLE_NULL;
-    sl->obj = NULL;
-    sl->length = 0;
-}
-
-/* Make room: preempt the most recently admitted sequence other than
- * `keep` (a root's request goes back to the head of the queue, a fork's
- * second sequence is dropped). False if there is none. */
-static bool preempt(soak *k, const seq_slot *keep)
-{
-    seq_slot *victim = NULL;
-    for (int i = 0; i < SOAK_RUN; i++)
-        if (k->slot[i].live && &k->slot[i] != keep && (!victim || k->slot[i].admitted > victim->admitted))
-            victim = &k->slot[i];
-    if (!victim) return false;
-    k->preemptions++;
-    if (!victim->is_child && k->queued < sizeof k->queue / sizeof k->queue[0]) {
-        memmove(&k->queue[1], &k->queue[0], k->queued * sizeof k->queue[0]);
-        k->queue[0] = victim->req;
-        k->queue[0].arrival_s = 0;
-        k->queue[0].fork = false;
-        k->queued++;
-    }
-    release(k, victim);
-    return true;
-}
-
-/* Append n token slots (with tokens when `tokens`), preempting others when
- * the budget is full; then write them. False: this sequence itself was
- * given up (nothing to preempt). */
-static bool append(soak *k, seq_slot *sl, size_t n, bool tokens)
-{
-    const int32_t *tk = NULL;
-    if (tokens) {
-        for (size_t i = 0; i < n; i++) k->tok_buf[i] = token_at(k, sl, sl->length + i);
-        tk = k->tok_buf;
-    }
-    for (;;) {
-        llmem_status st = llmem_kv_seq_append(k->kv, sl->s, n, tk, NULL);
-        if (st == LLMEM_OK) break;
-        if (st != LLMEM_ENOMEM) {
-            fatal(k, "kv append");
-            return false;
-        }
-        if (!preempt(k, sl)) {
-            fatal(k, "kv append (nothing left to preempt)");
-            return false;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        size_t p = sl->length + i;
-        sl->ph[p] = prefix_step(p ? sl->ph[p - 1] : 0, token_at(k, sl, p), p);
-    }
-    size_t from = sl->length;
-    sl->length += n;
-    return write_kv(k, sl, from, sl->length);
-}
-
-static seq_slot *free_slot(soak *k)
-{
-    for (int i = 0; i < SOAK_RUN; i++)
-        if (!k->slot[i].live) return &k->slot[i];
-    return NULL;
-}
-
-static void stage(soak *k, llmem_stage st, uint32_t batch, uint64_t tokens)
-{
-    llmem_stage_event ev = {st, batch, tokens, tool_now_ns()};
-    llmem_controller_on_stage(k->ctl, &ev);
-}
-
-/* Admit a request into sl: create, match the system prompt, append the rest
- * of the prompt; take its scratch handle and request object. Returns the
- * prompt tokens computed (0 if it could not be admitted). */
-static size_t admit(soak *k, seq_slot *sl, const request *r)
-{
-    memset(&sl->req, 0, sizeof sl->req);
-    sl->req = *r;
-    sl->is_child = false;
-    sl->generated = 0;
-    sl->length = 0;
-    if (llmem_kv_seq_create(k->kv, 0, &sl->s)) {
-        fatal(k, "kv create");
-        return 0;
-    }
-    sl->live = true;
-    sl->admitted = ++k->admitted_seq;
-    uint32_t lp = k->prefix_len[r->prefix];
-    size_t matched = 0;
-    if (llmem_kv_seq_match_prefix(k->kv, sl->s, k->prefix_tok[r->prefix], lp, &matched)) {
-        fatal(k, "match prefix");
-        return 0;
-    }
-    for (size_t p = 0; p < matched; p++) sl->ph[p] = prefix_step(p ? sl->ph[p - 1] : 0, token_at(k, sl, p), p);
-    sl->length = matched;
-    /* The system prompt's unmatched part with its tokens (registered in the
-     * prefix cache), the user's part without. */
-    if (lp > matched && !append(k, sl, lp - matched, true)) return 0;
-    if (!append(k, sl, r->prompt - lp, false)) return 0;
-    sl->scratch_bytes = ((size_t)r->prompt * SOAK_SCRATCH_PER_TOKEN + 4095) & ~(size_t)4095;
-    sl->scratch_seed = mix(r->id ^ 0xabcdefull);
-    if (llmem_pool_halloc(k->pool, sl->scratch_bytes, &sl->scratch)) {
+    l->scratch_bytes = ((size_t)l->req.prompt * SOAK_SCRATCH_PER_TOKEN + 4095) & ~(size_t)4095;
+    l->scratch_seed = mix(l->req.id ^ 0xabcdefull);
+    if (llmem_pool_halloc(k->pool, l->scratch_bytes, &l->scratch)) {
         fatal(k, "halloc");
-        return 0;
-    }
-    if (!handle_write(k, sl->scratch, sl->scratch_bytes, sl->scratch_seed)) return 0;
-    sl->obj_bytes = 64 + (size_t)(rng_next(&k->rng) % 4000) / 8 * 8;
-    sl->obj_seed = mix(r->id ^ 0x1234ull);
-    sl->obj = llmem_pool_alloc(k->pool, sl->obj_bytes, NULL);
-    if (!sl->obj) {
-        fatal(k, "alloc");
-        return 0;
-    }
-    fill_words(sl->obj, sl->obj_bytes, sl->obj_seed);
-    k->requests_admitted++;
-    return r->prompt - matched;
-}
-
-/* A second sequence from sl's prompt (sharing its blocks). */
-static void fork_seq(soak *k, seq_slot *sl)
-{
-    seq_slot *c = free_slot(k);
-    if (!c) return;
-    if (llmem_kv_seq_fork(k->kv, sl->s, &c->s)) {
-        fatal(k, "kv fork");
         return;
     }
-    c->live = true;
-    c->req = sl->req;
-    c->req.fork = false;
-    c->is_child = true;
-    c->admitted = ++k->admitted_seq;
-    c->generated = 0;
-    c->length = sl->length;
-    memcpy(c->ph, sl->ph, sl->length * sizeof *c->ph);
-    c->scratch = LLMEM_HANDLE_NULL;
-    c->obj = NULL;
-    k->forks++;
+    if (!handle_write(k, l->scratch, l->scratch_bytes, l->scratch_seed)) return;
+    l->obj_bytes = 64 + (size_t)(rng_next(&k->rng) % 4000) / 8 * 8;
+    l->obj_seed = mix(l->req.id ^ 0x1234ull);
+    l->obj = llmem_pool_alloc(k->pool, l->obj_bytes, NULL);
+    if (!l->obj) {
+        fatal(k, "alloc");
+        return;
+    }
+    fill_words(l->obj, l->obj_bytes, l->obj_seed);
 }
 
-static size_t live_count(const soak *k)
+/* ...verified and given back when it finishes or is preempted. */
+static void drop_extras(soak *k, live_req *l)
 {
-    size_t n = 0;
-    for (int i = 0; i < SOAK_RUN; i++) n += k->slot[i].live;
-    return n;
+    if (l->scratch) {
+        handle_verify(k, l->scratch, l->scratch_bytes, l->scratch_seed, l->req.id);
+        if (llmem_pool_hfree(k->pool, l->scratch)) fatal(k, "hfree");
+        l->scratch = LLMEM_HANDLE_NULL;
+    }
+    if (l->obj) {
+        if (!check_words(l->obj, l->obj_bytes, l->obj_seed)) corrupt(k, "request object changed", l->req.id);
+        if (llmem_pool_free(k->pool, l->obj)) fatal(k, "free");
+        l->obj = NULL;
+    }
 }
 
-static void sleep_ms(double ms)
+/* The scheduler's events, on its stepping thread (this one). */
+static bool on_event(void *ctx, const llmem_sched_event *ev)
 {
-    struct timespec ts = {(time_t)(ms / 1000), (long)(fmod(ms, 1000.0) * 1e6)};
-    while (nanosleep(&ts, &ts) == EINTR) {}
+    soak *k = ctx;
+    live_req *l = ev->user;
+    if (!l || ev->sample != 0) return false;
+    switch (ev->kind) {
+    case LLMEM_SCHED_EV_ADMIT:
+        if (!l->admitted_once) k->requests_admitted++;
+        l->admitted_once = true;
+        if (!l->scratch) take_extras(k, l);
+        break;
+    case LLMEM_SCHED_EV_PREEMPT:
+        drop_extras(k, l);
+        break;
+    case LLMEM_SCHED_EV_FINISH:
+        drop_extras(k, l);
+        if (ev->finish != LLMEM_SCHED_FINISH_CANCELLED && ev->finish != LLMEM_SCHED_FINISH_REJECTED) k->requests_done++;
+        break;
+    default: break;
+    }
+    return false;
+}
+
+/* Release the records of requests whose every sample finished. */
+static void reap(soak *k, bool all)
+{
+    for (int i = 0; i < SOAK_LIVE; i++) {
+        live_req *l = &k->live[i];
+        if (!l->used) continue;
+        llmem_sched_info info;
+        bool done = true;
+        for (uint32_t smp = 0; smp < (l->req.fork ? 2u : 1u); smp++)
+            if (llmem_sched_get_info(k->sched, l->sid, smp, &info) || info.state != LLMEM_SCHED_FINISHED) done = false;
+        if (!done && !all) continue;
+        if (llmem_sched_release(k->sched, l->sid)) fatal(k, "release");
+        drop_extras(k, l); /* a cancellation delivers no event */
+        l->used = false;
+    }
+}
+
+/* Submit one request (its system prompt, then tokens of its own). */
+static void submit(soak *k, const request *r)
+{
+    live_req *l = NULL;
+    for (int i = 0; i < SOAK_LIVE && !l; i++)
+        if (!k->live[i].used) l = &k->live[i];
+    if (!l) {
+        fatal(k, "no free request record");
+        return;
+    }
+    memset(l, 0, sizeof *l);
+    l->used = true;
+    l->req = *r;
+    uint32_t lp = k->prefix_len[r->prefix];
+    memcpy(k->tok_buf, k->prefix_tok[r->prefix], lp * sizeof *k->tok_buf);
+    for (uint32_t p = lp; p < r->prompt; p++) k->tok_buf[p] = (int32_t)(mix(r->id * 0x9e3779b97f4a7c15ull + p) % 32000u);
+    llmem_sched_params p = llmem_sched_params_default();
+    p.prompt = k->tok_buf;
+    p.prompt_len = r->prompt;
+    p.max_tokens = r->gen;
+    p.n = r->fork ? 2 : 1;
+    p.temperature = 0;
+    p.cache_limit = lp; /* only the system prompt is shared */
+    p.user = l;
+    if (llmem_sched_submit(k->sched, &p, &l->sid)) {
+        fatal(k, "submit");
+        l->used = false;
+    }
 }
 
 /* Replace one long-lived handle by a new one of the same size. */
@@ -630,85 +505,41 @@ static void churn_adapter(soak *k, adapter *a)
     handle_write(k, a->h, a->bytes, a->seed);
 }
 
-/* Whether a prompt of this many tokens fits in the KV budget with room to
- * decode (admission control; a preemption remains possible). */
-static bool fits(soak *k, uint32_t prompt)
-{
-    llmem_kv_stats ks = {sizeof ks};
-    llmem_kv_get_stats(k->kv, &ks);
-    uint64_t need = (uint64_t)(prompt + SOAK_MAX_GEN) * llmem_kv_bytes_per_token(k->kv);
-    uint64_t held = ks.bytes_reserved > ks.blocks_cached * llmem_kv_block_bytes(k->kv) * SOAK_LAYERS
-                        ? ks.bytes_reserved - ks.blocks_cached * llmem_kv_block_bytes(k->kv) * SOAK_LAYERS
-                        : 0;
-    return held + need <= SOAK_KV_BUDGET / 10 * 9;
-}
+static uint64_t ns_of(double secs) { return secs > 0 ? (uint64_t)llround(secs * 1e9) : 0; }
 
-/* One burst, served to the end (or to the deadline). */
+/* One burst, served to the end (or to the deadline): requests submitted as
+ * they arrive, the scheduler stepped while any is pending. */
 static void burst(soak *k, double deadline)
 {
     atomic_store(&k->phase, 1);
     k->bursts++;
     size_t n = 4 + (size_t)(rng_next(&k->rng) % (SOAK_MAX_BURST - 3));
     double window = 2.0 * rng_unit(&k->rng);
-    k->queued = 0;
+    k->queued = k->qhead = 0;
     for (size_t i = 0; i < n; i++) k->queue[k->queued++] = make_request(k, window);
     qsort(k->queue, k->queued, sizeof k->queue[0], by_arrival);
     churn_adapter(k, &k->ad[rng_next(&k->rng) % SOAK_ADAPTERS]);
     double start = elapsed(k);
-    while (!k->error && (k->queued || live_count(k))) {
+    while (!k->error && (k->qhead < k->queued || llmem_sched_pending(k->sched))) {
         double now = elapsed(k);
         if (now >= deadline) break;
-        /* This step's prompts: what has arrived, while a slot is free, up
-         * to 4096 prompt tokens and while the KV budget has room. */
-        size_t free_slots = SOAK_RUN - live_count(k), batch = 0;
-        uint64_t step_prompt = 0;
-        while (batch < k->queued && batch < free_slots && step_prompt < 4096 &&
-               k->queue[batch].arrival_s <= now - start &&
-               (live_count(k) + batch == 0 || fits(k, (uint32_t)step_prompt + k->queue[batch].prompt)))
-            step_prompt += k->queue[batch++].prompt;
-        if (batch) stage(k, LLMEM_STAGE_PREFILL, (uint32_t)batch, step_prompt);
-        for (int i = 0; i < SOAK_RUN; i++) k->slot[i].fresh = false;
-        size_t prompt_tokens = 0;
-        uint64_t preempted = k->preemptions;
-        for (size_t b = 0; b < batch && k->queued && k->preemptions == preempted; b++) {
-            seq_slot *sl = free_slot(k);
-            if (!sl) break;
-            request r = k->queue[0];
-            memmove(&k->queue[0], &k->queue[1], (k->queued - 1) * sizeof k->queue[0]);
-            k->queued--;
-            prompt_tokens += admit(k, sl, &r);
-            if (k->error) return;
-            sl->fresh = true;
-            if (r.fork) fork_seq(k, sl);
+        while (k->qhead < k->queued && k->queue[k->qhead].arrival_s <= now - start) submit(k, &k->queue[k->qhead++]);
+        if (!llmem_sched_pending(k->sched)) {
+            /* Waiting for the next arrival: idle on the scheduler's clock. */
+            double at = start + k->queue[k->qhead].arrival_s;
+            if (llmem_sched_advance(k->sched, llmem_sched_now_ns(k->sched) + ns_of(at - now))) fatal(k, "advance");
+            continue;
         }
-        /* Decode one token for every running sequence not admitted now. */
-        size_t decoding = 0;
-        for (int i = 0; i < SOAK_RUN && !k->error; i++) {
-            seq_slot *sl = &k->slot[i];
-            if (!sl->live || sl->fresh) continue;
-            if (!append(k, sl, 1, false)) return;
-            sl->generated++;
-            decoding++;
-            if (sl->generated >= sl->req.gen) {
-                release(k, sl);
-                if (!sl->is_child) k->requests_done++;
-            }
-        }
-        if (!batch) stage(k, LLMEM_STAGE_DECODE, (uint32_t)decoding, decoding);
-        k->tokens += prompt_tokens + decoding;
-        k->steps++;
-        /* The step's compute: 1 ms, plus 1 ms per 2048 prompt tokens. */
-        sleep_ms(1.0 + (double)prompt_tokens / 2048.0);
-        if (!batch && !decoding && k->queued) sleep_ms(5); /* waiting for arrivals */
+        if (llmem_sched_step(k->sched, NULL)) fatal(k, "step");
+        reap(k, false);
     }
 }
 
-/* An idle gap: tick the controller; at the end of a long one, record the
- * trough. */
+/* An idle gap: the scheduler's clock runs on (IDLE; the controller ticked
+ * every 20 ms); at the end of a long one, record the trough. */
 static void idle_gap(soak *k, double deadline)
 {
     atomic_store(&k->phase, 0);
-    stage(k, LLMEM_STAGE_IDLE, 0, 0);
     llmem_kv_trim(k->kv, false);
     double decay = k->decay_ms / 1000.0;
     bool is_long = rng_next(&k->rng) % 5 != 0;
@@ -716,25 +547,25 @@ static void idle_gap(soak *k, double deadline)
     double start = elapsed(k), end = start + gap;
     if (end > deadline) end = deadline;
     bool housekept = false;
-    while (elapsed(k) < end) {
-        sleep_ms(20);
-        llmem_controller_tick(k->ctl);
-        if (is_long && !housekept && elapsed(k) - start > decay + 0.05) {
-            housekept = true;
-            k->gaps_long++;
-            if (k->gaps_long % 10 == 0) {
-                if (llmem_pool_check(k->pool)) fatal(k, "pool check");
-                if (llmem_kv_check(k->kv)) fatal(k, "kv check");
-            }
-            if (k->gaps_long % 20 == 0) {
-                llmem_pool_compact_report rep = {sizeof rep, 0, 0, 0, 0, 0, 0};
-                if (llmem_pool_compact(k->pool, 0, &rep)) fatal(k, "compact");
-                k->manual_compactions++;
-                k->manual_moved += rep.bytes_moved;
-                for (int i = 0; i < SOAK_ADAPTERS; i++) handle_verify(k, k->ad[i].h, k->ad[i].bytes, k->ad[i].seed, 0);
-            }
+    if (is_long && start + decay + 0.05 < end) {
+        if (llmem_sched_advance(k->sched, llmem_sched_now_ns(k->sched) + ns_of(decay + 0.05))) fatal(k, "advance");
+        housekept = true;
+        k->gaps_long++;
+        if (k->gaps_long % 10 == 0) {
+            if (llmem_pool_check(k->pool)) fatal(k, "pool check");
+            if (llmem_kv_check(k->kv)) fatal(k, "kv check");
+        }
+        if (k->gaps_long % 20 == 0) {
+            llmem_pool_compact_report rep = {sizeof rep, 0, 0, 0, 0, 0, 0};
+            if (llmem_pool_compact(k->pool, 0, &rep)) fatal(k, "compact");
+            k->manual_compactions++;
+            k->manual_moved += rep.bytes_moved;
+            for (int i = 0; i < SOAK_ADAPTERS; i++) handle_verify(k, k->ad[i].h, k->ad[i].bytes, k->ad[i].seed, 0);
         }
     }
+    double now = elapsed(k);
+    if (end > now && llmem_sched_advance(k->sched, llmem_sched_now_ns(k->sched) + ns_of(end - now)))
+        fatal(k, "advance");
     if (!is_long) k->gaps_short++;
     if (is_long && housekept && elapsed(k) < deadline && k->ntroughs < k->troughs_cap)
         k->troughs[k->ntroughs++] = (trough){elapsed(k), rss_bytes()};
@@ -776,16 +607,22 @@ static int setup(soak *k)
         fatal(k, "resources");
         return 1;
     }
-    llmem_pool_options po = llmem_pool_options_default();
-    po.name = "soak";
-    po.resource = k->track;
-    po.first_superblock_bytes = 4 * MIB;
-    po.max_superblock_bytes = 32 * MIB;
-    po.purge = LLMEM_POOL_PURGE_MANUAL; /* the controller decides */
-    if (llmem_pool_create(&po, &k->pool)) {
-        fatal(k, "pool");
+    /* Pool and controller (no predictor: a prefill reserves its tokens x
+     * the KV and scratch bytes a token takes). */
+    llmem_memctl_options mo = llmem_memctl_options_default();
+    mo.name = "soak";
+    mo.resource = k->track;
+    mo.first_superblock_bytes = 4 * MIB;
+    mo.max_superblock_bytes = 32 * MIB;
+    mo.no_predictor = true;
+    mo.controller.bytes_per_token_hint = 2u * SOAK_LAYERS * SOAK_KV_HEADS * SOAK_HEAD_DIM * 2 + SOAK_SCRATCH_PER_TOKEN;
+    mo.controller.idle_decay_ms = k->decay_ms;
+    if (llmem_memctl_create(&mo, &k->mc)) {
+        fatal(k, "pool and controller");
         return 1;
     }
+    k->pool = llmem_memctl_pool(k->mc);
+    k->ctl = llmem_memctl_controller(k->mc);
     llmem_kv_options ko = llmem_kv_options_default();
     ko.name = "soak-kv";
     ko.layers = SOAK_LAYERS;
@@ -801,17 +638,22 @@ static int setup(soak *k)
         fatal(k, "kv");
         return 1;
     }
-    llmem_controller_options co = llmem_controller_options_default();
-    co.pool = k->pool;
-    co.bytes_per_token_hint = llmem_kv_bytes_per_token(k->kv) + SOAK_SCRATCH_PER_TOKEN;
-    co.idle_decay_ms = k->decay_ms;
-    if (llmem_controller_create(&co, &k->ctl)) {
-        fatal(k, "controller");
+    llmem_sched_sim_options sim = llmem_sched_sim_options_default();
+    sim.kv = k->kv;
+    sim.realtime = true;
+    sim.write_kv = true;
+    sim.seed = k->seed + 1;
+    sim.model = llmem_step_model_linear(0.001, 0.001 / 2048, 0, 0);
+    llmem_sched_options so = llmem_sched_options_default();
+    so.max_batch = SOAK_RUN;
+    so.max_step_tokens = 4096 + SOAK_RUN;
+    so.headroom_blocks = 4;
+    so.controller = k->ctl;
+    so.on_event = on_event;
+    so.event_ctx = k;
+    if (llmem_sched_create_sim(&sim, &so, &k->sched)) {
+        fatal(k, "scheduler");
         return 1;
-    }
-    for (int i = 0; i < SOAK_RUN; i++) {
-        k->slot[i].ph = malloc(SOAK_MAX_SEQ * sizeof *k->slot[i].ph);
-        if (!k->slot[i].ph) return 1;
     }
     for (int i = 0; i < SOAK_PREFIXES; i++) {
         k->prefix_len[i] = 128u << i; /* 128, 256, 512, 1024 */
@@ -827,10 +669,20 @@ static int setup(soak *k)
 
 /* Free everything, destroy in order; leaks: the pool's live allocations
  * before destroy, then the tracking resource's live mappings. */
-static void teardown(soak *k, uint64_t *pool_live, size_t *mappings, uint64_t *pool_check_failed)
+static void teardown(soak *k, uint64_t *pool_live, size_t *mappings, uint64_t *pool_check_failed,
+                     llmem_sched_stats *ss, llmem_sched_sim_stats *sims)
 {
-    for (int i = 0; i < SOAK_RUN; i++)
-        if (k->slot[i].live) release(k, &k->slot[i]);
+    if (k->sched) {
+        reap(k, true); /* cancels what the deadline cut short: its KV is verified and freed */
+        ss->struct_size = sizeof *ss;
+        llmem_sched_get_stats(k->sched, ss);
+        sims->struct_size = sizeof *sims;
+        llmem_sched_get_sim_stats(k->sched, sims);
+        if (sims->kv_corruptions_total) corrupt(k, "KV token slot changed", 0);
+        k->corruptions += sims->kv_corruptions_total ? sims->kv_corruptions_total - 1 : 0;
+    }
+    llmem_sched_destroy(k->sched);
+    k->sched = NULL;
     for (int i = 0; i < SOAK_ADAPTERS; i++)
         if (k->ad[i].h) {
             handle_verify(k, k->ad[i].h, k->ad[i].bytes, k->ad[i].seed, 0);
@@ -838,8 +690,6 @@ static void teardown(soak *k, uint64_t *pool_live, size_t *mappings, uint64_t *p
             k->ad[i].h = LLMEM_HANDLE_NULL;
         }
     if (k->kv && llmem_kv_check(k->kv)) (*pool_check_failed)++;
-    llmem_controller_destroy(k->ctl);
-    k->ctl = NULL;
     llmem_kv_destroy(k->kv);
     k->kv = NULL;
     if (k->pool) {
@@ -849,15 +699,16 @@ static void teardown(soak *k, uint64_t *pool_live, size_t *mappings, uint64_t *p
         *pool_live = ps.live_allocations + ps.handles;
         if (llmem_pool_check(k->pool)) (*pool_check_failed)++;
     }
-    llmem_pool_destroy(k->pool);
+    llmem_memctl_destroy(k->mc);
+    k->mc = NULL;
     k->pool = NULL;
+    k->ctl = NULL;
     *mappings = 0;
     if (k->track) {
         llmem_tracking_resource_report(k->track, stderr, mappings);
         llmem_resource_destroy(k->track);
     }
     llmem_resource_destroy(k->os);
-    for (int i = 0; i < SOAK_RUN; i++) free(k->slot[i].ph);
     free(k->trace_prompt);
     free(k->trace_gen);
 }
@@ -1002,11 +853,11 @@ int llmem_cmd_soak(int argc, char **argv)
     if (k->samples_path) {
         size_t n = strlen(k->samples_path);
         k->samples_json = n > 5 && !strcmp(k->samples_path + n - 5, ".json");
-        k->samples_file = fopen(k->samples_path, "w");
-        if (!k->samples_file) {
-            fprintf(stderr, "llmem soak: %s: %s\n", k->samples_path, strerror(errno));
+        if (llmem_outfile_open(k->samples_path, &k->samples_out)) {
+            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_last_error());
             return 2;
         }
+        k->samples_file = llmem_outfile_stream(k->samples_out);
         fputs(k->samples_json ? "[\n" : "t_s,rss_bytes,committed_bytes,used_bytes,reserved_bytes,kv_bytes,sequences,phase\n",
               k->samples_file);
     }
@@ -1028,10 +879,19 @@ int llmem_cmd_soak(int argc, char **argv)
     if (k->pool) llmem_pool_get_stats(k->pool, &ps);
     uint64_t pool_live = 0, check_failed = 0;
     size_t mappings = 0;
-    teardown(k, &pool_live, &mappings, &check_failed);
+    llmem_sched_stats ss;
+    llmem_sched_sim_stats sims;
+    memset(&ss, 0, sizeof ss);
+    memset(&sims, 0, sizeof sims);
+    teardown(k, &pool_live, &mappings, &check_failed, &ss, &sims);
+    bool samples_failed = false;
     if (k->samples_file) {
         if (k->samples_json) fputs("\n]\n", k->samples_file);
-        fclose(k->samples_file);
+        k->samples_file = NULL;
+        if (llmem_outfile_commit(k->samples_out)) {
+            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_last_error());
+            samples_failed = true;
+        }
     }
 
     /* Drift over the troughs after the warm-up. */
@@ -1075,7 +935,7 @@ int llmem_cmd_soak(int argc, char **argv)
            "\"drift\":%.5f,\"drift_pct\":%.3f,\"drift_valid\":%s,\"max_drift_pct\":%.2f,\"peak_drift_pct\":%.3f,"
            "\"rss_peak_bytes\":%zu,\"bursts\":%llu,\"idle_gaps_long\":%llu,\"idle_gaps_short\":%llu,"
            "\"requests_completed\":%llu,\"requests_admitted\":%llu,\"forks\":%llu,\"preemptions\":%llu,"
-           "\"tokens\":%llu,\"steps\":%llu,\"kv_checks\":%llu,\"controller_reserves\":%llu,\"controller_grows\":%llu,"
+           "\"tokens\":%llu,\"steps\":%llu,\"kv_positions_verified\":%llu,\"controller_reserves\":%llu,\"controller_grows\":%llu,"
            "\"controller_shrinks\":%llu,\"controller_compactions\":%llu,\"controller_failures\":%llu,"
            "\"bytes_released\":%llu,\"manual_compactions\":%llu,\"bytes_moved\":%llu,\"pool_resource_calls\":%llu,"
            "\"corruptions\":%llu,\"pool_live_blocks\":%llu,\"leaked_mappings\":%zu,\"checks_failed\":%llu,"
@@ -1084,15 +944,16 @@ int llmem_cmd_soak(int argc, char **argv)
            trough_max, drift, 100 * drift, drift_valid ? "true" : "false", 100 * k->max_drift, 100 * peak_drift,
            k->rss_peak, (unsigned long long)k->bursts, (unsigned long long)k->gaps_long,
            (unsigned long long)k->gaps_short, (unsigned long long)k->requests_done,
-           (unsigned long long)k->requests_admitted, (unsigned long long)k->forks,
-           (unsigned long long)k->preemptions, (unsigned long long)k->tokens, (unsigned long long)k->steps,
-           (unsigned long long)k->checks, (unsigned long long)cs.reserves_total, (unsigned long long)cs.grows_total,
+           (unsigned long long)k->requests_admitted, (unsigned long long)ss.forks_total,
+           (unsigned long long)ss.preemptions_total,
+           (unsigned long long)(ss.step_prefill_tokens_total + ss.step_decode_tokens_total),
+           (unsigned long long)ss.steps_total, (unsigned long long)sims.kv_positions_verified_total, (unsigned long long)cs.reserves_total, (unsigned long long)cs.grows_total,
            (unsigned long long)cs.shrinks_total, (unsigned long long)cs.compactions_total,
            (unsigned long long)cs.failures_total, (unsigned long long)cs.bytes_released_total,
            (unsigned long long)k->manual_compactions, (unsigned long long)(k->manual_moved + cs.bytes_compacted_total),
            (unsigned long long)ps.resource_calls_total, (unsigned long long)k->corruptions,
            (unsigned long long)pool_live, mappings, (unsigned long long)check_failed, status);
-    rc = strcmp(status, "ok") ? 1 : 0;
+    rc = strcmp(status, "ok") || samples_failed ? 1 : 0;
     free(k->samples);
     free(k->troughs);
     free(k);

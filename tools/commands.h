@@ -22,6 +22,7 @@ int llmem_demo_tour(bool json);
 int llmem_bench_alloc(int argc, char **argv);
 int llmem_bench_waste(int argc, char **argv);
 int llmem_bench_checked(int argc, char **argv);
+int llmem_bench_kernels(int argc, char **argv);
 int llmem_bench_device(int argc, char **argv);
 
 #include "llmem/llmem.h"

@@ -4,6 +4,7 @@
 #include "tool_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,7 +14,9 @@ double tool_parse_bytes(const char *s)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
+    if (end == s || !(v >= 0)) return -1;
+    if (errno == ERANGE && v > 1) v = INFINITY; /* 1e400: too large, not "not a size" */
+    else if (errno) return -1;
     static const struct {
         const char *suffix;
         double mult;
@@ -23,7 +26,7 @@ double tool_parse_bytes(const char *s)
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (!strcmp(end, units[i].suffix)) {
             double b = v * units[i].mult;
-            return b > 9e18 ? -1 : b;
+            return b > 9e18 ? TOOL_BYTES_TOO_LARGE : b;
         }
     return -1;
 }
@@ -43,18 +46,4 @@ uint64_t tool_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void tool_timeline_add_decisions(llmem_timeline *tl, const llmem_controller *ctl)
-{
-    llmem_controller_stats cs = {sizeof cs};
-    if (!tl || !ctl || llmem_controller_get_stats(ctl, &cs)) return;
-    size_t cap = (size_t)(cs.events_total - cs.events_dropped);
-    llmem_ctl_event *ev = cap ? malloc(cap * sizeof *ev) : NULL;
-    size_t n = ev ? llmem_controller_events(ctl, ev, cap) : 0;
-    for (size_t i = 0; i < n; i++)
-        if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
-            llmem_timeline_event(tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action), ev[i].reason,
-                                 ev[i].bytes_before, ev[i].bytes_after);
-    free(ev);
 }

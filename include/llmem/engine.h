@@ -61,6 +61,7 @@
 #include "llmem/model.h"
 #include "llmem/planner.h"
 #include "llmem/pool.h"
+#include "llmem/predictor.h"
 #include "llmem/stage.h"
 #include "llmem/stats.h"
 #include "llmem/status.h"
@@ -88,6 +89,10 @@ typedef struct llmem_engine_options {
     llmem_kv_dtype kv_dtype;       /* F32 (default, exact) or F16 */
     uint32_t kv_block_tokens;      /* default 16 */
     size_t kv_budget_bytes;        /* cap on KV storage; 0 = none */
+    bool kv_prefix_cache;          /* PAGED: index full prompt blocks for reuse (llmem_engine_seq_match_prefix) */
+    llmem_resource *kv_swap_resource; /* PAGED: host memory swapped-out sequences wait in (llmem_kv_options
+                                     swap_resource); borrowed; NULL: no swapping */
+    size_t kv_swap_budget_bytes;   /* cap on swap memory; 0 = none */
     llmem_pool *pool;              /* borrowed; default a pool of the engine's own */
     llmem_stage_fn on_stage;       /* optional listener for stage events */
     void *stage_ctx;
@@ -111,6 +116,25 @@ LLMEM_API llmem_status llmem_engine_seq_free(llmem_engine *e, llmem_engine_seq s
  * sequence's KV, so the steps that write them call no resource and no
  * malloc (the admission-time reservation of a scheduler). */
 LLMEM_API llmem_status llmem_engine_seq_reserve(llmem_engine *e, llmem_engine_seq s, size_t tokens);
+/* For an empty sequence: attach the longest run of cached full blocks
+ * (kv_prefix_cache) that tokens[0..n) starts with; *matched gets the tokens
+ * covered (a multiple of kv_block_tokens, 0 without a cache), which count
+ * as held: the next step brings tokens[*matched..]. A caller that needs the
+ * logits of the prompt's last token passes n - 1. LLMEM_ESTATE if the
+ * sequence holds tokens, LLMEM_EINVAL for an unknown one. */
+LLMEM_API llmem_status llmem_engine_seq_match_prefix(llmem_engine *e, llmem_engine_seq s, const int32_t *tokens,
+                                                     size_t n, size_t *matched);
+/* A new sequence holding the same tokens as parent, sharing its KV blocks
+ * (PAGED: copy-on-write; STATIC and BUCKETS copy). LLMEM_ECAPACITY past
+ * max_seqs, LLMEM_ENOMEM, LLMEM_ENOTSUP with ALLOC_MALLOC. */
+LLMEM_API llmem_status llmem_engine_seq_fork(llmem_engine *e, llmem_engine_seq parent, llmem_engine_seq *child);
+/* Preemption by offload (kv_swap_resource set): swap_out copies the
+ * sequence's KV to swap memory and lets its blocks go (it stays live, holds
+ * its slot, and may not be stepped); swap_in takes blocks again and copies
+ * it back. Errors as llmem_kv_seq_swap_out/in (LLMEM_ENOTSUP without a swap
+ * resource; on any error nothing changed). */
+LLMEM_API llmem_status llmem_engine_seq_swap_out(llmem_engine *e, llmem_engine_seq s);
+LLMEM_API llmem_status llmem_engine_seq_swap_in(llmem_engine *e, llmem_engine_seq s);
 /* Tokens the sequence holds (its next position). */
 LLMEM_API size_t llmem_engine_seq_length(const llmem_engine *e, llmem_engine_seq s);
 /* The KV manager's sequence behind s, to read its cache (llmem_kv_seq_token
@@ -121,6 +145,8 @@ typedef struct llmem_engine_batch_item {
     llmem_engine_seq seq;
     const int32_t *tokens;         /* n tokens, each < vocab */
     uint32_t n;                    /* >= 1 */
+    uint32_t cache_end;            /* positions at or past this one are not offered to the prefix cache
+                                      (a prompt's private part); 0 = every position */
 } llmem_engine_batch_item;
 
 /* One forward step over items[0..count): each item's tokens are appended
@@ -172,6 +198,27 @@ LLMEM_API llmem_status llmem_engine_plan_step(const llmem_shape *shape, uint32_t
 
 LLMEM_API llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *out);
 LLMEM_API const llmem_stats_schema *llmem_engine_stats_schema(void);
+
+/* What a scheduler needs to know of an engine. */
+typedef struct llmem_engine_info {
+    uint32_t vocab;
+    uint32_t max_seqs, max_step_tokens, max_seq_len; /* as resolved at creation */
+    uint32_t live_seqs;
+    uint32_t kv_block_tokens;
+    llmem_kv_strategy kv_strategy;
+    llmem_kv_dtype kv_dtype;
+    size_t kv_elem_bytes;          /* bytes per K or V value */
+    bool use_malloc;               /* ALLOC_MALLOC */
+} llmem_engine_info;
+
+LLMEM_API llmem_status llmem_engine_get_info(const llmem_engine *e, llmem_engine_info *out);
+
+/* The predictor options that describe an engine of these options over this
+ * model (KV element size, block and slab geometry, activations in the
+ * engine's own arena): what a controller sizing the engine's pool should
+ * predict with (llmem/memctl.h). opts NULL: the defaults. */
+LLMEM_API llmem_status llmem_engine_predictor_options(const llmem_model *m, const llmem_engine_options *opts,
+                                                      llmem_predictor_options *out);
 
 /* The KV manager and pool in use (NULL with ALLOC_MALLOC), for stats. */
 LLMEM_API llmem_kv *llmem_engine_kv(llmem_engine *e);

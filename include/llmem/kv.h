@@ -114,7 +114,8 @@ typedef struct llmem_kv_options {
     llmem_kv_dtype dtype;         /* default F16 */
     uint32_t block_tokens;        /* tokens per block; default 16 */
     uint32_t max_seq_len;         /* longest sequence (STATIC reserves it); required */
-    size_t budget_bytes;          /* cap on KV storage held; 0 = none */
+    size_t budget_bytes;          /* cap on KV storage held; 0 = none; PAGED: at least one slab
+                                     (slab_bytes x layers), else create is LLMEM_EINVAL naming it */
     llmem_pool *pool;             /* borrowed; default: a pool of the manager's own over `resource` */
     llmem_resource *resource;     /* for the manager's own pool; default the os resource */
     size_t slab_bytes;            /* PAGED: bytes per layer per slab; default 2 blocks, at least 64 KiB */
@@ -212,6 +213,12 @@ LLMEM_API llmem_status llmem_kv_seq_append(llmem_kv *kv, llmem_kv_seq s, size_t 
  * the sequence or before what a window dropped. */
 LLMEM_API llmem_status llmem_kv_seq_truncate(llmem_kv *kv, llmem_kv_seq s, size_t new_length);
 
+/* Truncate to undo an append whose slots were never written (an engine
+ * step that failed after its appends): as truncate, and the blocks this
+ * sequence alone holds that the append may have registered in the prefix
+ * cache leave it - those dropped, and a kept last block left partial. */
+LLMEM_API llmem_status llmem_kv_seq_rollback(llmem_kv *kv, llmem_kv_seq s, size_t new_length);
+
 /* Where position pos of layer `layer` lives: K and V for that token
  * (kv_heads * head_dim elements each). Either out may be NULL. */
 LLMEM_API llmem_status llmem_kv_seq_token(llmem_kv *kv, llmem_kv_seq s, uint32_t layer, size_t pos, void **k,
@@ -263,6 +270,23 @@ LLMEM_API llmem_status llmem_kv_seq_swap_in(llmem_kv *kv, llmem_kv_seq s);
 LLMEM_API size_t llmem_kv_token_bytes(const llmem_kv *kv);
 LLMEM_API size_t llmem_kv_block_bytes(const llmem_kv *kv);
 LLMEM_API size_t llmem_kv_bytes_per_token(const llmem_kv *kv);
+
+/* Room left, for admission control: cheap (no walk over the blocks). */
+typedef struct llmem_kv_room {
+    llmem_kv_strategy strategy;
+    size_t block_tokens;
+    size_t max_seq_len;
+    size_t block_bytes_all_layers; /* one block's storage over every layer, K and V */
+    size_t budget_bytes;           /* the cap on KV storage; 0 = none */
+    size_t reserved_bytes;         /* KV storage held now */
+    size_t free_blocks;            /* PAGED: blocks free in the slabs held */
+    size_t cached_blocks;          /* PAGED: held by no sequence, kept for the prefix cache (evictable) */
+    size_t used_blocks;            /* PAGED: held by sequences */
+    bool can_swap;                 /* PAGED with a swap resource: llmem_kv_seq_swap_out works */
+    bool prefix_cache;             /* PAGED with the prefix cache: llmem_kv_seq_match_prefix can find blocks */
+} llmem_kv_room;
+
+LLMEM_API llmem_status llmem_kv_get_room(const llmem_kv *kv, llmem_kv_room *out);
 
 /* Give back storage nothing holds: cached blocks (if evict_cached), then
  * wholly free slabs (PAGED) or idle buffers (BUCKETS). Returns bytes. */

@@ -12,6 +12,7 @@
 #include "llmem/version.h"
 #include "llmem/status.h"
 #include "llmem/stats.h"
+#include "llmem/outfile.h"
 #include "llmem/resource.h"
 #include "llmem/fence.h"
 #include "llmem/os_resource.h"
@@ -39,5 +40,9 @@
 #include "llmem/predictor.h"
 #include "llmem/timeline.h"
 #include "llmem/controller.h"
+#include "llmem/memctl.h"
+#include "llmem/step_model.h"
+#include "llmem/sched.h"
+#include "llmem/replay.h"
 
 #endif /* LLMEM_LLMEM_H */

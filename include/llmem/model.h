@@ -13,6 +13,23 @@
  * share one page-cache copy), with optional MAP_POPULATE, madvise hints and
  * mlock. Tensors point into the mapping; nothing is copied. Whatever an
  * engine must convert (F16 to F32, say) it copies itself from llmem.
+ * Opening never blocks: a FIFO or a device given as the model is refused
+ * (LLMEM_EIO, "is a FIFO, not a regular file").
+ *
+ * A mapped file is not a private copy. If another process truncates it
+ * while it is mapped, the next touch of a page past the new end raises
+ * SIGBUS and kills this process (the kernel's rule for file mappings, with
+ * MAP_PRIVATE too); if it rewrites it in place, pages not yet read show the
+ * new bytes, which were never checked. An operator who cannot promise the
+ * file stays as it is (a model directory others deploy into) has two
+ * tools: options.copy reads the file into private anonymous memory at open
+ * (costs its size in RAM, not shared, and the read time; then nothing done
+ * to the file can reach the model), and llmem_model_check_file, cheap (one
+ * stat), says whether the file is still the one mapped: call it before
+ * each request, or on a timer, and stop serving from a model it calls
+ * corrupt. Deploy new models by writing a new file and renaming it over
+ * the old name (as llmem's own writers do): a mapping of the old file
+ * stays valid.
  *
  * Both formats are presented the same way: a config (llmem_model_config)
  * and tensors under GGUF's llama names, dims in GGUF order (dims[0] is the
@@ -94,6 +111,9 @@ typedef struct llmem_model_options {
     bool hugepage;      /* madvise(MADV_HUGEPAGE) over the 2 MiB-aligned part; default false */
     bool mlock;         /* mlock the mapping (LLMEM_EPERM if the rlimit refuses); default false */
     bool progress;      /* a progress line on stderr while populating files over 100 MB, when stderr is a terminal */
+    bool copy;          /* read the file into private anonymous memory instead of mapping it: immune to the
+                           file being truncated (SIGBUS) or rewritten later; costs the file's size in RAM and the
+                           read at open; `shared` and `populate` do not apply; default false */
 } llmem_model_options;
 
 LLMEM_API llmem_model_options llmem_model_options_default(void);
@@ -137,6 +157,19 @@ LLMEM_API llmem_status llmem_model_open_memory(const void *data, size_t size, ll
 
 /* Unmap and free; NULL does nothing. Tensor pointers die with it. */
 LLMEM_API void llmem_model_close(llmem_model *m);
+
+/* Whether the file a model maps is still the one it opened (one stat of
+ * the path; see the top of this header):
+ *   LLMEM_OK        the same file, size and modification time; also for
+ *                   copied models (options.copy) and memory models;
+ *   LLMEM_ECORRUPT  the same file truncated (touching the mapping past its
+ *                   new end raises SIGBUS: stop using the model) or
+ *                   modified in place (the bytes were not checked);
+ *   LLMEM_ESTATE    the path now names another file, or nothing (renamed
+ *                   over, removed): this model's mapping is intact, reopen
+ *                   to serve the new file;
+ *   LLMEM_EIO       the path cannot be looked up. */
+LLMEM_API llmem_status llmem_model_check_file(const llmem_model *m);
 
 LLMEM_API const llmem_model_config *llmem_model_get_config(const llmem_model *m);
 

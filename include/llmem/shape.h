@@ -49,11 +49,19 @@ LLMEM_API llmem_status llmem_shape_from_json(const char *json, size_t len, llmem
 /* A preset name, or a path to a config.json. */
 LLMEM_API llmem_status llmem_shape_load(const char *name_or_path, llmem_shape *out);
 
-/* Parameters (embeddings, attention, FFN, norms, classifier). */
+/* Parameters (embeddings, attention, FFN, norms, classifier). Wraps for a
+ * shape whose count does not fit 64 bits: check such shapes (any shape a
+ * user typed) with llmem_shape_sizes first. */
 LLMEM_API uint64_t llmem_shape_params(const llmem_shape *s);
 
-/* KV bytes per token over all layers (K and V) at elem_bytes per value. */
+/* KV bytes per token over all layers (K and V) at elem_bytes per value.
+ * Wraps as llmem_shape_params does. */
 LLMEM_API uint64_t llmem_shape_kv_bytes_per_token(const llmem_shape *s, size_t elem_bytes);
+
+/* Both of the above, overflow-checked: LLMEM_EOVERFLOW naming the product
+ * that does not fit 64 bits; either output may be NULL. */
+LLMEM_API llmem_status llmem_shape_sizes(const llmem_shape *s, size_t elem_bytes, uint64_t *params,
+                                         uint64_t *kv_bytes_per_token);
 
 #ifdef __cplusplus
 }

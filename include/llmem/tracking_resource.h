@@ -8,6 +8,10 @@
  * that differs from the mapping's, a committed figure that does not match
  * the commit/decommit calls seen, commit ranges outside a mapping. After a
  * test or at shutdown, the leak report lists what is still mapped.
+ * llmem_resource_destroy on a tracking resource with live mappings logs
+ * them at LLMEM_LOG_ERROR (a summary with the count and bytes, then the 16
+ * oldest one by one) and leaves them mapped upstream: they are a leak of
+ * the caller's, perhaps still in use.
  */
 #ifndef LLMEM_TRACKING_RESOURCE_H
 #define LLMEM_TRACKING_RESOURCE_H

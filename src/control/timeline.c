@@ -18,8 +18,9 @@
  * samples around it were decimated away. Events are a ring of
  * LLMEM_TIMELINE_MAX_EVENTS; per-action counts cover every event.
  *
- * Writing: stdio to PATH.tmp, every write checked (the first errno is
- * kept), fflush and fclose checked, then rename. Every number a browser
+ * Writing: through an outfile (llmem/outfile.h: a temporary file created
+ * exclusively beside PATH, a PATH that is not a regular file refused,
+ * fsync and rename), every write checked (the first errno is kept). Every number a browser
  * parses (coordinates, script data) is printed from integers, so the page
  * is the same whatever LC_NUMERIC the process runs with.
  */
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "llmem/outfile.h"
 #include "llmem/timeline.h"
 #include "llmem/version.h"
 
@@ -1037,29 +1039,15 @@ llmem_status llmem_timeline_write_html(const llmem_timeline *t, const char *path
     if (!t || !path) return llmem__fail(LLMEM_EINVAL, "timeline: null %s", t ? "path" : "timeline");
     if (!path[0]) return llmem__fail(LLMEM_EINVAL, "timeline: empty path");
     if (!title) title = "llmem timeline";
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
-    if (!tmp) return llmem__fail(LLMEM_ENOMEM, "timeline: out of memory");
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-
-    writer w = {fopen(tmp, "w"), 0};
-    if (!w.f) {
-        int e = errno;
-        free(tmp);
-        return llmem__fail(LLMEM_EIO, "timeline: cannot write '%s': %s", path, strerror(e));
-    }
+    llmem_outfile *of;
+    llmem_status st = llmem_outfile_open(path, &of);
+    if (st) return llmem__fail_prefix("timeline");
+    writer w = {llmem_outfile_stream(of), 0};
     w_page(&w, t, title);
-    errno = 0;
-    if (fflush(w.f) != 0 && !w.err) w.err = errno ? errno : EIO;
-    errno = 0;
-    if (fclose(w.f) != 0 && !w.err) w.err = errno ? errno : EIO;
-    if (!w.err && rename(tmp, path) != 0) w.err = errno ? errno : EIO;
     if (w.err) {
-        unlink(tmp);
-        free(tmp);
+        llmem_outfile_abort(of);
         return llmem__fail(LLMEM_EIO, "timeline: cannot write '%s': %s", path, strerror(w.err));
     }
-    free(tmp);
+    if (llmem_outfile_commit(of)) return llmem__fail_prefix("timeline");
     return LLMEM_OK;
 }

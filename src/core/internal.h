@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "llmem/resource_impl.h"
 #include "llmem/stats.h"
@@ -83,6 +84,11 @@ static inline void llmem__max(uint64_t *p, uint64_t v)
 /* Record the thread's last error and return status (llmem_set_error). */
 #define llmem__fail llmem_set_error
 
+/* Put "prefix: " before the thread's last error message, keeping its
+ * status, and return that status (a module reporting a helper's failure
+ * under its own name: "timeline: cannot write ..."). */
+llmem_status llmem__fail_prefix(const char *prefix);
+
 /* Log through the installed sink if level passes the threshold. */
 void llmem__log(llmem_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -107,8 +113,20 @@ static inline void llmem__stats_out(void *out, void *filled, size_t size)
 uint64_t llmem__error_seq(void);
 
 /* The whole file at path in a malloc'd buffer (*data, *size; free() it).
- * Over max_bytes: LLMEM_EFORMAT. Messages start with `what`. (file.c) */
+ * Over max_bytes: LLMEM_EFORMAT. Messages start with `what`. Opened as
+ * llmem__open_regular does. (file.c) */
 llmem_status llmem__read_file(const char *path, size_t max_bytes, const char *what, void **data, size_t *size);
+
+/* Open path read-only without blocking (O_NONBLOCK: a FIFO or a device
+ * returns at once) and require a regular file: LLMEM_EIO naming what it
+ * is otherwise, or the system's reason when it cannot be opened. *fd (O_CLOEXEC,
+ * blocking again) and *st (may be NULL) on success. Messages start with
+ * `what`. (file.c) */
+struct stat;
+llmem_status llmem__open_regular(const char *path, const char *what, int *fd, struct stat *st);
+
+/* "a FIFO", "a directory", ... for an st_mode, for messages. (file.c) */
+const char *llmem__file_kind(mode_t mode);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t llmem__now_ns(void);

@@ -100,6 +100,13 @@ llmem_status llmem_set_error(llmem_status status, const char *fmt, ...)
     return status;
 }
 
+llmem_status llmem__fail_prefix(const char *prefix)
+{
+    char copy[sizeof last_msg];
+    memcpy(copy, last_msg, sizeof copy); /* the message is rewritten in place */
+    return llmem_set_error(last_status, "%s: %s", prefix, copy);
+}
+
 /* ---- logging ----------------------------------------------------------- */
 
 typedef struct log_sink {

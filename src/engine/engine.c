@@ -308,30 +308,38 @@ typedef struct graph_dims {
     size_t xq_row;  /* bytes of a quantised activation row for the widest block-type matmul; 0: none */
 } graph_dims;
 
+/* a * b * c, or SIZE_MAX when it does not fit (plan_step refuses it). */
+static size_t bytes3(size_t a, size_t b, size_t c)
+{
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r)) return SIZE_MAX;
+    return r;
+}
+
 static void graph(const graph_dims *d, size_t T, size_t S, llmem_plan_tensor *t)
 {
 #define G(id, nm, bytes, a, b) t[id] = (llmem_plan_tensor){nm, (bytes), (a), (b), -1, 0}
-    G(G_TOK_ITEM, "tok_item", T * sizeof(uint32_t), 0, 11);
-    G(G_TOK_POS, "tok_pos", T * sizeof(uint32_t), 0, 11);
-    G(G_X, "x", T * d->dim * sizeof(float), 0, 12);
-    G(G_XB, "attn_in", T * d->dim * sizeof(float), 1, 2);
-    G(G_Q, "q", T * d->qdim * sizeof(float), 2, 4);
-    G(G_K, "k", T * d->kvdim * sizeof(float), 2, 3);
-    G(G_V, "v", T * d->kvdim * sizeof(float), 2, 3);
-    G(G_KTAB, "k_table", S * d->blocks_max * sizeof(void *), 3, 4);
-    G(G_VTAB, "v_table", S * d->blocks_max * sizeof(void *), 3, 4);
-    G(G_TABLEN, "table_len", S * sizeof(size_t), 3, 4);
-    G(G_SCORES, "scores", (size_t)d->threads * d->max_seq_len * sizeof(float), 4, 4);
-    G(G_ATT_OUT, "attn_out", T * d->qdim * sizeof(float), 4, 5);
-    G(G_XO, "attn_proj", T * d->dim * sizeof(float), 5, 6);
-    G(G_XF, "ffn_in", T * d->dim * sizeof(float), 7, 8);
-    G(G_HB, "gate", T * d->ffn * sizeof(float), 8, 10);
-    G(G_HB2, "up", T * d->ffn * sizeof(float), 8, 9);
-    G(G_XD, "down", T * d->dim * sizeof(float), 10, 11);
-    G(G_XLAST, "last_rows", S * d->dim * sizeof(float), 12, 13);
-    G(G_LOGITS, "logits", S * d->vocab * sizeof(float), 13, 14);
+    G(G_TOK_ITEM, "tok_item", bytes3(T, 1, sizeof(uint32_t)), 0, 11);
+    G(G_TOK_POS, "tok_pos", bytes3(T, 1, sizeof(uint32_t)), 0, 11);
+    G(G_X, "x", bytes3(T, d->dim, sizeof(float)), 0, 12);
+    G(G_XB, "attn_in", bytes3(T, d->dim, sizeof(float)), 1, 2);
+    G(G_Q, "q", bytes3(T, d->qdim, sizeof(float)), 2, 4);
+    G(G_K, "k", bytes3(T, d->kvdim, sizeof(float)), 2, 3);
+    G(G_V, "v", bytes3(T, d->kvdim, sizeof(float)), 2, 3);
+    G(G_KTAB, "k_table", bytes3(S, d->blocks_max, sizeof(void *)), 3, 4);
+    G(G_VTAB, "v_table", bytes3(S, d->blocks_max, sizeof(void *)), 3, 4);
+    G(G_TABLEN, "table_len", bytes3(S, 1, sizeof(size_t)), 3, 4);
+    G(G_SCORES, "scores", bytes3(d->threads, d->max_seq_len, sizeof(float)), 4, 4);
+    G(G_ATT_OUT, "attn_out", bytes3(T, d->qdim, sizeof(float)), 4, 5);
+    G(G_XO, "attn_proj", bytes3(T, d->dim, sizeof(float)), 5, 6);
+    G(G_XF, "ffn_in", bytes3(T, d->dim, sizeof(float)), 7, 8);
+    G(G_HB, "gate", bytes3(T, d->ffn, sizeof(float)), 8, 10);
+    G(G_HB2, "up", bytes3(T, d->ffn, sizeof(float)), 8, 9);
+    G(G_XD, "down", bytes3(T, d->dim, sizeof(float)), 10, 11);
+    G(G_XLAST, "last_rows", bytes3(S, d->dim, sizeof(float)), 12, 13);
+    G(G_LOGITS, "logits", bytes3(S, d->vocab, sizeof(float)), 13, 14);
     /* Scratch of every matmul (2, 5, 8, 10, 13): live across them all. */
-    G(G_XQ, "act_q8", (T > S ? T : S) * d->xq_row, 2, 13);
+    G(G_XQ, "act_q8", bytes3(T > S ? T : S, d->xq_row, 1), 2, 13);
 #undef G
 }
 
@@ -346,6 +354,10 @@ static llmem_status plan_step(const graph_dims *d, size_t T, size_t S, llmem_pla
 {
     uint32_t scratch[2 * G_COUNT + 1];
     graph(d, T, S, t);
+    for (size_t i = 0; i < G_COUNT; i++)
+        if (t[i].bytes == SIZE_MAX)
+            return llmem__fail(LLMEM_EOVERFLOW, "engine plan: the '%s' buffer of a %zu-token step overflows the "
+                               "address space (the shape or the step is too large)", t[i].name, T);
     return llmem_plan(t, G_COUNT, WS_ALIGN, scratch, sizeof scratch, r);
 }
 
@@ -382,13 +394,23 @@ llmem_status llmem_engine_plan_step(const llmem_shape *s, uint32_t tokens, uint3
         return llmem__fail(LLMEM_EINVAL, "engine plan: null shape or result, or a zero count");
     if (!s->hidden || !s->heads || !s->kv_heads || !s->head_dim || !s->ffn || !s->vocab)
         return llmem__fail(LLMEM_EINVAL, "engine plan: incomplete shape");
-    graph_dims d = {s->hidden, (size_t)s->heads * s->head_dim, (size_t)s->kv_heads * s->head_dim, s->ffn, s->vocab,
+    graph_dims d = {s->hidden, bytes3(s->heads, s->head_dim, 1), bytes3(s->kv_heads, s->head_dim, 1), s->ffn, s->vocab,
                     max_seq_len, ((size_t)max_seq_len + 15) / 16 + 1, threads, 0};
     llmem_plan_tensor t[G_COUNT];
     return plan_step(&d, tokens, seqs, t, out);
 }
 
 /* ---- create / destroy ----------------------------------------------------------------- */
+
+/* Slabs of two blocks per layer, whatever their size: on the host there is
+ * no device granularity to amortise, and a sequence wastes about half a
+ * slab (the manager's 64 KiB floor left small models at ~55% KV
+ * utilisation in llmem demo; two blocks: ~85%). */
+static size_t kv_slab_bytes(uint32_t block_tokens, uint32_t kvdim, llmem_kv_dtype dtype)
+{
+    size_t block_layer = 2 * (size_t)block_tokens * kvdim * (dtype == LLMEM_KV_F16 ? 2 : 4);
+    return 2 * block_layer > llmem__page_size() ? 2 * block_layer : llmem__page_size();
+}
 
 static llmem_status check_options(const llmem_model_config *c, llmem_engine_options *o)
 {
@@ -482,12 +504,10 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
         ko.budget_bytes = o.kv_budget_bytes;
         ko.pool = e->pool;
         ko.meta_resource = e->res;
-        /* Slabs of two blocks per layer, whatever their size: on the host
-         * there is no device granularity to amortise, and a sequence wastes
-         * about half a slab (the manager's 64 KiB floor left small models
-         * at ~55% KV utilisation in llmem demo; two blocks: ~85%). */
-        size_t block_layer = 2 * (size_t)o.kv_block_tokens * e->kvdim * (o.kv_dtype == LLMEM_KV_F16 ? 2 : 4);
-        ko.slab_bytes = 2 * block_layer > llmem__page_size() ? 2 * block_layer : llmem__page_size();
+        ko.slab_bytes = kv_slab_bytes(o.kv_block_tokens, e->kvdim, o.kv_dtype);
+        ko.prefix_cache = o.kv_prefix_cache && o.kv_strategy == LLMEM_KV_PAGED;
+        ko.swap_resource = o.kv_swap_resource;
+        ko.swap_budget_bytes = o.kv_swap_budget_bytes;
         if ((st = llmem_kv_create(&ko, &e->kv))) goto fail;
         /* STATIC and BUCKETS hand a sequence's buffer out as a run of blocks;
          * PAGED at most one block more than its tokens need. */
@@ -576,15 +596,24 @@ static eng_seq *seq_get(const llmem_engine *e, llmem_engine_seq id)
     return q;
 }
 
+/* A free slot, or LLMEM_ECAPACITY. */
+static llmem_status seq_slot(llmem_engine *e, uint32_t *idx)
+{
+    uint32_t i = 0;
+    while (i < e->o.max_seqs && e->seqs[i].live) i++;
+    if (i == e->o.max_seqs)
+        return llmem__fail(LLMEM_ECAPACITY, "engine: all %u sequence slots are in use", e->o.max_seqs);
+    *idx = i;
+    return LLMEM_OK;
+}
+
 llmem_status llmem_engine_seq_create(llmem_engine *e, llmem_engine_seq *out)
 {
     if (!e || !out) return llmem__fail(LLMEM_EINVAL, "engine seq create: null argument");
     uint32_t idx = 0;
-    while (idx < e->o.max_seqs && e->seqs[idx].live) idx++;
-    if (idx == e->o.max_seqs)
-        return llmem__fail(LLMEM_ECAPACITY, "engine: all %u sequence slots are in use", e->o.max_seqs);
+    llmem_status st = seq_slot(e, &idx);
+    if (st) return st;
     eng_seq *q = &e->seqs[idx];
-    llmem_status st;
     if (e->kv) {
         if ((st = llmem_kv_seq_create(e->kv, 0, &q->kvs))) return st;
     } else {
@@ -620,6 +649,58 @@ llmem_status llmem_engine_seq_free(llmem_engine *e, llmem_engine_seq s)
     q->gen = (q->gen + 1) & ((1u << (32 - SEQ_INDEX_BITS)) - 1);
     e->live_seqs--;
     return LLMEM_OK;
+}
+
+llmem_status llmem_engine_seq_match_prefix(llmem_engine *e, llmem_engine_seq s, const int32_t *tokens, size_t n,
+                                           size_t *matched)
+{
+    if (matched) *matched = 0;
+    if (!e || !matched || (n && !tokens)) return llmem__fail(LLMEM_EINVAL, "engine match prefix: null argument");
+    eng_seq *q = seq_get(e, s);
+    if (!q) return llmem__fail(LLMEM_EINVAL, "engine: sequence %u is not live", s);
+    if (q->len) return llmem__fail(LLMEM_ESTATE, "engine match prefix: sequence %u holds %zu tokens", s, q->len);
+    if (!e->kv || !n) return LLMEM_OK;
+    if (n > e->o.max_seq_len) n = e->o.max_seq_len;
+    llmem_status st = llmem_kv_seq_match_prefix(e->kv, q->kvs, tokens, n, matched);
+    if (st) return st;
+    q->len = *matched;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_engine_seq_fork(llmem_engine *e, llmem_engine_seq parent, llmem_engine_seq *child)
+{
+    if (!e || !child) return llmem__fail(LLMEM_EINVAL, "engine seq fork: null argument");
+    eng_seq *p = seq_get(e, parent);
+    if (!p) return llmem__fail(LLMEM_EINVAL, "engine: sequence %u is not live", parent);
+    if (!e->kv) return llmem__fail(LLMEM_ENOTSUP, "engine seq fork: not with ALLOC_MALLOC");
+    uint32_t idx = 0;
+    llmem_status st = seq_slot(e, &idx);
+    if (st) return st;
+    eng_seq *q = &e->seqs[idx];
+    if ((st = llmem_kv_seq_fork(e->kv, p->kvs, &q->kvs))) return st;
+    q->live = true;
+    q->len = p->len;
+    e->live_seqs++;
+    *child = (q->gen << SEQ_INDEX_BITS) | (idx + 1);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_engine_seq_swap_out(llmem_engine *e, llmem_engine_seq s)
+{
+    if (!e) return llmem__fail(LLMEM_EINVAL, "engine seq swap out: null engine");
+    eng_seq *q = seq_get(e, s);
+    if (!q) return llmem__fail(LLMEM_EINVAL, "engine: sequence %u is not live", s);
+    if (!e->kv) return llmem__fail(LLMEM_ENOTSUP, "engine seq swap out: not with ALLOC_MALLOC");
+    return llmem_kv_seq_swap_out(e->kv, q->kvs);
+}
+
+llmem_status llmem_engine_seq_swap_in(llmem_engine *e, llmem_engine_seq s)
+{
+    if (!e) return llmem__fail(LLMEM_EINVAL, "engine seq swap in: null engine");
+    eng_seq *q = seq_get(e, s);
+    if (!q) return llmem__fail(LLMEM_EINVAL, "engine: sequence %u is not live", s);
+    if (!e->kv) return llmem__fail(LLMEM_ENOTSUP, "engine seq swap in: not with ALLOC_MALLOC");
+    return llmem_kv_seq_swap_in(e->kv, q->kvs);
 }
 
 size_t llmem_engine_seq_length(const llmem_engine *e, llmem_engine_seq s)
@@ -813,6 +894,20 @@ nomem:
     return llmem__fail(LLMEM_ENOMEM, "engine: malloc refused a step buffer");
 }
 
+/* Append an item's slots: the positions before cache_end with their tokens
+ * (the prefix cache may register their blocks), the rest without. All or
+ * nothing. */
+static llmem_status append_item(llmem_engine *e, eng_seq *q, const llmem_engine_batch_item *it)
+{
+    size_t n = it->n, with = n;
+    if (it->cache_end) with = it->cache_end <= q->len ? 0 : it->cache_end - q->len < n ? it->cache_end - q->len : n;
+    llmem_status st = LLMEM_OK;
+    if (with) st = llmem_kv_seq_append(e->kv, q->kvs, with, it->tokens, NULL);
+    if (!st && n > with && (st = llmem_kv_seq_append(e->kv, q->kvs, n - with, NULL, NULL)) && with)
+        llmem_kv_seq_rollback(e->kv, q->kvs, q->len);
+    return st;
+}
+
 llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *items, size_t count)
 {
     if (!e || !items || !count) return llmem__fail(LLMEM_EINVAL, "engine step: null engine, items or empty batch");
@@ -848,11 +943,11 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
     if (e->kv) {
         for (size_t i = 0; i < count; i++) {
             eng_seq *q = seq_get(e, items[i].seq);
-            llmem_status st = llmem_kv_seq_append(e->kv, q->kvs, items[i].n, items[i].tokens, NULL);
+            llmem_status st = append_item(e, q, &items[i]);
             if (st) {
                 for (size_t j = 0; j < i; j++) {
                     eng_seq *r = seq_get(e, items[j].seq);
-                    llmem_kv_seq_truncate(e->kv, r->kvs, r->len);
+                    llmem_kv_seq_rollback(e->kv, r->kvs, r->len);
                 }
                 return st;
             }
@@ -863,7 +958,7 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
     if (st) {
         for (size_t i = 0; e->kv && i < count; i++) {
             eng_seq *r = seq_get(e, items[i].seq);
-            llmem_kv_seq_truncate(e->kv, r->kvs, r->len);
+            llmem_kv_seq_rollback(e->kv, r->kvs, r->len);
         }
         return st;
     }
@@ -939,7 +1034,7 @@ broken:
     /* Only a damaged KV manager gets here; the appended slots go back. */
     for (size_t i = 0; e->kv && i < count; i++) {
         eng_seq *r = seq_get(e, items[i].seq);
-        llmem_kv_seq_truncate(e->kv, r->kvs, r->len);
+        llmem_kv_seq_rollback(e->kv, r->kvs, r->len);
     }
     e->logits = NULL;
     e->logits_count = 0;
@@ -955,6 +1050,45 @@ float *llmem_engine_logits(llmem_engine *e, size_t i)
 void llmem_engine_set_idle(llmem_engine *e)
 {
     if (e) notify(e, LLMEM_STAGE_IDLE, 0, 0);
+}
+
+llmem_status llmem_engine_get_info(const llmem_engine *e, llmem_engine_info *out)
+{
+    if (!e || !out) return llmem__fail(LLMEM_EINVAL, "engine info: null argument");
+    memset(out, 0, sizeof *out);
+    out->vocab = e->vocab;
+    out->max_seqs = e->o.max_seqs;
+    out->max_step_tokens = e->o.max_step_tokens;
+    out->max_seq_len = e->o.max_seq_len;
+    out->live_seqs = e->live_seqs;
+    out->kv_block_tokens = e->o.kv_block_tokens;
+    out->kv_strategy = e->o.kv_strategy;
+    out->kv_dtype = e->o.kv_dtype;
+    out->kv_elem_bytes = e->kv_elem;
+    out->use_malloc = e->use_malloc;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_engine_predictor_options(const llmem_model *m, const llmem_engine_options *opts,
+                                            llmem_predictor_options *out)
+{
+    if (!m || !out) return llmem__fail(LLMEM_EINVAL, "engine predictor options: null argument");
+    const llmem_model_config *c = llmem_model_get_config(m);
+    llmem_engine_options o = opts ? *opts : llmem_engine_options_default();
+    llmem_status st = check_options(c, &o);
+    if (st) return st;
+    llmem_predictor_options p = llmem_predictor_options_default();
+    p.shape = c->shape;
+    p.shape.max_ctx = o.max_seq_len;
+    p.weight_type = c->weight_type;
+    p.kv_elem_bytes = o.kv_dtype == LLMEM_KV_F16 ? 2 : 4;
+    if (o.threads) p.threads = o.threads;
+    p.max_seq_len = o.max_seq_len;
+    p.block_tokens = o.kv_block_tokens;
+    p.kv_slab_bytes = kv_slab_bytes(o.kv_block_tokens, c->shape.kv_heads * c->shape.head_dim, o.kv_dtype);
+    p.activations_apart = true; /* the workspace is the engine's own arena */
+    *out = p;
+    return LLMEM_OK;
 }
 
 llmem_kv *llmem_engine_kv(llmem_engine *e) { return e ? e->kv : NULL; }

@@ -1053,7 +1053,15 @@ llmem_status llmem_kv_create(const llmem_kv_options *opts, llmem_kv **out)
         /* With a budget, the per-slab arrays hold its slabs from the start
          * (up to KV_META_PRESIZE bytes), so no append grows them. */
         size_t slab_all = (size_t)kv->S * block_bytes * kv->layers;
-        if (kv->strategy == LLMEM_KV_PAGED && kv->budget >= slab_all) {
+        /* A PAGED budget below one slab could never hold a token: refuse it
+         * here, naming the minimum, rather than failing every append. */
+        if (!st && kv->strategy == LLMEM_KV_PAGED && kv->budget && kv->budget < slab_all)
+            st = llmem__fail(LLMEM_EINVAL,
+                             "kv '%s': budget_bytes %zu is below one slab, the least a PAGED cache holds: %zu bytes "
+                             "(%u blocks of %u tokens, %zu bytes a block, x %u layers); give at least %zu or a "
+                             "smaller slab_bytes",
+                             name, kv->budget, slab_all, kv->S, kv->B, block_bytes, kv->layers, slab_all);
+        if (!st && kv->strategy == LLMEM_KV_PAGED && kv->budget >= slab_all) {
             size_t per_slot = sizeof(kv_slab) + (size_t)kv->layers * sizeof(void *) +
                               (size_t)kv->S * (sizeof(uint32_t) + sizeof(kv_block) +
                                                (kv->prefix ? (size_t)kv->B * sizeof(int32_t) + 4 * 12 : 0));
@@ -1432,7 +1440,7 @@ llmem_status llmem_kv_seq_append(llmem_kv *kv, llmem_kv_seq s, size_t n, const i
     LOCKED(kv, append_locked(kv, s, n, tokens, first_pos));
 }
 
-static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len)
+static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len, bool forget)
 {
     kv_seq *s = seq_of(kv, h);
     if (!s) return LLMEM_EINVAL;
@@ -1442,7 +1450,20 @@ static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len)
                            len, s->first, s->length);
     if (kv->strategy == LLMEM_KV_PAGED) {
         size_t keep = len > s->first ? (len - 1) / kv->B - s->first / kv->B + 1 : 0;
-        while (s->nblocks > keep) block_put(kv, s->blocks[--s->nblocks]);
+        /* forget (a rollback): a dropped block that this sequence alone
+         * holds leaves the prefix cache too - the append being undone may
+         * have registered it before anyone wrote it. */
+        while (s->nblocks > keep) {
+            uint32_t b = s->blocks[--s->nblocks];
+            if (forget && kv->blocks[b].ref == 1 && kv->blocks[b].hashed) ht_remove(kv, b);
+            block_put(kv, b);
+        }
+        /* ...and so does a kept last block left partial that the undone
+         * append filled: it was registered full. */
+        if (forget && len % kv->B && s->nblocks) {
+            uint32_t b = s->blocks[s->nblocks - 1];
+            if (kv->blocks[b].ref == 1 && kv->blocks[b].hashed) ht_remove(kv, b);
+        }
     }
     if (len < s->length) s->hashable = false; /* the chain hash is not kept per block */
     if (len == 0) { /* empty again: the (empty) chain is known */
@@ -1456,7 +1477,13 @@ static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len)
 llmem_status llmem_kv_seq_truncate(llmem_kv *kv, llmem_kv_seq s, size_t new_length)
 {
     if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
-    LOCKED(kv, truncate_locked(kv, s, new_length));
+    LOCKED(kv, truncate_locked(kv, s, new_length, false));
+}
+
+llmem_status llmem_kv_seq_rollback(llmem_kv *kv, llmem_kv_seq s, size_t new_length)
+{
+    if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
+    LOCKED(kv, truncate_locked(kv, s, new_length, true));
 }
 
 /* The K base of the block holding position pos (held). */
@@ -1540,6 +1567,35 @@ llmem_status llmem_kv_seq_get_info(llmem_kv *kv, llmem_kv_seq s, llmem_kv_seq_in
 size_t llmem_kv_token_bytes(const llmem_kv *kv) { return kv ? kv->token_bytes : 0; }
 size_t llmem_kv_block_bytes(const llmem_kv *kv) { return kv ? kv->block_bytes : 0; }
 size_t llmem_kv_bytes_per_token(const llmem_kv *kv) { return kv ? 2 * kv->token_bytes * kv->layers : 0; }
+
+llmem_status llmem_kv_get_room(const llmem_kv *ckv, llmem_kv_room *out)
+{
+    if (!ckv || !out) return llmem__fail(LLMEM_EINVAL, "kv room: null argument");
+    llmem_kv *kv = (llmem_kv *)(uintptr_t)ckv;
+    pthread_mutex_lock(&kv->lock);
+    llmem_kv_room r;
+    memset(&r, 0, sizeof r);
+    r.strategy = kv->strategy;
+    r.block_tokens = kv->B;
+    r.max_seq_len = kv->max_len;
+    r.block_bytes_all_layers = kv->block_bytes * kv->layers;
+    r.budget_bytes = kv->budget;
+    r.reserved_bytes = (size_t)kv->st.bytes_reserved;
+    r.can_swap = kv->strategy == LLMEM_KV_PAGED && kv->swap_res;
+    r.prefix_cache = kv->prefix;
+    if (kv->strategy == LLMEM_KV_PAGED) {
+        for (uint32_t i = 0; i < kv->nslabs; i++)
+            if (kv->slabs[i].live) r.free_blocks += kv->slabs[i].nfree;
+        r.cached_blocks = kv->lru_count;
+        size_t total = 0;
+        for (uint32_t i = 0; i < kv->nslabs; i++)
+            if (kv->slabs[i].live) total += kv->S;
+        r.used_blocks = total - r.free_blocks - r.cached_blocks;
+    }
+    pthread_mutex_unlock(&kv->lock);
+    *out = r;
+    return LLMEM_OK;
+}
 
 size_t llmem_kv_trim(llmem_kv *kv, bool evict_cached)
 {

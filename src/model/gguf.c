@@ -7,7 +7,9 @@
  *     u32 magic "GGUF", u32 version, u64 tensor_count, u64 kv_count
  *     kv_count x   { string key, u32 type, value }
  *     tensor_count x { string name, u32 n_dims, u64 dims[n_dims], u32 type, u64 offset }
- *     padding to `general.alignment` (u32 key, default 32, a power of two)
+ *     padding to `general.alignment` (u32 key, default 32; a power of two
+ *     of at least 8: the specification says a multiple of 8, ggml a power
+ *     of two)
  *     tensor data: each tensor at data_start + offset (offset % alignment == 0)
  *
  * A string is a u64 length and that many bytes (no NUL). A value is a
@@ -553,9 +555,14 @@ llmem_status llmem__gguf_parse(llmem_model *m)
     uint32_t alignment = DEFAULT_ALIGNMENT;
     if (llmem__meta_find(m, "general.alignment") && (st = llmem_model_meta_u32(m, "general.alignment", &alignment)))
         return st;
-    if (!llmem__is_pow2(alignment))
-        return llmem__fail(LLMEM_EFORMAT, "gguf: general.alignment %u (offset %llu) is not a power of two", alignment,
-                           (ull)llmem__meta_find(m, "general.alignment")->offset);
+    /* The GGUF specification: "it must be a multiple of 8"; ggml's reader
+     * also requires a power of two. Below 8, tensor data could start at any
+     * byte and the kernels would load misaligned floats. */
+    if (!llmem__is_pow2(alignment) || alignment < 8)
+        return llmem__fail(LLMEM_EFORMAT,
+                           "gguf: general.alignment %u (offset %llu) is not a power of two of at least 8 (the GGUF "
+                           "specification: a multiple of 8; the default is 32)",
+                           alignment, (ull)llmem__meta_find(m, "general.alignment")->offset);
 
     name_ref *refs = NULL;
     cap = 0;

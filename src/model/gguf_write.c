@@ -9,9 +9,11 @@
  * sized for the largest tensor and reused, so a model is never whole in
  * memory.
  *
- * The file is written as PATH.tmp and renamed over PATH only after every
- * write, the fsync and the close succeeded; on any failure PATH.tmp is
- * removed and PATH is untouched. Every input is checked when added (a bad
+ * The file is written through an outfile (llmem/outfile.h: a temporary
+ * file created exclusively beside PATH, renamed over it only after every
+ * write, the fsync and the close succeeded; a PATH that exists and is not
+ * a regular file is refused); on any failure the temporary file is removed
+ * and PATH is untouched. Every input is checked when added (a bad
  * one is refused with a status and leaves the writer as it was), so write
  * only fails on I/O, memory or a fill callback.
  */
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "llmem/outfile.h"
 #include "model_internal.h"
 
 #define WRITE_ALIGN 32u
@@ -291,24 +294,16 @@ llmem_status llmem_gguf_write(llmem_gguf_writer *w, const char *path, bool progr
         data &= ~(uint64_t)(WRITE_ALIGN - 1);
         if (w->t[i].bytes > largest) largest = w->t[i].bytes;
     }
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
     uint8_t *buf = malloc(largest ? (size_t)largest : 1);
-    if (!tmp || !buf) {
-        free(tmp);
-        free(buf);
+    if (!buf)
         return llmem__fail(LLMEM_ENOMEM, "gguf writer: out of memory for a %llu-byte tensor buffer",
                            (unsigned long long)largest);
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    out o = {fopen(tmp, "wb"), tmp, 0, LLMEM_OK};
-    if (!o.f) {
-        llmem_status st = llmem__fail(LLMEM_EIO, "gguf writer: cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
+    llmem_outfile *of;
+    if (llmem_outfile_open(path, &of)) {
         free(buf);
-        return st;
+        return llmem__fail_prefix("gguf writer");
     }
+    out o = {llmem_outfile_stream(of), path, 0, LLMEM_OK};
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
 
@@ -349,13 +344,10 @@ llmem_status llmem_gguf_write(llmem_gguf_writer *w, const char *path, bool progr
     }
     if (show) fputc('\n', stderr);
     free(buf);
-    if (!o.st && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0))
-        o.st = llmem__fail(LLMEM_EIO, "gguf writer: writing '%s' failed: %s", tmp, strerror(errno));
-    if (fclose(o.f) != 0 && !o.st)
-        o.st = llmem__fail(LLMEM_EIO, "gguf writer: closing '%s' failed: %s", tmp, strerror(errno));
-    if (!o.st && rename(tmp, path) != 0)
-        o.st = llmem__fail(LLMEM_EIO, "gguf writer: renaming '%s' to '%s' failed: %s", tmp, path, strerror(errno));
-    if (o.st) unlink(tmp);
-    free(tmp);
-    return o.st;
+    if (o.st) {
+        llmem_outfile_abort(of);
+        return o.st;
+    }
+    if (llmem_outfile_commit(of)) return llmem__fail_prefix("gguf writer");
+    return LLMEM_OK;
 }

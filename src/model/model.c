@@ -1,7 +1,8 @@
 /*
  * model.c - model files mapped, not copied: open, map, hints, lookups, stats.
  *
- * Opening a file: open(2), fstat, one read-only mmap of the whole file (the
+ * Opening a file: open(2) without blocking (O_NONBLOCK; a FIFO or device
+ * is refused, file.c), fstat, one read-only mmap of the whole file (the
  * descriptor is closed right after), then the parser the magic names
  * (gguf.c for "GGUF", llama2c.c otherwise) checks every byte it will ever
  * hand out and builds the tables. Only a model that passed is given the
@@ -218,7 +219,37 @@ static void model_free(llmem_model *m)
     free(m->names);
     free(m->tensor_index.slots);
     if (m->map) munmap(m->map, m->size);
+    free(m->path);
     free(m);
+}
+
+/* options.copy: the whole file read into private anonymous memory, so no
+ * later change to the file can reach this process (a mapped file that
+ * shrinks raises SIGBUS on the next touch past its end). The file must
+ * still have `size` bytes at the end of the read. */
+static llmem_status read_copy(int fd, const char *path, size_t size, void **out)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return llmem__fail(errno == ENOMEM ? LLMEM_ENOMEM : LLMEM_EOS, "model: no memory to copy '%s' (%zu bytes): %s",
+                           path, size, strerror(errno));
+    size_t done = 0;
+    while (done < size) {
+        ssize_t r = pread(fd, (char *)p + done, size - done, (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            munmap(p, size);
+            if (!e)
+                return llmem__fail(LLMEM_EFORMAT, "model: '%s' shrank to %zu bytes while it was read (%zu at open)",
+                                   path, done, size);
+            return llmem__fail(LLMEM_EIO, "model: reading '%s' failed at byte %zu: %s", path, done, strerror(e));
+        }
+        done += (size_t)r;
+    }
+    mprotect(p, size, PROT_READ); /* as read-only as a mapping of the file */
+    *out = p;
+    return LLMEM_OK;
 }
 
 void llmem_model_close(llmem_model *m) { model_free(m); }
@@ -230,6 +261,19 @@ static llmem_status parse(llmem_model *m)
         return llmem__fail(LLMEM_EFORMAT, "model: file too short to tell its format (%zu bytes)", m->size);
     uint32_t magic;
     memcpy(&magic, m->base, 4);
+    /* Three of the four bytes of "GGUF" in place: a damaged GGUF, not a
+     * llama2.c header (whose first int32, the width, would be over a
+     * billion), so say that instead of complaining about "n_heads". */
+    int same = 0;
+    for (int i = 0; i < 4; i++) same += m->base[i] == (uint8_t)"GGUF"[i];
+    if (magic != GGUF_MAGIC && same == 3) {
+        char shown[24];
+        llmem__show(shown, sizeof shown, (const char *)m->base, 4);
+        return llmem__fail(LLMEM_EFORMAT,
+                           "model: bad magic '%s' (%02x %02x %02x %02x at offset 0): one byte from GGUF's 'GGUF', a "
+                           "damaged GGUF file",
+                           shown, m->base[0], m->base[1], m->base[2], m->base[3]);
+    }
     llmem_status st = magic == GGUF_MAGIC ? llmem__gguf_parse(m) : llmem__llama2c_parse(m);
     if (st) return st;
     for (size_t i = 0; i < m->n_tensors; i++) m->tensor_bytes += m->tensors[i].bytes;
@@ -304,18 +348,12 @@ llmem_status llmem_model_open(const char *path, const llmem_model_options *opts,
     llmem_model_options o = opts ? *opts : llmem_model_options_default();
     uint64_t t0 = llmem__now_ns();
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return llmem__fail(LLMEM_EIO, "model: cannot open '%s': %s", path, strerror(errno));
+    /* O_NONBLOCK, then a regular file or LLMEM_EIO: a FIFO or a device
+     * given as the model returns at once instead of hanging in open(). */
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return llmem__fail(LLMEM_EIO, "model: cannot stat '%s': %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return llmem__fail(LLMEM_EIO, "model: '%s' is not a regular file", path);
-    }
+    llmem_status ost = llmem__open_regular(path, "model", &fd, &sb);
+    if (ost) return ost;
     if (sb.st_size < 4) { /* mmap cannot map 0 bytes; and no format fits in 3 */
         close(fd);
         return llmem__fail(LLMEM_EFORMAT, "model: '%s': file too short to tell its format (%lld bytes)", path,
@@ -326,23 +364,40 @@ llmem_status llmem_model_open(const char *path, const llmem_model_options *opts,
         return llmem__fail(LLMEM_EOVERFLOW, "model: '%s' does not fit the address space", path);
     }
     size_t size = (size_t)sb.st_size;
-    bool progress = o.progress && o.populate && size > PROGRESS_MIN_BYTES && isatty(2);
-    int flags = (o.shared ? MAP_SHARED : MAP_PRIVATE) | (o.populate && !progress ? MAP_POPULATE : 0);
-    void *map = mmap(NULL, size, PROT_READ, flags, fd, 0);
-    int e = errno;
-    close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED)
-        return llmem__fail(e == ENOMEM ? LLMEM_ENOMEM : LLMEM_EIO, "model: cannot map '%s' (%zu bytes): %s", path,
-                           size, strerror(e));
+    bool progress = !o.copy && o.progress && o.populate && size > PROGRESS_MIN_BYTES && isatty(2);
+    void *map = NULL;
+    int e;
+    if (o.copy) {
+        ost = read_copy(fd, path, size, &map);
+        close(fd);
+        if (ost) return ost;
+    } else {
+        int flags = (o.shared ? MAP_SHARED : MAP_PRIVATE) | (o.populate && !progress ? MAP_POPULATE : 0);
+        map = mmap(NULL, size, PROT_READ, flags, fd, 0);
+        e = errno;
+        close(fd); /* the mapping keeps the file alive */
+        if (map == MAP_FAILED)
+            return llmem__fail(e == ENOMEM ? LLMEM_ENOMEM : LLMEM_EIO, "model: cannot map '%s' (%zu bytes): %s", path,
+                               size, strerror(e));
+    }
 
     llmem_model *m = calloc(1, sizeof *m);
-    if (!m) {
+    char *path_copy = strdup(path);
+    if (!m || !path_copy) {
+        free(m);
+        free(path_copy);
         munmap(map, size);
         return llmem__fail(LLMEM_ENOMEM, "model: out of memory");
     }
     m->map = map;
     m->base = map;
     m->size = size;
+    m->path = path_copy;
+    m->copied = o.copy;
+    m->dev = sb.st_dev;
+    m->ino = sb.st_ino;
+    m->file_size = sb.st_size;
+    m->mtime = sb.st_mtim;
     llmem_status st = parse(m);
     if (st) {
         model_free(m);
@@ -382,6 +437,31 @@ llmem_status llmem_model_open(const char *path, const llmem_model_options *opts,
     }
     m->open_seconds = (double)(llmem__now_ns() - t0) / 1e9;
     *out = m;
+    return LLMEM_OK;
+}
+
+llmem_status llmem_model_check_file(const llmem_model *m)
+{
+    if (!m) return llmem__fail(LLMEM_EINVAL, "model: null argument");
+    if (!m->path || m->copied) return LLMEM_OK; /* bytes of its own: nothing outside can change them */
+    struct stat sb;
+    if (stat(m->path, &sb) != 0) {
+        if (errno == ENOENT)
+            return llmem__fail(LLMEM_ESTATE, "model: '%s' was removed since open (this model still maps the old file, "
+                               "intact)", m->path);
+        return llmem__fail(LLMEM_EIO, "model: cannot stat '%s': %s", m->path, strerror(errno));
+    }
+    if (sb.st_dev != m->dev || sb.st_ino != m->ino)
+        return llmem__fail(LLMEM_ESTATE, "model: '%s' was replaced by another file since open (this model still maps "
+                           "the old one, intact; reopen to serve the new one)", m->path);
+    if (sb.st_size < m->file_size)
+        return llmem__fail(LLMEM_ECORRUPT, "model: '%s' was truncated from %lld to %lld bytes since open: touching "
+                           "the mapping past the new end raises SIGBUS; stop using this model (options.copy makes "
+                           "a model immune)", m->path, (long long)m->file_size, (long long)sb.st_size);
+    if (sb.st_size != m->file_size || sb.st_mtim.tv_sec != m->mtime.tv_sec || sb.st_mtim.tv_nsec != m->mtime.tv_nsec)
+        return llmem__fail(LLMEM_ECORRUPT, "model: '%s' was modified in place since open (%lld -> %lld bytes, new "
+                           "modification time): the mapped bytes may no longer be those checked at open", m->path,
+                           (long long)m->file_size, (long long)sb.st_size);
     return LLMEM_OK;
 }
 

@@ -12,6 +12,9 @@
 #ifndef LLMEM_MODEL_INTERNAL_H
 #define LLMEM_MODEL_INTERNAL_H
 
+#include <sys/stat.h>
+#include <time.h>
+
 #include "internal.h"
 #include "llmem/model.h"
 
@@ -54,6 +57,13 @@ struct llmem_model {
     llmem__index meta_index;
     uint64_t tensor_bytes;     /* sum over tensors */
     double open_seconds;
+    /* The file as opened (llmem_model_check_file); path NULL for memory models. */
+    char *path;
+    bool copied;               /* read into anonymous memory (options.copy), not mapped from the file */
+    dev_t dev;
+    ino_t ino;
+    off_t file_size;
+    struct timespec mtime;
 };
 
 /* ---- model.c ---- */

@@ -130,17 +130,12 @@ llmem_status llmem_shape_load(const char *name_or_path, llmem_shape *out)
 {
     if (!name_or_path || !out) return llmem__fail(LLMEM_EINVAL, "shape: null argument");
     if (!strchr(name_or_path, '/') && !strstr(name_or_path, ".json")) return llmem_shape_preset(name_or_path, out);
-    FILE *f = fopen(name_or_path, "rb");
-    if (!f) return llmem__fail(LLMEM_EIO, "shape: cannot open '%s': %s", name_or_path, strerror(errno));
-    char *buf = malloc(1 << 20);
-    size_t n = buf ? fread(buf, 1, 1 << 20, f) : 0;
-    bool too_big = buf && n == (1 << 20) && fgetc(f) != EOF;
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (!buf) return llmem__fail(LLMEM_ENOMEM, "shape: out of memory");
-    llmem_status st = err ? llmem__fail(LLMEM_EIO, "shape: reading '%s' failed", name_or_path)
-                      : too_big ? llmem__fail(LLMEM_EFORMAT, "shape: '%s' is over 1 MiB, not a config.json", name_or_path)
-                                : llmem_shape_from_json(buf, n, out);
+    void *buf;
+    size_t n;
+    /* Never blocks on a FIFO; a regular file of at most 1 MiB (file.c). */
+    llmem_status st = llmem__read_file(name_or_path, 1 << 20, "shape", &buf, &n);
+    if (st) return st;
+    st = llmem_shape_from_json(buf, n, out);
     free(buf);
     return st;
 }
@@ -157,4 +152,34 @@ uint64_t llmem_shape_params(const llmem_shape *s)
 uint64_t llmem_shape_kv_bytes_per_token(const llmem_shape *s, size_t elem_bytes)
 {
     return s ? 2ull * s->layers * s->kv_heads * s->head_dim * elem_bytes : 0;
+}
+
+/* a * b, or false on 64-bit overflow (*r then undefined). */
+static bool mul(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
+static bool add(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_add_overflow(a, b, r); }
+
+llmem_status llmem_shape_sizes(const llmem_shape *s, size_t elem_bytes, uint64_t *params, uint64_t *kv_bytes_per_token)
+{
+    if (!s) return llmem__fail(LLMEM_EINVAL, "shape: null argument");
+    /* The same sums as llmem_shape_params, each step checked. */
+    uint64_t h = s->hidden, kvd, qd, a, b, c, d, per_layer, emb, total;
+    bool ok = mul(s->kv_heads, s->head_dim, &kvd) && mul(s->heads, s->head_dim, &qd) && mul(h, qd, &a) &&
+              mul(h, kvd, &b) && mul(b, 2, &b) && mul(h, s->ffn, &c) && mul(c, 3, &c) && add(a, b, &per_layer) &&
+              add(per_layer, a, &per_layer) && add(per_layer, c, &per_layer) && mul(2, h, &d) &&
+              add(per_layer, d, &per_layer);
+    ok = ok && mul(s->vocab, h, &emb) && mul(s->layers, per_layer, &total) && add(total, emb, &total) &&
+         add(total, h, &total) && (s->tied_embeddings || add(total, emb, &total));
+    if (!ok)
+        return llmem__fail(LLMEM_EOVERFLOW,
+                           "shape '%s': the parameter count overflows 64 bits (%u layers, hidden %u, %u heads x %u, "
+                           "ffn %u, vocab %u)",
+                           s->name, s->layers, s->hidden, s->heads, s->head_dim, s->ffn, s->vocab);
+    uint64_t kv;
+    if (!(mul(2, s->layers, &kv) && mul(kv, s->kv_heads, &kv) && mul(kv, s->head_dim, &kv) && mul(kv, elem_bytes, &kv)))
+        return llmem__fail(LLMEM_EOVERFLOW,
+                           "shape '%s': KV bytes per token overflow 64 bits (%u layers x %u KV heads x %u x %zu bytes)",
+                           s->name, s->layers, s->kv_heads, s->head_dim, elem_bytes);
+    if (params) *params = total;
+    if (kv_bytes_per_token) *kv_bytes_per_token = kv;
+    return LLMEM_OK;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmem/outfile.h"
 #include "llmem/quant.h"
 #include "llmem/synth.h"
 #include "llmem/tokenizer.h"
@@ -258,10 +259,9 @@ static llmem_status write_llama2c(synth *sy, const char *path)
     if (s->head_dim * s->heads != s->hidden) {
         return llmem__fail(LLMEM_ENOTSUP, "synth: llama2.c checkpoints need head_dim x heads = hidden");
     }
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return llmem__fail(LLMEM_EIO, "synth: cannot create '%s': %s", tmp, strerror(errno));
+    llmem_outfile *of; /* a temporary file beside path, renamed over it at the end */
+    if (llmem_outfile_open(path, &of)) return llmem__fail_prefix("synth");
+    FILE *f = llmem_outfile_stream(of);
     int32_t hdr[7] = {(int32_t)s->hidden, (int32_t)s->ffn, (int32_t)s->layers, (int32_t)s->heads,
                       (int32_t)s->kv_heads, (int32_t)s->vocab, (int32_t)s->max_ctx};
     if (!s->tied_embeddings) hdr[5] = -hdr[5];
@@ -304,11 +304,11 @@ static llmem_status write_llama2c(synth *sy, const char *path)
         }
     }
     free(buf);
-    if (fclose(f)) ok = false;
-    if (!ok || rename(tmp, path)) {
-        remove(tmp);
+    if (!ok) {
+        llmem_outfile_abort(of);
         return llmem__fail(LLMEM_EIO, "synth: writing '%s' failed", path);
     }
+    if (llmem_outfile_commit(of)) return llmem__fail_prefix("synth");
     return LLMEM_OK;
 }
 

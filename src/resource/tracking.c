@@ -171,9 +171,36 @@ static llmem_status tr_copy(llmem_resource *r, void *dst, const void *src, size_
     return llmem_resource_copy(((tracking_resource *)r)->up, dst, src, n);
 }
 
+static llmem_status copy_by_age(const tracking_resource *t, track_entry **out, size_t *n);
+
+#define DESTROY_REPORT_LINES 16 /* mappings named one by one when destroyed with live ones */
+
+/* Destroyed with live mappings: they are the caller's leak (still mapped
+ * upstream, maybe still in use, so not unmapped here), and the last chance
+ * to say so: one error line through the log with the count and bytes, and
+ * the oldest mappings one line each. */
+static void report_at_destroy(const tracking_resource *t)
+{
+    if (!t->count) return;
+    llmem__log(LLMEM_LOG_ERROR,
+               "tracking '%s': destroyed with %zu live mapping%s (%llu bytes), left mapped upstream: a leak",
+               t->base.info.name, t->count, t->count == 1 ? "" : "s", (unsigned long long)t->st.live_bytes);
+    track_entry *copy;
+    size_t n;
+    if (copy_by_age(t, &copy, &n)) return; /* out of memory: the summary above stands */
+    for (size_t i = 0; i < n && i < DESTROY_REPORT_LINES; i++)
+        llmem__log(LLMEM_LOG_ERROR, "tracking '%s': leak: %zu bytes at %p (tag '%s', map #%llu, %zu committed)",
+                   t->base.info.name, copy[i].size, (void *)copy[i].ptr, copy[i].tag[0] ? copy[i].tag : "-",
+                   (unsigned long long)copy[i].seq, copy[i].committed);
+    if (n > DESTROY_REPORT_LINES)
+        llmem__log(LLMEM_LOG_ERROR, "tracking '%s': ... and %zu more", t->base.info.name, n - DESTROY_REPORT_LINES);
+    free(copy);
+}
+
 static void tr_destroy(llmem_resource *r)
 {
     tracking_resource *t = (tracking_resource *)r;
+    report_at_destroy(t);
     pthread_mutex_destroy(&t->lock);
     free(t->v);
     free(t);

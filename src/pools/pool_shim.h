@@ -1,0 +1,38 @@
+/*
+ * pool_shim.h - what a process allocator built on one pool (src/shim,
+ * libllmem-malloc.so) needs from the pool's internals: fork hooks, and a
+ * usable-size query that takes no lock (pool_shim.c). Not installed.
+ *
+ * fork hooks:
+ * fork() copies one thread; a lock another thread held at that moment
+ * stays held for ever in the child. A caller that registers these with
+ * pthread_atfork (prepare / parent / child) makes the child find the pool
+ * consistent and unlocked, so children may allocate.
+ *
+ * The pool must use LLMEM_POOL_PURGE_MANUAL (no background thread, which
+ * would not exist in the child). Blocks in the thread caches of threads
+ * that do not exist in the child stay there: the child never reuses them
+ * (at most one cache's worth per such thread).
+ */
+#ifndef LLMEM_POOL_SHIM_H
+#define LLMEM_POOL_SHIM_H
+
+#include "llmem/pool.h"
+
+/* Take the pool lock: waits for every operation under way to finish. */
+void llmem__pool_fork_prepare(llmem_pool *p);
+/* In the parent after fork: release it. */
+void llmem__pool_fork_parent(llmem_pool *p);
+/* In the child: the only thread; the lock is re-initialised unlocked. */
+void llmem__pool_fork_child(llmem_pool *p);
+
+/* Bytes usable from ptr, which must be a live block start this pool
+ * handed out (malloc_usable_size's contract): the class size of a slab
+ * block, the rest of its run for a large block, read from the
+ * superblock's tables without the lock (they cannot change while the
+ * block is live). Anything else (checked pools, a pointer that is not a
+ * block start) takes llmem_pool_usable_size's locked path, so the answer
+ * is always llmem_pool_usable_size's. */
+size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr);
+
+#endif

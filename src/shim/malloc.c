@@ -1,0 +1,561 @@
+/*
+ * malloc.c - libllmem-malloc.so: the C allocation functions over one llmem
+ * pool, for any program, through LD_PRELOAD or by linking.
+ *
+ *     LD_PRELOAD=/usr/local/lib/libllmem-malloc.so redis-server
+ *
+ * Exported (and nothing else: see libllmem-malloc.map): malloc, free,
+ * calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign,
+ * valloc, pvalloc, malloc_usable_size, free_sized, free_aligned_sized (C23)
+ * and malloc_trim. C++'s operator new and delete come through libstdc++,
+ * which calls malloc and free. The library carries its own copy of the
+ * llmem core, resources and pools, hidden, so a program that also links
+ * libllmem.so keeps its own pools apart.
+ *
+ * How a call is served:
+ *  - The pool (a host pool over the os resource, purge MANUAL: no
+ *    background thread, which would not survive fork) is created on the
+ *    first call. Until it exists, while it is being created, and whenever
+ *    the C library allocates on its own from inside a pool call (the
+ *    thread-local `inside` flag says so: fopen of /proc files, qsort's
+ *    buffer, pthread_atfork's table), requests go to the side allocator
+ *    (side.c: a static buffer, then a reserved range; no dlsym, no
+ *    pthread_key_create), so nothing recurses into the pool.
+ *  - The pool's own metadata (its malloc/calloc/realloc/free calls) goes
+ *    to the side allocator too: the link redirects them (-Wl,--wrap).
+ *  - free, realloc and malloc_usable_size tell the pool's blocks from the
+ *    side allocator's by the address map (a superblock owns the address:
+ *    the pool's, which also refuses double and foreign frees) and the side
+ *    range; anything else (a pointer no allocator here handed out) is
+ *    ignored by free and counted, and refused by realloc with EINVAL.
+ *    Side blocks passed to realloc move into the pool.
+ *  - realloc and malloc_usable_size read a block's size without the
+ *    pool's lock (llmem__pool_usable_nolock): programs such as redis ask
+ *    for it at every malloc and free.
+ *  - Errors are those of glibc: NULL with errno ENOMEM for a size that
+ *    cannot be had (calloc and reallocarray check their products), EINVAL
+ *    for a bad alignment; never an abort.
+ *
+ * fork: pthread_atfork handlers hold the pool's lock and the side lock
+ * across fork (pool_shim.h), so a child of a threaded parent can allocate.
+ * Thread exit: the pool's thread caches go back through its pthread key's
+ * destructor. Process exit: nothing is torn down (destructors and atexit
+ * handlers that run later may still free).
+ *
+ * Environment (read once, at the first allocation):
+ *   LLMEM_MALLOC_THP=1       advise transparent huge pages on superblocks
+ *   LLMEM_MALLOC_DECAY_MS=n  how long free superblocks are kept (default 250)
+ *   LLMEM_MALLOC_CLASSES=a,b exact size classes of their own for these byte
+ *                            sizes (up to 24; e.g. from an llmem profile)
+ *   LLMEM_MALLOC_STATS=1     print the pool's figures to stderr at exit (a path
+ *                            instead of 1: append them to that file)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "addrmap.h"
+#include "internal.h"
+#include "llmem/os_resource.h"
+#include "llmem/pool.h"
+#include "pool_shim.h"
+#include "side.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* C23's, not yet in glibc 2.36's headers. */
+void free_sized(void *ptr, size_t size);
+void free_aligned_sized(void *ptr, size_t align, size_t size);
+#define PAGE_BYTES ((size_t)4096)
+
+/* The pool, published once created; NULL before and if creation failed. */
+static llmem_pool *pool;
+enum { INIT_NONE = 0, INIT_RUNNING = 1, INIT_DONE = 2, INIT_FAILED = 3 };
+static int init_state;
+/* LLMEM_MALLOC_STATS: "1" = stderr, else a file to append to; "" = off. */
+static char stats_to[256];
+static uint64_t unknown_frees;
+
+/* What this thread is doing: IN_POOL inside a pool call (allocations the
+ * C library makes meanwhile go to the side allocator), IN_FORK between
+ * the fork handlers, holding the pool's and the side allocator's locks
+ * (another library's prepare handler that runs after ours and allocates
+ * gets the fork buffer, and its frees are dropped). Initial-exec TLS: the
+ * shim is loaded at start-up, and a TLS access must not allocate. */
+enum { IN_NONE = 0, IN_POOL = 1, IN_FORK = 2 };
+static __thread int inside __attribute__((tls_model("initial-exec")));
+
+/* ---- the fork buffer ------------------------------------------------------- */
+
+/* Allocations in the fork window: a lock-free bump over a static buffer,
+ * a 16-byte header holding the size; never reused (a fork's worth of them
+ * is small), freed blocks are dropped, realloc moves them into the pool. */
+#define FORK_BUF_BYTES ((size_t)256 << 10)
+static _Alignas(64) unsigned char fork_buf[FORK_BUF_BYTES];
+static size_t fork_buf_used;
+static uint64_t fork_dropped_frees;
+
+static void *fork_alloc(size_t n, size_t align, bool zero)
+{
+    (void)zero; /* never reused: still zero */
+    if (align < 16) align = 16;
+    size_t at = __atomic_load_n(&fork_buf_used, __ATOMIC_RELAXED), user, end;
+    do {
+        user = (at + 16 + align - 1) & ~(align - 1);
+        if (user > FORK_BUF_BYTES || n > FORK_BUF_BYTES - user) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        end = user + n;
+    } while (!__atomic_compare_exchange_n(&fork_buf_used, &at, end, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    memcpy(&fork_buf[user - 16], &n, sizeof n);
+    return &fork_buf[user];
+}
+
+static inline bool fork_owns(const void *p) { return (uintptr_t)p - (uintptr_t)fork_buf < FORK_BUF_BYTES; }
+
+static size_t fork_usable(const void *p)
+{
+    size_t n;
+    memcpy(&n, (const unsigned char *)p - 16, sizeof n);
+    return n;
+}
+
+/* ---- set-up ---------------------------------------------------------------- */
+
+static void fork_prepare(void)
+{
+    llmem__pool_fork_prepare(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
+    llmem__side_fork_prepare();
+    inside = IN_FORK;
+}
+
+static void fork_parent(void)
+{
+    inside = IN_NONE;
+    llmem__side_fork_parent();
+    llmem__pool_fork_parent(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
+}
+
+static void fork_child(void)
+{
+    inside = IN_NONE;
+    llmem__side_fork_child();
+    llmem__pool_fork_child(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
+}
+
+static unsigned long env_ulong(const char *name, unsigned long dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    unsigned long n = strtoul(v, &end, 10);
+    return *end ? dflt : n;
+}
+
+/* Create the pool. The first caller does it with `inside` set; any other
+ * thread meanwhile, and any allocation made during it, is served by the
+ * side allocator. Returns the pool or NULL (then: side allocator). */
+static __attribute__((noinline, cold)) llmem_pool *init_pool(void)
+{
+    int expect = INIT_NONE;
+    if (inside || !__atomic_compare_exchange_n(&init_state, &expect, INIT_RUNNING, false, __ATOMIC_ACQ_REL,
+                                               __ATOMIC_ACQUIRE))
+        return __atomic_load_n(&pool, __ATOMIC_ACQUIRE);
+    inside = IN_POOL;
+    const char *sv = getenv("LLMEM_MALLOC_STATS");
+    if (sv && *sv && strcmp(sv, "0") != 0 && strlen(sv) < sizeof stats_to) strcpy(stats_to, sv);
+    llmem_pool_options o = llmem_pool_options_default();
+    o.name = "malloc";
+    o.purge = LLMEM_POOL_PURGE_MANUAL;
+    o.decay_ms = (uint32_t)env_ulong("LLMEM_MALLOC_DECAY_MS", 0);
+    llmem_resource *res = llmem_resource_default();
+    if (env_ulong("LLMEM_MALLOC_THP", 0)) {
+        llmem_os_options oo = llmem_os_options_default();
+        oo.name = "malloc-thp";
+        oo.huge = LLMEM_OS_HUGE_THP;
+        llmem_resource *thp = NULL;
+        if (llmem_os_resource_create(&oo, &thp) == LLMEM_OK) res = thp;
+    }
+    o.resource = res;
+    /* Exact classes for sizes a program is known to use a lot. */
+    static uint32_t extra[LLMEM_POOL_MAX_EXTRA_CLASSES];
+    const char *cv = getenv("LLMEM_MALLOC_CLASSES");
+    while (cv && *cv && o.extra_class_count < LLMEM_POOL_MAX_EXTRA_CLASSES) {
+        char *end;
+        unsigned long v = strtoul(cv, &end, 10);
+        if (end == cv) break;
+        if (v > 0 && v <= UINT32_MAX) extra[o.extra_class_count++] = (uint32_t)v;
+        cv = *end == ',' ? end + 1 : end;
+        if (*end != ',') break;
+    }
+    if (o.extra_class_count) o.extra_classes = extra;
+    llmem_pool *p = NULL;
+    llmem_status st = llmem_pool_create(&o, &p);
+    if (st == LLMEM_OK && pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) {
+        /* Without fork handlers a child could inherit a held lock: serve
+         * everything from the side allocator instead. */
+        llmem_pool_destroy(p);
+        p = NULL;
+        st = LLMEM_ENOMEM;
+    }
+    if (st != LLMEM_OK) {
+        static const char msg[] = "libllmem-malloc: cannot create the pool; using the side allocator\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+    }
+    __atomic_store_n(&pool, p, __ATOMIC_RELEASE);
+    __atomic_store_n(&init_state, p ? INIT_DONE : INIT_FAILED, __ATOMIC_RELEASE);
+    inside = IN_NONE;
+    return p;
+}
+
+/* The pool if this call may use it, else NULL (side allocator). */
+static inline llmem_pool *pool_for_call(void)
+{
+    llmem_pool *p = __atomic_load_n(&pool, __ATOMIC_RELAXED);
+    if (LLMEM_LIKELY(p && !inside)) return p;
+    if (inside || __atomic_load_n(&init_state, __ATOMIC_ACQUIRE) != INIT_NONE) return NULL;
+    return init_pool();
+}
+
+static inline bool pool_block(const void *ptr) { return llmem__addrmap_get((uintptr_t)ptr) != NULL; }
+
+static void *side_or_enomem(size_t n, size_t align, bool zero)
+{
+    if (LLMEM_UNLIKELY(inside == IN_FORK)) return fork_alloc(n, align, zero);
+    void *r = llmem__side_alloc(n, align, zero);
+    if (!r) errno = ENOMEM;
+    return r;
+}
+
+/* ---- allocation ------------------------------------------------------------ */
+
+/* The entry points call each other through these, never by their
+ * exported names: no PLT hop, and no --wrap in a test that links the shim
+ * in can redirect them. */
+static inline void *shim_malloc(size_t n)
+{
+    llmem_pool *p = pool_for_call();
+    if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, false);
+    inside = IN_POOL;
+    void *r = llmem_pool_alloc(p, n ? n : 1, NULL);
+    inside = IN_NONE;
+    if (LLMEM_UNLIKELY(!r)) errno = ENOMEM;
+    return r;
+}
+
+EXPORT void *malloc(size_t n) { return shim_malloc(n); }
+
+EXPORT void *calloc(size_t count, size_t size)
+{
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    llmem_pool *p = pool_for_call();
+    if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, true);
+    inside = IN_POOL;
+    void *r = llmem_pool_alloc(p, n ? n : 1, NULL);
+    inside = IN_NONE;
+    if (LLMEM_UNLIKELY(!r)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return memset(r, 0, n);
+}
+
+/* align: a power of two. Over the pool's alignment limit (its largest
+ * superblock) the side allocator serves, which takes any. */
+static void *alloc_aligned(size_t align, size_t n)
+{
+    if (n == 0) n = 1;
+    llmem_pool *p = pool_for_call();
+    if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, align, false);
+    llmem_status st;
+    inside = IN_POOL;
+    void *r = align <= 16 ? llmem_pool_alloc(p, n, &st) : llmem_pool_alloc_aligned(p, n, align, &st);
+    inside = IN_NONE;
+    if (LLMEM_UNLIKELY(!r)) {
+        if (st == LLMEM_EALIGN) return side_or_enomem(n, align, false);
+        errno = ENOMEM;
+    }
+    return r;
+}
+
+EXPORT int posix_memalign(void **out, size_t align, size_t n)
+{
+    if (!align || (align & (align - 1)) || align % sizeof(void *)) return EINVAL;
+    int saved = errno;
+    void *r = alloc_aligned(align, n);
+    errno = saved; /* POSIX: the result is the return value */
+    if (!r) return ENOMEM;
+    *out = r;
+    return 0;
+}
+
+EXPORT void *aligned_alloc(size_t align, size_t n)
+{
+    if (!align || (align & (align - 1))) { /* C17 7.22.3.1; glibc 2.38 does the same */
+        errno = EINVAL;
+        return NULL;
+    }
+    return alloc_aligned(align, n);
+}
+
+EXPORT void *memalign(size_t align, size_t n)
+{
+    /* glibc: any alignment is rounded up to a power of two. */
+    if (align > ((size_t)1 << (sizeof(size_t) * 8 - 1))) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (align & (align - 1)) align = llmem__next_pow2(align);
+    return alloc_aligned(align ? align : 1, n);
+}
+
+EXPORT void *valloc(size_t n) { return alloc_aligned(PAGE_BYTES, n); }
+
+EXPORT void *pvalloc(size_t n)
+{
+    size_t r;
+    if (!llmem__align_up(n ? n : 1, PAGE_BYTES, &r)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return alloc_aligned(PAGE_BYTES, r);
+}
+
+/* ---- free ------------------------------------------------------------------ */
+
+static __attribute__((noinline)) void free_other(void *ptr)
+{
+    if (fork_owns(ptr) || inside == IN_FORK) __atomic_add_fetch(&fork_dropped_frees, 1, __ATOMIC_RELAXED);
+    else if (llmem__side_owns(ptr)) llmem__side_free(ptr);
+    else __atomic_add_fetch(&unknown_frees, 1, __ATOMIC_RELAXED); /* not ours to free: leave it */
+}
+
+static inline void shim_free(void *ptr)
+{
+    if (!ptr) return;
+    if (LLMEM_LIKELY(pool_block(ptr) && inside != IN_FORK)) {
+        int was = inside;
+        inside = IN_POOL;
+        llmem_pool_free(pool, ptr); /* a refusal (double free) is logged by the pool */
+        inside = was;
+        return;
+    }
+    free_other(ptr);
+}
+
+EXPORT void free(void *ptr) { shim_free(ptr); }
+
+EXPORT void free_sized(void *ptr, size_t size)
+{
+    (void)size;
+    shim_free(ptr);
+}
+
+EXPORT void free_aligned_sized(void *ptr, size_t align, size_t size)
+{
+    (void)align;
+    (void)size;
+    shim_free(ptr);
+}
+
+/* ---- resize ---------------------------------------------------------------- */
+
+static void *shim_realloc(void *ptr, size_t n)
+{
+    if (!ptr) return shim_malloc(n);
+    if (n == 0) { /* glibc: free and return NULL */
+        shim_free(ptr);
+        return NULL;
+    }
+    if (LLMEM_LIKELY(pool_block(ptr) && inside == IN_NONE)) {
+        /* Without the pool's lock: stay in place when the block fits and
+         * wastes at most half (the pool's own rule), else allocate, copy
+         * and free, each on its thread-cache fast path when small. A
+         * pointer that is not a live block start (usable 0) gets the
+         * pool's refusal from llmem_pool_realloc. */
+        inside = IN_POOL;
+        size_t have = llmem__pool_usable_nolock(pool, ptr);
+        void *r;
+        llmem_status st = LLMEM_OK;
+        if (have && n <= have && n >= have / 2) {
+            r = ptr;
+        } else if (have) {
+            r = llmem_pool_alloc(pool, n, &st);
+            if (r) {
+                memcpy(r, ptr, have < n ? have : n);
+                llmem_pool_free(pool, ptr);
+            }
+        } else {
+            r = llmem_pool_realloc(pool, ptr, n, &st);
+        }
+        inside = IN_NONE;
+        if (LLMEM_UNLIKELY(!r)) errno = st == LLMEM_ENOMEM || st == LLMEM_EOVERFLOW ? ENOMEM : EINVAL;
+        return r;
+    }
+    bool from_fork = fork_owns(ptr), from_side = !from_fork && llmem__side_owns(ptr);
+    size_t have = from_fork ? fork_usable(ptr)
+                  : from_side ? llmem__side_usable(ptr)
+                  : pool_block(ptr) ? llmem__pool_usable_nolock(pool, ptr) /* inside a pool call or fork */
+                                    : 0;
+    if (!have) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (from_fork || inside == IN_FORK) {
+        /* Copy and keep the old block: fork blocks are never reused, and
+         * in the fork window a free could need a lock held. */
+        void *r = inside == IN_FORK ? fork_alloc(n, 16, false) : shim_malloc(n);
+        if (r) memcpy(r, ptr, have < n ? have : n);
+        return r;
+    }
+    if (!from_side) { /* a pool block while inside a pool call: cannot happen, refuse */
+        errno = EINVAL;
+        return NULL;
+    }
+    llmem_pool *p = pool_for_call();
+    if (!p) {
+        void *r = llmem__side_realloc(ptr, n);
+        if (!r) errno = ENOMEM;
+        return r;
+    }
+    void *r = shim_malloc(n); /* into the pool: the side allocator is for the bootstrap */
+    if (!r) return NULL;
+    memcpy(r, ptr, have < n ? have : n);
+    llmem__side_free(ptr);
+    return r;
+}
+
+EXPORT void *realloc(void *ptr, size_t n) { return shim_realloc(ptr, n); }
+
+EXPORT void *reallocarray(void *ptr, size_t count, size_t size)
+{
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return shim_realloc(ptr, n);
+}
+
+/* ---- queries --------------------------------------------------------------- */
+
+EXPORT size_t malloc_usable_size(void *ptr)
+{
+    if (!ptr) return 0;
+    if (fork_owns(ptr)) return fork_usable(ptr);
+    if (pool_block(ptr)) {
+        int was = inside;
+        if (!was) inside = IN_POOL;
+        size_t n = llmem__pool_usable_nolock(pool, ptr);
+        inside = was;
+        return n;
+    }
+    return llmem__side_usable(ptr);
+}
+
+/* glibc's: give free memory back; 1 if some was. pad is not honoured
+ * (the pool keeps nothing at a heap top). */
+EXPORT int malloc_trim(size_t pad)
+{
+    (void)pad;
+    llmem_pool *p = pool_for_call();
+    if (!p) return 0;
+    inside = IN_POOL;
+    size_t released = llmem_pool_trim(p);
+    inside = IN_NONE;
+    return released > 0;
+}
+
+/* ---- figures at exit ---------------------------------------------------- */
+
+static __attribute__((destructor)) void report_at_exit(void)
+{
+    llmem_pool *p = __atomic_load_n(&pool, __ATOMIC_ACQUIRE);
+    if (!stats_to[0]) return;
+    llmem_pool_stats s = {.struct_size = sizeof s};
+    if (p) {
+        inside = IN_POOL;
+        llmem_pool_get_stats(p, &s);
+        inside = IN_NONE;
+    }
+    llmem__side_stats ss;
+    llmem__side_get_stats(&ss);
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "libllmem-malloc: pid %d pool %s allocs_total=%llu frees_total=%llu live=%llu used_peak_bytes=%llu "
+                     "reserved_peak_bytes=%llu committed_bytes=%llu invalid_frees=%llu; side allocs_total=%llu "
+                     "live_blocks=%llu boot_bytes=%llu region_bytes=%llu; unknown_frees=%llu\n",
+                     (int)getpid(), p ? "on" : "off", (unsigned long long)s.allocs_total, (unsigned long long)s.frees_total,
+                     (unsigned long long)s.live_allocations, (unsigned long long)s.used_peak_bytes,
+                     (unsigned long long)s.reserved_peak_bytes, (unsigned long long)s.committed_bytes,
+                     (unsigned long long)s.invalid_frees_total, (unsigned long long)ss.allocs_total,
+                     (unsigned long long)ss.live_blocks, (unsigned long long)ss.boot_bytes,
+                     (unsigned long long)ss.region_bytes, (unsigned long long)unknown_frees);
+    if (n > 0) {
+        bool to_stderr = strcmp(stats_to, "1") == 0;
+        int fd = to_stderr ? 2 : open(stats_to, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) return;
+        ssize_t w = write(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        (void)w;
+        if (!to_stderr) close(fd);
+    }
+}
+
+/* ---- the pool's own metadata (-Wl,--wrap=malloc,...) -------------------- */
+
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t count, size_t size);
+void *__wrap_realloc(void *ptr, size_t n);
+void __wrap_free(void *ptr);
+void *__wrap_aligned_alloc(size_t align, size_t n);
+int __wrap_posix_memalign(void **out, size_t align, size_t n);
+
+void *__wrap_malloc(size_t n) { return side_or_enomem(n, 0, false); }
+
+void *__wrap_calloc(size_t count, size_t size)
+{
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return side_or_enomem(n, 0, true);
+}
+
+void *__wrap_realloc(void *ptr, size_t n)
+{
+    void *r = llmem__side_realloc(ptr, n);
+    if (!r) errno = ENOMEM;
+    return r;
+}
+
+void __wrap_free(void *ptr) { llmem__side_free(ptr); }
+
+void *__wrap_aligned_alloc(size_t align, size_t n)
+{
+    if (!align || (align & (align - 1))) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return side_or_enomem(n, align, false);
+}
+
+int __wrap_posix_memalign(void **out, size_t align, size_t n)
+{
+    if (!align || (align & (align - 1)) || align % sizeof(void *)) return EINVAL;
+    void *r = llmem__side_alloc(n, align, false);
+    if (!r) return ENOMEM;
+    *out = r;
+    return 0;
+}
