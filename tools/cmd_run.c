@@ -38,7 +38,7 @@ static void usage(FILE *f)
             "                 [--kv paged|static|buckets|contiguous] [--kv-dtype f32|f16] [--max-seq-len N]\n"
             "                 [--populate] [--warmup] [--shared] [--mlock] [--sequential] [--hugepage] [--copy] [--timeline FILE.html]\n"
             "\n"
-            "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q8_0).\n"
+            "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q4_0..Q8_0, Q2_K..Q6_K).\n"
             "  -z PATH          llama2.c tokenizer.bin (default: the vocabulary inside a GGUF model)\n"
             "  -i TEXT          prompt (default empty)\n"
             "  -n N             positions in all, prompt included; 0 = the model's context (default 256)\n"
