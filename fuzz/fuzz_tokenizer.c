@@ -21,7 +21,8 @@
  * rescan after every merge) with llmem's documented rules where run.c has
  * none (lowest id among equal pieces; byte fallback byte + 3 for
  * tokenizer.bin, "<0xXX>" by name for GGUF, else the other, else <unk>;
- * GGUF BOS and EOS not looked up).
+ * GGUF BOS and EOS not looked up). A gpt2 (byte-level BPE) vocabulary
+ * instead gives the text back exactly when its tokens are decoded.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -179,8 +180,10 @@ static void exercise(const llmem_tokenizer *t, const char *text, bool bos, bool 
     for (size_t i = 0; i < n; i++) CHECK(a[i] >= 0 && (uint32_t)a[i] < V);
     /* BOS takes part in the merges as in run.c, so it need not survive as
      * out[0] in an odd vocabulary; EOS is appended after them. */
-    if (eos) CHECK(n >= 1 && a[n - 1] == llmem_tokenizer_eos(t));
-    CHECK(n >= (size_t)eos + (bos || tl ? 1 : 0));
+    bool bpe = llmem_tokenizer_is_bpe(t);
+    /* gpt2 vocabularies may have no BOS or EOS (-1): nothing is added. */
+    if (eos && llmem_tokenizer_eos(t) >= 0) CHECK(n >= 1 && a[n - 1] == llmem_tokenizer_eos(t));
+    if (!bpe) CHECK(n >= (size_t)eos + (bos || tl ? 1 : 0));
     CHECK(llmem_tokenizer_encode(t, text, bos, eos, b, cap, &n2) == LLMEM_OK && n2 == n);
     CHECK(memcmp(a, b, n * sizeof *a) == 0);
     if (n) {
@@ -196,7 +199,20 @@ static void exercise(const llmem_tokenizer *t, const char *text, bool bos, bool 
     size_t len;
     CHECK(llmem_tokenizer_decode(t, 1, (int32_t)V, &len) == NULL && len == 0);
     CHECK(llmem_tokenizer_decode(t, 1, -1, &len) == NULL);
-    if (tl <= 200 && V <= 4096) {
+    if (bpe) {
+        /* Byte-level BPE loses nothing: the pieces of the text's tokens,
+         * end to end, are the text (control tokens are not parsed here). */
+        size_t m = 0;
+        CHECK(llmem_tokenizer_encode(t, text, false, false, b, cap, &m) == LLMEM_OK);
+        size_t o = 0;
+        for (size_t i = 0; i < m; i++) {
+            size_t pl;
+            const char *p = llmem_tokenizer_decode(t, i ? b[i - 1] : -1, b[i], &pl);
+            CHECK(p != NULL && o + pl <= tl && memcmp(text + o, p, pl) == 0);
+            o += pl;
+        }
+        CHECK(o == tl);
+    } else if (tl <= 200 && V <= 4096) {
         ref r;
         if (ref_make(&r, t, gguf)) {
             size_t m = ref_encode(&r, text, bos, eos, b);

@@ -4,7 +4,7 @@
 # Runs apt-get as root (directly, or through sudo when not root).
 set -eu
 
-pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev"
+pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev libpcre2-dev"
 pkgs_test="libcmocka-dev libnuma1 sqlite3" # sqlite3: tests/shim/programs.sh
 pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered headless (tests/timeline_render.sh)
 # llama.cpp from the npm registry for test_oracle and engine_bench -L

@@ -996,6 +996,12 @@ typedef struct gguf_vocab {
     size_t nscores;
     bool scores_as_tokens;           /* tokenizer.ggml.tokens written as f32 instead */
     int64_t bos, eos;                /* -1: absent */
+    /* gpt2 vocabularies (zero: absent) */
+    const char *const *merges;
+    size_t nmerges;
+    const int32_t *types;
+    size_t ntypes;
+    const char *pre;
 } gguf_vocab;
 
 static llmem_status fill_zero(void *ctx, size_t index, void *buf, size_t bytes)
@@ -1006,10 +1012,8 @@ static llmem_status fill_zero(void *ctx, size_t index, void *buf, size_t bytes)
     return LLMEM_OK;
 }
 
-static llmem_model *gguf_make(const gguf_vocab *v)
+static void gguf_write_file(const gguf_vocab *v, const char *path)
 {
-    char path[128];
-    snprintf(path, sizeof path, "/tmp/llmem_test_tokenizer_%d.gguf", (int)getpid());
     llmem_gguf_writer *w;
     assert_ok(llmem_gguf_writer_create(&w));
     assert_ok(llmem_gguf_add_str(w, "general.architecture", "llama"));
@@ -1025,6 +1029,9 @@ static llmem_model *gguf_make(const gguf_vocab *v)
     if (v->scores) assert_ok(llmem_gguf_add_f32_array(w, "tokenizer.ggml.scores", v->scores, v->nscores));
     if (v->bos >= 0) assert_ok(llmem_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos));
     if (v->eos >= 0) assert_ok(llmem_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos));
+    if (v->merges) assert_ok(llmem_gguf_add_str_array(w, "tokenizer.ggml.merges", v->merges, v->nmerges));
+    if (v->types) assert_ok(llmem_gguf_add_i32_array(w, "tokenizer.ggml.token_type", v->types, v->ntypes));
+    if (v->pre) assert_ok(llmem_gguf_add_str(w, "tokenizer.ggml.pre", v->pre));
     uint64_t vocab = v->ntokens ? v->ntokens : 4;
     static const char *const names[] = {"blk.0.attn_norm.weight", "blk.0.attn_q.weight",      "blk.0.attn_k.weight",
                                         "blk.0.attn_v.weight",    "blk.0.attn_output.weight", "blk.0.ffn_norm.weight",
@@ -1039,6 +1046,13 @@ static llmem_model *gguf_make(const gguf_vocab *v)
     }
     assert_ok(llmem_gguf_write(w, path, false));
     llmem_gguf_writer_destroy(w);
+}
+
+static llmem_model *gguf_make(const gguf_vocab *v)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/llmem_test_tokenizer_%d.gguf", (int)getpid());
+    gguf_write_file(v, path);
     llmem_model *m;
     assert_ok(llmem_model_open(path, NULL, &m));
     unlink(path);
@@ -1056,7 +1070,8 @@ static void gguf_hostile_metadata(void **state)
         const char *mentions;
     } cases[] = {
         {{NULL, toks, 4, sc, 4, false, -1, -1}, LLMEM_ENOTFOUND, "tokenizer.ggml.model"},
-        {{"gpt2", toks, 4, sc, 4, false, -1, -1}, LLMEM_ENOTSUP, "gpt2"},
+        {{"bert", toks, 4, sc, 4, false, -1, -1}, LLMEM_ENOTSUP, "'bert' is not supported"},
+        {{"gpt2", toks, 4, sc, 4, false, -1, -1}, LLMEM_EFORMAT, "gpt2 vocabulary of 4 tokens"},
         {{"llama", NULL, 0, sc, 4, false, -1, -1}, LLMEM_EFORMAT, "tokenizer.ggml.tokens"},
         {{"llama", toks, 4, NULL, 0, false, -1, -1}, LLMEM_EFORMAT, "tokenizer.ggml.scores"},
         {{"llama", toks, 4, sc, 5, false, -1, -1}, LLMEM_EFORMAT, "5 scores for 4 tokens"},
@@ -1120,6 +1135,274 @@ static void gguf_vocabulary_rules(void **state)
     llmem_model_close(m);
 }
 
+/* ---- GPT-2 byte-level BPE (tokenizer.ggml.model "gpt2") ------------------ */
+
+/* GPT-2's byte-level alphabet, restated: printable Latin-1 bytes stand for
+ * themselves, the other 68 for U+0100 onwards in byte order. */
+static void byte_level_char(unsigned b, char out[3])
+{
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    unsigned cp = b;
+    if (!printable) {
+        cp = 256;
+        for (unsigned c = 0; c < b; c++)
+            if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE))) cp++;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+enum { BPE_HE = 256, BPE_LL, BPE_HELL, BPE_HELLO, BPE_GW, BPE_OR, BPE_GWOR, BPE_GWORL, BPE_GWORLD, BPE_12, BPE_123,
+       BPE_GG, BPE_GB, BPE_EACUTE, BPE_OG, BPE_EOT, BPE_IM_START, BPE_TOOL, BPE_AB, BPE_END, BPE_V };
+
+typedef struct bpe_vocab {
+    char bytes[256][3];
+    const char *tokens[BPE_V];
+    int32_t types[BPE_V];
+} bpe_vocab;
+
+static void bpe_vocab_init(bpe_vocab *v)
+{
+    for (unsigned b = 0; b < 256; b++) {
+        byte_level_char(b, v->bytes[b]);
+        v->tokens[b] = v->bytes[b];
+        v->types[b] = 1;
+    }
+    static const char *const extra[] = {"he", "ll", "hell", "hello", "\xC4\xA0w", "or", "\xC4\xA0wor", "\xC4\xA0worl",
+                                        "\xC4\xA0world", "12", "123", "\xC4\xA0\xC4\xA0", "\xC4\xA0\x62",
+                                        "\xC3\x83\xC2\xA9", "o\xC4\xA0", "<|endoftext|>", "<|im_start|>", "<tool>",
+                                        "ab", "<|end"};
+    for (unsigned i = 0; i < BPE_V - 256; i++) {
+        v->tokens[256 + i] = extra[i];
+        v->types[256 + i] = 1;
+    }
+    v->types[BPE_EOT] = v->types[BPE_IM_START] = 3; /* control */
+    v->types[BPE_TOOL] = v->types[BPE_END] = 4;     /* user-defined */
+}
+
+/* In rank order; the last two name no token and are left out. */
+static const char *const bpe_merges[] = {
+    "h e", "l l", "he ll", "hell o", "\xC4\xA0 w", "o r", "\xC4\xA0w or", "\xC4\xA0wor l", "\xC4\xA0worl d", "1 2",
+    "12 3", "\xC4\xA0 \xC4\xA0", "\xC4\xA0 b", "\xC3\x83 \xC2\xA9", "o \xC4\xA0", "x yz", "e l"};
+
+static llmem_tokenizer *bpe_make(const char *pre, llmem_model **mp)
+{
+    bpe_vocab v;
+    bpe_vocab_init(&v);
+    gguf_vocab g = {"gpt2", v.tokens, BPE_V, NULL, 0, false, -1, BPE_EOT,
+                    bpe_merges, sizeof bpe_merges / sizeof *bpe_merges, v.types, BPE_V, pre};
+    llmem_model *m = gguf_make(&g);
+    llmem_tokenizer *t;
+    assert_ok(llmem_tokenizer_from_model(m, &t));
+    *mp = m;
+    return t;
+}
+
+static void bpe_expect(const llmem_tokenizer *t, bool special, const char *text, const int32_t *want, size_t wn)
+{
+    int32_t out[256];
+    size_t n;
+    llmem_status st = special ? llmem_tokenizer_encode_special(t, text, false, false, out, 256, &n)
+                              : llmem_tokenizer_encode(t, text, false, false, out, 256, &n);
+    if (st) fail_msg("\"%s\": %s (%s)", text, llmem_status_name(st), llmem_last_error());
+    bool same = n == wn && !memcmp(out, want, n * sizeof *out);
+    if (!same) {
+        char got[1024];
+        size_t o = 0;
+        for (size_t i = 0; i < n && o + 12 < sizeof got; i++) o += (size_t)snprintf(got + o, sizeof got - o, " %d", out[i]);
+        fail_msg("\"%s\" encodes to%s", text, n ? got : " nothing");
+    }
+}
+
+#define BPE_EXPECT(t, special, text, ...)                                                                         \
+    bpe_expect(t, special, text, (const int32_t[]){__VA_ARGS__}, sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t))
+
+/* Ranked merges inside the words of GPT-2's pre-tokenizer. */
+static void bpe_gpt2_merges_and_words(void **state)
+{
+    (void)state;
+    llmem_model *m;
+    llmem_tokenizer *t = bpe_make(NULL, &m);
+    assert_true(llmem_tokenizer_is_bpe(t));
+    assert_int_equal(llmem_tokenizer_vocab_size(t), BPE_V);
+    assert_int_equal(llmem_tokenizer_bos(t), -1);
+    assert_int_equal(llmem_tokenizer_eos(t), BPE_EOT);
+    assert_false(llmem_tokenizer_add_bos(t));
+    BPE_EXPECT(t, false, "hello world", BPE_HELLO, BPE_GWORLD);
+    /* "\s+(?!\S)": the space before a word belongs to the word. */
+    BPE_EXPECT(t, false, "hello  world", BPE_HELLO, ' ', BPE_GWORLD);
+    BPE_EXPECT(t, false, "a   b", 'a', BPE_GG, BPE_GB);
+    /* "o Ġ" is a merge but the space starts the next word. */
+    BPE_EXPECT(t, false, "o w", 'o', BPE_GW);
+    /* The leftmost of equal pairs first; a dropped merge ("e l") never applies. */
+    BPE_EXPECT(t, false, "lll", BPE_LL, 'l');
+    BPE_EXPECT(t, false, "yellow", 'y', 'e', BPE_LL, 'o', 'w');
+    /* Digits: one word in GPT-2's pattern. */
+    BPE_EXPECT(t, false, "12345", BPE_123, '4', '5');
+    /* A letter in two bytes merges through the byte-level text ("Ã" "©"). */
+    BPE_EXPECT(t, false, "caf\xC3\xA9", 'c', 'a', 'f', BPE_EACUTE);
+    /* Bytes of malformed UTF-8 are tokens of their own. */
+    BPE_EXPECT(t, false, "\xFF\xFE", 0xFF, 0xFE);
+    BPE_EXPECT(t, false, "a\0", 'a');
+    /* "ab" is a token but no merge makes it. */
+    BPE_EXPECT(t, false, "ab", 'a', 'b');
+    /* BOS: none in this vocabulary; EOS appended when asked. */
+    int32_t out[8];
+    size_t n;
+    assert_ok(llmem_tokenizer_encode(t, "hello", true, true, out, 8, &n));
+    assert_ids(out, n, (const int32_t[]){BPE_HELLO, BPE_EOT}, 2);
+    /* Too small: ERANGE with the count needed. */
+    assert_status(llmem_tokenizer_encode(t, "hello world", false, false, out, 1, &n), LLMEM_ERANGE);
+    assert_int_equal(n, 2);
+    assert_status(llmem_tokenizer_encode(t, "hello world", false, false, NULL, 0, &n), LLMEM_ERANGE);
+    assert_int_equal(n, 2);
+    /* Pieces are bytes; control tokens decode to nothing. */
+    size_t len;
+    const char *p = llmem_tokenizer_decode(t, -1, BPE_GWORLD, &len);
+    assert_int_equal(len, 6);
+    assert_memory_equal(p, " world", 6);
+    p = llmem_tokenizer_decode(t, -1, 0, &len);
+    assert_int_equal(len, 1);
+    assert_int_equal(p[0], 0);
+    p = llmem_tokenizer_decode(t, -1, BPE_EOT, &len);
+    assert_non_null(p);
+    assert_int_equal(len, 0);
+    p = llmem_tokenizer_decode(t, -1, BPE_TOOL, &len);
+    assert_int_equal(len, 6);
+    assert_memory_equal(p, "<tool>", 6);
+    assert_string_equal(llmem_tokenizer_token(t, BPE_GW, &len, NULL), " w");
+    assert_null(llmem_tokenizer_decode(t, -1, BPE_V, &len));
+    llmem_tokenizer_destroy(t);
+    llmem_model_close(m);
+}
+
+/* Special tokens: user-defined ones always, control ones only through
+ * encode_special; the longest first. */
+static void bpe_special_tokens(void **state)
+{
+    (void)state;
+    llmem_model *m;
+    llmem_tokenizer *t = bpe_make("gpt2", &m);
+    BPE_EXPECT(t, false, "x<tool>y", 'x', BPE_TOOL, 'y');
+    BPE_EXPECT(t, false, "<|im_start|>hello", '<', '|', 'i', 'm', '_', 's', 't', 'a', 'r', 't', '|', '>', BPE_HELLO);
+    BPE_EXPECT(t, true, "<|im_start|>hello", BPE_IM_START, BPE_HELLO);
+    BPE_EXPECT(t, true, "<|im_start|><|im_start|>", BPE_IM_START, BPE_IM_START);
+    /* Without parse-special, only the user-defined "<|end" matches. */
+    BPE_EXPECT(t, false, "<|endoftext|>", BPE_END, 'o', 'f', 't', 'e', 'x', 't', '|', '>');
+    BPE_EXPECT(t, true, "<|endoftext|>", BPE_EOT);
+    BPE_EXPECT(t, true, "hello<|endoftext|> world", BPE_HELLO, BPE_EOT, BPE_GWORLD);
+    llmem_tokenizer_destroy(t);
+    llmem_model_close(m);
+}
+
+/* The other pre-tokenizers: Qwen2 splits digits one by one; Llama 3 groups
+ * three and emits a word that is a token whole. */
+static void bpe_pre_tokenizers(void **state)
+{
+    (void)state;
+    llmem_model *m;
+    llmem_tokenizer *t = bpe_make("qwen2", &m);
+    BPE_EXPECT(t, false, "12345", '1', '2', '3', '4', '5');
+    BPE_EXPECT(t, false, "hello world", BPE_HELLO, BPE_GWORLD);
+    BPE_EXPECT(t, false, "ab", 'a', 'b');
+    llmem_tokenizer_destroy(t);
+    llmem_model_close(m);
+    t = bpe_make("llama-bpe", &m);
+    BPE_EXPECT(t, false, "12345", BPE_123, '4', '5');
+    BPE_EXPECT(t, false, "ab", BPE_AB);
+    BPE_EXPECT(t, false, "hello world", BPE_HELLO, BPE_GWORLD);
+    llmem_tokenizer_destroy(t);
+    llmem_model_close(m);
+}
+
+/* Any bytes round-trip: decode of the tokens gives the text back. */
+static void bpe_round_trip(void **state)
+{
+    (void)state;
+    static const char *const pres[] = {"gpt2", "qwen2", "llama-bpe"};
+    for (size_t k = 0; k < 3; k++) {
+        llmem_model *m;
+        llmem_tokenizer *t = bpe_make(pres[k], &m);
+        uint64_t rng = 7 + k;
+        static const char alphabet[] = "hello world 12345 ab\n\t  caf\xC3\xA9<tool><|end\xFF\x80!?'s'LL";
+        char text[400], back[400 * 8];
+        int32_t ids[1024];
+        for (int i = 0; i < 300; i++) {
+            size_t len = rng_next(&rng) % 300;
+            for (size_t j = 0; j < len; j++) text[j] = alphabet[rng_next(&rng) % (sizeof alphabet - 1)];
+            text[len] = 0;
+            size_t n;
+            assert_ok(llmem_tokenizer_encode(t, text, false, false, ids, 1024, &n));
+            assert_true(n <= len);
+            size_t o = 0;
+            for (size_t j = 0; j < n; j++) {
+                size_t pl;
+                const char *p = llmem_tokenizer_decode(t, j ? ids[j - 1] : -1, ids[j], &pl);
+                assert_non_null(p);
+                memcpy(back + o, p, pl);
+                o += pl;
+            }
+            if (o != len || memcmp(back, text, len)) fail_msg("%s: \"%s\" does not round-trip", pres[k], text);
+        }
+        llmem_tokenizer_destroy(t);
+        llmem_model_close(m);
+    }
+}
+
+/* Broken gpt2 metadata: a clear EFORMAT or ENOTSUP naming what is wrong. */
+static void bpe_hostile_metadata(void **state)
+{
+    (void)state;
+    bpe_vocab v;
+    bpe_vocab_init(&v);
+    static const char *const bad_merge[] = {"h e", "he"};
+    int32_t bad_types[BPE_V];
+    memcpy(bad_types, v.types, sizeof bad_types);
+    bad_types[260] = 9;
+    static const struct {
+        int what;
+        llmem_status want;
+        const char *mentions;
+    } cases[] = {
+        {0, LLMEM_EFORMAT, "needs tokenizer.ggml.merges"},
+        {1, LLMEM_EFORMAT, "merges[1] 'he' is not 'A B'"},
+        {2, LLMEM_ENOTSUP, "tokenizer.ggml.pre 'foo' is not supported"},
+        {3, LLMEM_EFORMAT, "no token for byte 0x41"},
+        {4, LLMEM_EFORMAT, "token_type[260] = 9"},
+        {5, LLMEM_EFORMAT, "token_type: 100 entries"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        gguf_vocab g = {"gpt2", v.tokens, BPE_V, NULL, 0, false, -1, -1,
+                        bpe_merges, sizeof bpe_merges / sizeof *bpe_merges, v.types, BPE_V, NULL};
+        const char *saved = v.tokens['A'];
+        switch (cases[c].what) {
+        case 0: g.merges = NULL; break;
+        case 1: g.merges = bad_merge; g.nmerges = 2; break;
+        case 2: g.pre = "foo"; break;
+        case 3: v.tokens['A'] = "zz"; break;
+        case 4: g.types = bad_types; break;
+        default: g.ntypes = 100; break;
+        }
+        llmem_model *m = gguf_make(&g);
+        v.tokens['A'] = saved;
+        llmem_tokenizer *t = (llmem_tokenizer *)1;
+        llmem_status st = llmem_tokenizer_from_model(m, &t);
+        if (st != cases[c].want)
+            fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(cases[c].want),
+                     llmem_last_error());
+        assert_null(t);
+        if (!strstr(llmem_last_error(), cases[c].mentions))
+            fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_last_error(), cases[c].mentions);
+        llmem_model_close(m);
+    }
+}
+
 /* fuzz_tokenizer's input format (fuzz/fuzz_tokenizer.c): flags (BOS), the
  * vocabulary size and the image's length (uint16 LE), the image, the text. */
 static int write_seeds(const char *dir)
@@ -1161,6 +1444,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(random_vocabularies_agree_with_run_c),
         cmocka_unit_test(gguf_hostile_metadata),
         cmocka_unit_test(gguf_vocabulary_rules),
+        cmocka_unit_test(bpe_gpt2_merges_and_words),
+        cmocka_unit_test(bpe_special_tokens),
+        cmocka_unit_test(bpe_pre_tokenizers),
+        cmocka_unit_test(bpe_round_trip),
+        cmocka_unit_test(bpe_hostile_metadata),
     };
     /* The real vocabularies of the shared folder (test_tokenizer_shared). */
     const struct CMUnitTest shared_tests[] = {

@@ -1,5 +1,6 @@
 /*
- * cmd_plan.c - `llmem plan`: the memory plan of a workload before it runs.
+ * cmd_plan.c - `llmem plan`: the memory plan of a workload before it runs
+ * (the plan itself is llmem_workload_plan_make, llmem/workload.h).
  *
  * For a model (a file, a preset shape or a Hugging Face config.json), a
  * batch of B sequences of P prompt tokens generating up to T tokens each:
@@ -24,9 +25,6 @@
 #include "tool_util.h"
 #include "llmem/llmem.h"
 
-#define SAFETY 1.2
-#define MAX_STEP_TOKENS 512u
-#define BLOCK_TOKENS 16u
 
 static void usage(FILE *f)
 {
@@ -95,13 +93,18 @@ int llmem_cmd_plan(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (prompt + (uint64_t)gen == 0) {
+    if (prompt + (uint64_t)gen == 0) { /* the library says so too; a usage error here */
         fprintf(stderr, "llmem plan: a sequence of no tokens\n");
         return 2;
     }
 
-    llmem_shape s;
-    uint64_t weights;
+    llmem_workload w = llmem_workload_default();
+    w.batch = batch;
+    w.prompt_tokens = prompt;
+    w.max_tokens = gen;
+    w.threads = threads;
+    w.device_bytes = device;
+    w.kv_elem_bytes = dtype == LLMEM_DTYPE_F32 ? 4 : dtype == LLMEM_DTYPE_F16 ? 2 : 1;
     const char *weights_from;
     if (model) {
         llmem_model *m;
@@ -110,91 +113,37 @@ int llmem_cmd_plan(int argc, char **argv)
             fprintf(stderr, "llmem plan: %s: %s\n", model, llmem_last_error());
             return 1;
         }
-        s = llmem_model_get_config(m)->shape;
+        w.shape = llmem_model_get_config(m)->shape;
         llmem_model_stats ms = {sizeof ms};
         llmem_model_get_stats(m, &ms);
-        weights = ms.tensor_bytes;
+        w.weights_bytes = ms.tensor_bytes;
         weights_from = "the file's tensors";
         llmem_model_close(m);
     } else {
-        if (llmem_shape_load(shape_name, &s)) {
+        if (llmem_shape_load(shape_name, &w.shape)) {
             fprintf(stderr, "llmem plan: %s: %s\n", shape_name, llmem_last_error());
             return 1;
         }
-        /* q8_0 blocks hold 32 elements in 34 bytes; norms stay f32 (a
-         * rounding error here). */
-        uint64_t params;
-        if (llmem_shape_sizes(&s, 1, &params, NULL)) {
+        if (llmem_workload_weights_bytes(&w.shape, dtype, &w.weights_bytes)) {
             fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
-            return 1;
-        }
-        bool ok = dtype == LLMEM_DTYPE_Q8_0 ? !__builtin_mul_overflow(params / 32, 34, &weights)
-                                            : !__builtin_mul_overflow(params, dtype == LLMEM_DTYPE_F32 ? 4 : 2, &weights);
-        if (!ok) {
-            fprintf(stderr, "llmem plan: the weights of %llu parameters in %s overflow 64 bits\n",
-                    (unsigned long long)params, llmem_dtype_name(dtype));
             return 1;
         }
         weights_from = llmem_dtype_name(dtype);
     }
-    /* Every size below comes from user input (shape, batch, tokens): each
-     * product and sum is checked, and no double is cast to an integer it
-     * does not fit. */
-    size_t kv_elem = dtype == LLMEM_DTYPE_F32 ? 4 : dtype == LLMEM_DTYPE_F16 ? 2 : 1;
-    uint64_t seq_tokens = (uint64_t)prompt + gen;
-    if (seq_tokens > s.max_ctx)
+    llmem_workload_plan p;
+    if (llmem_workload_plan_make(&w, &p)) {
+        fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
+        return 1;
+    }
+    const llmem_shape s = w.shape;
+    if (p.over_context)
         fprintf(stderr, "llmem plan: note: %llu tokens per sequence exceed the model's context (%u)\n",
-                (unsigned long long)seq_tokens, s.max_ctx);
-    uint64_t kv_token;
-    if (llmem_shape_sizes(&s, kv_elem, NULL, &kv_token)) {
-        fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
-        return 1;
-    }
-    uint64_t seq_blocks = (seq_tokens + BLOCK_TOKENS - 1) / BLOCK_TOKENS;
-    uint64_t kv_seq, kv;
-    if (__builtin_mul_overflow(seq_blocks * BLOCK_TOKENS, kv_token, &kv_seq) ||
-        __builtin_mul_overflow(kv_seq, (uint64_t)batch, &kv)) {
-        fprintf(stderr,
-                "llmem plan: the KV cache is too large: %u sequences x %llu tokens x %llu bytes a token overflow 64 "
-                "bits\n",
-                batch, (unsigned long long)(seq_blocks * BLOCK_TOKENS), (unsigned long long)kv_token);
-        return 1;
-    }
-
-    /* The largest step: prefill in steps of at most 512 tokens (all
-     * prompts together when they fit), or decode of one token each. */
-    uint32_t ctx = seq_tokens < s.max_ctx ? (uint32_t)seq_tokens : s.max_ctx;
-    uint64_t prefill_tokens = (uint64_t)batch * prompt;
-    uint32_t step_tokens = prefill_tokens < MAX_STEP_TOKENS ? (uint32_t)prefill_tokens : MAX_STEP_TOKENS;
-    uint32_t step_seqs = batch < step_tokens ? batch : step_tokens;
-    llmem_plan_result pre = {0}, dec = {0};
-    if (step_tokens && llmem_engine_plan_step(&s, step_tokens, step_seqs ? step_seqs : 1, ctx, threads, &pre)) {
-        fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
-        return 1;
-    }
-    if (gen && llmem_engine_plan_step(&s, batch, batch, ctx, threads, &dec)) {
-        fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
-        return 1;
-    }
-    const llmem_plan_result *act = pre.peak_bytes >= dec.peak_bytes ? &pre : &dec;
-    /* (KV + activations) x 1.2, rounded up, in integers: x + ceil(x / 5). */
-    uint64_t need, reserve;
-    if (__builtin_add_overflow(kv, (uint64_t)act->peak_bytes, &need) ||
-        __builtin_add_overflow(need, need / 5 + (need % 5 != 0), &reserve)) {
-        fprintf(stderr, "llmem plan: the reserve is too large: KV %llu + activations %zu bytes, x %.1f, overflow 64 bits\n",
-                (unsigned long long)kv, act->peak_bytes, SAFETY);
-        return 1;
-    }
-    long long fit = -1;
-    if (device > 0) {
-        /* Beside the weights and the largest step's activations (itself
-         * for one sequence; the bound stays conservative). The quotient is
-         * at most device / 38 bytes (the smallest sequence's KV), so it
-         * fits; it is clamped anyway. */
-        double room = device - (double)weights - (double)act->peak_bytes * SAFETY;
-        double q = room > 0 ? room / ((double)kv_seq * SAFETY) : 0;
-        fit = q >= 9.2e18 ? 9200000000000000000ll : (long long)q;
-    }
+                (unsigned long long)p.seq_tokens, s.max_ctx);
+    const llmem_plan_result *act = p.prefill_is_peak ? &p.prefill : &p.decode;
+    uint64_t weights = w.weights_bytes, kv_token = p.kv_bytes_per_token, kv = p.kv_bytes, reserve = p.reserve_bytes;
+    uint64_t seq_tokens = p.seq_tokens;
+    size_t kv_elem = w.kv_elem_bytes;
+    long long fit = p.max_concurrent;
 
     if (json) {
         printf("{\"model\":\"%s\",\"weights_from\":\"%s\",\"batch\":%u,\"prompt_tokens\":%u,\"max_tokens\":%u,"
@@ -203,7 +152,7 @@ int llmem_cmd_plan(int argc, char **argv)
                "\"activation_naive_bytes\":%zu,\"safety_factor\":%.2f,\"recommended_reserve_bytes\":%llu,"
                "\"max_concurrent_sequences\":%lld}\n",
                s.name, weights_from, batch, prompt, gen, (unsigned long long)weights, (unsigned long long)kv_token,
-               (unsigned long long)kv, act->peak_bytes, act->lower_bound_bytes, act->naive_bytes, SAFETY,
+               (unsigned long long)kv, act->peak_bytes, act->lower_bound_bytes, act->naive_bytes, w.safety,
                (unsigned long long)reserve, fit);
         return 0;
     }
@@ -213,11 +162,11 @@ int llmem_cmd_plan(int argc, char **argv)
     printf("  KV per token         %10.1f KB   (%u layers, %u KV heads x %u, %zu-byte elements)\n",
            (double)kv_token / 1e3, s.layers, s.kv_heads, s.head_dim, kv_elem);
     printf("  KV for the workload  %10.1f MB   (%llu tokens a sequence, in %u-token blocks)\n", (double)kv / 1e6,
-           (unsigned long long)seq_tokens, BLOCK_TOKENS);
+           (unsigned long long)seq_tokens, w.block_tokens);
     printf("  activations          %10.1f MB   (planned; lower bound %.1f MB, naive %.1f MB; %s step)\n",
            (double)act->peak_bytes / 1e6, (double)act->lower_bound_bytes / 1e6, (double)act->naive_bytes / 1e6,
-           act == &pre ? "a prefill" : "a decode");
-    printf("  reserve before prefill %8.1f MB   ((KV + activations) x %.1f)\n", (double)reserve / 1e6, SAFETY);
+           p.prefill_is_peak ? "a prefill" : "a decode");
+    printf("  reserve before prefill %8.1f MB   ((KV + activations) x %.1f)\n", (double)reserve / 1e6, w.safety);
     if (fit >= 0)
         printf("  sequences that fit   %10lld      in %.1f GB beside the weights\n", fit, device / 1e9);
     return 0;

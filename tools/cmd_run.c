@@ -271,8 +271,14 @@ static int generate(const run_args *a)
     size_t cap = strlen(a->prompt) + 3, n = 0;
     prompt = malloc(cap * sizeof *prompt);
     if (!prompt) goto out;
-    if ((st = llmem_tokenizer_encode(tok, a->prompt, true, false, prompt, cap, &n))) {
+    /* BOS as the model asks (tokenizer.ggml.add_bos_token; gpt2 vocabularies add none by default). */
+    if ((st = llmem_tokenizer_encode(tok, a->prompt, llmem_tokenizer_add_bos(tok), false, prompt, cap, &n))) {
         rc = fail("encode", st);
+        goto out;
+    }
+    if (n == 0) {
+        fprintf(stderr, "llmem run: the prompt is empty and this model adds no BOS token: give a prompt (-i)\n");
+        rc = 1;
         goto out;
     }
     if (n > steps) { /* as run.c: only the first steps positions run; but say so */

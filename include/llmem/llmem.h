@@ -37,6 +37,7 @@
 #include "llmem/stage.h"
 #include "llmem/engine.h"
 #include "llmem/planner.h"
+#include "llmem/workload.h"
 #include "llmem/predictor.h"
 #include "llmem/timeline.h"
 #include "llmem/controller.h"

@@ -206,6 +206,7 @@ typedef struct llmem_meta_array {
 } llmem_meta_array;
 
 LLMEM_API llmem_status llmem_model_meta_u32(const llmem_model *m, const char *key, uint32_t *out);
+LLMEM_API llmem_status llmem_model_meta_bool(const llmem_model *m, const char *key, bool *out);
 LLMEM_API llmem_status llmem_model_meta_f32(const llmem_model *m, const char *key, float *out);
 LLMEM_API llmem_status llmem_model_meta_str(const llmem_model *m, const char *key, const char **s, size_t *len);
 LLMEM_API llmem_status llmem_model_meta_array(const llmem_model *m, const char *key, llmem_meta_array *out);

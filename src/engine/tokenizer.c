@@ -71,6 +71,7 @@
 
 #include "internal.h"
 #include "llmem/tokenizer.h"
+#include "tokenizer_internal.h"
 
 /* Texts of up to this many symbols (bytes + BOS + dummy prefix) encode on
  * the stack: 12 bytes of list and 60 of heap per symbol, about 9 KiB. */
@@ -81,24 +82,8 @@
 #define LLMEM__TOK_MIN_SCORE (-1e10f)
 
 
-struct llmem_tokenizer {
-    uint32_t vocab_size;
-    uint32_t max_token_length; /* longest piece, bytes */
-    int32_t bos, eos;
-    int32_t space_id;          /* id of " ", or -1 */
-    int32_t byte_id[256];      /* byte-fallback token of each byte */
-    char byte_piece[256][2];   /* decode of <0xXX>: the byte, then NUL */
-    uint32_t n_sorted;
-    /* The vocabulary, packed (a 32k vocabulary takes 0.6 MB, not 1.2 MB
-     * with a pointer and a length per entry and per sorted entry): */
-    uint32_t *off;             /* [vocab_size + 1]: piece i is blob[off[i] .. off[i + 1] - 1), then NUL */
-    float *score;              /* [vocab_size] */
-    int32_t *sorted;           /* [n_sorted]: ids in memcmp order of their pieces, then by id */
-    char *blob;                /* every piece, NUL-terminated, in id order */
-};
-
-static inline const char *piece_s(const llmem_tokenizer *t, int32_t id) { return t->blob + t->off[id]; }
-static inline uint32_t piece_len(const llmem_tokenizer *t, int32_t id) { return t->off[id + 1] - t->off[id] - 1; }
+static inline const char *piece_s(const llmem_tokenizer *t, int32_t id) { return llmem__tok_piece(t, id); }
+static inline uint32_t piece_len(const llmem_tokenizer *t, int32_t id) { return llmem__tok_piece_len(t, id); }
 
 /* ---- lookup -------------------------------------------------------------- */
 
@@ -117,7 +102,7 @@ static int cmp_concat(const char *p, size_t plen, const char *a, size_t alen, co
 }
 
 /* The id whose piece is a||b (the lowest such id), or -1. */
-static int32_t lookup2(const llmem_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen)
+int32_t llmem__tok_lookup2(const llmem_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen)
 {
     size_t lo = 0, hi = t->n_sorted;
     while (lo < hi) {
@@ -135,6 +120,8 @@ static int32_t lookup2(const llmem_tokenizer *t, const char *a, size_t alen, con
     return -1;
 }
 
+#define lookup2 llmem__tok_lookup2
+
 /* The tokenizer being sorted, for qsort's comparator (one per thread). */
 static _Thread_local const llmem_tokenizer *sorting;
 
@@ -148,14 +135,15 @@ static int entry_cmp(const void *x, const void *y)
 
 /* ---- building ------------------------------------------------------------ */
 
-/* Where build() gets piece i from. Raw bytes (not NUL-terminated) and the
- * score; a failure has already recorded its message. */
-typedef llmem_status (*tok_get_fn)(void *ctx, uint32_t i, const char **s, size_t *len, float *score);
-
-/* The stored form of a raw piece: cut at the first NUL; in GGUF, U+2581
- * becomes ' '. Writes it to dst when dst is not NULL; returns its length. */
-static size_t store_piece(char *dst, const char *s, size_t len, bool gguf)
+/* The stored form of a raw piece (see llmem__tok_store). Writes it to dst
+ * when dst is not NULL; returns its length. */
+static size_t store_piece(char *dst, const char *s, size_t len, llmem__tok_store how)
 {
+    if (how == LLMEM__STORE_RAW) {
+        if (dst && len) memcpy(dst, s, len);
+        return len;
+    }
+    bool gguf = how == LLMEM__STORE_SPM_GGUF;
     size_t o = 0;
     for (size_t i = 0; i < len && s[i]; i++) {
         if (gguf && i + 2 < len && (unsigned char)s[i] == 0xE2 && (unsigned char)s[i + 1] == 0x96 &&
@@ -173,8 +161,8 @@ static size_t store_piece(char *dst, const char *s, size_t len, bool gguf)
 
 static const char hex_upper[] = "0123456789ABCDEF";
 
-static llmem_status build(uint32_t V, tok_get_fn get, void *ctx, bool gguf, int32_t bos, int32_t eos,
-                          llmem_tokenizer **out)
+llmem_status llmem__tok_build(uint32_t V, llmem__tok_get_fn get, void *ctx, llmem__tok_store how, int32_t bos,
+                              int32_t eos, llmem_tokenizer **out)
 {
     /* Pass 1: sizes. */
     size_t blob = 0;
@@ -183,9 +171,10 @@ static llmem_status build(uint32_t V, tok_get_fn get, void *ctx, bool gguf, int3
         const char *s;
         size_t len;
         float score;
-        llmem_status st = get(ctx, i, &s, &len, &score);
+        bool unlisted;
+        llmem_status st = get(ctx, i, &s, &len, &score, &unlisted);
         if (st) return st;
-        size_t n = store_piece(NULL, s, len, gguf);
+        size_t n = store_piece(NULL, s, len, how);
         if (n > UINT32_MAX) return llmem__fail(LLMEM_EFORMAT, "tokenizer: token %u is over 4 GiB", i);
         if (n > maxlen) maxlen = (uint32_t)n;
         if (!llmem__add_ok(blob, n + 1, &blob)) return llmem__fail(LLMEM_EOVERFLOW, "tokenizer: vocabulary too large");
@@ -205,6 +194,7 @@ static llmem_status build(uint32_t V, tok_get_fn get, void *ctx, bool gguf, int3
     t->max_token_length = maxlen;
     t->bos = bos;
     t->eos = eos;
+    t->add_bos = bos >= 0;
     t->off = (uint32_t *)(void *)(mem + off_off);
     t->score = (float *)(void *)(mem + score_off);
     t->sorted = (int32_t *)(void *)(mem + sorted_off);
@@ -217,20 +207,21 @@ static llmem_status build(uint32_t V, tok_get_fn get, void *ctx, bool gguf, int3
         const char *s;
         size_t len;
         float score;
-        llmem_status st = get(ctx, i, &s, &len, &score);
+        bool unlisted;
+        llmem_status st = get(ctx, i, &s, &len, &score, &unlisted);
         if (st) {
             free(mem);
             return st;
         }
         char *dst = t->blob + o;
-        size_t n = store_piece(dst, s, len, gguf);
+        size_t n = store_piece(dst, s, len, how);
         /* Both passes read the same immutable bytes (the caller's image, a
          * read-only mapping), so pass 1's sizes hold. */
         dst[n] = '\0';
         t->off[i] = (uint32_t)o;
         t->score[i] = score;
         o += n + 1;
-        if (gguf && ((int32_t)i == bos || (int32_t)i == eos)) continue;
+        if (unlisted) continue;
         t->sorted[ns++] = (int32_t)i;
     }
     t->off[V] = (uint32_t)o;
@@ -244,7 +235,7 @@ static llmem_status build(uint32_t V, tok_get_fn get, void *ctx, bool gguf, int3
         char name[7] = {'<', '0', 'x', hex_upper[b >> 4], hex_upper[b & 15], '>', 0};
         int32_t by_name = lookup2(t, name, 6, "", 0);
         int32_t plus3 = (uint32_t)b + 3 < V ? b + 3 : -1;
-        int32_t id = gguf ? (by_name >= 0 ? by_name : plus3) : (plus3 >= 0 ? plus3 : by_name);
+        int32_t id = how != LLMEM__STORE_BIN ? (by_name >= 0 ? by_name : plus3) : (plus3 >= 0 ? plus3 : by_name);
         t->byte_id[b] = id >= 0 ? id : 0;
         t->byte_piece[b][0] = (char)b;
         t->byte_piece[b][1] = '\0';
@@ -276,9 +267,10 @@ typedef struct bin_ctx {
     size_t *offset; /* [V]: where entry i's header starts (validated) */
 } bin_ctx;
 
-static llmem_status bin_get(void *ctx, uint32_t i, const char **s, size_t *len, float *score)
+static llmem_status bin_get(void *ctx, uint32_t i, const char **s, size_t *len, float *score, bool *unlisted)
 {
     const bin_ctx *c = ctx;
+    *unlisted = false;
     const unsigned char *p = c->data + c->offset[i];
     *score = rd_f32(p);
     *len = (size_t)rd_i32(p + 4);
@@ -337,7 +329,7 @@ llmem_status llmem_tokenizer_load_memory(const void *data, size_t size, uint32_t
         st = llmem__fail(LLMEM_EFORMAT, "tokenizer.bin: %zu bytes cannot hold %u tokens", size, vocab_size);
     if (!st) {
         bin_ctx c = {d, offset};
-        st = build(vocab_size, bin_get, &c, false, 1, 2, out);
+        st = llmem__tok_build(vocab_size, bin_get, &c, LLMEM__STORE_BIN, 1, 2, out);
     }
     free(offset);
     return st;
@@ -368,11 +360,15 @@ llmem_status llmem_tokenizer_load(const char *path, uint32_t vocab_size, llmem_t
 
 typedef struct gguf_ctx {
     const llmem_model *m;
+    int32_t bos, eos;
 } gguf_ctx;
 
-static llmem_status gguf_get(void *ctx, uint32_t i, const char **s, size_t *len, float *score)
+static llmem_status gguf_get(void *ctx, uint32_t i, const char **s, size_t *len, float *score, bool *unlisted)
 {
     const gguf_ctx *c = ctx;
+    /* tokenizer.bin renames BOS and EOS "\n<s>\n" and "\n</s>\n", which no
+     * text or merge can produce: GGUF must encode the same. */
+    *unlisted = (int32_t)i == c->bos || (int32_t)i == c->eos;
     llmem_status st = llmem_model_meta_array_str(c->m, "tokenizer.ggml.tokens", i, s, len);
     if (st) return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.tokens[%u]: %s", i, llmem_status_name(st));
     double v;
@@ -407,8 +403,10 @@ llmem_status llmem_tokenizer_from_model(const llmem_model *m, llmem_tokenizer **
         return llmem__fail(LLMEM_ENOTFOUND, "tokenizer: the model has no tokenizer.ggml.model (a llama2.c "
                                             "checkpoint? load its tokenizer.bin)");
     if (st) return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.model is not a string");
+    if (nlen == 4 && memcmp(name, "gpt2", 4) == 0) return llmem__tok_bpe_from_model(m, out);
     if (nlen != 5 || memcmp(name, "llama", 5) != 0)
-        return llmem__fail(LLMEM_ENOTSUP, "tokenizer: tokenizer.ggml.model '%.*s' is not supported (only 'llama')",
+        return llmem__fail(LLMEM_ENOTSUP,
+                           "tokenizer: tokenizer.ggml.model '%.*s' is not supported (only 'llama' and 'gpt2')",
                            (int)(nlen > 64 ? 64 : nlen), name);
     llmem_meta_array tokens, scores;
     st = llmem_model_meta_array(m, "tokenizer.ggml.tokens", &tokens);
@@ -433,11 +431,24 @@ llmem_status llmem_tokenizer_from_model(const llmem_model *m, llmem_tokenizer **
     int32_t bos, eos;
     if ((st = gguf_token_id(m, "tokenizer.ggml.bos_token_id", 1, V, &bos))) return st;
     if ((st = gguf_token_id(m, "tokenizer.ggml.eos_token_id", 2, V, &eos))) return st;
-    gguf_ctx c = {m};
-    return build(V, gguf_get, &c, true, bos, eos, out);
+    gguf_ctx c = {m, bos, eos};
+    st = llmem__tok_build(V, gguf_get, &c, LLMEM__STORE_SPM_GGUF, bos, eos, out);
+    bool add_bos;
+    if (!st && llmem_model_meta_bool(m, "tokenizer.ggml.add_bos_token", &add_bos) == LLMEM_OK)
+        (*out)->add_bos = add_bos;
+    return st;
 }
 
-void llmem_tokenizer_destroy(llmem_tokenizer *t) { free(t); }
+void llmem_tokenizer_destroy(llmem_tokenizer *t)
+{
+    if (!t) return;
+    llmem__tok_bpe_free(t->bpe);
+    free(t->type);
+    free(t);
+}
+
+bool llmem_tokenizer_add_bos(const llmem_tokenizer *t) { return t && t->add_bos && t->bos >= 0; }
+bool llmem_tokenizer_is_bpe(const llmem_tokenizer *t) { return t && t->bpe; }
 
 uint32_t llmem_tokenizer_vocab_size(const llmem_tokenizer *t) { return t ? t->vocab_size : 0; }
 int32_t llmem_tokenizer_bos(const llmem_tokenizer *t) { return t ? t->bos : -1; }
@@ -516,6 +527,7 @@ llmem_status llmem_tokenizer_encode(const llmem_tokenizer *t, const char *text, 
     if (n) *n = 0;
     if (!t || !text || !n || (!out && cap)) return llmem__fail(LLMEM_EINVAL, "tokenizer: encode: null argument");
     size_t tlen = strlen(text);
+    if (t->bpe) return llmem__tok_bpe_encode(t, text, tlen, false, bos, eos, out, cap, n);
     /* Symbols: BOS, the dummy prefix, at most one per byte. */
     size_t m;
     if (tlen > (size_t)INT32_MAX - 2)
@@ -602,12 +614,26 @@ static int hexval(char ch)
     return -1;
 }
 
+llmem_status llmem_tokenizer_encode_special(const llmem_tokenizer *t, const char *text, bool bos, bool eos,
+                                            int32_t *out, size_t cap, size_t *n)
+{
+    if (n) *n = 0;
+    if (!t || !text || !n || (!out && cap)) return llmem__fail(LLMEM_EINVAL, "tokenizer: encode: null argument");
+    if (!t->bpe) return llmem_tokenizer_encode(t, text, bos, eos, out, cap, n);
+    return llmem__tok_bpe_encode(t, text, strlen(text), true, bos, eos, out, cap, n);
+}
+
 const char *llmem_tokenizer_decode(const llmem_tokenizer *t, int32_t prev, int32_t token, size_t *len)
 {
     if (len) *len = 0;
     if (!t || token < 0 || (uint32_t)token >= t->vocab_size) return NULL;
     const char *s = piece_s(t, token);
     size_t n = piece_len(t, token);
+    if (t->bpe) { /* pieces are stored as bytes already; control tokens print nothing (llama.cpp's default) */
+        if (t->type && t->type[token] == LLMEM__TOK_CONTROL) return "";
+        if (len) *len = n;
+        return s;
+    }
     /* SentencePiece's decoder drops the space that starts the text. */
     if (prev == t->bos && n && s[0] == ' ') {
         s++;

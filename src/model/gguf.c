@@ -671,6 +671,17 @@ static bool read_int(const uint8_t *p, uint32_t t, bool *neg, uint64_t *mag)
     return true;
 }
 
+llmem_status llmem_model_meta_bool(const llmem_model *m, const char *key, bool *out)
+{
+    const llmem__meta *e;
+    llmem_status st = find(m, key, &e);
+    if (st) return st;
+    if (!out) return llmem__fail(LLMEM_EINVAL, "model: null argument");
+    if (e->type != LLMEM_META_BOOL) return mismatch(e, "a bool");
+    *out = m->base[e->value] != 0;
+    return LLMEM_OK;
+}
+
 llmem_status llmem_model_meta_u32(const llmem_model *m, const char *key, uint32_t *out)
 {
     const llmem__meta *e;
