@@ -528,7 +528,7 @@ static void forced_matches(void **state)
         uint32_t t = ti < 3 ? floats[ti] : qtypes[ti - 3];
         char path[256];
         snprintf(path, sizeof path, "%s/random-%s.gguf", tmpdir, llmem_dtype_name(t));
-        llmem_synth_options so = {7, t, NULL, false};
+        llmem_synth_options so = {7, t, NULL, false, NULL};
         assert_ok(llmem_synth_gguf(&sh, &so, path));
         harness_logits(path, ids, N, V, a, b);
         uint32_t vocab;
@@ -572,6 +572,12 @@ static void tokens_match(const char *path, const char *label)
         "numbers 12345 and symbols #$%&*()[]{}",
         "caf\xc3\xa9 na\xc3\xafve \xe2\x82\xac 5",
         "x",
+        /* what the pre-tokenizers of gpt2 vocabularies split differently */
+        "I'm sure they'll say it's DON'T and We'VE",
+        "digits 1234567 and 3.14159, 2024-12-01",
+        "lines\n\n\nthen   spaces   \t\n  end  ",
+        "\xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 mixed\xc2\xa0nbsp",
+        "def f(x):\n    return x**2  # square",
     };
     llmem_model *m;
     assert_ok(llmem_model_open(path, NULL, &m));
@@ -580,9 +586,20 @@ static void tokens_match(const char *path, const char *label)
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         int32_t mine[512], theirs[512];
         size_t n;
-        assert_ok(llmem_tokenizer_encode(tok, texts[i], true, false, mine, 512, &n));
-        char args[1024], out[8192];
-        snprintf(args, sizeof args, "tokenize '%s' '%s'", path, texts[i]);
+        assert_ok(llmem_tokenizer_encode(tok, texts[i], llmem_tokenizer_add_bos(tok), false, mine, 512, &n));
+        char args[1024], out[8192], quoted[512];
+        /* The text in single quotes for sh: each ' becomes '\'' */
+        size_t q = 0;
+        for (const char *c = texts[i]; *c && q + 5 < sizeof quoted; c++) {
+            if (*c == '\'') {
+                memcpy(quoted + q, "'\\''", 4);
+                q += 4;
+            } else {
+                quoted[q++] = *c;
+            }
+        }
+        quoted[q] = 0;
+        snprintf(args, sizeof args, "tokenize '%s' '%s'", path, quoted);
         run_harness(args, out, sizeof out);
         size_t k = parse_ids(out, theirs, 512);
         bool same = k == n;
@@ -613,9 +630,27 @@ static void tokenize_matches(void **state)
     llmem_shape sh = {"oracle-vocab", 1, 64, 2, 2, 32, 128, 2000, 256, 10000.0, 1};
     char path[256];
     snprintf(path, sizeof path, "%s/vocab.gguf", tmpdir);
-    llmem_synth_options so = {3, LLMEM_DTYPE_F32, NULL, false};
+    llmem_synth_options so = {3, LLMEM_DTYPE_F32, NULL, false, NULL};
     assert_ok(llmem_synth_gguf(&sh, &so, path));
     tokens_match(path, "llmem synth vocabulary");
+}
+
+/* GPT-2 byte-level BPE, each pre-tokenizer: llmem synth's made-up gpt2
+ * vocabulary (llmem/synth.h), tokenised by both. */
+static void tokenize_bpe_matches(void **state)
+{
+    (void)state;
+    if (!have_harness()) SKIP();
+    static const char *const pres[] = {"gpt-2", "qwen2", "llama-bpe"};
+    for (size_t i = 0; i < sizeof pres / sizeof *pres; i++) {
+        llmem_shape sh = {"oracle-bpe", 1, 64, 2, 2, 32, 128, 4000, 256, 10000.0, 1};
+        char path[256], label[64];
+        snprintf(path, sizeof path, "%s/bpe-%s.gguf", tmpdir, pres[i]);
+        llmem_synth_options so = {3, LLMEM_DTYPE_F32, NULL, false, pres[i]};
+        assert_ok(llmem_synth_gguf(&sh, &so, path));
+        snprintf(label, sizeof label, "gpt2 vocabulary, pre %s", pres[i]);
+        tokens_match(path, label);
+    }
 }
 
 int main(int argc, char **argv)
@@ -623,6 +658,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dequant_matches),
         cmocka_unit_test(tokenize_matches),
+        cmocka_unit_test(tokenize_bpe_matches),
         cmocka_unit_test(forced_matches),
     };
     /* The trained model of the shared folder (oracle_llamacpp_shared). */

@@ -276,6 +276,7 @@ static int generate(const run_args *a)
         rc = fail("encode", st);
         goto out;
     }
+    size_t first_shown = llmem_tokenizer_add_bos(tok) ? 1 : 0;
     if (n == 0) {
         fprintf(stderr, "llmem run: the prompt is empty and this model adds no BOS token: give a prompt (-i)\n");
         rc = 1;
@@ -283,9 +284,10 @@ static int generate(const run_args *a)
     }
     if (n > steps) { /* as run.c: only the first steps positions run; but say so */
         fprintf(stderr,
-                "llmem run: warning: the prompt is %zu tokens (with BOS), more than the %zu positions that run: only "
+                "llmem run: warning: the prompt is %zu tokens%s, more than the %zu positions that run: only "
                 "its first %zu are used, %zu dropped (raise -n%s)\n",
-                n, steps, steps, n - steps, steps == ctx ? ", or use a model with a longer context" : "");
+                n, first_shown ? " (with BOS)" : "", steps, steps, n - steps,
+                steps == ctx ? ", or use a model with a longer context" : "");
         n = steps;
     }
     if (a->warmup) {
@@ -371,9 +373,9 @@ static int generate(const run_args *a)
     t_first = now_s() - t_start;
     if (tl) timeline_sample(tl, pool, e, LLMEM_STAGE_PREFILL);
     if (!a->print_ids && B == 1)
-        for (size_t i = 1; i < n; i++) {
+        for (size_t i = first_shown; i < n; i++) { /* BOS, when added, prints nothing */
             size_t len;
-            const char *p = llmem_tokenizer_decode(tok, prompt[i - 1], prompt[i], &len);
+            const char *p = llmem_tokenizer_decode(tok, i ? prompt[i - 1] : -1, prompt[i], &len);
             print_piece(p, len);
         }
     fflush(stdout);
@@ -440,9 +442,9 @@ static int generate(const run_args *a)
     } else if (B > 1) {
         for (uint32_t b = 0; b < B; b++) {
             printf("[%u] ", b);
-            for (size_t i = 1; i < nids[b]; i++) {
+            for (size_t i = first_shown; i < nids[b]; i++) {
                 size_t len;
-                const char *piece = llmem_tokenizer_decode(tok, ids[b][i - 1], ids[b][i], &len);
+                const char *piece = llmem_tokenizer_decode(tok, i ? ids[b][i - 1] : -1, ids[b][i], &len);
                 print_piece(piece, len);
             }
             printf("\n");

@@ -13,7 +13,7 @@
 
 llmem_status llmem_tool_synth_gguf(const llmem_shape *shape, uint32_t type, uint64_t seed, const char *path)
 {
-    llmem_synth_options o = {seed, type, NULL, true};
+    llmem_synth_options o = {seed, type, NULL, true, NULL};
     return llmem_synth_gguf(shape, &o, path);
 }
 
@@ -21,7 +21,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: llmem synth --shape NAME|config.json -o FILE [--seed N] [--type T]\n"
-            "                   [--format gguf|llama2c] [--vocab tokenizer.bin] [--ctx N]\n"
+            "                   [--format gguf|llama2c] [--vocab tokenizer.bin | --bpe PRE] [--ctx N]\n"
             "\n"
             "Writes a model of that shape with synthetic (seeded random) weights: the output\n"
             "text is meaningless; speed and memory are real. Shapes: ");
@@ -33,13 +33,15 @@ static void usage(FILE *f)
             "  --format F      gguf (default) or llama2c (f32 only; for llama2.c's run.c)\n"
             "  --vocab PATH    put this llama2.c tokenizer's vocabulary in the GGUF metadata\n"
             "                  (default: a made-up vocabulary of the shape's size)\n"
+            "  --bpe PRE       a made-up GPT-2 byte-level BPE vocabulary instead (as Qwen2 and\n"
+            "                  Llama 3 files have), with pre-tokenizer PRE: gpt-2, qwen2, llama-bpe\n"
             "  --ctx N         context length to record (default: the shape's)\n");
 }
 
 int llmem_cmd_synth(int argc, char **argv)
 {
     const char *shape = NULL, *out = NULL;
-    llmem_synth_options so = {1, LLMEM_DTYPE_F32, NULL, true};
+    llmem_synth_options so = {1, LLMEM_DTYPE_F32, NULL, true, NULL};
     llmem_shape s;
     bool llama2c = false;
     unsigned long long ctx = 0;
@@ -53,6 +55,10 @@ int llmem_cmd_synth(int argc, char **argv)
         } else if (TAKE("--shape")) shape = v;
         else if (TAKE("-o")) out = v;
         else if (TAKE("--vocab")) so.vocab_path = v;
+        else if (TAKE("--bpe")) {
+            ok = !strcmp(v, "gpt-2") || !strcmp(v, "qwen2") || !strcmp(v, "llama-bpe");
+            so.bpe_pre = v;
+        }
         else if (TAKE("--seed") || TAKE("--ctx")) {
             char *end;
             errno = 0;

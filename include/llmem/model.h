@@ -226,6 +226,7 @@ LLMEM_API llmem_status llmem_gguf_writer_create(llmem_gguf_writer **out);
 LLMEM_API void llmem_gguf_writer_destroy(llmem_gguf_writer *w);
 LLMEM_API llmem_status llmem_gguf_add_u32(llmem_gguf_writer *w, const char *key, uint32_t v);
 LLMEM_API llmem_status llmem_gguf_add_f32(llmem_gguf_writer *w, const char *key, float v);
+LLMEM_API llmem_status llmem_gguf_add_bool(llmem_gguf_writer *w, const char *key, bool v);
 LLMEM_API llmem_status llmem_gguf_add_str(llmem_gguf_writer *w, const char *key, const char *v);
 /* Arrays: strings (n NUL-terminated), f32 and i32. Copied. */
 LLMEM_API llmem_status llmem_gguf_add_str_array(llmem_gguf_writer *w, const char *key, const char *const *v, size_t n);

@@ -12,7 +12,12 @@
  * <s>, </s>, the 256 byte tokens, the printable ASCII characters with the
  * space written as SentencePiece writes it, U+2581 "▁", then "▁" + letter
  * strings), scored so that shorter pieces merge first. llama.cpp and
- * llmem tokenise text the same way with it.
+ * llmem tokenise text the same way with it. With bpe_pre, a GPT-2
+ * byte-level BPE vocabulary instead (tokenizer.ggml.model "gpt2", as
+ * Qwen2 and Llama 3 files have): the 256 byte tokens, then merged tokens
+ * shortest first - "Ġ" + a letter, two letters, then each token so far +
+ * a letter, letters in English frequency order - each with its merge, and
+ * "<|endoftext|>" (control) last as BOS and EOS, add_bos_token false.
  *
  * Values: matrices uniform in [-1/sqrt(n), 1/sqrt(n)] for rows of n (so
  * activations keep their scale through the layers), norms 1, the embedding
@@ -40,6 +45,8 @@ typedef struct llmem_synth_options {
     const char *vocab_path;  /* a llama2.c tokenizer.bin whose vocabulary the GGUF carries; NULL: the
                                 made-up one (none when the vocabulary is under 354 tokens) */
     bool progress;           /* progress lines on stderr for files over 100 MB when stderr is a terminal */
+    const char *bpe_pre;     /* not NULL: a made-up GPT-2 byte-level BPE vocabulary instead (see below),
+                                with this tokenizer.ggml.pre ("gpt-2", "qwen2", "llama-bpe") */
 } llmem_synth_options;
 
 /* Write a GGUF v3 model of the shape to path (whole or not at all). */

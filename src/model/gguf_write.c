@@ -133,6 +133,14 @@ llmem_status llmem_gguf_add_u32(llmem_gguf_writer *w, const char *key, uint32_t 
     return st ? st : end(w, key, mark, put_u32(w, v));
 }
 
+llmem_status llmem_gguf_add_bool(llmem_gguf_writer *w, const char *key, bool v)
+{
+    size_t mark;
+    uint8_t b = v ? 1 : 0;
+    llmem_status st = begin(w, key, LLMEM_META_BOOL, &mark);
+    return st ? st : end(w, key, mark, put(w, &b, 1));
+}
+
 llmem_status llmem_gguf_add_f32(llmem_gguf_writer *w, const char *key, float v)
 {
     size_t mark;

@@ -220,7 +220,90 @@ static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab)
     return st;
 }
 
-static llmem_status write_gguf(synth *sy, const char *path, const char *vocab_path, bool progress)
+/* The byte-level text of byte b, NUL-terminated, in out[0..3). */
+static void byte_level(unsigned b, char out[3])
+{
+    uint32_t cp = llmem__gpt2_byte_cp(b);
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+static char *concat3(const char *a, const char *sep, const char *b)
+{
+    size_t la = strlen(a), ls = strlen(sep), lb = strlen(b);
+    char *r = malloc(la + ls + lb + 1);
+    if (r) {
+        memcpy(r, a, la);
+        memcpy(r + la, sep, ls);
+        memcpy(r + la + ls, b, lb + 1);
+    }
+    return r;
+}
+
+/* With bpe_pre: a made-up GPT-2 byte-level BPE vocabulary of exactly
+ * `vocab` tokens (llmem/synth.h). Breadth first from the space and the
+ * letters, each new token is an earlier one + a letter, so every merge's
+ * halves are tokens ranked before it, as in a trained vocabulary. */
+static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const char *pre)
+{
+    static const char letters[] = "etaoinshrdlcumwfgypbvkjxqz";
+    if (vocab < 257)
+        return llmem__fail(LLMEM_EINVAL, "synth: a gpt2 vocabulary needs at least 257 tokens (256 bytes and "
+                                         "<|endoftext|>), the shape has %u", vocab);
+    uint32_t nm = vocab - 257;
+    char **tok = calloc(vocab, sizeof *tok), **merges = calloc(nm ? nm : 1, sizeof *merges);
+    int32_t *types = calloc(vocab, sizeof *types);
+    uint32_t *queue = calloc(vocab, sizeof *queue);
+    llmem_status st = tok && merges && types && queue ? LLMEM_OK : LLMEM_ENOMEM;
+    char ch[3];
+    for (uint32_t b = 0; !st && b < 256; b++) {
+        byte_level(b, ch);
+        if (!(tok[b] = strdup(ch))) st = LLMEM_ENOMEM;
+        types[b] = 1;
+    }
+    uint32_t n = 256, qh = 0, qt = 0;
+    queue[qt++] = ' ';
+    for (const char *l = letters; *l; l++) queue[qt++] = (uint32_t)(unsigned char)*l;
+    while (!st && n < vocab - 1 && qh < qt) {
+        uint32_t left = queue[qh++];
+        for (const char *l = letters; !st && *l && n < vocab - 1; l++) {
+            const char *right = tok[(unsigned char)*l];
+            tok[n] = concat3(tok[left], "", right);
+            merges[n - 256] = concat3(tok[left], " ", right);
+            if (!tok[n] || !merges[n - 256]) st = LLMEM_ENOMEM;
+            types[n] = 1;
+            queue[qt++] = n++;
+        }
+    }
+    if (!st && n != vocab - 1) st = llmem__fail(LLMEM_EINVAL, "synth: the made-up gpt2 vocabulary ran short");
+    if (!st && !(tok[vocab - 1] = strdup("<|endoftext|>"))) st = LLMEM_ENOMEM;
+    if (types) types[vocab - 1] = 3; /* control */
+    if (st == LLMEM_ENOMEM) st = llmem__fail(LLMEM_ENOMEM, "synth: out of memory for a %u-token vocabulary", vocab);
+    if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.model", "gpt2");
+    if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.pre", pre);
+    if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.tokens", (const char *const *)tok, vocab);
+    if (!st) st = llmem_gguf_add_i32_array(w, "tokenizer.ggml.token_type", types, vocab);
+    if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.merges", (const char *const *)merges, nm);
+    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", vocab - 1);
+    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", vocab - 1);
+    if (!st) st = llmem_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", false);
+    for (uint32_t i = 0; tok && i < vocab; i++) free(tok[i]);
+    for (uint32_t i = 0; merges && i < nm; i++) free(merges[i]);
+    free(tok);
+    free(merges);
+    free(types);
+    free(queue);
+    return st;
+}
+
+static llmem_status write_gguf(synth *sy, const char *path, const char *vocab_path, const char *bpe_pre,
+                              bool progress)
 {
     const llmem_shape *s = &sy->s;
     llmem_gguf_writer *w;
@@ -242,7 +325,9 @@ static llmem_status write_gguf(synth *sy, const char *path, const char *vocab_pa
     if (!st) st = llmem_gguf_add_f32(w, "llama.rope.freq_base", (float)s->rope_theta);
     if (!st) st = llmem_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     if (!st) st = llmem_gguf_add_u32(w, "llama.vocab_size", s->vocab);
-    if (!st) st = vocab_path ? add_vocab(w, vocab_path, s->vocab) : add_synthetic_vocab(w, s->vocab);
+    if (!st) st = bpe_pre      ? add_bpe_vocab(w, s->vocab, bpe_pre)
+                  : vocab_path ? add_vocab(w, vocab_path, s->vocab)
+                               : add_synthetic_vocab(w, s->vocab);
     for (size_t i = 0; !st && i < sy->n; i++) {
         const synth_tensor *t = &sy->t[i];
         st = llmem_gguf_add_tensor(w, t->name, tensor_type(sy, t), t->n_dims, t->dims, fill, sy);
@@ -354,7 +439,12 @@ llmem_status llmem_synth_gguf(const llmem_shape *shape, const llmem_synth_option
     sy.seed = o.seed;
     sy.type = o.type;
     if (!synth_init(&sy)) return llmem__fail(LLMEM_ENOMEM, "synth: out of memory");
-    st = write_gguf(&sy, path, o.vocab_path, o.progress);
+    if (o.bpe_pre && o.vocab_path) {
+        free(sy.t);
+        free(sy.scratch);
+        return llmem__fail(LLMEM_EINVAL, "synth: give a vocabulary file or a made-up BPE vocabulary, not both");
+    }
+    st = write_gguf(&sy, path, o.vocab_path, o.bpe_pre, o.progress);
     free(sy.t);
     free(sy.scratch);
     return st;
