@@ -7,7 +7,9 @@
  *            per multiply-add), best of --rounds timed runs of at least
  *            --seconds each: the dispatched path (llmem__kernels_isa) and
  *            the portable one forced, each weight type (f32, f16, bf16,
- *            q8_0), batch 1 and 32, teams of 1 and 2 threads; and run.c's
+ *            and the block types q4_0 .. q8_0, q2_k .. q6_k, made by
+ *            llmem_quantize_row from random floats), batch 1 and 32, teams
+ *            of 1 and 2 threads; and run.c's
  *            naive f32 loop compiled here at the tool's optimisation, the
  *            baseline of the ratio column (dispatched f32, one thread,
  *            over naive).
@@ -35,8 +37,22 @@
 #define BF16 LLMEM_DTYPE_BF16
 #define Q8_0 LLMEM_DTYPE_Q8_0
 
-static const uint32_t wtypes[] = {F32, F16, BF16, Q8_0};
-static const char *type_name(uint32_t t) { return t == F32 ? "f32" : t == F16 ? "f16" : t == BF16 ? "bf16" : "q8_0"; }
+static const uint32_t wtypes[] = {F32,
+                                   F16,
+                                   BF16,
+                                   Q8_0,
+                                   LLMEM_DTYPE_Q4_0,
+                                   LLMEM_DTYPE_Q4_1,
+                                   LLMEM_DTYPE_Q5_0,
+                                   LLMEM_DTYPE_Q5_1,
+                                   LLMEM_DTYPE_Q2_K,
+                                   LLMEM_DTYPE_Q3_K,
+                                   LLMEM_DTYPE_Q4_K,
+                                   LLMEM_DTYPE_Q5_K,
+                                   LLMEM_DTYPE_Q6_K};
+#define NW (sizeof wtypes / sizeof wtypes[0])
+static const char *type_name(uint32_t t) { return llmem_dtype_name(t); }
+static void *scratch; /* the block types' quantised activation rows */
 
 static double now_s(void) { return (double)bench_now_ns() * 1e-9; }
 
@@ -45,7 +61,7 @@ static float rnd_f(uint64_t *s) { return (float)((double)(bench_rand(s) >> 11) *
 /* d rows of n weights of type t, small random values (|x| < 1). */
 static void *make_weights(uint32_t t, size_t n, size_t d, uint64_t *rng)
 {
-    size_t row = t == F32 ? n * 4 : t == Q8_0 ? n / 32 * 34 : n * 2;
+    size_t row = (size_t)llmem_dtype_bytes(t, n);
     uint8_t *w = malloc(d * row);
     if (!w) return NULL;
     for (size_t r = 0; r < d; r++) {
@@ -60,6 +76,19 @@ static void *make_weights(uint32_t t, size_t n, size_t d, uint64_t *rng)
                 uint16_t h = (uint16_t)(bench_rand(rng) & (t == F16 ? 0x3bff : 0x3f7f));
                 h |= (uint16_t)(bench_rand(rng) & 0x8000);
                 memcpy(p + 2 * c, &h, 2);
+            }
+        } else if (t != Q8_0) {
+            float *v = malloc(n * sizeof(float));
+            if (!v) {
+                free(w);
+                return NULL;
+            }
+            for (size_t c = 0; c < n; c++) v[c] = rnd_f(rng);
+            llmem_status st = llmem_quantize_row(t, v, p, n);
+            free(v);
+            if (st) {
+                free(w);
+                return NULL;
             }
         } else {
             for (size_t b = 0; b < n / 32; b++) {
@@ -93,7 +122,7 @@ static double gflops(llmem__threads *th, bool naive, const float *x, const void 
         do {
             if (naive)
                 for (size_t b = 0; b < batch; b++) naive_matmul(y + b * d, x + b * n, w, (int)n, (int)d);
-            else llmem__matmul(th, y, x, w, type, n, d, batch);
+            else llmem__matmul(th, y, x, w, type, n, d, batch, scratch);
             iters++;
             t = now_s() - t0;
         } while (t < min_s);
@@ -193,14 +222,18 @@ int llmem_bench_kernels(int argc, char **argv)
     }
     const size_t n = 768, d = 768, maxb = 32;
     uint64_t rng = 0x9e3779b97f4a7c15ull;
-    void *w[4] = {0};
+    void *w[NW] = {0};
     float *x = malloc(maxb * n * sizeof(float)), *y = malloc(maxb * d * sizeof(float));
     llmem__threads *team[3] = {NULL, NULL, NULL};
     int rc = 1;
     if (!x || !y) goto oom;
     for (size_t i = 0; i < maxb * n; i++) x[i] = rnd_f(&rng);
-    for (int t = 0; t < 4; t++)
+    size_t sb = 64;
+    for (size_t t = 0; t < NW; t++) {
         if (!(w[t] = make_weights(wtypes[t], n, d, &rng))) goto oom;
+        if (llmem__matmul_scratch_bytes(wtypes[t], n, maxb) > sb) sb = llmem__matmul_scratch_bytes(wtypes[t], n, maxb);
+    }
+    if (!(scratch = aligned_alloc(64, (sb + 63) / 64 * 64))) goto oom;
     for (unsigned k = 1; k <= 2; k++)
         if (llmem__threads_create(k, &team[k])) {
             fprintf(stderr, "llmem bench kernels: %s\n", llmem_last_error());
@@ -216,7 +249,7 @@ int llmem_bench_kernels(int argc, char **argv)
     }
     for (int path = 0; path < 2; path++) {
         llmem__kernels_force_portable(path == 1);
-        for (int t = 0; t < 4; t++) {
+        for (size_t t = 0; t < NW; t++) {
             double g[4];
             int k = 0;
             for (size_t batch = 1; batch <= maxb; batch += maxb - 1)
@@ -240,7 +273,9 @@ int llmem_bench_kernels(int argc, char **argv)
     }
 out:
     for (unsigned k = 1; k <= 2; k++) llmem__threads_destroy(team[k]);
-    for (int t = 0; t < 4; t++) free(w[t]);
+    for (size_t t = 0; t < NW; t++) free(w[t]);
+    free(scratch);
+    scratch = NULL;
     free(x);
     free(y);
     return rc;

@@ -7,6 +7,11 @@ set -eu
 pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev libmicrohttpd-dev libpcre2-dev"
 pkgs_test="libcmocka-dev libnuma1 sqlite3 curl" # sqlite3: tests/shim/programs.sh; curl: tests/serve_*.sh
 pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered headless (tests/timeline_render.sh)
+# llama.cpp from the npm registry for test_oracle and engine_bench -L
+# (scripts/llamacpp.sh). Debian's npm only where no npm is on PATH: a
+# Node.js from elsewhere (nodesource) ships its own and conflicts with it.
+pkgs_oracle="git"
+command -v npm >/dev/null 2>&1 || pkgs_oracle="$pkgs_oracle npm"
 pkgs_bench="libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4"
 # bench/programs.sh: real programs under each allocator
 pkgs_bench="$pkgs_bench redis-server redis-tools libpython3.11-testsuite sqlite3 python3"
@@ -19,8 +24,8 @@ want=""
 for g in "$@"; do
     case "$g" in
         build) want="$want $pkgs_build" ;;
-        test) want="$want $pkgs_build $pkgs_test $pkgs_render" ;;
-        bench) want="$want $pkgs_build $pkgs_bench" ;;
+        test) want="$want $pkgs_build $pkgs_test $pkgs_render $pkgs_oracle" ;;
+        bench) want="$want $pkgs_build $pkgs_bench $pkgs_oracle time" ;;
         fuzz) want="$want $pkgs_build $pkgs_test $pkgs_fuzz" ;;
         *) echo "deps.sh: unknown group '$g' (build, test, bench, fuzz)" >&2; exit 2 ;;
     esac

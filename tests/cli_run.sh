@@ -4,7 +4,7 @@
 # which needs the shared models):
 #  - greedy ids of stories260K (.bin with tok512.bin, and .gguf) equal
 #    llama2.c's reference ids for every reference prompt;
-#  - --alloc malloc and --batch 3 give the same ids;
+#  - --alloc malloc, --batch 3 and --warmup give the same ids;
 #  - llmem synth writes a GGUF (with a vocabulary) and a llama2.c file that
 #    llmem run reads, and --stats reports;
 #  - bad arguments and a corrupt model fail with a message, exit status 1 or 2.
@@ -51,6 +51,12 @@ if [ -f "$MODELS/stories260K.bin" ] && [ -d "$MODELS/reference" ]; then
         --batch 3 > "$TMP/batch.ids" || fail "run --batch 3"
     [ "$(sort -u "$TMP/batch.ids" | wc -l)" = 1 ] && [ "$(wc -l < "$TMP/batch.ids")" = 3 ] || fail "--batch 3 lines"
     head -n 1 "$TMP/batch.ids" | cmp -s - "$MODELS/reference/stories260K.lily.128.ids" || fail "--batch ids differ"
+    # --warmup runs the prompt once first: the same ids, and --stats counts
+    # only the request's prefill (3 copies of the 5-token prompt).
+    "$LLMEM" run "$MODELS/stories260K.gguf" -t 0 -n 256 -i "Once upon a time" --print-ids --warmup --batch 3 \
+        --stats > "$TMP/warm.ids" 2> "$TMP/warm.txt" || fail "run --warmup"
+    head -n 1 "$TMP/warm.ids" | cmp -s - "$MODELS/reference/stories260K.once.256.ids" || fail "--warmup ids differ"
+    grep -q "^prefill *15 tokens" "$TMP/warm.txt" || fail "--warmup's pass is counted in --stats' prefill"
     # Sampling is seeded: the same seed, the same text.
     a=$("$LLMEM" run "$MODELS/stories260K.bin" -z "$MODELS/tok512.bin" -t 1 -p 0.9 -s 42 -n 64 --print-ids)
     b=$("$LLMEM" run "$MODELS/stories260K.bin" -z "$MODELS/tok512.bin" -t 1 -p 0.9 -s 42 -n 64 --print-ids)

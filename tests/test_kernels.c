@@ -2,14 +2,24 @@
  * test_kernels.c - the engine's numeric kernels (src/engine/kernels.c).
  *
  * Every kernel against a plain double-precision reference written here,
- * with its own decoding of f16, bf16 and Q8_0, on both paths (the one this
+ * with its own decoding of f16 and bf16, on both paths (the one this
  * machine dispatches to, and the portable one forced), for odd sizes,
  * batches 1..9 and teams of 1..4 threads. Then the invariants the engine
  * relies on, bitwise: a batched matmul row equals the batch-1 matmul of
- * that row whatever the team; an F16/BF16/Q8_0 matmul equals the F32
- * matmul of the dequantised rows; llmem__dot equals the F32 matmul. Also
- * f16 conversion for all 65536 halves and chosen roundings, Q8_0 dequant of
- * hand-built blocks, rope against run.c's formula, softmax edge cases.
+ * that row whatever the team; an F16/BF16 matmul equals the F32 matmul of
+ * the dequantised rows; llmem__dot equals the F32 matmul.
+ *
+ * The block types (q4_0 .. q8_0, q2_k .. q6_k): on both paths, for rows
+ * made by llmem_quantize_row from values of every magnitude and rows of
+ * random bytes with random finite scales, the activation rows are the
+ * same bits on both paths and decode to within half a step of x; every
+ * matmul output equals, within float rounding, the double sum of the
+ * dequantised weights (llmem_dequantize_row, itself checked against
+ * llama.cpp by the oracle test) times the dequantised activations, and
+ * the scalar reference kernel; batched equals batch-1 bitwise for every
+ * team. Also f16 conversion for all 65536 halves and chosen roundings,
+ * Q8_0 dequant of hand-built blocks, rope against run.c's formula, softmax
+ * edge cases.
  * The speed of these kernels is a benchmark, not a test: `llmem bench
  * kernels` (bench/bench_kernels.c).
  */
@@ -21,6 +31,7 @@
 #include "llmem/model.h"
 
 #include "../src/engine/kernels.h"
+#include "../src/engine/kernels_q.h"
 
 #define F32 LLMEM_DTYPE_F32
 #define F16 LLMEM_DTYPE_F16
@@ -29,7 +40,12 @@
 
 static const size_t sizes[] = {1, 7, 31, 32, 33, 64, 100, 257, 288, 768};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
-static const uint32_t wtypes[] = {F32, F16, BF16, Q8_0};
+static const uint32_t wtypes[] = {F32, F16, BF16};
+#define NWTYPES (sizeof wtypes / sizeof wtypes[0])
+static const uint32_t qtypes[] = {LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYPE_Q5_0, LLMEM_DTYPE_Q5_1,
+                                  LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q3_K, LLMEM_DTYPE_Q4_K,
+                                  LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K};
+#define NQTYPES (sizeof qtypes / sizeof qtypes[0])
 
 /* ---- test-side helpers --------------------------------------------------- */
 
@@ -72,7 +88,7 @@ static void wmat_make(wmat *m, uint32_t type, size_t n, size_t d)
     m->type = type;
     m->n = n;
     m->d = d;
-    m->row_bytes = type == F32 ? n * 4 : type == Q8_0 ? n / 32 * 34 : n * 2;
+    m->row_bytes = type == F32 ? n * 4 : n * 2;
     m->data = malloc(d * m->row_bytes + 1);
     m->val = malloc(d * n * sizeof(double) + 1);
     assert_non_null(m->data);
@@ -86,7 +102,7 @@ static void wmat_make(wmat *m, uint32_t type, size_t n, size_t d)
                 memcpy(row + 4 * c, &f, 4);
                 v[c] = f;
             }
-        } else if (type == F16 || type == BF16) {
+        } else {
             for (size_t c = 0; c < n; c++) {
                 uint16_t h;
                 if (type == F16) {
@@ -99,17 +115,6 @@ static void wmat_make(wmat *m, uint32_t type, size_t n, size_t d)
                 }
                 memcpy(row + 2 * c, &h, 2);
             }
-        } else {
-            for (size_t b = 0; b < n / 32; b++) {
-                uint8_t *blk = row + b * 34;
-                uint16_t dh = (uint16_t)(0x1c00 + (rng_next() & 0x3ff)); /* 2^-8 .. 2^-7 */
-                memcpy(blk, &dh, 2);
-                for (size_t i = 0; i < 32; i++) {
-                    int8_t q = (int8_t)(rng_next() & 0xff);
-                    blk[2 + i] = (uint8_t)q;
-                    v[b * 32 + i] = ref_f16(dh) * q;
-                }
-            }
         }
     }
 }
@@ -120,7 +125,7 @@ static void wmat_free(wmat *m)
     free(m->val);
 }
 
-static const char *type_name(uint32_t t) { return t == F32 ? "f32" : t == F16 ? "f16" : t == BF16 ? "bf16" : "q8_0"; }
+static const char *type_name(uint32_t t) { return llmem_dtype_name(t); }
 
 /* |got - ref| within rel of the sum of |terms| (a dot can cancel: relative
  * to the result itself would be meaningless). */
@@ -165,7 +170,7 @@ static void matmul_case(uint32_t type, size_t n, size_t d)
     assert_true(x && y && y1 && yf && wf);
     for (size_t i = 0; i < maxb * n; i++) x[i] = rng_f();
 
-    for (size_t b = 0; b < maxb; b++) llmem__matmul(NULL, y1 + b * d, x + b * n, m.data, type, n, d, 1);
+    for (size_t b = 0; b < maxb; b++) llmem__matmul(NULL, y1 + b * d, x + b * n, m.data, type, n, d, 1, NULL);
     for (size_t b = 0; b < maxb; b++)
         for (size_t r = 0; r < d; r++) {
             double ref = 0, scale = 0;
@@ -188,7 +193,7 @@ static void matmul_case(uint32_t type, size_t n, size_t d)
                 fail_msg("%s dequant row %zu [%zu]: %g, want %g", type_name(type), r, c, wf[r * n + c],
                          m.val[r * n + c]);
     }
-    llmem__matmul(NULL, yf, x, wf, F32, n, d, maxb);
+    llmem__matmul(NULL, yf, x, wf, F32, n, d, maxb, NULL);
     if (memcmp(yf, y1, maxb * d * sizeof(float)) != 0)
         fail_msg("%s matmul n=%zu d=%zu differs from the F32 matmul of its dequantised rows", type_name(type), n, d);
     for (size_t b = 0; b < maxb; b++)
@@ -201,7 +206,7 @@ static void matmul_case(uint32_t type, size_t n, size_t d)
     for (size_t batch = 1; batch <= maxb; batch++)
         for (unsigned k = 0; k <= 4; k++) {
             memset(y, 0xff, maxb * d * sizeof(float));
-            llmem__matmul(k ? teams[k] : NULL, y, x, m.data, type, n, d, batch);
+            llmem__matmul(k ? teams[k] : NULL, y, x, m.data, type, n, d, batch, NULL);
             if (memcmp(y, y1, batch * d * sizeof(float)) != 0) {
                 size_t i = 0;
                 while (memcmp(&y[i], &y1[i], sizeof(float)) == 0) i++;
@@ -226,10 +231,9 @@ static void matmul_case(uint32_t type, size_t n, size_t d)
 static void matmul_all(void)
 {
     static const size_t ds[] = {1, 7, 17, 100};
-    for (size_t t = 0; t < 4; t++)
+    for (size_t t = 0; t < NWTYPES; t++)
         for (size_t i = 0; i < NSIZES; i++) {
             size_t n = sizes[i];
-            if (wtypes[t] == Q8_0 && n % 32) continue;
             for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++) matmul_case(wtypes[t], n, ds[j]);
         }
 }
@@ -255,16 +259,16 @@ static void test_paths_agree(void **state)
 {
     (void)state;
     size_t n = 768, d = 64, batch = 5;
-    for (size_t t = 0; t < 4; t++) {
+    for (size_t t = 0; t < NWTYPES; t++) {
         wmat m;
         wmat_make(&m, wtypes[t], n, d);
         float *x = malloc(batch * n * sizeof(float)), *ya = malloc(batch * d * sizeof(float)),
               *yp = malloc(batch * d * sizeof(float));
         assert_true(x && ya && yp);
         for (size_t i = 0; i < batch * n; i++) x[i] = rng_f();
-        llmem__matmul(teams[2], ya, x, m.data, m.type, n, d, batch);
+        llmem__matmul(teams[2], ya, x, m.data, m.type, n, d, batch, NULL);
         llmem__kernels_force_portable(true);
-        llmem__matmul(teams[2], yp, x, m.data, m.type, n, d, batch);
+        llmem__matmul(teams[2], yp, x, m.data, m.type, n, d, batch, NULL);
         llmem__kernels_force_portable(false);
         for (size_t i = 0; i < batch * d; i++) {
             double scale = 0;
@@ -284,9 +288,209 @@ static void test_matmul_supports(void **state)
     assert_true(llmem__matmul_supports(F32));
     assert_true(llmem__matmul_supports(F16));
     assert_true(llmem__matmul_supports(BF16));
-    assert_true(llmem__matmul_supports(Q8_0));
-    assert_false(llmem__matmul_supports(LLMEM_DTYPE_Q4_0));
+    for (size_t t = 0; t < NQTYPES; t++) assert_true(llmem__matmul_supports(qtypes[t]));
+    assert_false(llmem__matmul_supports(9));  /* q8_1: a type for activations, not stored weights */
+    assert_false(llmem__matmul_supports(15)); /* q8_k, the same */
     assert_false(llmem__matmul_supports(99));
+    assert_int_equal(llmem__matmul_scratch_bytes(F32, 256, 4), 0);
+    assert_true(llmem__matmul_scratch_bytes(LLMEM_DTYPE_Q4_K, 256, 4) >= 4 * (256 + 32 + 4));
+    assert_int_equal(llmem__matmul_scratch_bytes(LLMEM_DTYPE_Q4_K, 256, 4) % 64, 0);
+}
+
+/* ---- block-type matmul ------------------------------------------------------ */
+
+/* Where a type's f16 scale fields lie in its block (a fact of the format):
+ * offsets, -1 after the last. */
+static void scale_fields(uint32_t t, int off[3])
+{
+    off[1] = off[2] = -1;
+    switch (t) {
+    case LLMEM_DTYPE_Q4_1: case LLMEM_DTYPE_Q5_1: case LLMEM_DTYPE_Q4_K: case LLMEM_DTYPE_Q5_K:
+        off[0] = 0;
+        off[1] = 2;
+        break;
+    case LLMEM_DTYPE_Q2_K: off[0] = 80; off[1] = 82; break;
+    case LLMEM_DTYPE_Q3_K: off[0] = 108; break;
+    case LLMEM_DTYPE_Q6_K: off[0] = 208; break;
+    default: off[0] = 0; break;
+    }
+}
+
+/* d rows of n of block type t: rows from llmem_quantize_row over values of
+ * magnitude 2^-12 .. 2^8 (a different one per row), and every third row
+ * random bytes with random finite scales of either sign. */
+static uint8_t *qmat_make(uint32_t t, size_t n, size_t d, size_t *row_bytes)
+{
+    size_t rb = (size_t)llmem_dtype_bytes(t, n), bs = llmem_dtype_bytes(t, llmem_dtype_block_size(t));
+    uint8_t *w = malloc(d * rb + 1);
+    float *v = malloc(n * sizeof(float));
+    assert_true(w && v && rb);
+    for (size_t r = 0; r < d; r++) {
+        uint8_t *row = w + r * rb;
+        if (r % 3 == 2) {
+            for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)rng_next();
+            int off[3];
+            scale_fields(t, off);
+            for (size_t b = 0; b < rb / bs; b++)
+                for (int k = 0; k < 3 && off[k] >= 0; k++) {
+                    uint16_t h = (uint16_t)(0x1400 + rng_next() % 0x3000) | (uint16_t)(rng_next() & 0x8000);
+                    memcpy(row + b * bs + (size_t)off[k], &h, 2);
+                }
+        } else {
+            float mag = ldexpf(1.0f, (int)(r % 21) - 12);
+            for (size_t c = 0; c < n; c++) v[c] = mag * rng_f() + (r % 5 == 1 ? mag * 0.5f : 0.0f);
+            assert_ok(llmem_quantize_row(t, v, row, n));
+        }
+    }
+    free(v);
+    *row_bytes = rb;
+    return w;
+}
+
+/* The activation row's values as doubles (its layout: kernels_q.h). */
+static void act_decode(uint32_t t, const uint8_t *row, size_t n, double *out, const float **s_out)
+{
+    const int8_t *qs = (const int8_t *)row;
+    bool k = t >= LLMEM_DTYPE_Q2_K;
+    const float *d = (const float *)(row + n + (k ? 2 * (n / 16) : 0));
+    for (size_t i = 0; i < n; i++) out[i] = (double)d[i / (k ? 256 : 32)] * qs[i];
+    *s_out = k ? NULL : d + n / 32;
+    if (k) {
+        const int16_t *bs = (const int16_t *)(row + n);
+        for (size_t g = 0; g < n / 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += qs[16 * g + (size_t)j];
+            if (sum != bs[g]) fail_msg("%s activation bsum %zu = %d, the values sum to %d", type_name(t), g, bs[g], sum);
+        }
+    }
+}
+
+static void qmatmul_case(uint32_t t, size_t n, size_t d)
+{
+    const size_t maxb = 9;
+    size_t rb, ab = llmem__act_row_bytes(t, n);
+    uint8_t *w = qmat_make(t, n, d, &rb);
+    float *x = malloc(maxb * n * sizeof(float)), *y = malloc(maxb * d * sizeof(float));
+    float *y1 = malloc(maxb * d * sizeof(float)), *yr = malloc(maxb * d * sizeof(float));
+    float *wd = malloc(n * sizeof(float));
+    double *xd = malloc(maxb * n * sizeof(double));
+    uint8_t *act = aligned_alloc(64, maxb * ab), *act2 = aligned_alloc(64, maxb * ab);
+    void *scratch = aligned_alloc(64, llmem__matmul_scratch_bytes(t, n, maxb));
+    assert_true(x && y && y1 && yr && wd && xd && act && act2 && scratch);
+    assert_int_equal(llmem__matmul_scratch_bytes(t, n, maxb), maxb * ab);
+    for (size_t i = 0; i < maxb * n; i++) x[i] = rng_f() * (i % 97 == 0 ? 30.0f : 1.0f);
+    memset(x, 0, n / 2 * sizeof(float)); /* zero blocks in the first row */
+
+    /* Activation rows: the same bits on both paths, within half a step of x
+     * (plus, for the 32-element rows, the f16 rounding of the step times at
+     * most 127 steps). */
+    const float *s[9];
+    memset(act, 0, maxb * ab);
+    memset(act2, 0, maxb * ab);
+    for (size_t b = 0; b < maxb; b++) {
+        llmem__act_quantize_ref(t, x + b * n, n, act + b * ab);
+        if (!strncmp(llmem__kernels_isa(), "avx2", 4)) llmem__act_quantize_avx2(t, x + b * n, n, act2 + b * ab);
+        else llmem__act_quantize_ref(t, x + b * n, n, act2 + b * ab);
+        act_decode(t, act + b * ab, n, xd + b * n, &s[b]);
+        size_t blk = t >= LLMEM_DTYPE_Q2_K ? 256 : 32;
+        for (size_t i = 0; i < n; i += blk) {
+            double amax = 0;
+            for (size_t j = 0; j < blk; j++) amax = fmax(amax, fabs(x[b * n + i + j]));
+            for (size_t j = 0; j < blk; j++)
+                if (fabs(xd[b * n + i + j] - x[b * n + i + j]) > amax / 127 * (blk == 32 ? 0.5 + 127 * 0x1p-11 : 0.5) * 1.001 + 1e-30)
+                    fail_msg("%s activation %zu: %g for %g (block amax %g)", type_name(t), i + j, xd[b * n + i + j],
+                             x[b * n + i + j], amax);
+        }
+    }
+    if (memcmp(act, act2, maxb * ab) != 0) fail_msg("%s activation rows differ between the paths (n=%zu)", type_name(t), n);
+
+    for (size_t b = 0; b < maxb; b++) llmem__matmul(NULL, y1 + b * d, x + b * n, w, t, n, d, 1, scratch);
+    llmem__qrows_ref(yr, act, w, t, n, d, maxb, 0, d);
+    bool with_min = t == LLMEM_DTYPE_Q4_1 || t == LLMEM_DTYPE_Q5_1;
+    size_t bs = llmem_dtype_bytes(t, llmem_dtype_block_size(t));
+    for (size_t r = 0; r < d; r++) {
+        assert_ok(llmem_dequantize_row(t, w + r * rb, wd, n));
+        for (size_t b = 0; b < maxb; b++) {
+            double ref = 0, scale = 0;
+            for (size_t c = 0; c < n; c++) {
+                double wc = wd[c];
+                if (with_min) { /* the minimum's term uses the activation's scaled sum */
+                    uint16_t mh;
+                    memcpy(&mh, w + r * rb + c / 32 * bs + 2, 2);
+                    wc -= ref_f16(mh);
+                    if (c % 32 == 0) {
+                        ref += ref_f16(mh) * s[b][c / 32];
+                        scale += fabs(ref_f16(mh) * s[b][c / 32]);
+                    }
+                }
+                ref += wc * xd[b * n + c];
+                scale += fabs(wc * xd[b * n + c]);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s matmul n=%zu d=%zu (%s) b=%zu row", type_name(t), n, d,
+                     llmem__kernels_isa(), b);
+            check_close(y1[b * d + r], ref, scale, 2e-6, what, r);
+            snprintf(what, sizeof what, "%s reference kernel n=%zu d=%zu b=%zu row", type_name(t), n, d, b);
+            check_close(yr[b * d + r], ref, scale, 2e-6, what, r);
+        }
+    }
+    /* On a VNNI machine the AVX2 kernels give the dispatched path's bits. */
+    if (!strcmp(llmem__kernels_isa(), "avx2+vnni")) {
+        llmem__qrows_avx2(y, act, w, t, n, d, maxb, 0, d);
+        if (memcmp(y, y1, maxb * d * sizeof(float)) != 0)
+            fail_msg("%s n=%zu d=%zu: the AVX2 and AVX-VNNI kernels differ", type_name(t), n, d);
+    }
+    for (size_t batch = 1; batch <= maxb; batch++)
+        for (unsigned k = 0; k <= 4; k++) {
+            memset(y, 0xff, maxb * d * sizeof(float));
+            llmem__matmul(k ? teams[k] : NULL, y, x, w, t, n, d, batch, scratch);
+            if (memcmp(y, y1, batch * d * sizeof(float)) != 0) {
+                size_t i = 0;
+                while (memcmp(&y[i], &y1[i], sizeof(float)) == 0) i++;
+                fail_msg("%s matmul n=%zu d=%zu batch=%zu threads=%u (%s): y[%zu][%zu] = %.9g, batch-1 gave %.9g",
+                         type_name(t), n, d, batch, k, llmem__kernels_isa(), i / d, i % d, y[i], y1[i]);
+            }
+            for (size_t i = batch * d; i < maxb * d; i++) {
+                uint32_t u;
+                memcpy(&u, &y[i], 4);
+                if (u != 0xffffffffu) fail_msg("matmul wrote past batch %zu at %zu", batch, i);
+            }
+        }
+    free(w);
+    free(x);
+    free(y);
+    free(y1);
+    free(yr);
+    free(wd);
+    free(xd);
+    free(act);
+    free(act2);
+    free(scratch);
+}
+
+static void qmatmul_all(void)
+{
+    static const size_t ds[] = {1, 7, 17, 40};
+    for (size_t t = 0; t < NQTYPES; t++) {
+        size_t blk = llmem_dtype_block_size(qtypes[t]);
+        const size_t ns[] = {blk, 2 * blk, blk == 32 ? 288 : 768};
+        for (size_t i = 0; i < 3; i++)
+            for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++) qmatmul_case(qtypes[t], ns[i], ds[j]);
+    }
+}
+
+static void test_qmatmul(void **state)
+{
+    (void)state;
+    qmatmul_all();
+}
+
+static void test_qmatmul_portable(void **state)
+{
+    (void)state;
+    llmem__kernels_force_portable(true);
+    qmatmul_all();
+    llmem__kernels_force_portable(false);
 }
 
 /* ---- f16 ------------------------------------------------------------------ */
@@ -636,6 +840,8 @@ int main(void)
         cmocka_unit_test(test_matmul_portable),
         cmocka_unit_test(test_paths_agree),
         cmocka_unit_test(test_matmul_supports),
+        cmocka_unit_test(test_qmatmul),
+        cmocka_unit_test(test_qmatmul_portable),
         cmocka_unit_test(test_f16_all_halves),
         cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_dequant_q8_0),

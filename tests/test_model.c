@@ -226,6 +226,42 @@ static void dtypes(void **state)
     assert_int_equal(llmem_dtype_bytes(LLMEM_DTYPE_F32, UINT64_MAX / 2), 0); /* overflow */
 }
 
+/* Every block type loads with each tensor's size checked: synth writes a
+ * model of rows of 256 and 512 in the type; every matrix keeps it, with
+ * the format's byte count; a file one byte short is refused. */
+static void block_types_load(void **state)
+{
+    (void)state;
+    static const uint32_t bt[] = {LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYPE_Q5_0, LLMEM_DTYPE_Q5_1,
+                                  LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q3_K, LLMEM_DTYPE_Q4_K,
+                                  LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K};
+    char path[64];
+    strcpy(path, "/tmp/llmem-test-model-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    llmem_shape sh = {"blocks", 1, 256, 4, 4, 64, 512, 400, 64, 10000.0, 0};
+    for (size_t i = 0; i < sizeof bt / sizeof bt[0]; i++) {
+        llmem_synth_options so = {1, bt[i], NULL, false, NULL};
+        assert_ok(llmem_synth_gguf(&sh, &so, path));
+        llmem_model *m;
+        assert_ok(llmem_model_open(path, NULL, &m));
+        assert_int_equal(llmem_model_get_config(m)->weight_type, bt[i]);
+        for (size_t k = 0; k < llmem_model_tensor_count(m); k++) {
+            const llmem_tensor *t = llmem_model_tensor_at(m, k);
+            assert_int_equal(t->type, t->n_dims == 2 ? bt[i] : LLMEM_DTYPE_F32);
+            assert_int_equal(t->bytes, llmem_dtype_bytes(t->type, t->n_elements));
+        }
+        llmem_model_close(m);
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        assert_int_equal(truncate(path, sb.st_size - 1), 0);
+        assert_status(llmem_model_open(path, NULL, &m), LLMEM_EFORMAT);
+        assert_true(strstr(llmem_last_error(), "output.weight") != NULL); /* the last tensor runs past the end */
+    }
+    unlink(path);
+}
+
 static void writer_round_trip(void **state)
 {
     (void)state;
@@ -909,6 +945,11 @@ static void hostile_gguf(void **state)
     CASE(r.t[2].dims[1] = 4, LLMEM_EFORMAT, "blk.0.attn_q.weight");
     CASE(r.t[1].n_dims = 2, LLMEM_EFORMAT, "blk.0.attn_norm.weight");
     CASE(r.t[2].type = LLMEM_DTYPE_Q4_0, LLMEM_EFORMAT, "q4_0"); /* rows of 8 are not whole q4_0 blocks */
+    CASE(r.t[2].type = LLMEM_DTYPE_Q5_1, LLMEM_EFORMAT, "q5_1 blocks of 32");
+    CASE(r.t[2].type = LLMEM_DTYPE_Q4_K, LLMEM_EFORMAT, "q4_k blocks of 256");
+    CASE(r.t[2].type = LLMEM_DTYPE_Q6_K, LLMEM_EFORMAT, "q6_k blocks of 256");
+    CASE(r.t[2].type = 9, LLMEM_EFORMAT, "unknown type 9");  /* q8_1: an activation type, not in files */
+    CASE(r.t[2].type = 15, LLMEM_EFORMAT, "unknown type 15"); /* q8_k, the same */
     CASE(r.t[1].type = LLMEM_DTYPE_BF16, LLMEM_ENOTSUP, "norm vectors");
     CASE(r_u32(&r, "llama.rope.dimension_count", 3), LLMEM_EFORMAT, "even");
     CASE(r_u32(&r, "llama.rope.dimension_count", 8), LLMEM_EFORMAT, "llama.rope.dimension_count");
@@ -1546,6 +1587,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dtypes),
+        cmocka_unit_test(block_types_load),
         cmocka_unit_test(writer_round_trip),
         cmocka_unit_test(writer_refuses_bad_input),
         cmocka_unit_test(every_metadata_type),

@@ -1221,7 +1221,7 @@ static void bpe_gpt2_merges_and_words(void **state)
 {
     (void)state;
     llmem_model *m;
-    llmem_tokenizer *t = bpe_make(NULL, &m);
+    llmem_tokenizer *t = bpe_make("gpt-2", &m);
     assert_true(llmem_tokenizer_is_bpe(t));
     assert_int_equal(llmem_tokenizer_vocab_size(t), BPE_V);
     assert_int_equal(llmem_tokenizer_bos(t), -1);
@@ -1281,7 +1281,7 @@ static void bpe_special_tokens(void **state)
 {
     (void)state;
     llmem_model *m;
-    llmem_tokenizer *t = bpe_make("gpt2", &m);
+    llmem_tokenizer *t = bpe_make("gpt-2", &m);
     BPE_EXPECT(t, false, "x<tool>y", 'x', BPE_TOOL, 'y');
     BPE_EXPECT(t, false, "<|im_start|>hello", '<', '|', 'i', 'm', '_', 's', 't', 'a', 'r', 't', '|', '>', BPE_HELLO);
     BPE_EXPECT(t, true, "<|im_start|>hello", BPE_IM_START, BPE_HELLO);
@@ -1318,7 +1318,7 @@ static void bpe_pre_tokenizers(void **state)
 static void bpe_round_trip(void **state)
 {
     (void)state;
-    static const char *const pres[] = {"gpt2", "qwen2", "llama-bpe"};
+    static const char *const pres[] = {"gpt-2", "qwen2", "llama-bpe"};
     for (size_t k = 0; k < 3; k++) {
         llmem_model *m;
         llmem_tokenizer *t = bpe_make(pres[k], &m);
@@ -1366,13 +1366,14 @@ static void bpe_hostile_metadata(void **state)
         {0, LLMEM_EFORMAT, "needs tokenizer.ggml.merges"},
         {1, LLMEM_EFORMAT, "merges[1] 'he' is not 'A B'"},
         {2, LLMEM_ENOTSUP, "tokenizer.ggml.pre 'foo' is not supported"},
+        {6, LLMEM_ENOTSUP, "has no tokenizer.ggml.pre"},
         {3, LLMEM_EFORMAT, "no token for byte 0x41"},
         {4, LLMEM_EFORMAT, "token_type[260] = 9"},
         {5, LLMEM_EFORMAT, "token_type: 100 entries"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         gguf_vocab g = {"gpt2", v.tokens, BPE_V, NULL, 0, false, -1, -1,
-                        bpe_merges, sizeof bpe_merges / sizeof *bpe_merges, v.types, BPE_V, NULL};
+                        bpe_merges, sizeof bpe_merges / sizeof *bpe_merges, v.types, BPE_V, "gpt-2"};
         const char *saved = v.tokens['A'];
         switch (cases[c].what) {
         case 0: g.merges = NULL; break;
@@ -1380,7 +1381,8 @@ static void bpe_hostile_metadata(void **state)
         case 2: g.pre = "foo"; break;
         case 3: v.tokens['A'] = "zz"; break;
         case 4: g.types = bad_types; break;
-        default: g.ntypes = 100; break;
+        case 5: g.ntypes = 100; break;
+        default: g.pre = NULL; break;
         }
         llmem_model *m = gguf_make(&g);
         v.tokens['A'] = saved;

@@ -36,9 +36,9 @@ static void usage(FILE *f)
             "usage: llmem run MODEL [-z TOKENIZER] [-i PROMPT] [-n STEPS] [-t TEMP] [-p TOPP] [-s SEED]\n"
             "                 [--threads N] [--batch N] [--print-ids] [--alloc llmem|malloc] [--stats[=json|=prometheus]]\n"
             "                 [--kv paged|static|buckets|contiguous] [--kv-dtype f32|f16] [--max-seq-len N]\n"
-            "                 [--populate] [--shared] [--mlock] [--sequential] [--hugepage] [--copy] [--timeline FILE.html]\n"
+            "                 [--populate] [--warmup] [--shared] [--mlock] [--sequential] [--hugepage] [--copy] [--timeline FILE.html]\n"
             "\n"
-            "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q8_0).\n"
+            "MODEL is a llama2.c checkpoint (.bin, needs -z) or a GGUF file (F32, F16, BF16, Q4_0..Q8_0, Q2_K..Q6_K).\n"
             "  -z PATH          llama2.c tokenizer.bin (default: the vocabulary inside a GGUF model)\n"
             "  -i TEXT          prompt (default empty)\n"
             "  -n N             positions in all, prompt included; 0 = the model's context (default 256)\n"
@@ -55,6 +55,8 @@ static void usage(FILE *f)
             "  --max-seq-len N  tokens a sequence may hold (default: the model's context)\n"
             "  --kv-dtype D     f32 (default) or f16\n"
             "  --populate       fault the whole model in at open (MAP_POPULATE)\n"
+            "  --warmup         run the prompt once on a throwaway sequence first and leave it out of\n"
+            "                   --stats' prefill figure (a warm prefill, as benchmarks time their peers)\n"
             "  --shared         map the model MAP_SHARED (one copy across processes)\n"
             "  --mlock          lock the model in memory\n"
             "  --copy           read the model into private memory instead of mapping it (immune to the file\n"
@@ -98,10 +100,14 @@ typedef struct run_args {
     uint32_t steps, threads, batch;
     float temperature, top_p;
     uint64_t seed;
-    bool print_ids, stats, stats_json, stats_prom, populate, shared, mlock, sequential, hugepage, copy;
+    bool print_ids, stats, stats_json, stats_prom, populate, shared, mlock, sequential, hugepage, copy, warmup;
     const char *events;
     llmem_engine_options eo;
 } run_args;
+
+/* Prefill tokens and seconds of the --warmup pass, left out of --stats. */
+static uint64_t warm_tokens;
+static double warm_seconds;
 
 /* "llmem run: WHAT: message (STATUS)", without WHAT when the library's
  * message already names it (a path it quotes, or its own "tokenizer: "
@@ -122,6 +128,9 @@ static void print_stats(const run_args *a, llmem_model *m, llmem_engine *e, llme
     llmem_engine_stats es = {sizeof es};
     llmem_model_stats ms = {sizeof ms};
     llmem_engine_get_stats(e, &es);
+    /* --warmup's pass is not the request's prefill: out of every format. */
+    es.prefill_tokens_total -= warm_tokens;
+    es.prefill_seconds_total -= warm_seconds;
     llmem_model_get_stats(m, &ms);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -271,6 +280,7 @@ static int generate(const run_args *a)
         rc = fail("encode", st);
         goto out;
     }
+    size_t first_shown = llmem_tokenizer_add_bos(tok) ? 1 : 0;
     if (n == 0) {
         fprintf(stderr, "llmem run: the prompt is empty and this model adds no BOS token: give a prompt (-i)\n");
         rc = 1;
@@ -278,10 +288,33 @@ static int generate(const run_args *a)
     }
     if (n > steps) { /* as run.c: only the first steps positions run; but say so */
         fprintf(stderr,
-                "llmem run: warning: the prompt is %zu tokens (with BOS), more than the %zu positions that run: only "
+                "llmem run: warning: the prompt is %zu tokens%s, more than the %zu positions that run: only "
                 "its first %zu are used, %zu dropped (raise -n%s)\n",
-                n, steps, steps, n - steps, steps == ctx ? ", or use a model with a longer context" : "");
+                n, first_shown ? " (with BOS)" : "", steps, steps, n - steps,
+                steps == ctx ? ", or use a model with a longer context" : "");
         n = steps;
+    }
+    if (a->warmup) {
+        /* The prompt once (every copy, as the timed prefill will), then the
+         * sequences go back: the timed pass meets a warm engine. */
+        uint32_t W = a->batch;
+        uint32_t chunk = eo.max_step_tokens ? eo.max_step_tokens : 512;
+        size_t take = n < chunk / W ? n : chunk / W;
+        llmem_engine_seq ws[256] = {0};
+        llmem_engine_batch_item wi[256];
+        for (uint32_t b = 0; b < W && !st; b++)
+            if (!(st = llmem_engine_seq_create(e, &ws[b]))) wi[b] = (llmem_engine_batch_item){ws[b], prompt, (uint32_t)(take ? take : 1)};
+        if (!st) st = llmem_engine_step(e, wi, W);
+        for (uint32_t b = 0; b < W; b++)
+            if (ws[b]) llmem_engine_seq_free(e, ws[b]);
+        if (st) {
+            rc = fail("warm-up", st);
+            goto out;
+        }
+        llmem_engine_stats ws_st = {sizeof ws_st};
+        llmem_engine_get_stats(e, &ws_st);
+        warm_tokens = ws_st.prefill_tokens_total;
+        warm_seconds = ws_st.prefill_seconds_total;
     }
 
     uint32_t B = a->batch;
@@ -344,9 +377,9 @@ static int generate(const run_args *a)
     t_first = now_s() - t_start;
     if (tl) timeline_sample(tl, pool, e, LLMEM_STAGE_PREFILL);
     if (!a->print_ids && B == 1)
-        for (size_t i = 1; i < n; i++) {
+        for (size_t i = first_shown; i < n; i++) { /* BOS, when added, prints nothing */
             size_t len;
-            const char *p = llmem_tokenizer_decode(tok, prompt[i - 1], prompt[i], &len);
+            const char *p = llmem_tokenizer_decode(tok, i ? prompt[i - 1] : -1, prompt[i], &len);
             print_piece(p, len);
         }
     fflush(stdout);
@@ -413,9 +446,9 @@ static int generate(const run_args *a)
     } else if (B > 1) {
         for (uint32_t b = 0; b < B; b++) {
             printf("[%u] ", b);
-            for (size_t i = 1; i < nids[b]; i++) {
+            for (size_t i = first_shown; i < nids[b]; i++) {
                 size_t len;
-                const char *piece = llmem_tokenizer_decode(tok, ids[b][i - 1], ids[b][i], &len);
+                const char *piece = llmem_tokenizer_decode(tok, i ? ids[b][i - 1] : -1, ids[b][i], &len);
                 print_piece(piece, len);
             }
             printf("\n");
@@ -472,6 +505,7 @@ int llmem_cmd_run(int argc, char **argv)
         else if (!strcmp(o, "--stats=prometheus")) a.stats = a.stats_prom = true;
         else if (TAKE("--events")) a.events = v;
         else if (!strcmp(o, "--populate")) a.populate = true;
+        else if (!strcmp(o, "--warmup")) a.warmup = true;
         else if (!strcmp(o, "--shared")) a.shared = true;
         else if (!strcmp(o, "--mlock")) a.mlock = true;
         else if (!strcmp(o, "--copy")) a.copy = true;

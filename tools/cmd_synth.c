@@ -1,406 +1,48 @@
 /*
  * cmd_synth.c - `llmem synth`: a model file of a given shape with
- * synthetic weights, for benchmarks on shapes we do not ship weights for
- * (tiny-15m, yi-coder-1.5b, llama-2-7b...). The weights are seeded noise:
- * the file runs through every code path at the real size and speed, and
- * its output text is meaningless. The file says so in
- * general.description.
- *
- * GGUF (default; tensors F32, F16, BF16 or Q8_0) or a llama2.c checkpoint
- * (f32 only), so Karpathy's run.c can run the same weights side by side.
- * The GGUF carries a vocabulary in its metadata, so `llmem run` needs no
- * -z: with --vocab tokenizer.bin that one, else a made-up one of the
- * shape's size (byte tokens, characters, letter strings).
- *
- * Values: matrices uniform in [-1/sqrt(n), 1/sqrt(n)] for rows of n (so
- * activations keep their scale through the layers), norms 1, the embedding
- * uniform in [-1, 1]. Each tensor's values depend only on the seed and the
- * tensor's index, and are made one tensor at a time: a 7B file never sits
- * in memory whole.
+ * synthetic weights (llmem/synth.h does the writing; this parses the
+ * arguments and reports).
  */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
 #include "llmem/llmem.h"
-#include "llmem/resource_impl.h" /* llmem_set_error */
-
-#include "../src/engine/kernels.h"
-
-typedef struct synth_tensor {
-    char name[64];
-    uint32_t n_dims;
-    uint64_t dims[2];
-    bool norm;
-} synth_tensor;
-
-typedef struct synth {
-    llmem_shape s;
-    uint64_t seed;
-    uint32_t type;
-    synth_tensor *t;
-    size_t n;
-    float *scratch;           /* one row of f32 values */
-} synth;
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* Values of row r of tensor i into out[0..n). */
-static void row_values(const synth *sy, size_t i, uint64_t r, float *out, uint64_t n)
-{
-    const synth_tensor *t = &sy->t[i];
-    if (t->norm) {
-        for (uint64_t j = 0; j < n; j++) out[j] = 1.0f;
-        return;
-    }
-    float scale = strcmp(t->name, "token_embd.weight") ? 1.0f / sqrtf((float)n) : 1.0f;
-    uint64_t state = mix(sy->seed ^ mix(i * 0x100000001b3ull + r));
-    for (uint64_t j = 0; j < n; j++) {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        uint32_t u = (uint32_t)((state * 0x2545F4914F6CDD1Dull) >> 40); /* 24 bits */
-        out[j] = scale * ((float)u / 8388608.0f - 1.0f);
-    }
-}
-
-static void encode_row(uint32_t type, const float *v, uint64_t n, unsigned char *dst)
-{
-    switch (type) {
-    case LLMEM_DTYPE_F32: memcpy(dst, v, n * sizeof *v); break;
-    case LLMEM_DTYPE_F16:
-        for (uint64_t j = 0; j < n; j++) {
-            uint16_t h = llmem__f32_to_f16(v[j]);
-            memcpy(dst + 2 * j, &h, 2);
-        }
-        break;
-    case LLMEM_DTYPE_BF16:
-        for (uint64_t j = 0; j < n; j++) {
-            uint32_t b;
-            memcpy(&b, &v[j], 4);
-            uint16_t h = (uint16_t)((b + 0x7FFF + ((b >> 16) & 1)) >> 16); /* round to nearest even */
-            memcpy(dst + 2 * j, &h, 2);
-        }
-        break;
-    case LLMEM_DTYPE_Q8_0:
-        for (uint64_t blk = 0; blk < n / 32; blk++) {
-            const float *x = v + blk * 32;
-            float amax = 0;
-            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-            float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-            uint16_t h = llmem__f32_to_f16(d);
-            unsigned char *b = dst + blk * 34;
-            memcpy(b, &h, 2);
-            for (int j = 0; j < 32; j++) b[2 + j] = (unsigned char)(int8_t)lrintf(x[j] * id);
-        }
-        break;
-    default: break;
-    }
-}
-
-static llmem_status fill(void *ctx, size_t index, void *buf, size_t bytes)
-{
-    synth *sy = ctx;
-    const synth_tensor *t = &sy->t[index];
-    uint64_t n = t->dims[0], rows = t->n_dims == 2 ? t->dims[1] : 1;
-    uint32_t type = t->norm ? LLMEM_DTYPE_F32 : sy->type;
-    uint64_t row_bytes = llmem_dtype_bytes(type, n);
-    if (row_bytes * rows != bytes) return LLMEM_EINVAL;
-    for (uint64_t r = 0; r < rows; r++) {
-        row_values(sy, index, r, sy->scratch, n);
-        encode_row(type, sy->scratch, n, (unsigned char *)buf + r * row_bytes);
-    }
-    return LLMEM_OK;
-}
-
-static bool add(synth *sy, const char *name, uint32_t n_dims, uint64_t d0, uint64_t d1, bool norm)
-{
-    synth_tensor *t = &sy->t[sy->n++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = n_dims;
-    t->dims[0] = d0;
-    t->dims[1] = d1;
-    t->norm = norm;
-    return true;
-}
-
-static void plan(synth *sy)
-{
-    const llmem_shape *s = &sy->s;
-    uint64_t q = (uint64_t)s->heads * s->head_dim, kv = (uint64_t)s->kv_heads * s->head_dim;
-    char name[64];
-    add(sy, "token_embd.weight", 2, s->hidden, s->vocab, false);
-    for (uint32_t l = 0; l < s->layers; l++) {
-#define T(suffix, nd, a, b, norm) snprintf(name, sizeof name, "blk.%u." suffix ".weight", l), add(sy, name, nd, a, b, norm)
-        T("attn_norm", 1, s->hidden, 1, true);
-        T("attn_q", 2, s->hidden, q, false);
-        T("attn_k", 2, s->hidden, kv, false);
-        T("attn_v", 2, s->hidden, kv, false);
-        T("attn_output", 2, q, s->hidden, false);
-        T("ffn_norm", 1, s->hidden, 1, true);
-        T("ffn_gate", 2, s->hidden, s->ffn, false);
-        T("ffn_down", 2, s->ffn, s->hidden, false);
-        T("ffn_up", 2, s->hidden, s->ffn, false);
-#undef T
-    }
-    add(sy, "output_norm.weight", 1, s->hidden, 1, true);
-    if (!s->tied_embeddings) add(sy, "output.weight", 2, s->hidden, s->vocab, false);
-}
-
-static llmem_status add_vocab(llmem_gguf_writer *w, const char *path, uint32_t vocab)
-{
-    llmem_tokenizer *tok;
-    llmem_status st = llmem_tokenizer_load(path, vocab, &tok);
-    if (st) return st;
-    char **pieces = calloc(vocab, sizeof *pieces);
-    float *scores = calloc(vocab, sizeof *scores);
-    int32_t *types = calloc(vocab, sizeof *types);
-    if (!pieces || !scores || !types) st = LLMEM_ENOMEM;
-    for (uint32_t i = 0; !st && i < vocab; i++) {
-        size_t len;
-        const char *p = llmem_tokenizer_token(tok, (int32_t)i, &len, &scores[i]);
-        /* GGUF's SentencePiece vocabularies write a space as U+2581. */
-        char *q = malloc(3 * len + 1);
-        if (!q) {
-            st = LLMEM_ENOMEM;
-            break;
-        }
-        size_t k = 0;
-        for (size_t j = 0; j < len; j++) {
-            if (p[j] == ' ') {
-                memcpy(q + k, "\xe2\x96\x81", 3);
-                k += 3;
-            } else {
-                q[k++] = p[j];
-            }
-        }
-        q[k] = 0;
-        pieces[i] = q;
-        bool byte = len == 6 && !strncmp(p, "<0x", 3) && p[5] == '>';
-        types[i] = (int32_t)i == llmem_tokenizer_bos(tok) || (int32_t)i == llmem_tokenizer_eos(tok) ? 3
-                   : i == 0                                                                        ? 2
-                   : byte                                                                          ? 6
-                                                                                                   : 1;
-    }
-    if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.model", "llama");
-    if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.tokens", (const char *const *)pieces, vocab);
-    if (!st) st = llmem_gguf_add_f32_array(w, "tokenizer.ggml.scores", scores, vocab);
-    if (!st) st = llmem_gguf_add_i32_array(w, "tokenizer.ggml.token_type", types, vocab);
-    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)llmem_tokenizer_bos(tok));
-    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)llmem_tokenizer_eos(tok));
-    for (uint32_t i = 0; pieces && i < vocab; i++) free(pieces[i]);
-    free(pieces);
-    free(scores);
-    free(types);
-    llmem_tokenizer_destroy(tok);
-    return st;
-}
-
-/* Without --vocab, a made-up vocabulary of the shape's size so the file
- * runs on its own: <unk>, <s>, </s>, the 256 byte tokens, then printable
- * ASCII characters and "▁" + letter strings, scored so that shorter pieces
- * merge first. Text encodes (bytes fall back), ids decode; the words mean
- * nothing, like the weights. */
-static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab)
-{
-    if (vocab < 259 + 95) return LLMEM_OK; /* too small for one: run it with -z */
-    char **pieces = calloc(vocab, sizeof *pieces);
-    float *scores = calloc(vocab, sizeof *scores);
-    int32_t *types = calloc(vocab, sizeof *types);
-    llmem_status st = pieces && scores && types ? LLMEM_OK : LLMEM_ENOMEM;
-    for (uint32_t i = 0; !st && i < vocab; i++) {
-        char buf[48];
-        if (i == 0) snprintf(buf, sizeof buf, "<unk>");
-        else if (i == 1) snprintf(buf, sizeof buf, "<s>");
-        else if (i == 2) snprintf(buf, sizeof buf, "</s>");
-        else if (i < 259) snprintf(buf, sizeof buf, "<0x%02X>", i - 3);
-        else if (i < 259 + 95) snprintf(buf, sizeof buf, "%c", (char)(32 + i - 259));
-        else {
-            /* "▁" then the index in base 26, letters. */
-            uint32_t k = i - (259 + 95);
-            size_t n = 3;
-            memcpy(buf, "\xe2\x96\x81", 3);
-            do {
-                buf[n++] = (char)('a' + k % 26);
-                k /= 26;
-            } while (k && n < sizeof buf - 1);
-            buf[n] = 0;
-        }
-        if (!(pieces[i] = strdup(buf))) st = LLMEM_ENOMEM;
-        scores[i] = i < 259 ? 0.0f : -(float)i;
-        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
-    }
-    if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.model", "llama");
-    if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.tokens", (const char *const *)pieces, vocab);
-    if (!st) st = llmem_gguf_add_f32_array(w, "tokenizer.ggml.scores", scores, vocab);
-    if (!st) st = llmem_gguf_add_i32_array(w, "tokenizer.ggml.token_type", types, vocab);
-    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    for (uint32_t i = 0; pieces && i < vocab; i++) free(pieces[i]);
-    free(pieces);
-    free(scores);
-    free(types);
-    return st;
-}
-
-static llmem_status write_gguf(synth *sy, const char *path, const char *vocab_path)
-{
-    const llmem_shape *s = &sy->s;
-    llmem_gguf_writer *w;
-    llmem_status st = llmem_gguf_writer_create(&w);
-    if (st) return st;
-    char desc[160];
-    snprintf(desc, sizeof desc, "synthetic weights (llmem synth, seed %llu): the output text is meaningless",
-             (unsigned long long)sy->seed);
-    if (!st) st = llmem_gguf_add_str(w, "general.architecture", "llama");
-    if (!st) st = llmem_gguf_add_str(w, "general.name", s->name);
-    if (!st) st = llmem_gguf_add_str(w, "general.description", desc);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.context_length", s->max_ctx);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.embedding_length", s->hidden);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.block_count", s->layers);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.feed_forward_length", s->ffn);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.attention.head_count", s->heads);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.attention.head_count_kv", s->kv_heads);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.rope.dimension_count", s->head_dim);
-    if (!st) st = llmem_gguf_add_f32(w, "llama.rope.freq_base", (float)s->rope_theta);
-    if (!st) st = llmem_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.vocab_size", s->vocab);
-    if (!st) st = vocab_path ? add_vocab(w, vocab_path, s->vocab) : add_synthetic_vocab(w, s->vocab);
-    for (size_t i = 0; !st && i < sy->n; i++) {
-        const synth_tensor *t = &sy->t[i];
-        st = llmem_gguf_add_tensor(w, t->name, t->norm ? LLMEM_DTYPE_F32 : sy->type, t->n_dims, t->dims, fill, sy);
-    }
-    if (!st) st = llmem_gguf_write(w, path, true);
-    llmem_gguf_writer_destroy(w);
-    return st;
-}
-
-/* llama2.c's layout: all layers of one kind together, in run.c's order. */
-static llmem_status write_llama2c(synth *sy, const char *path)
-{
-    const llmem_shape *s = &sy->s;
-    if (s->head_dim * s->heads != s->hidden) {
-        fprintf(stderr, "llmem synth: llama2.c checkpoints need head_dim x heads = hidden\n");
-        return LLMEM_ENOTSUP;
-    }
-    llmem_outfile *of; /* a temporary file beside path, renamed over it at the end */
-    llmem_status ost = llmem_outfile_open(path, &of);
-    if (ost) return ost;
-    FILE *f = llmem_outfile_stream(of);
-    int32_t hdr[7] = {(int32_t)s->hidden, (int32_t)s->ffn, (int32_t)s->layers, (int32_t)s->heads,
-                      (int32_t)s->kv_heads, (int32_t)s->vocab, (int32_t)s->max_ctx};
-    if (!s->tied_embeddings) hdr[5] = -hdr[5];
-    bool ok = fwrite(hdr, sizeof hdr, 1, f) == 1;
-    /* Tensor index in plan(): 0 embedding, then 9 per layer, then the norm and output. */
-    static const int order[] = {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, -2, -3, -4};
-    size_t max_bytes = 0;
-    for (size_t i = 0; i < sy->n; i++) {
-        size_t b = (size_t)(sy->t[i].dims[0] * (sy->t[i].n_dims == 2 ? sy->t[i].dims[1] : 1) * 4);
-        if (b > max_bytes) max_bytes = b;
-    }
-    void *buf = malloc(max_bytes ? max_bytes : 1);
-    if (!buf) ok = false;
-    for (size_t k = 0; ok && k < sizeof order / sizeof order[0]; k++) {
-        size_t first, count = 1, stride = 0;
-        if (order[k] == -1) first = 0;
-        else if (order[k] == -2) first = 1 + 9 * (size_t)s->layers; /* output_norm */
-        else if (order[k] == -3) {
-            /* freq_cis_real and _imag: run.c skips them. */
-            size_t zeros = (size_t)s->max_ctx * s->head_dim; /* two halves */
-            float z = 0;
-            for (size_t j = 0; ok && j < zeros; j++) ok = fwrite(&z, 4, 1, f) == 1;
-            continue;
-        } else if (order[k] == -4) {
-            if (s->tied_embeddings) continue;
-            first = 2 + 9 * (size_t)s->layers;
-        } else {
-            first = 1 + (size_t)order[k];
-            count = s->layers;
-            stride = 9;
-        }
-        for (size_t l = 0; ok && l < count; l++) {
-            size_t i = first + l * stride;
-            const synth_tensor *t = &sy->t[i];
-            size_t bytes = (size_t)(t->dims[0] * (t->n_dims == 2 ? t->dims[1] : 1) * 4);
-            uint32_t saved = sy->type;
-            sy->type = LLMEM_DTYPE_F32;
-            ok = fill(sy, i, buf, bytes) == LLMEM_OK && fwrite(buf, bytes, 1, f) == 1;
-            sy->type = saved;
-        }
-    }
-    free(buf);
-    if (!ok) {
-        llmem_outfile_abort(of);
-        return llmem_set_error(LLMEM_EIO, "writing '%s' failed", path);
-    }
-    return llmem_outfile_commit(of);
-}
-
-/* Take the synthesiser's buffers for a shape; false if out of memory. */
-static bool synth_init(synth *sy)
-{
-    sy->t = calloc(3 + 9 * (size_t)sy->s.layers, sizeof *sy->t);
-    uint32_t widest = sy->s.hidden > sy->s.ffn ? sy->s.hidden : sy->s.ffn;
-    if (sy->s.heads * sy->s.head_dim > widest) widest = sy->s.heads * sy->s.head_dim;
-    sy->scratch = malloc((size_t)widest * sizeof *sy->scratch);
-    if (!sy->t || !sy->scratch) {
-        free(sy->t);
-        free(sy->scratch);
-        sy->t = NULL;
-        sy->scratch = NULL;
-        return false;
-    }
-    plan(sy);
-    return true;
-}
 
 llmem_status llmem_tool_synth_gguf(const llmem_shape *shape, uint32_t type, uint64_t seed, const char *path)
 {
-    synth sy;
-    memset(&sy, 0, sizeof sy);
-    sy.s = *shape;
-    sy.seed = seed;
-    sy.type = type;
-    if (!synth_init(&sy)) return LLMEM_ENOMEM;
-    llmem_status st = write_gguf(&sy, path, NULL);
-    free(sy.t);
-    free(sy.scratch);
-    return st;
+    llmem_synth_options o = {seed, type, NULL, true, NULL};
+    return llmem_synth_gguf(shape, &o, path);
 }
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: llmem synth --shape NAME|config.json -o FILE [--seed N] [--type f32|f16|bf16|q8_0]\n"
-            "                   [--format gguf|llama2c] [--vocab tokenizer.bin] [--ctx N]\n"
+            "usage: llmem synth --shape NAME|config.json -o FILE [--seed N] [--type T]\n"
+            "                   [--format gguf|llama2c] [--vocab tokenizer.bin | --bpe PRE] [--ctx N]\n"
             "\n"
             "Writes a model of that shape with synthetic (seeded random) weights: the output\n"
             "text is meaningless; speed and memory are real. Shapes: ");
     for (const char *const *n = llmem_shape_preset_names(); *n; n++) fprintf(f, "%s%s", *n, n[1] ? ", " : "\n");
     fprintf(f,
-            "  --type T        matrix type (default f32; norms stay f32)\n"
+            "  --type T        matrix type: f32 (default), f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,\n"
+            "                  q2_k, q3_k, q4_k, q5_k, q6_k (norms stay f32; a matrix whose rows are not\n"
+            "                  whole blocks of T takes llama.cpp's fallback type, as llmem quantize does)\n"
             "  --format F      gguf (default) or llama2c (f32 only; for llama2.c's run.c)\n"
             "  --vocab PATH    put this llama2.c tokenizer's vocabulary in the GGUF metadata\n"
             "                  (default: a made-up vocabulary of the shape's size)\n"
+            "  --bpe PRE       a made-up GPT-2 byte-level BPE vocabulary instead (as Qwen2 and\n"
+            "                  Llama 3 files have), with pre-tokenizer PRE: gpt-2, qwen2, llama-bpe\n"
             "  --ctx N         context length to record (default: the shape's)\n");
 }
 
 int llmem_cmd_synth(int argc, char **argv)
 {
-    const char *shape = NULL, *out = NULL, *vocab = NULL;
-    synth sy;
-    memset(&sy, 0, sizeof sy);
-    sy.seed = 1;
-    sy.type = LLMEM_DTYPE_F32;
+    const char *shape = NULL, *out = NULL;
+    llmem_synth_options so = {1, LLMEM_DTYPE_F32, NULL, true, NULL};
+    llmem_shape s;
     bool llama2c = false;
     unsigned long long ctx = 0;
     for (int i = 1; i < argc; i++) {
@@ -412,20 +54,20 @@ int llmem_cmd_synth(int argc, char **argv)
             return 0;
         } else if (TAKE("--shape")) shape = v;
         else if (TAKE("-o")) out = v;
-        else if (TAKE("--vocab")) vocab = v;
+        else if (TAKE("--vocab")) so.vocab_path = v;
+        else if (TAKE("--bpe")) {
+            ok = !strcmp(v, "gpt-2") || !strcmp(v, "qwen2") || !strcmp(v, "llama-bpe");
+            so.bpe_pre = v;
+        }
         else if (TAKE("--seed") || TAKE("--ctx")) {
             char *end;
             errno = 0;
             unsigned long long x = strtoull(v, &end, 10);
             ok = !errno && end != v && !*end && v[0] != '-';
-            if (!strcmp(o, "--seed")) sy.seed = x;
+            if (!strcmp(o, "--seed")) so.seed = x;
             else ok = ok && x >= 1 && x <= (1u << 24), ctx = x;
         } else if (TAKE("--type")) {
-            if (!strcmp(v, "f32")) sy.type = LLMEM_DTYPE_F32;
-            else if (!strcmp(v, "f16")) sy.type = LLMEM_DTYPE_F16;
-            else if (!strcmp(v, "bf16")) sy.type = LLMEM_DTYPE_BF16;
-            else if (!strcmp(v, "q8_0")) sy.type = LLMEM_DTYPE_Q8_0;
-            else ok = false;
+            ok = llmem_dtype_parse(v, &so.type) == LLMEM_OK;
         } else if (TAKE("--format")) {
             if (!strcmp(v, "gguf")) llama2c = false;
             else if (!strcmp(v, "llama2c")) llama2c = true;
@@ -445,32 +87,22 @@ int llmem_cmd_synth(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    llmem_status st = llmem_shape_load(shape, &sy.s);
+    llmem_status st = llmem_shape_load(shape, &s);
     if (st) {
         fprintf(stderr, "llmem synth: %s: %s\n", shape, llmem_last_error());
         return 1;
     }
-    if (ctx) sy.s.max_ctx = (uint32_t)ctx;
-    if (llama2c && sy.type != LLMEM_DTYPE_F32) {
+    if (ctx) s.max_ctx = (uint32_t)ctx;
+    if (llama2c && so.type != LLMEM_DTYPE_F32) {
         fprintf(stderr, "llmem synth: llama2.c checkpoints are f32 only\n");
         return 2;
     }
-    if (sy.type == LLMEM_DTYPE_Q8_0 && (sy.s.hidden % 32 || sy.s.ffn % 32 || (sy.s.heads * sy.s.head_dim) % 32)) {
-        fprintf(stderr, "llmem synth: q8_0 needs rows that are multiples of 32\n");
-        return 2;
-    }
-    if (!synth_init(&sy)) {
-        fprintf(stderr, "llmem synth: out of memory\n");
-        return 1;
-    }
-    st = llama2c ? write_llama2c(&sy, out) : write_gguf(&sy, out, vocab);
-    free(sy.t);
-    free(sy.scratch);
+    st = llama2c ? llmem_synth_llama2c(&s, so.seed, out) : llmem_synth_gguf(&s, &so, out);
     if (st) {
         fprintf(stderr, "llmem synth: %s: %s\n", out, llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st));
         return 1;
     }
     fprintf(stderr, "llmem synth: wrote %s (%s, %s weights, synthetic: the output text is meaningless)\n", out,
-            sy.s.name, llama2c ? "f32" : llmem_dtype_name(sy.type));
+            s.name, llama2c ? "f32" : llmem_dtype_name(so.type));
     return 0;
 }

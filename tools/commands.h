@@ -13,6 +13,7 @@ int llmem_cmd_bench(int argc, char **argv);
 int llmem_cmd_replay(int argc, char **argv);
 int llmem_cmd_run(int argc, char **argv);
 int llmem_cmd_synth(int argc, char **argv);
+int llmem_cmd_quantize(int argc, char **argv);
 int llmem_cmd_plan(int argc, char **argv);
 int llmem_cmd_soak(int argc, char **argv);
 int llmem_cmd_serve(int argc, char **argv);

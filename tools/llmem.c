@@ -31,6 +31,7 @@ static const command commands[] = {
     {"run", llmem_cmd_run, "generate text with a llama model (llama2.c .bin or GGUF), memory from llmem"},
     {"plan", llmem_cmd_plan, "the memory a workload needs: weights, KV, activations, reserve, what fits"},
     {"synth", llmem_cmd_synth, "write a model of a given shape with synthetic weights"},
+    {"quantize", llmem_cmd_quantize, "convert a GGUF model's matrices to another type (q4_0 .. q8_0, q2_k .. q6_k)"},
     {"replay", llmem_cmd_replay, "replay a request trace through the KV cache strategies"},
     {"serve", llmem_cmd_serve, "an OpenAI-compatible HTTP server over the engine (llmem serve --help)"},
     {"soak", llmem_cmd_soak, "serve random bursts for a long time; check resident memory for drift and leaks"},

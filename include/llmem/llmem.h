@@ -30,6 +30,8 @@
 #include "llmem/shape.h"
 #include "llmem/trace.h"
 #include "llmem/model.h"
+#include "llmem/quant.h"
+#include "llmem/synth.h"
 #include "llmem/tokenizer.h"
 #include "llmem/sampler.h"
 #include "llmem/stage.h"

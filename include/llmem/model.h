@@ -5,7 +5,8 @@
  * seven int32 - dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size,
  * seq_len - then f32 weights; a negative vocab_size means a separate
  * classifier follows) and GGUF (versions 2 and 3: metadata key/values,
- * tensor infos, aligned tensor data; tensors F32, F16, BF16 and Q8_0).
+ * tensor infos, aligned tensor data; tensors F32, F16, BF16, the 32-element
+ * block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the k-quants Q2_K..Q6_K).
  * The format is told by the file's first bytes, not its name.
  *
  * The file is mmapped (MAP_PRIVATE by default; MAP_SHARED so processes
@@ -73,12 +74,21 @@ extern "C" {
 
 typedef struct llmem_model llmem_model;
 
-/* Element types, numbered as GGML numbers them (GGUF stores these ids). */
+/* Element types, numbered as GGML numbers them (GGUF stores these ids).
+ * The block types' layouts are in llmem/quant.h. */
 typedef enum llmem_dtype {
     LLMEM_DTYPE_F32 = 0,
     LLMEM_DTYPE_F16 = 1,
-    LLMEM_DTYPE_Q4_0 = 2,  /* recognised, not supported by the engine */
+    LLMEM_DTYPE_Q4_0 = 2,  /* blocks of 32: f16 scale, 16 bytes of nibbles (18 bytes) */
+    LLMEM_DTYPE_Q4_1 = 3,  /* blocks of 32: f16 scale and min, nibbles (20 bytes) */
+    LLMEM_DTYPE_Q5_0 = 6,  /* blocks of 32: f16 scale, 5-bit values (22 bytes) */
+    LLMEM_DTYPE_Q5_1 = 7,  /* blocks of 32: f16 scale and min, 5-bit values (24 bytes) */
     LLMEM_DTYPE_Q8_0 = 8,  /* blocks of 32: an f16 scale, then 32 int8 (34 bytes) */
+    LLMEM_DTYPE_Q2_K = 10, /* super-blocks of 256: 2-bit values, 4-bit scales and mins (84 bytes) */
+    LLMEM_DTYPE_Q3_K = 11, /* super-blocks of 256: 3-bit values, 6-bit scales (110 bytes) */
+    LLMEM_DTYPE_Q4_K = 12, /* super-blocks of 256: 4-bit values, 6-bit scales and mins (144 bytes) */
+    LLMEM_DTYPE_Q5_K = 13, /* super-blocks of 256: 5-bit values, 6-bit scales and mins (176 bytes) */
+    LLMEM_DTYPE_Q6_K = 14, /* super-blocks of 256: 6-bit values, 8-bit scales (210 bytes) */
     LLMEM_DTYPE_BF16 = 30
 } llmem_dtype;
 
@@ -216,6 +226,7 @@ LLMEM_API llmem_status llmem_gguf_writer_create(llmem_gguf_writer **out);
 LLMEM_API void llmem_gguf_writer_destroy(llmem_gguf_writer *w);
 LLMEM_API llmem_status llmem_gguf_add_u32(llmem_gguf_writer *w, const char *key, uint32_t v);
 LLMEM_API llmem_status llmem_gguf_add_f32(llmem_gguf_writer *w, const char *key, float v);
+LLMEM_API llmem_status llmem_gguf_add_bool(llmem_gguf_writer *w, const char *key, bool v);
 LLMEM_API llmem_status llmem_gguf_add_str(llmem_gguf_writer *w, const char *key, const char *v);
 /* Arrays: strings (n NUL-terminated), f32 and i32. Copied. */
 LLMEM_API llmem_status llmem_gguf_add_str_array(llmem_gguf_writer *w, const char *key, const char *const *v, size_t n);

@@ -18,7 +18,7 @@
  *
  * GGUF models with tokenizer.ggml.model "gpt2" (Qwen2, Llama 3, GPT-2) get
  * GPT-2 byte-level BPE instead, as llama.cpp runs it: special tokens split
- * out, the pre-tokenizer of tokenizer.ggml.pre (default/gpt2, qwen2,
+ * out, the pre-tokenizer of tokenizer.ggml.pre (gpt-2, qwen2,
  * llama-bpe), then the ranked merges of tokenizer.ggml.merges; no dummy
  * prefix, no byte-fallback tokens (every byte is a token). Their BOS and
  * EOS ids are -1 when the metadata names none, and BOS is added only when

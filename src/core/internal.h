@@ -41,6 +41,22 @@ static inline bool llmem__align_up(size_t x, size_t a, size_t *out)
 
 static inline uintptr_t llmem__align_ptr(uintptr_t p, size_t a) { return (p + a - 1) & ~(uintptr_t)(a - 1); }
 
+/* GPT-2's byte-level text: the code point standing for byte b (printable
+ * Latin-1 bytes stand for themselves, the other 68 for U+0100.. in byte
+ * order; a space is U+0120 "Ġ"). The GPT-2 BPE tokenizer and llmem synth's
+ * made-up BPE vocabulary both need it. */
+static inline bool llmem__gpt2_printable(unsigned b)
+{
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+static inline uint32_t llmem__gpt2_byte_cp(unsigned b)
+{
+    if (llmem__gpt2_printable(b)) return b;
+    unsigned n = 0;
+    for (unsigned c = 0; c < b; c++) n += !llmem__gpt2_printable(c);
+    return 256 + n;
+}
+
 static inline bool llmem__add_ok(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
 static inline bool llmem__mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 

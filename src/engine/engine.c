@@ -71,6 +71,7 @@ struct llmem_engine {
     eng_layer *layers;
     float *converted;       /* 1-D tensors converted to f32, one block */
     size_t converted_bytes;
+    size_t xq_row;          /* bytes of the widest quantised activation row a matmul needs (0: no block types) */
 
     llmem__threads *th;
     llmem_pool *pool;
@@ -94,7 +95,7 @@ struct llmem_engine {
     /* the last step */
     float *logits;           /* count x vocab */
     size_t logits_count;
-    void *step_malloc[24];   /* ALLOC_MALLOC: buffers of the last step (17 now) */
+    void *step_malloc[24];   /* ALLOC_MALLOC: buffers of the last step (20 now) */
     size_t step_malloc_n;
 
     llmem_engine_stats st;
@@ -169,6 +170,21 @@ static llmem_status want_matrix(const llmem_model *m, const char *name, uint64_t
     return LLMEM_OK;
 }
 
+/* The widest activation row any matrix's matmul quantises to. */
+static size_t xq_row_bytes(const llmem_engine *e)
+{
+    size_t m = 0;
+#define W(type, n) if (llmem__matmul_scratch_bytes(type, n, 1) > m) m = llmem__matmul_scratch_bytes(type, n, 1)
+    for (uint32_t l = 0; l < e->L; l++) {
+        const eng_layer *ly = &e->layers[l];
+        W(ly->tq, e->dim); W(ly->tk, e->dim); W(ly->tv, e->dim); W(ly->to, e->qdim);
+        W(ly->t1, e->dim); W(ly->t3, e->dim); W(ly->t2, e->ffn);
+    }
+    W(e->wcls_type, e->dim);
+#undef W
+    return m;
+}
+
 /* A 1-D tensor as f32: in place when it is f32, else converted into
  * e->converted at *used (counted only, when fill is false). */
 static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, bool fill, const float **out,
@@ -236,6 +252,7 @@ static llmem_status bind_weights(llmem_engine *e)
         e->wcls = e->embd;
         e->wcls_type = e->embd_type;
     }
+    e->xq_row = xq_row_bytes(e);
     /* Count the f32 copies needed, take them in one block, then fill. */
     size_t n = 0;
     if ((st = bind_vectors(e, false, &n))) return st;
@@ -261,6 +278,7 @@ typedef struct step_bufs {
     void **ktab, **vtab;           /* items x blocks_max */
     size_t *tab_len;               /* items: tokens per block */
     float *xlast, *logits;         /* items x dim, items x vocab */
+    void *xq;                      /* block-type weights: one matmul's quantised activation rows */
 } step_bufs;
 
 #define WS_ALIGN 64
@@ -275,12 +293,13 @@ typedef struct step_bufs {
  *   12 final norm, 13 classifier, 14 the logits handed out. */
 enum {
     G_TOK_ITEM, G_TOK_POS, G_X, G_XB, G_Q, G_K, G_V, G_KTAB, G_VTAB, G_TABLEN, G_SCORES, G_ATT_OUT, G_XO,
-    G_XF, G_HB, G_HB2, G_XD, G_XLAST, G_LOGITS, G_COUNT
+    G_XF, G_HB, G_HB2, G_XD, G_XLAST, G_LOGITS, G_XQ, G_COUNT
 };
 
 typedef struct graph_dims {
     size_t dim, qdim, kvdim, ffn, vocab, max_seq_len, blocks_max;
     unsigned threads;
+    size_t xq_row;  /* bytes of a quantised activation row for the widest block-type matmul; 0: none */
 } graph_dims;
 
 /* a * b * c, or SIZE_MAX when it does not fit (plan_step refuses it). */
@@ -313,13 +332,15 @@ static void graph(const graph_dims *d, size_t T, size_t S, llmem_plan_tensor *t)
     G(G_XD, "down", bytes3(T, d->dim, sizeof(float)), 10, 11);
     G(G_XLAST, "last_rows", bytes3(S, d->dim, sizeof(float)), 12, 13);
     G(G_LOGITS, "logits", bytes3(S, d->vocab, sizeof(float)), 13, 14);
+    /* Scratch of every matmul (2, 5, 8, 10, 13): live across them all. */
+    G(G_XQ, "act_q8", bytes3(T > S ? T : S, d->xq_row, 1), 2, 13);
 #undef G
 }
 
 static graph_dims dims_of(const llmem_engine *e)
 {
     return (graph_dims){e->dim, e->qdim, e->kvdim, e->ffn, e->vocab, e->o.max_seq_len, e->blocks_max,
-                        llmem__threads_count(e->th)};
+                        llmem__threads_count(e->th), e->xq_row};
 }
 
 /* Plan a step of T tokens and S items into t (G_COUNT entries). */
@@ -356,6 +377,7 @@ static void carve(char *base, const llmem_plan_tensor *t, step_bufs *b)
     AT(xd, G_XD);
     AT(xlast, G_XLAST);
     AT(logits, G_LOGITS);
+    AT(xq, G_XQ);
 #undef AT
 }
 
@@ -367,7 +389,7 @@ llmem_status llmem_engine_plan_step(const llmem_shape *s, uint32_t tokens, uint3
     if (!s->hidden || !s->heads || !s->kv_heads || !s->head_dim || !s->ffn || !s->vocab)
         return llmem__fail(LLMEM_EINVAL, "engine plan: incomplete shape");
     graph_dims d = {s->hidden, bytes3(s->heads, s->head_dim, 1), bytes3(s->kv_heads, s->head_dim, 1), s->ffn, s->vocab,
-                    max_seq_len, ((size_t)max_seq_len + 15) / 16 + 1, threads};
+                    max_seq_len, ((size_t)max_seq_len + 15) / 16 + 1, threads, 0};
     llmem_plan_tensor t[G_COUNT];
     return plan_step(&d, tokens, seqs, t, out);
 }
@@ -852,6 +874,14 @@ static llmem_status step_buffers(llmem_engine *e, size_t T, size_t S, bool decod
     GET(att_out, T * e->qdim) GET(hb, T * e->ffn) GET(hb2, T * e->ffn) GET(scores, (size_t)nth * e->o.max_seq_len)
     GET(ktab, S) GET(vtab, S) GET(tab_len, S) GET(xlast, S * e->dim) GET(logits, S * e->vocab)
 #undef GET
+    if (e->xq_row) {
+        /* 64-byte aligned, as the arena's buffers are. */
+        char *raw = step_take(e, (T > S ? T : S) * e->xq_row + 64);
+        if (!raw) goto nomem;
+        b->xq = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    } else {
+        b->xq = NULL;
+    }
     return LLMEM_OK;
 nomem:
     free_step_malloc(e);
@@ -942,9 +972,9 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
     for (uint32_t l = 0; l < e->L; l++) {
         const eng_layer *ly = &e->layers[l];
         for (size_t r = 0; r < T; r++) llmem__rmsnorm(b.xb + r * e->dim, b.x + r * e->dim, ly->attn_norm, e->dim, e->eps);
-        llmem__matmul(th, b.q, b.xb, ly->wq, ly->tq, e->dim, e->qdim, T);
-        llmem__matmul(th, b.k, b.xb, ly->wk, ly->tk, e->dim, e->kvdim, T);
-        llmem__matmul(th, b.v, b.xb, ly->wv, ly->tv, e->dim, e->kvdim, T);
+        llmem__matmul(th, b.q, b.xb, ly->wq, ly->tq, e->dim, e->qdim, T, b.xq);
+        llmem__matmul(th, b.k, b.xb, ly->wk, ly->tk, e->dim, e->kvdim, T, b.xq);
+        llmem__matmul(th, b.v, b.xb, ly->wv, ly->tv, e->dim, e->kvdim, T, b.xq);
         for (size_t r = 0; r < T; r++) {
             llmem__rope(b.q + r * e->qdim, e->heads, e->hd, e->rope_dim, b.tok_pos[r], e->theta);
             llmem__rope(b.k + r * e->kvdim, e->kvh, e->hd, e->rope_dim, b.tok_pos[r], e->theta);
@@ -957,14 +987,14 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
         }
         attn_ctx ac = {e, &b, T, l};
         llmem__threads_run(th, attention_part, &ac);
-        llmem__matmul(th, b.xo, b.att_out, ly->wo, ly->to, e->qdim, e->dim, T);
+        llmem__matmul(th, b.xo, b.att_out, ly->wo, ly->to, e->qdim, e->dim, T, b.xq);
         for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xo + r * e->dim, e->dim);
 
         for (size_t r = 0; r < T; r++) llmem__rmsnorm(b.xf + r * e->dim, b.x + r * e->dim, ly->ffn_norm, e->dim, e->eps);
-        llmem__matmul(th, b.hb, b.xf, ly->w1, ly->t1, e->dim, e->ffn, T);
-        llmem__matmul(th, b.hb2, b.xf, ly->w3, ly->t3, e->dim, e->ffn, T);
+        llmem__matmul(th, b.hb, b.xf, ly->w1, ly->t1, e->dim, e->ffn, T, b.xq);
+        llmem__matmul(th, b.hb2, b.xf, ly->w3, ly->t3, e->dim, e->ffn, T, b.xq);
         llmem__swiglu(b.hb, b.hb2, T * e->ffn);
-        llmem__matmul(th, b.xd, b.hb, ly->w2, ly->t2, e->ffn, e->dim, T);
+        llmem__matmul(th, b.xd, b.hb, ly->w2, ly->t2, e->ffn, e->dim, T, b.xq);
         for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xd + r * e->dim, e->dim);
     }
 
@@ -974,7 +1004,7 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
         t += items[i].n;
         llmem__rmsnorm(b.xlast + i * e->dim, b.x + (t - 1) * e->dim, e->out_norm, e->dim, e->eps);
     }
-    llmem__matmul(th, b.logits, b.xlast, e->wcls, e->wcls_type, e->dim, e->vocab, count);
+    llmem__matmul(th, b.logits, b.xlast, e->wcls, e->wcls_type, e->dim, e->vocab, count, b.xq);
     e->logits = b.logits;
     e->logits_count = count;
 

@@ -1,11 +1,13 @@
 /*
  * kernels.c - the engine's numeric kernels: matmul over F32, F16, BF16 and
- * Q8_0 weights, and the small f32 kernels around it.
+ * the block types (q4_0 .. q8_0, q2_k .. q6_k), and the small f32 kernels
+ * around it.
  *
  * Dispatch. Two paths implement the hot kernels (matmul rows, dot, axpy,
  * f16 rows): a portable C one and, on x86-64 with GCC or Clang, one compiled
  * with __attribute__((target("avx2,fma,f16c"))) so the library itself needs
- * no -mavx2. The path is picked once (pthread_once; CPUID for the features
+ * no -mavx2 (a third, "avx2+vnni", is that one with the block types' dot
+ * products on AVX-VNNI where the CPU has it: the same results). The path is picked once (pthread_once; CPUID for the features
  * and XGETBV for the OS saving the ymm state) and kept in a static table of
  * function pointers; llmem__kernels_force_portable switches to the
  * portable table for tests and benchmarks. A matmul reads the table once and
@@ -15,15 +17,19 @@
  * MM_GRAIN rows (whole tiles, and whole cache lines of y for each thread).
  * A thread walks its rows in register tiles of R rows of W by B rows of X:
  * R x B accumulators, and per step of 8 elements R loads (converted to f32:
- * F16 by F16C, BF16 by a shift, Q8_0 as d * q in f32) and B loads of x
+ * F16 by F16C, BF16 by a shift) and B loads of x
  * feed R x B FMAs. Batch 1 uses 8 x 1 tiles (8 independent FMA chains to
  * cover the FMA latency, the loads folded into the FMAs); a batch uses 4 x 2
  * tiles, looping over the whole batch for each tile of 4 rows, so a W row
  * comes from memory once per matmul and then from L1 for the other batch
  * rows: prefill is matrix-matrix work, not a loop of matrix-vector products.
- * Q8_0 blocks are dequantised to f32 in registers and multiplied in f32, not
- * x quantised to int8, so the result is what the F32 kernel gives on the
- * dequantised matrix (llmem__dequant_row), exactly.
+ *
+ * Block types go another way (kernels_q.c): x is quantised once per matmul
+ * to int8 activation rows in the caller's scratch (on the team when the
+ * batch is large), then each weight row meets every activation row in
+ * integer dot products, one weight row's blocks unpacked once for up to
+ * four activation rows. The same split over the team and the same
+ * batch-independent order hold there.
  *
  * The summation-order invariant. Each y[b][r] is one dot product computed
  * by one thread, always in the same order, which depends on n alone:
@@ -49,12 +55,14 @@
  * Nothing here allocates: tails go through 8-element stack buffers.
  */
 #include "kernels.h"
+#include "kernels_q.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "llmem/model.h"
+#include "llmem/quant.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define KERNELS_X86 1
@@ -62,56 +70,16 @@
 #include <immintrin.h>
 #endif
 
-#define QK8_0 32                /* elements per Q8_0 block */
-#define Q8_0_BYTES 34           /* f16 scale + 32 int8 */
 #define MM_GRAIN 16             /* rows of W per part: whole tiles, whole lines of y */
 #define MM_SERIAL_MACS 32768    /* below this many multiply-adds, one thread is faster than a run */
 
 /* ---- f16 and bf16 ------------------------------------------------------- */
-
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
 
 static inline float bits_f32(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
-}
-
-float llmem__f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (man << 13)); /* inf, NaN (payload kept) */
-    if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
-    /* Zero or subnormal: man * 2^-24, exact in f32. */
-    return bits_f32(sign | f32_bits((float)man * 0x1p-24f));
-}
-
-uint16_t llmem__f32_to_f16(float f)
-{
-    uint32_t x = f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    x &= 0x7fffffffu;
-    if (x > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x3ffu)); /* NaN stays NaN (quiet) */
-    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (or inf): rounds to inf */
-    if (x >= 0x38800000u) {                                   /* normal half: rebias, round to nearest even */
-        uint32_t h = (x >> 13) - (112u << 10), rem = x & 0x1fffu;
-        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
-        return (uint16_t)(sign | h);
-    }
-    if (x <= 0x33000000u) return sign; /* <= 2^-25: the tie at 2^-25 goes to even, zero */
-    /* Subnormal half: count units of 2^-24, rounding to nearest even; 1024
-     * units is the smallest normal, which the encoding gives for free. */
-    uint32_t e = x >> 23, m = (x & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..24 */
-    uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
 }
 
 static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
@@ -123,21 +91,14 @@ static inline size_t row_bytes(uint32_t type, size_t n)
 {
     switch (type) {
     case LLMEM_DTYPE_F32: return n * 4;
-    case LLMEM_DTYPE_Q8_0: return n / QK8_0 * Q8_0_BYTES;
-    default: return n * 2; /* F16, BF16 */
+    case LLMEM_DTYPE_F16: case LLMEM_DTYPE_BF16: return n * 2;
+    default: return (size_t)llmem_dtype_bytes(type, n); /* block types */
     }
 }
 
-static inline float q8_scale(const uint8_t *blk)
-{
-    uint16_t h;
-    memcpy(&h, blk, sizeof h); /* blocks are 34 bytes: the scale is only 2-aligned */
-    return llmem__f16_to_f32(h);
-}
-
-/* Elements k .. k+cnt-1 (cnt <= 8) of a row as f32 in out[0..cnt), zeros
- * after. For Q8_0, k .. k+cnt-1 lie in one block. Exact conversions: both
- * paths see the same values. */
+/* Elements k .. k+cnt-1 (cnt <= 8) of an F32/F16/BF16 row as f32 in
+ * out[0..cnt), zeros after. Exact conversions: both paths see the same
+ * values. */
 static void load8_portable(uint32_t type, const void *row, size_t k, size_t cnt, float out[8])
 {
     for (size_t i = cnt; i < 8; i++) out[i] = 0.0f;
@@ -146,16 +107,9 @@ static void load8_portable(uint32_t type, const void *row, size_t k, size_t cnt,
     case LLMEM_DTYPE_F16:
         for (size_t i = 0; i < cnt; i++) out[i] = llmem__f16_to_f32(((const uint16_t *)row)[k + i]);
         break;
-    case LLMEM_DTYPE_BF16:
+    default: /* BF16 */
         for (size_t i = 0; i < cnt; i++) out[i] = bf16_to_f32(((const uint16_t *)row)[k + i]);
         break;
-    default: { /* Q8_0 */
-        const uint8_t *blk = (const uint8_t *)row + k / QK8_0 * Q8_0_BYTES;
-        const int8_t *q = (const int8_t *)(blk + 2) + k % QK8_0;
-        float d = q8_scale(blk);
-        for (size_t i = 0; i < cnt; i++) out[i] = d * (float)q[i];
-        break;
-    }
     }
 }
 
@@ -178,13 +132,8 @@ static inline __attribute__((always_inline)) void load8_full(const uint32_t type
         memcpy(out, (const float *)row + k, 8 * sizeof(float));
     } else if (type == LLMEM_DTYPE_F16) {
         for (int l = 0; l < 8; l++) out[l] = llmem__f16_to_f32(((const uint16_t *)row)[k + (size_t)l]);
-    } else if (type == LLMEM_DTYPE_BF16) {
+    } else { /* BF16 */
         for (int l = 0; l < 8; l++) out[l] = bf16_to_f32(((const uint16_t *)row)[k + (size_t)l]);
-    } else {
-        const uint8_t *blk = (const uint8_t *)row + k / QK8_0 * Q8_0_BYTES;
-        const int8_t *q = (const int8_t *)(blk + 2) + k % QK8_0;
-        float d = q8_scale(blk);
-        for (int l = 0; l < 8; l++) out[l] = d * (float)q[l];
     }
 }
 
@@ -229,8 +178,7 @@ static void rows_portable(float *y, const float *x, const void *w, uint32_t type
     switch (type) {
     case LLMEM_DTYPE_F32: rows_portable_t(LLMEM_DTYPE_F32, y, x, w, n, d, batch, r0, r1); break;
     case LLMEM_DTYPE_F16: rows_portable_t(LLMEM_DTYPE_F16, y, x, w, n, d, batch, r0, r1); break;
-    case LLMEM_DTYPE_BF16: rows_portable_t(LLMEM_DTYPE_BF16, y, x, w, n, d, batch, r0, r1); break;
-    default: rows_portable_t(LLMEM_DTYPE_Q8_0, y, x, w, n, d, batch, r0, r1); break;
+    default: rows_portable_t(LLMEM_DTYPE_BF16, y, x, w, n, d, batch, r0, r1); break;
     }
 }
 
@@ -277,13 +225,6 @@ X86_INLINE __m256 x86_load8(const uint32_t type, const void *row, size_t k)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16 */
 }
 
-/* 8 values d * q of sub-block `sub` (0..3) of a Q8_0 block. */
-X86_INLINE __m256 x86_load8_q8(const uint8_t *blk, int sub, __m256 d)
-{
-    __m128i q = _mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * sub));
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-}
-
 /* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as hsum8_portable. */
 X86_INLINE float x86_hsum(__m256 v)
 {
@@ -310,29 +251,7 @@ UNROLL
 UNROLL
         for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
 
-    if (type == LLMEM_DTYPE_Q8_0) {
-        for (size_t blk = 0; blk < n / QK8_0; blk++) {
-            __m256 dv[8];
-UNROLL
-            for (int r = 0; r < R; r++) {
-                uint16_t h;
-                memcpy(&h, wr[r] + blk * Q8_0_BYTES, sizeof h);
-                dv[r] = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))));
-            }
-UNROLL
-            for (int sub = 0; sub < 4; sub++) {
-                size_t k = blk * QK8_0 + (size_t)sub * 8;
-UNROLL
-                for (int r = 0; r < R; r++) wv[r] = x86_load8_q8((const uint8_t *)wr[r] + blk * Q8_0_BYTES, sub, dv[r]);
-UNROLL
-                for (int b = 0; b < B; b++) {
-                    __m256 xv = _mm256_loadu_ps(x + (size_t)b * n + k);
-UNROLL
-                    for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
-                }
-            }
-        }
-    } else {
+    {
         size_t k = 0;
         for (; k + 8 <= n; k += 8) {
 UNROLL
@@ -399,8 +318,7 @@ X86_TARGET static void rows_x86(float *y, const float *x, const void *w, uint32_
     switch (type) {
     case LLMEM_DTYPE_F32: x86_rows_t(LLMEM_DTYPE_F32, y, x, w, n, d, batch, r0, r1); break;
     case LLMEM_DTYPE_F16: x86_rows_t(LLMEM_DTYPE_F16, y, x, w, n, d, batch, r0, r1); break;
-    case LLMEM_DTYPE_BF16: x86_rows_t(LLMEM_DTYPE_BF16, y, x, w, n, d, batch, r0, r1); break;
-    default: x86_rows_t(LLMEM_DTYPE_Q8_0, y, x, w, n, d, batch, r0, r1); break;
+    default: x86_rows_t(LLMEM_DTYPE_BF16, y, x, w, n, d, batch, r0, r1); break;
     }
 }
 
@@ -444,6 +362,10 @@ typedef struct kernel_path {
     float (*dot)(const float *a, const float *b, size_t n);
     void (*axpy)(float *y, float alpha, const float *x, size_t n);
     void (*f16_row)(const uint16_t *h, size_t n, float *out);
+    /* block-type weights: quantise activation rows, then integer dot products (kernels_q.h) */
+    void (*act_quantize)(uint32_t wtype, const float *x, size_t n, void *row);
+    void (*qrows)(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d, size_t batch,
+                  size_t r0, size_t r1);
 } kernel_path;
 
 static const kernel_path path_portable = {
@@ -452,6 +374,8 @@ static const kernel_path path_portable = {
     /* .dot = */ dot_portable,
     /* .axpy = */ axpy_portable,
     /* .f16_row = */ f16_row_portable,
+    /* .act_quantize = */ llmem__act_quantize_ref,
+    /* .qrows = */ llmem__qrows_ref,
 };
 
 #ifdef KERNELS_X86
@@ -461,6 +385,19 @@ static const kernel_path path_x86 = {
     /* .dot = */ dot_x86,
     /* .axpy = */ axpy_x86,
     /* .f16_row = */ f16_row_x86,
+    /* .act_quantize = */ llmem__act_quantize_avx2,
+    /* .qrows = */ llmem__qrows_avx2,
+};
+
+/* AVX2 with AVX-VNNI for the integer dot products (same results). */
+static const kernel_path path_x86_vnni = {
+    /* .name = */ "avx2+vnni",
+    /* .rows = */ rows_x86,
+    /* .dot = */ dot_x86,
+    /* .axpy = */ axpy_x86,
+    /* .f16_row = */ f16_row_x86,
+    /* .act_quantize = */ llmem__act_quantize_avx2,
+    /* .qrows = */ llmem__qrows_vnni,
 };
 #endif
 
@@ -484,12 +421,21 @@ static bool x86_has_avx2_fma_f16c(void)
     __cpuid_count(7, 0, a, b, c, d);
     return (b & bit_AVX2) != 0;
 }
+
+/* AVX-VNNI (CPUID.(7,1):EAX bit 4), the VEX-encoded vpdpbusd. */
+static bool x86_has_avxvnni(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a & (1u << 4)) != 0;
+}
 #endif
 
 static void path_init(void)
 {
 #ifdef KERNELS_X86
-    if (x86_has_avx2_fma_f16c()) path_best = &path_x86;
+    if (x86_has_avx2_fma_f16c()) path_best = llmem__qrows_vnni_built && x86_has_avxvnni() ? &path_x86_vnni : &path_x86;
 #endif
 }
 
@@ -508,8 +454,12 @@ void llmem__kernels_force_portable(bool on) { __atomic_store_n(&force_portable, 
 
 bool llmem__matmul_supports(uint32_t wtype)
 {
-    return wtype == LLMEM_DTYPE_F32 || wtype == LLMEM_DTYPE_F16 || wtype == LLMEM_DTYPE_BF16 ||
-           wtype == LLMEM_DTYPE_Q8_0;
+    return wtype == LLMEM_DTYPE_F32 || wtype == LLMEM_DTYPE_F16 || wtype == LLMEM_DTYPE_BF16 || llmem__is_qtype(wtype);
+}
+
+size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch)
+{
+    return llmem__act_row_bytes(wtype, n) * batch;
 }
 
 typedef struct mm_job {
@@ -519,6 +469,8 @@ typedef struct mm_job {
     const void *w;
     uint32_t type;
     size_t n, d, batch;
+    void *act;               /* block types: the quantised activation rows (stride act_bytes) */
+    size_t act_bytes;
 } mm_job;
 
 static void mm_part(void *ctx, unsigned index, unsigned count)
@@ -526,17 +478,39 @@ static void mm_part(void *ctx, unsigned index, unsigned count)
     const mm_job *j = ctx;
     size_t lo, hi;
     llmem__threads_split(j->d, MM_GRAIN, index, count, &lo, &hi);
-    if (lo < hi) j->path->rows(j->y, j->x, j->w, j->type, j->n, j->d, j->batch, lo, hi);
+    if (lo >= hi) return;
+    if (j->act) j->path->qrows(j->y, j->act, j->w, j->type, j->n, j->d, j->batch, lo, hi);
+    else j->path->rows(j->y, j->x, j->w, j->type, j->n, j->d, j->batch, lo, hi);
 }
 
+static void act_part(void *ctx, unsigned index, unsigned count)
+{
+    const mm_job *j = ctx;
+    size_t lo, hi;
+    llmem__threads_split(j->batch, 1, index, count, &lo, &hi);
+    for (size_t b = lo; b < hi; b++)
+        j->path->act_quantize(j->type, j->x + b * j->n, j->n, (char *)j->act + b * j->act_bytes);
+}
+
+/* Batches at least this large quantise their activation rows on the team. */
+#define ACT_TEAM_ROWS 8
+
 void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, uint32_t wtype, size_t n, size_t d,
-                   size_t batch)
+                   size_t batch, void *scratch)
 {
     if (d == 0 || batch == 0) return;
-    mm_job j = {path_get(), y, x, w, wtype, n, d, batch};
+    mm_job j = {path_get(), y, x, w, wtype, n, d, batch, NULL, 0};
+    bool team = th && llmem__threads_count(th) > 1;
+    if (llmem__is_qtype(wtype)) {
+        /* x quantised once for every weight row. */
+        j.act = scratch;
+        j.act_bytes = llmem__act_row_bytes(wtype, n);
+        if (team && batch >= ACT_TEAM_ROWS) llmem__threads_run(th, act_part, &j);
+        else act_part(&j, 0, 1);
+    }
     /* Any split gives the same bits (see the file comment); a tiny product
      * is not worth waking the team for. */
-    if (!th || llmem__threads_count(th) == 1 || n * d * batch < MM_SERIAL_MACS || d <= MM_GRAIN) mm_part(&j, 0, 1);
+    if (!team || n * d * batch < MM_SERIAL_MACS || d <= MM_GRAIN) mm_part(&j, 0, 1);
     else llmem__threads_run(th, mm_part, &j);
 }
 
@@ -546,18 +520,11 @@ void llmem__dequant_row(uint32_t wtype, const void *w, size_t row, size_t n, flo
     switch (wtype) {
     case LLMEM_DTYPE_F32: memcpy(out, r, n * sizeof(float)); break;
     case LLMEM_DTYPE_F16: path_get()->f16_row(r, n, out); break;
-    case LLMEM_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(((const uint16_t *)r)[i]);
+    default:
+        /* The other types decode as quant.c defines them; an unknown one
+         * (callers check llmem__matmul_supports) gives zeros. */
+        if (llmem_dequantize_row(wtype, r, out, n) != LLMEM_OK) memset(out, 0, n * sizeof(float));
         break;
-    case LLMEM_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / QK8_0; b++) {
-            const uint8_t *blk = (const uint8_t *)r + b * Q8_0_BYTES;
-            const int8_t *q = (const int8_t *)(blk + 2);
-            float dsc = q8_scale(blk);
-            for (size_t i = 0; i < QK8_0; i++) out[b * QK8_0 + i] = dsc * (float)q[i];
-        }
-        break;
-    default: memset(out, 0, n * sizeof(float)); break; /* unsupported: callers check llmem__matmul_supports */
     }
 }
 

@@ -3,8 +3,9 @@
  * llmem.
  *
  * Matrices are as llmem/model.h gives them: a weight W of dims (n, d) is d
- * rows of n elements of type wtype (F32, F16, BF16 or Q8_0; Q8_0 needs n a
- * multiple of 32), read in place from the mapped file. Activations are f32,
+ * rows of n elements of type wtype (F32, F16, BF16, or a block type of
+ * llmem/quant.h, n a whole number of its blocks), read in place from the
+ * mapped file. Activations are f32,
  * row-major, one row per token. Kernels are vectorised for the machine they
  * run on (AVX2/FMA/F16C where present, chosen at run time, a portable path
  * otherwise) and allocate nothing.
@@ -16,15 +17,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/half.h"
 #include "threads.h"
 
 /* Y = X W^T: y[b][r] = sum_c W[r][c] * x[b][c] for b < batch, r < d.
  * x: batch x n, y: batch x d (y must not alias x). Split over the team by
  * rows of W; with batch > 1 each W row is read once for the whole batch
  * (prefill is matrix-matrix, not a token loop). th may be NULL (one
- * thread). */
+ * thread). For block types x is first quantised to int8 activation rows
+ * in scratch (llmem__matmul_scratch_bytes(wtype, n, batch) bytes, 64-byte
+ * aligned; unused, may be NULL, for F32/F16/BF16) and the products are
+ * integer dot products (kernels_q.h). */
 void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, uint32_t wtype, size_t n, size_t d,
-                   size_t batch);
+                   size_t batch, void *scratch);
+
+/* Bytes of scratch llmem__matmul needs for a batch over rows of n of wtype. */
+size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch);
 
 /* Whether llmem__matmul takes this weight type. */
 bool llmem__matmul_supports(uint32_t wtype);
@@ -53,12 +61,11 @@ float llmem__dot(const float *a, const float *b, size_t n);
 /* y += alpha * x */
 void llmem__axpy(float *y, float alpha, const float *x, size_t n);
 
-/* IEEE half <-> float (round to nearest even). */
-float llmem__f16_to_f32(uint16_t h);
-uint16_t llmem__f32_to_f16(float f);
+/* IEEE half <-> float (round to nearest even): core/half.h. */
 
 /* The instruction set the kernels run on: "avx2" (AVX2 + FMA + F16C, chosen
- * at run time) or "portable". */
+ * at run time), "avx2+vnni" (also AVX-VNNI for the block types) or
+ * "portable". */
 const char *llmem__kernels_isa(void);
 
 /* Force the portable path (true) or return to the best one (false): for

@@ -25,8 +25,8 @@
  *     User-defined tokens always; control tokens only through
  *     llmem_tokenizer_encode_special (llama.cpp's parse_special).
  *  2. Each stretch of remaining text is split by the pre-tokenizer regular
- *     expression of tokenizer.ggml.pre (GPT-2's by default; "qwen2" and
- *     "llama-bpe" have their own), run by PCRE2 with Unicode properties;
+ *     expression of tokenizer.ggml.pre ("gpt-2", "qwen2", "llama-bpe", as
+ *     llama.cpp names and writes them), run by PCRE2 with Unicode properties;
  *     bytes no match covers (invalid UTF-8) form words of their own.
  *  3. Each word starts as one token per byte; then, repeatedly, the
  *     adjacent pair of lowest merge rank (the leftmost on ties) merges,
@@ -54,7 +54,7 @@
 #include "tokenizer_internal.h"
 
 /* The pre-tokenizers, as their models' tokenizer.json define them. */
-static const char re_gpt2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char re_gpt2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 static const char re_qwen2[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
                                "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char re_llama3[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
@@ -79,17 +79,6 @@ struct llmem__tok_bpe {
 
 /* ---- GPT-2's byte-level text --------------------------------------------------- */
 
-/* The code point standing for byte b. */
-static uint32_t byte_cp(unsigned b)
-{
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
-    /* The others in byte order from U+0100: count the unprintable bytes below b. */
-    unsigned n = 0;
-    for (unsigned c = 0; c < b; c++)
-        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) n++;
-    return 256 + n;
-}
-
 typedef struct byte_map {
     int16_t of_cp[256 + 68]; /* byte of code point c, or -1 */
 } byte_map;
@@ -97,7 +86,7 @@ typedef struct byte_map {
 static void byte_map_init(byte_map *m)
 {
     for (size_t c = 0; c < sizeof m->of_cp / sizeof m->of_cp[0]; c++) m->of_cp[c] = -1;
-    for (unsigned b = 0; b < 256; b++) m->of_cp[byte_cp(b)] = (int16_t)b;
+    for (unsigned b = 0; b < 256; b++) m->of_cp[llmem__gpt2_byte_cp(b)] = (int16_t)b;
 }
 
 /* One UTF-8 code point at s[0..len): its value and length, or length 0 when
@@ -254,17 +243,23 @@ static int special_cmp(const void *x, const void *y)
 static llmem_status compile_pre(const char *pre, size_t plen, llmem__tok_bpe *b)
 {
     const char *pattern;
-    if (!pre || (plen == 7 && !memcmp(pre, "default", 7)) || (plen == 4 && !memcmp(pre, "gpt2", 4)) ||
-        (plen == 5 && !memcmp(pre, "gpt-2", 5)))
+    /* The names llama.cpp gives them (llama-vocab.cpp), so a file reads
+     * the same in both. Without the key llama.cpp falls back to its own
+     * "default" split (four patterns in turn), which is not done here. */
+    if (!pre)
+        return llmem__fail(LLMEM_ENOTSUP, "tokenizer: the gpt2 vocabulary has no tokenizer.ggml.pre (an older "
+                                          "file?); supported: gpt-2, qwen2, llama-bpe");
+    if (plen == 5 && !memcmp(pre, "gpt-2", 5))
         pattern = re_gpt2;
     else if (plen == 5 && !memcmp(pre, "qwen2", 5))
         pattern = re_qwen2;
-    else if ((plen == 9 && !memcmp(pre, "llama-bpe", 9)) || (plen == 6 && !memcmp(pre, "llama3", 6))) {
+    else if ((plen == 9 && !memcmp(pre, "llama-bpe", 9)) || (plen == 6 && !memcmp(pre, "llama3", 6)) ||
+             (plen == 8 && !memcmp(pre, "llama-v3", 8))) {
         pattern = re_llama3;
         b->ignore_merges = true;
     } else
         return llmem__fail(LLMEM_ENOTSUP,
-                           "tokenizer: tokenizer.ggml.pre '%.*s' is not supported (default, gpt2, qwen2, llama-bpe)",
+                           "tokenizer: tokenizer.ggml.pre '%.*s' is not supported (gpt-2, qwen2, llama-bpe)",
                            (int)(plen > 64 ? 64 : plen), pre);
     int err;
     PCRE2_SIZE at;

@@ -364,18 +364,25 @@ static llmem_status need_f32(const llmem_model *m, const char *key, float def, f
 }
 
 /* The matrix types, in the order weight_type prefers on a tie. */
-static const uint32_t matrix_types[4] = {LLMEM_DTYPE_F32, LLMEM_DTYPE_F16, LLMEM_DTYPE_BF16, LLMEM_DTYPE_Q8_0};
+static const uint32_t matrix_types[] = {LLMEM_DTYPE_F32,  LLMEM_DTYPE_F16,  LLMEM_DTYPE_BF16, LLMEM_DTYPE_Q8_0,
+                                        LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYPE_Q5_0, LLMEM_DTYPE_Q5_1,
+                                        LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q3_K, LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q5_K,
+                                        LLMEM_DTYPE_Q6_K};
+#define N_MATRIX_TYPES LLMEM_ARRAY_LEN(matrix_types)
 
-/* Types the engine reads: matrices f32/f16/bf16/q8_0, vectors f32/f16. */
+/* Types the engine reads: matrices any of those, vectors f32/f16. */
 static bool engine_type(uint32_t type, bool matrix)
 {
     if (type == LLMEM_DTYPE_F32 || type == LLMEM_DTYPE_F16) return true;
-    return matrix && (type == LLMEM_DTYPE_BF16 || type == LLMEM_DTYPE_Q8_0);
+    if (!matrix) return false;
+    for (size_t i = 0; i < N_MATRIX_TYPES; i++)
+        if (matrix_types[i] == type) return true;
+    return false;
 }
 
 /* The tensor `name` must exist with exactly these dims (d1 == 0: 1-D). Its
  * type is counted in counts[] when it is a matrix. */
-static llmem_status want(const llmem_model *m, const char *name, uint64_t d0, uint64_t d1, uint32_t counts[4])
+static llmem_status want(const llmem_model *m, const char *name, uint64_t d0, uint64_t d1, uint32_t *counts)
 {
     const llmem_tensor *t = llmem__tensor_find(m, name);
     if (!t) return llmem__fail(LLMEM_EFORMAT, "gguf: llama tensor '%s' is missing", name);
@@ -395,9 +402,9 @@ static llmem_status want(const llmem_model *m, const char *name, uint64_t d0, ui
     if (!engine_type(t->type, matrix))
         return llmem__fail(LLMEM_ENOTSUP, "gguf: tensor '%s' is %s; llama %s must be %s", name,
                            llmem_dtype_name(t->type), matrix ? "matrices" : "norm vectors",
-                           matrix ? "f32, f16, bf16 or q8_0" : "f32 or f16");
+                           matrix ? "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 or q2_k..q6_k" : "f32 or f16");
     if (matrix)
-        for (int i = 0; i < 4; i++)
+        for (size_t i = 0; i < N_MATRIX_TYPES; i++)
             if (matrix_types[i] == t->type) counts[i]++;
     return LLMEM_OK;
 }
@@ -451,7 +458,7 @@ static llmem_status llama_config(llmem_model *m, uint32_t version)
     }
     if (vocab == 0) return llmem__fail(LLMEM_EFORMAT, "gguf: vocabulary size 0");
 
-    uint32_t counts[4] = {0};
+    uint32_t counts[N_MATRIX_TYPES] = {0};
     uint64_t qd = (uint64_t)heads * head_dim, kvd = (uint64_t)kv_heads * head_dim;
     if ((st = want(m, "token_embd.weight", hidden, vocab, counts))) return st;
     char name[64];
@@ -474,8 +481,8 @@ static llmem_status llama_config(llmem_model *m, uint32_t version)
     bool tied = llmem__tensor_find(m, "output.weight") == NULL;
     if (!tied && (st = want(m, "output.weight", hidden, vocab, counts))) return st;
 
-    int best = 0;
-    for (int i = 1; i < 4; i++)
+    size_t best = 0;
+    for (size_t i = 1; i < N_MATRIX_TYPES; i++)
         if (counts[i] > counts[best]) best = i;
     c->weight_type = matrix_types[best];
     s->layers = layers;
@@ -541,6 +548,7 @@ llmem_status llmem__gguf_parse(llmem_model *m)
         llmem_status st = parse_kv(&r, e);
         if (st) return st;
     }
+    m->meta_end = r.at;
     llmem_status st = llmem__meta_index_build(m);
     if (st) return st;
 

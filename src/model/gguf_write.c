@@ -133,6 +133,14 @@ llmem_status llmem_gguf_add_u32(llmem_gguf_writer *w, const char *key, uint32_t 
     return st ? st : end(w, key, mark, put_u32(w, v));
 }
 
+llmem_status llmem_gguf_add_bool(llmem_gguf_writer *w, const char *key, bool v)
+{
+    size_t mark;
+    uint8_t b = v ? 1 : 0;
+    llmem_status st = begin(w, key, LLMEM_META_BOOL, &mark);
+    return st ? st : end(w, key, mark, put(w, &b, 1));
+}
+
 llmem_status llmem_gguf_add_f32(llmem_gguf_writer *w, const char *key, float v)
 {
     size_t mark;
@@ -179,6 +187,29 @@ llmem_status llmem_gguf_add_f32_array(llmem_gguf_writer *w, const char *key, con
 llmem_status llmem_gguf_add_i32_array(llmem_gguf_writer *w, const char *key, const int32_t *v, size_t n)
 {
     return add_num_array(w, key, LLMEM_META_I32, v, n);
+}
+
+llmem_status llmem__gguf_add_raw(llmem_gguf_writer *w, const char *key, size_t key_len, const void *bytes, size_t len)
+{
+    if (!w || !key || !bytes) return llmem__fail(LLMEM_EINVAL, "gguf writer: null argument");
+    char *k = malloc(key_len + 1);
+    if (!k) return llmem__fail(LLMEM_ENOMEM, "gguf writer: out of memory");
+    memcpy(k, key, key_len);
+    k[key_len] = 0;
+    if (strlen(k) != key_len) {
+        free(k);
+        return llmem__fail(LLMEM_EINVAL, "gguf writer: a metadata key with a NUL byte");
+    }
+    size_t mark;
+    llmem_status st = begin(w, k, 0, &mark);
+    if (st) {
+        free(k);
+        return st;
+    }
+    w->kv_len = mark; /* begin wrote the key and a type: the raw bytes carry both */
+    st = end(w, k, mark, put(w, bytes, len));
+    free(k);
+    return st;
 }
 
 /* ---- tensors ------------------------------------------------------------- */

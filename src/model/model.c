@@ -51,7 +51,15 @@ static const struct {
     {LLMEM_DTYPE_F32, "f32", 1, 4},
     {LLMEM_DTYPE_F16, "f16", 1, 2},
     {LLMEM_DTYPE_Q4_0, "q4_0", 32, 18},
+    {LLMEM_DTYPE_Q4_1, "q4_1", 32, 20},
+    {LLMEM_DTYPE_Q5_0, "q5_0", 32, 22},
+    {LLMEM_DTYPE_Q5_1, "q5_1", 32, 24},
     {LLMEM_DTYPE_Q8_0, "q8_0", 32, 34},
+    {LLMEM_DTYPE_Q2_K, "q2_k", 256, 84},
+    {LLMEM_DTYPE_Q3_K, "q3_k", 256, 110},
+    {LLMEM_DTYPE_Q4_K, "q4_k", 256, 144},
+    {LLMEM_DTYPE_Q5_K, "q5_k", 256, 176},
+    {LLMEM_DTYPE_Q6_K, "q6_k", 256, 210},
     {LLMEM_DTYPE_BF16, "bf16", 1, 2},
 };
 

@@ -52,6 +52,8 @@ struct llmem_model {
     llmem__index tensor_index;
     llmem__meta *meta;         /* n_meta, in file order */
     size_t n_meta;
+    uint64_t meta_end;         /* GGUF: the offset just past the last key/value (meta[i] spans
+                                  meta[i].offset .. meta[i + 1].offset, the last one .. meta_end) */
     llmem__index meta_index;
     uint64_t tensor_bytes;     /* sum over tensors */
     double open_seconds;
@@ -83,6 +85,13 @@ const llmem__meta *llmem__meta_find(const llmem_model *m, const char *key);
 /* A printable excerpt of n bytes of s for a message: at most 48 bytes, bytes
  * outside printable ASCII shown as '?', "..." when cut. dst has cap >= 56. */
 void llmem__show(char *dst, size_t cap, const char *s, uint64_t n);
+
+/* ---- gguf_write.c ---- */
+
+/* Append one serialized key/value as it is (bytes: the u64 key length, the
+ * key, the u32 type, the value), recorded under key (key_len bytes) so a
+ * duplicate is refused. For copying metadata from one GGUF file to another. */
+llmem_status llmem__gguf_add_raw(llmem_gguf_writer *w, const char *key, size_t key_len, const void *bytes, size_t len);
 
 /* ---- gguf.c / llama2c.c ---- */
 

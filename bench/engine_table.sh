@@ -1,0 +1,76 @@
+#!/bin/sh
+# engine_table.sh - the engine benchmark table of docs/BENCHMARKS.md: llmem
+# against llama.cpp (bench/engine_bench.sh -L) on synthetic models of the
+# shapes people run, every weight type of the table, short and long
+# prompts, 1 and 4 sequences at once, 2 threads.
+#
+#   bench/engine_table.sh [-r ROUNDS] [-m MODELS] [-s SEQS_LIST] [-p PROMPTS]
+#
+#   -r ROUNDS   interleaved rounds per row (default 5)
+#   -m MODELS   space-separated NAME-TYPE list (default: tiny-15m in f32 f16
+#               q8_0 q4_0 q4_k q6_k, yi-coder-1.5b in q8_0 q4_k)
+#   -s SEQS     sequence counts (default "1 4")
+#   -p PROMPTS  "short", "long" or both (default "short long")
+#
+# Models are written once by llmem synth into BENCH_DIR (default
+# build-bench; yi-coder-1.5b q8_0 is 1.57 GB). Decode length: 128 positions
+# after the prompt for tiny-15m, 32 for yi-coder-1.5b. Each row is its own
+# engine_bench.sh run, under flock /work/bench.lock when that file exists
+# (the machine may be shared), so no two benchmarks overlap. Prints one
+# markdown row per (model, prompt, sequences): llmem's and llama.cpp's
+# prefill and decode tok/s, the ratios llmem / llama.cpp and the peak RSS
+# ratio.
+set -eu
+ROUNDS=5
+MODELS="tiny-15m-f32 tiny-15m-f16 tiny-15m-q8_0 tiny-15m-q4_0 tiny-15m-q4_k tiny-15m-q6_k yi-coder-1.5b-q8_0 yi-coder-1.5b-q4_k"
+SEQS_LIST="1 4"
+PROMPTS="short long"
+while getopts r:m:s:p: opt; do
+    case $opt in
+    r) ROUNDS=$OPTARG ;;
+    m) MODELS=$OPTARG ;;
+    s) SEQS_LIST=$OPTARG ;;
+    p) PROMPTS=$OPTARG ;;
+    *) echo "usage: $0 [-r ROUNDS] [-m MODELS] [-s SEQS] [-p PROMPTS]" >&2; exit 2 ;;
+    esac
+done
+LLMEM=${LLMEM:-build/llmem}
+DIR=${BENCH_DIR:-build-bench}
+export LLMEM THREADS=${THREADS:-2}
+# The weights faulted in at open and the prompt run once before the timed
+# prefill (--populate --warmup), as llama.cpp is timed in its second, warm
+# round: the prefill then measures compute, not first touches of the
+# mapping and the workspace.
+export LLMEM_ARGS=${LLMEM_ARGS:---populate --warmup}
+mkdir -p "$DIR"
+SHORT="Once upon a time"
+LONG="Once upon a time, in a small town by the sea, there lived a girl named Lily. She loved to walk on the beach every morning and look for shells. One day she found a big blue shell."
+LOCK=""
+[ -e /work/bench.lock ] && LOCK="flock /work/bench.lock"
+
+echo "| model | prompt | seqs | llmem prefill tok/s | llama.cpp prefill | prefill ratio | llmem decode tok/s | llama.cpp decode | decode ratio | peak RSS ratio |"
+echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+for m in $MODELS; do
+    shape=${m%-*}
+    type=${m##*-}
+    f=$DIR/$m.gguf
+    [ -f "$f" ] || "$LLMEM" synth --shape "$shape" --type "$type" -o "$f" >&2
+    gen=128
+    case $shape in yi-coder-1.5b) gen=32 ;; esac
+    for p in $PROMPTS; do
+        text=$SHORT
+        [ "$p" = long ] && text=$LONG
+        for s in $SEQS_LIST; do
+            # positions in all: the prompt (at most 99 tokens here) plus gen
+            n=$((gen + 5))
+            [ "$p" = long ] && n=$((gen + 99))
+            out=$(CONFIGS=llmem $LOCK bench/engine_bench.sh -L -r "$ROUNDS" -n "$n" -b "$s" -i "$text" "$f")
+            echo "$out" >&2
+            echo "$out" | awk -v m="$m" -v p="$p" -v s="$s" '
+                $1 == "result" && $2 == "llmem" {lp = $3; ld = $4; lr = $6}
+                $1 == "result" && $2 == "llamacpp" {cp = $3; cd = $4; cr = $6}
+                END {printf "| %s | %s | %s | %.0f | %.0f | %.2fx | %.1f | %.1f | %.2fx | %.2fx |\n", m, p, s,
+                     lp, cp, (cp > 0 ? lp / cp : 0), ld, cd, (cd > 0 ? ld / cd : 0), (cr > 0 ? lr / cr : 0)}'
+        done
+    done
+done

@@ -1,0 +1,518 @@
+/*
+ * kernels_q_x86.h - the vector integer dot products of kernels_q.c, as a
+ * template: a .c file defines KQ_TARGET_STR (the target attribute), KQ_VNNI
+ * (0 or 1) and KQ_EXPORT (the name of the rows function) and includes
+ * this once; every helper is static to that file. Private to llmem.
+ *
+ * With KQ_VNNI the u8 x s8 sums of four products are one vpdpbusd
+ * (AVX-VNNI) instead of vpmaddubsw + vpmaddwd: the same integers (none of
+ * the sums here saturates maddubs' int16), so the same bits out.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels_q.h"
+#include "kernels_q_layout.h"
+
+#define KQ_TARGET __attribute__((target(KQ_TARGET_STR)))
+#define KQ_INLINE static inline __attribute__((always_inline, target(KQ_TARGET_STR)))
+#if defined(__clang__)
+#define KQ_UNROLL _Pragma("unroll")
+#else
+#define KQ_UNROLL _Pragma("GCC unroll 8")
+#endif
+#define MAXB 4 /* activation rows per pass over a weight row */
+
+KQ_INLINE float kq_hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KQ_INLINE float kq_h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
+
+/* 32 nibbles of 16 bytes: low nibbles in bytes 0..15, high nibbles in 16..31. */
+KQ_INLINE __m256i nibbles16(const uint8_t *p)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i m = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+/* Byte j of the result is 0xFF where bit j of the u32 at p is set. */
+KQ_INLINE __m256i bits32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v),
+                                    _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                                      0x0101010101010101LL, 0x0000000000000000LL));
+    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
+}
+
+/* The 32 weight levels of a 32-element block as int8 (signed types) or
+ * uint8 (q4_1, q5_1), and its scale and minimum. */
+KQ_INLINE __m256i w_levels32(const uint32_t t, const uint8_t *blk, float *dw, float *mw)
+{
+    switch (t) {
+    case LLMEM_DTYPE_Q8_0:
+        *dw = kq_h2f(((const llmem__q8_0 *)(const void *)blk)->d);
+        return _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+    case LLMEM_DTYPE_Q4_0:
+        *dw = kq_h2f(((const llmem__q4_0 *)(const void *)blk)->d);
+        return _mm256_sub_epi8(nibbles16(blk + 2), _mm256_set1_epi8(8));
+    case LLMEM_DTYPE_Q4_1:
+        *dw = kq_h2f(((const llmem__q4_1 *)(const void *)blk)->d);
+        *mw = kq_h2f(((const llmem__q4_1 *)(const void *)blk)->m);
+        return nibbles16(blk + 4);
+    case LLMEM_DTYPE_Q5_0: {
+        *dw = kq_h2f(((const llmem__q5_0 *)(const void *)blk)->d);
+        /* q | 0xF0 where bit 4 is clear is q - 16 as int8; q where it is set. */
+        __m256i hb = _mm256_andnot_si256(bits32(blk + 2), _mm256_set1_epi8((char)0xF0));
+        return _mm256_or_si256(nibbles16(blk + 6), hb);
+    }
+    default: { /* q5_1 */
+        *dw = kq_h2f(((const llmem__q5_1 *)(const void *)blk)->d);
+        *mw = kq_h2f(((const llmem__q5_1 *)(const void *)blk)->m);
+        __m256i hb = _mm256_and_si256(bits32(blk + 4), _mm256_set1_epi8(16));
+        return _mm256_or_si256(nibbles16(blk + 8), hb);
+    }
+    }
+}
+
+/* ---- the 32-element types: eight weight rows a pass, one row per lane ----
+ *
+ * A block's dot product for 8 weight rows at once: the 8 rows' levels are
+ * transposed so that 32-bit lane i of T[j] holds bytes 4j..4j+3 of row i
+ * (an 8 x 8 transpose of dwords), and the activation's bytes 4j..4j+3 are
+ * broadcast: one vpdpbusd then adds 4 products to every row's sum, 8 of
+ * them make the block, and lane i ends with row i's exact block sum. The
+ * float epilogue (scale, convert, add) is then one vector op for 8 rows
+ * instead of 8, and no lane reduction is needed at the end. Batches of 2
+ * or more unpack and transpose a tile of 8 rows x KC blocks once into a
+ * stack buffer and run every activation row over it (4 at a time, the
+ * buffer's rows loaded once for 4); batch 1 (decode) needs no transpose:
+ * it sums each row's block in 8 lanes and reduces the 8 rows' lanes at
+ * once (hsum8_epi32), the same exact integers.
+ *
+ * Order: per (row, activation row) blocks in increasing order, as the
+ * reference: acc += (dw * da) * (float)Σ, then (q4_1, q5_1) acc += mw *
+ * sa, a multiply and an add each (ISO C: nothing is contracted), so both
+ * paths and every batch give the reference's bits. */
+#define TR 8  /* weight rows a tile */
+#define KC 32 /* blocks a tile buffer holds */
+
+/* r[i] (lanes j = dwords of row i) to r[j] (lanes i). */
+KQ_INLINE void transpose8_epi32(__m256i r[8])
+{
+    __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+    __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+/* Lane i of the result: the sum of p[i]'s 8 lanes. */
+KQ_INLINE __m256i hsum8_epi32(const __m256i p[8])
+{
+    __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    /* lanes 0..3: rows 0..3's (or 4..7's) low-half sums; 4..7: high-half sums */
+    __m256i h03 = _mm256_hadd_epi32(h01, h23), h47 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h03, h47, 0x20), _mm256_permute2x128_si256(h03, h47, 0x31));
+}
+
+/* acc + the 4-product sums of u (unsigned) and s (signed), per int32 lane. */
+KQ_INLINE __m256i dp_acc(__m256i acc, __m256i u, __m256i s)
+{
+#if KQ_VNNI
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+KQ_INLINE __m256i bcast32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Block k of rows wr[0..rows) (rows <= 8; the others are zero): the
+ * transposed levels in q, the scales and minimums in dw, mw. */
+KQ_INLINE void tile_block(const uint32_t t, const uint8_t *w, size_t rb, size_t bb, int rows, size_t k, __m256i q[8],
+                          float dw[8], float mw[8])
+{
+KQ_UNROLL
+    for (int i = 0; i < TR; i++) {
+        dw[i] = mw[i] = 0;
+        q[i] = i < rows ? w_levels32(t, w + (size_t)i * rb + k * bb, &dw[i], &mw[i]) : _mm256_setzero_si256();
+    }
+    transpose8_epi32(q);
+}
+
+/* The f16 at offset off of block k of rows 0..rows-1 (0 for the others),
+ * as 8 floats: loads from the weights, no store to forward. */
+KQ_INLINE __m256 h8(const uint8_t *w0, size_t rb, size_t kb, size_t off, int rows)
+{
+    uint16_t h[TR];
+KQ_UNROLL
+    for (int i = 0; i < TR; i++) {
+        h[i] = 0;
+        if (i < rows) memcpy(&h[i], w0 + (size_t)i * rb + kb + off, 2);
+    }
+    return _mm256_cvtph_ps(_mm_set_epi16((short)h[7], (short)h[6], (short)h[5], (short)h[4], (short)h[3], (short)h[2],
+                                         (short)h[1], (short)h[0]));
+}
+
+/* Decode (batch 1), rows [0, rows) of y from w0: each row's block against
+ * the activation block as it lies (no transpose: one load of x for the 8
+ * rows), 8 int32 partial sums a row, then one horizontal reduction for the
+ * 8 rows puts row i's block sum in lane i. Integer sums are exact in any
+ * order, so the floats are the tile path's and the reference's. Called
+ * with rows a constant TR for whole tiles, so the row tests fold away. */
+KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_min, float *y, const uint8_t *act,
+                           const uint8_t *w0, size_t rb, size_t n, int rows)
+{
+    a8 a = a8_view(act, n);
+    __m256 acc = _mm256_setzero_ps();
+    const size_t nb = n / 32;
+    /* The tile reads 8 rows a block at a time, 8 interleaved streams that
+     * the hardware prefetcher follows worse than the one linear stream of
+     * a row at a time: fetch the tile after next ahead, linearly. (Past the
+     * matrix's end a prefetch is only a hint: it never faults.) */
+    for (size_t o = 0; o < (size_t)TR * rb; o += 64) _mm_prefetch((const char *)(w0 + 2 * (size_t)TR * rb + o), _MM_HINT_T0);
+    for (size_t k = 0; k < nb; k++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a.qs + 32 * k));
+        __m256i p[TR];
+KQ_UNROLL
+        for (int i = 0; i < TR; i++) {
+            if (i >= rows) {
+                p[i] = _mm256_setzero_si256();
+                continue;
+            }
+            float dw, mw;
+            __m256i q = w_levels32(t, w0 + (size_t)i * rb + k * bb, &dw, &mw);
+            p[i] = with_min ? dp_acc(_mm256_setzero_si256(), q, x)
+                            : dp_acc(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+        }
+        __m256i sum = hsum8_epi32(p);
+        __m256 sc = _mm256_mul_ps(h8(w0, rb, k * bb, 0, rows), _mm256_set1_ps(a.d[k]));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
+        if (with_min) acc = _mm256_add_ps(acc, _mm256_mul_ps(h8(w0, rb, k * bb, 2, rows), _mm256_set1_ps(a.s[k])));
+    }
+    float res[TR];
+    _mm256_storeu_ps(res, acc);
+    for (int i = 0; i < rows; i++) y[i] = res[i];
+}
+
+/* G activation rows (stride ab) over a tile buffer of kn blocks from
+ * block k0: their sums so far from y (stride d; none when k0 is 0), back
+ * into y after. */
+KQ_INLINE void tile_pass(const bool with_min, const int G, float *y, size_t d, const uint8_t *act, size_t ab, size_t n,
+                         size_t k0, size_t kn, int rows, __m256i (*tq)[8], __m256i (*taq)[8],
+                         float (*tdw)[8], float (*tmw)[8])
+{
+    __m256 acc[MAXB];
+    a8 a[MAXB];
+    float res[TR] = {0};
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8_view(act + (size_t)g * ab, n);
+        if (k0) memcpy(res, y + (size_t)g * d, (size_t)rows * sizeof(float));
+        acc[g] = _mm256_loadu_ps(res);
+    }
+    for (size_t kk = 0; kk < kn; kk++) {
+        const size_t k = k0 + kk;
+        __m256i p[MAXB];
+KQ_UNROLL
+        for (int g = 0; g < G; g++) p[g] = _mm256_setzero_si256();
+KQ_UNROLL
+        for (int j = 0; j < 8; j++) {
+            const __m256i qj = tq[kk][j], aj = with_min ? qj : taq[kk][j];
+KQ_UNROLL
+            for (int g = 0; g < G; g++) {
+                __m256i xb = bcast32(a[g].qs + 32 * k + 4 * (size_t)j);
+                p[g] = with_min ? dp_acc(p[g], qj, xb) : dp_acc(p[g], aj, _mm256_sign_epi8(xb, qj));
+            }
+        }
+        const __m256 dwv = _mm256_loadu_ps(tdw[kk]);
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            __m256 sc = _mm256_mul_ps(dwv, _mm256_set1_ps(a[g].d[k]));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(sc, _mm256_cvtepi32_ps(p[g])));
+            if (with_min) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_loadu_ps(tmw[kk]), _mm256_set1_ps(a[g].s[k])));
+        }
+    }
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        _mm256_storeu_ps(res, acc[g]);
+        memcpy(y + (size_t)g * d, res, (size_t)rows * sizeof(float));
+    }
+}
+
+/* Rows [r, r + rows) (rows <= 8) of y for activation rows [0, batch). */
+KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t ab, const uint8_t *w, size_t rb,
+                         size_t n, size_t d, size_t batch, size_t r, int rows)
+{
+    const size_t bb = t == LLMEM_DTYPE_Q8_0 ? 34 : t == LLMEM_DTYPE_Q4_0 ? 18 : t == LLMEM_DTYPE_Q4_1 ? 20
+                    : t == LLMEM_DTYPE_Q5_0 ? 22 : 24;
+    const bool with_min = t == LLMEM_DTYPE_Q4_1 || t == LLMEM_DTYPE_Q5_1;
+    const size_t nb = n / 32;
+    const uint8_t *w0 = w + r * rb;
+    if (batch == 1) {
+        if (rows == TR) row8_decode(t, bb, with_min, y + r, act, w0, rb, n, TR);
+        else row8_decode(t, bb, with_min, y + r, act, w0, rb, n, rows);
+        return;
+    }
+    /* Levels (signed types: and their magnitudes), scales and minimums of
+     * KC blocks; a tile's running sums live in y between buffers. */
+    __m256i tq[KC][8], taq[KC][8];
+    float tdw[KC][8], tmw[KC][8];
+    for (size_t k0 = 0; k0 < nb; k0 += KC) {
+        const size_t kn = nb - k0 < KC ? nb - k0 : KC;
+        for (size_t kk = 0; kk < kn; kk++) {
+            tile_block(t, w0, rb, bb, rows, k0 + kk, tq[kk], tdw[kk], tmw[kk]);
+            if (!with_min)
+KQ_UNROLL
+                for (int j = 0; j < 8; j++) taq[kk][j] = _mm256_sign_epi8(tq[kk][j], tq[kk][j]);
+        }
+        for (size_t b = 0; b < batch;) {
+            if (batch - b >= MAXB) tile_pass(with_min, MAXB, y + b * d + r, d, act + b * ab, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
+            else tile_pass(with_min, 1, y + b * d + r, d, act + b * ab, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
+            b += batch - b >= MAXB ? MAXB : 1;
+        }
+    }
+}
+
+/* Two int16 scales as a vector: s0 for lanes 0..7 (elements 0..15 of a
+ * 32-chunk after maddubs), s1 for lanes 8..15. */
+KQ_INLINE __m256i scales2(int s0, int s1)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+}
+
+/* Σ_g sc_g * bsum_g over the 16 groups of 16 (sc as int16 in a vector of 16). */
+KQ_INLINE int bsum_dot16(const int16_t *bs, __m256i sc16)
+{
+    __m256i p = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bs), sc16);
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* One weight row of a k-quant type against B activation rows. */
+KQ_INLINE void dotk_rows(const uint32_t t, const int B, const uint8_t *w, const uint8_t *act, size_t astride,
+                         size_t n, float *out)
+{
+    const size_t bb = t == LLMEM_DTYPE_Q2_K ? 84 : t == LLMEM_DTYPE_Q3_K ? 110 : t == LLMEM_DTYPE_Q4_K ? 144
+                    : t == LLMEM_DTYPE_Q5_K ? 176 : 210;
+    __m256 acc[MAXB];
+    float macc[MAXB];
+    a8k a[MAXB];
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+KQ_UNROLL
+    for (int b = 0; b < B; b++) {
+        acc[b] = _mm256_setzero_ps();
+        macc[b] = 0;
+        a[b] = a8k_view(act + (size_t)b * astride, n);
+    }
+    for (size_t k = 0; k < n / 256; k++) {
+        const uint8_t *blk = w + k * bb;
+        __m256i sumi[MAXB];
+        int summ[MAXB], soff[MAXB];
+KQ_UNROLL
+        for (int b = 0; b < B; b++) {
+            sumi[b] = _mm256_setzero_si256();
+            summ[b] = 0;
+            soff[b] = 0;
+        }
+        float d, dmin = 0;
+        if (t == LLMEM_DTYPE_Q4_K || t == LLMEM_DTYPE_Q5_K) {
+            const bool five = t == LLMEM_DTYPE_Q5_K;
+            const llmem__q4_k *b4 = (const void *)blk;
+            const llmem__q5_k *b5 = (const void *)blk;
+            const uint8_t *scales = five ? b5->scales : b4->scales, *qs = five ? b5->qs : b4->qs;
+            d = kq_h2f(five ? b5->d : b4->d);
+            dmin = kq_h2f(five ? b5->dmin : b4->dmin);
+            uint8_t sc[8], mn[8];
+            llmem__k4_scales_mins(scales, sc, mn);
+            __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(const void *)b5->qh) : _mm256_setzero_si256();
+KQ_UNROLL
+            for (int c = 0; c < 4; c++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
+                __m256i lo = _mm256_and_si256(raw, m15), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m15);
+                if (five) {
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                    hi = _mm256_or_si256(hi,
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+                }
+                __m256i slo = _mm256_set1_epi16((short)sc[2 * c]), shi = _mm256_set1_epi16((short)sc[2 * c + 1]);
+KQ_UNROLL
+                for (int b = 0; b < B; b++) {
+                    const int8_t *x = a[b].qs + 256 * k + 64 * c;
+                    __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)x);
+                    __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(x + 32));
+                    __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), slo);
+                    __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), shi);
+                    sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(p0, p1));
+                }
+            }
+            /* Each min twice, for the two 16-sums of its group. */
+            __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)mn));
+            __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+KQ_UNROLL
+            for (int b = 0; b < B; b++) summ[b] = bsum_dot16(a[b].bs + 16 * k, mv);
+        } else if (t == LLMEM_DTYPE_Q6_K) {
+            const llmem__q6_k *b6 = (const void *)blk;
+            d = kq_h2f(b6->d);
+            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)b6->scales));
+KQ_UNROLL
+            for (int h = 0; h < 2; h++) {
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(b6->ql + 64 * h));
+                __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(b6->ql + 64 * h + 32));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(b6->qh + 32 * h));
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(l0, m15), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+                q[1] = _mm256_or_si256(_mm256_and_si256(l1, m15),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m15),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+KQ_UNROLL
+                for (int kk = 0; kk < 4; kk++) {
+                    int g = 8 * h + 2 * kk;
+                    __m256i s = scales2(b6->scales[g], b6->scales[g + 1]);
+KQ_UNROLL
+                    for (int b = 0; b < B; b++) {
+                        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[b].qs + 256 * k + 128 * h + 32 * kk));
+                        sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(_mm256_maddubs_epi16(q[kk], x), s));
+                    }
+                }
+            }
+KQ_UNROLL
+            for (int b = 0; b < B; b++) soff[b] = 32 * bsum_dot16(a[b].bs + 16 * k, sc16);
+        } else if (t == LLMEM_DTYPE_Q3_K) {
+            const llmem__q3_k *b3 = (const void *)blk;
+            d = kq_h2f(b3->d);
+            uint8_t su[16];
+            llmem__k3_scales(b3->scales, su);
+            __m256i sc16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)su)),
+                                            _mm256_set1_epi16(32));
+            short s16[16];
+            _mm256_storeu_si256((__m256i *)(void *)s16, sc16);
+            __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)b3->hmask);
+KQ_UNROLL
+            for (int h = 0; h < 2; h++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(b3->qs + 32 * h));
+KQ_UNROLL
+                for (int j = 0; j < 4; j++) {
+                    __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+                    q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
+                    int g = 8 * h + 2 * j;
+                    __m256i s = scales2(s16[g], s16[g + 1]);
+KQ_UNROLL
+                    for (int b = 0; b < B; b++) {
+                        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[b].qs + 256 * k + 128 * h + 32 * j));
+                        sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), s));
+                    }
+                }
+            }
+KQ_UNROLL
+            for (int b = 0; b < B; b++) soff[b] = 4 * bsum_dot16(a[b].bs + 16 * k, sc16);
+        } else { /* q2_k */
+            const llmem__q2_k *b2 = (const void *)blk;
+            d = kq_h2f(b2->d);
+            dmin = kq_h2f(b2->dmin);
+            __m128i sb = _mm_loadu_si128((const __m128i *)(const void *)b2->scales);
+            __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(15)));
+            __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(15)));
+KQ_UNROLL
+            for (int h = 0; h < 2; h++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(b2->qs + 32 * h));
+KQ_UNROLL
+                for (int j = 0; j < 4; j++) {
+                    __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+                    int g = 8 * h + 2 * j;
+                    __m256i s = scales2(b2->scales[g] & 15, b2->scales[g + 1] & 15);
+KQ_UNROLL
+                    for (int b = 0; b < B; b++) {
+                        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[b].qs + 256 * k + 128 * h + 32 * j));
+                        sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), s));
+                    }
+                }
+            }
+            (void)sc16;
+KQ_UNROLL
+            for (int b = 0; b < B; b++) summ[b] = bsum_dot16(a[b].bs + 16 * k, mn16);
+        }
+KQ_UNROLL
+        for (int b = 0; b < B; b++) {
+            __m256i si = soff[b] ? _mm256_sub_epi32(sumi[b], _mm256_setr_epi32(soff[b], 0, 0, 0, 0, 0, 0, 0)) : sumi[b];
+            float da = a[b].d[k];
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * da), acc[b]);
+            if (summ[b]) macc[b] -= (dmin * da) * (float)summ[b];
+        }
+    }
+KQ_UNROLL
+    for (int b = 0; b < B; b++) out[b] = kq_hsum(acc[b]) + macc[b];
+}
+
+KQ_INLINE void qrows_t(const uint32_t t, float *y, const uint8_t *act, const uint8_t *w, size_t n, size_t d,
+                       size_t batch, size_t r0, size_t r1)
+{
+    const bool k = is_k(t);
+    size_t rb = n / (k ? 256 : 32) * block_bytes(t), ab = llmem__act_row_bytes(t, n);
+    if (!k) {
+        for (size_t r = r0; r < r1; r += TR) tile_rows(t, y, act, ab, w, rb, n, d, batch, r, r1 - r < TR ? (int)(r1 - r) : TR);
+        return;
+    }
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w + r * rb;
+        size_t b = 0;
+        float out[MAXB];
+        for (; b + MAXB <= batch; b += MAXB) {
+            dotk_rows(t, MAXB, wr, act + b * ab, ab, n, out);
+            for (int i = 0; i < MAXB; i++) y[(b + (size_t)i) * d + r] = out[i];
+        }
+        for (; b < batch; b++) {
+            dotk_rows(t, 1, wr, act + b * ab, ab, n, out);
+            y[b * d + r] = out[0];
+        }
+    }
+}
+
+KQ_TARGET void KQ_EXPORT(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d,
+                                 size_t batch, size_t r0, size_t r1)
+{
+    switch (wtype) {
+    case LLMEM_DTYPE_Q4_0: qrows_t(LLMEM_DTYPE_Q4_0, y, act, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_Q4_1: qrows_t(LLMEM_DTYPE_Q4_1, y, act, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_Q5_0: qrows_t(LLMEM_DTYPE_Q5_0, y, act, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_Q5_1: qrows_t(LLMEM_DTYPE_Q5_1, y, act, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_Q8_0: qrows_t(LLMEM_DTYPE_Q8_0, y, act, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_Q2_K: qrows_t(LLMEM_DTYPE_Q2_K, y, act, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_Q3_K: qrows_t(LLMEM_DTYPE_Q3_K, y, act, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_Q4_K: qrows_t(LLMEM_DTYPE_Q4_K, y, act, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_Q5_K: qrows_t(LLMEM_DTYPE_Q5_K, y, act, w, n, d, batch, r0, r1); break;
+    default: qrows_t(LLMEM_DTYPE_Q6_K, y, act, w, n, d, batch, r0, r1); break;
+    }
+}
+
