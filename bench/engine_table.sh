@@ -8,7 +8,10 @@
 #
 #   -r ROUNDS   interleaved rounds per row (default 5)
 #   -m MODELS   space-separated NAME-TYPE list (default: tiny-15m in f32 f16
-#               q8_0 q4_0 q4_k q6_k, yi-coder-1.5b in q8_0 q4_k)
+#               q8_0 q4_0 q4_k q6_k, yi-coder-1.5b in q8_0 q4_k); NAME is a
+#               llmem synth shape, or stories260K: the shared folder's
+#               trained model ($LLMEM_SHARED_DIR or ../shared), converted by
+#               llmem quantize to TYPE
 #   -s SEQS     sequence counts (default "1 4")
 #   -p PROMPTS  "short", "long" or both (default "short long")
 #
@@ -54,7 +57,15 @@ for m in $MODELS; do
     shape=${m%-*}
     type=${m##*-}
     f=$DIR/$m.gguf
-    [ -f "$f" ] || "$LLMEM" synth --shape "$shape" --type "$type" -o "$f" >&2
+    if [ ! -f "$f" ]; then
+        case $shape in
+        stories260K) # the shared trained model, converted as users convert theirs
+            src=${LLMEM_SHARED_DIR:-../shared}/models/stories260K.gguf
+            [ -f "$src" ] || { echo "engine_table: $src is absent: $m skipped" >&2; continue; }
+            if [ "$type" = f32 ]; then cp "$src" "$f"; else "$LLMEM" quantize "$src" "$f" --type "$type" >&2; fi ;;
+        *) "$LLMEM" synth --shape "$shape" --type "$type" -o "$f" >&2 ;;
+        esac
+    fi
     gen=128
     case $shape in yi-coder-1.5b) gen=32 ;; esac
     for p in $PROMPTS; do
