@@ -8,7 +8,10 @@
 #
 #   -r ROUNDS   interleaved rounds per row (default 5)
 #   -m MODELS   space-separated NAME-TYPE list (default: tiny-15m in f32 f16
-#               q8_0 q4_0 q4_k q6_k, yi-coder-1.5b in q8_0 q4_k)
+#               q8_0 q4_0 q4_k q6_k, yi-coder-1.5b in q8_0 q4_k); NAME is a
+#               llmem synth shape, or stories260K: the shared folder's
+#               trained model ($LLMEM_SHARED_DIR or ../shared), converted by
+#               llmem quantize to TYPE
 #   -s SEQS     sequence counts (default "1 4")
 #   -p PROMPTS  "short", "long" or both (default "short long")
 #
@@ -16,10 +19,11 @@
 # build-bench; yi-coder-1.5b q8_0 is 1.57 GB). Decode length: 128 positions
 # after the prompt for tiny-15m, 32 for yi-coder-1.5b. Each row is its own
 # engine_bench.sh run, under flock /work/bench.lock when that file exists
-# (the machine may be shared), so no two benchmarks overlap. Prints one
-# markdown row per (model, prompt, sequences): llmem's and llama.cpp's
-# prefill and decode tok/s, the ratios llmem / llama.cpp and the peak RSS
-# ratio.
+# (the machine may be shared), so no two benchmarks overlap; with
+# BENCH_LOCKED=1 the caller holds that lock for the whole table instead.
+# Prints one markdown row per (model, prompt, sequences): llmem's and
+# llama.cpp's prefill and decode tok/s, the ratios llmem / llama.cpp and
+# the peak RSS ratio.
 set -eu
 ROUNDS=5
 MODELS="tiny-15m-f32 tiny-15m-f16 tiny-15m-q8_0 tiny-15m-q4_0 tiny-15m-q4_k tiny-15m-q6_k yi-coder-1.5b-q8_0 yi-coder-1.5b-q4_k"
@@ -46,7 +50,8 @@ mkdir -p "$DIR"
 SHORT="Once upon a time"
 LONG="Once upon a time, in a small town by the sea, there lived a girl named Lily. She loved to walk on the beach every morning and look for shells. One day she found a big blue shell."
 LOCK=""
-[ -e /work/bench.lock ] && LOCK="flock /work/bench.lock"
+# BENCH_LOCKED=1: the caller already holds the lock for the whole table.
+[ -e /work/bench.lock ] && [ "${BENCH_LOCKED:-0}" != 1 ] && LOCK="flock /work/bench.lock"
 
 echo "| model | prompt | seqs | llmem prefill tok/s | llama.cpp prefill | prefill ratio | llmem decode tok/s | llama.cpp decode | decode ratio | peak RSS ratio |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -54,7 +59,15 @@ for m in $MODELS; do
     shape=${m%-*}
     type=${m##*-}
     f=$DIR/$m.gguf
-    [ -f "$f" ] || "$LLMEM" synth --shape "$shape" --type "$type" -o "$f" >&2
+    if [ ! -f "$f" ]; then
+        case $shape in
+        stories260K) # the shared trained model, converted as users convert theirs
+            src=${LLMEM_SHARED_DIR:-../shared}/models/stories260K.gguf
+            [ -f "$src" ] || { echo "engine_table: $src is absent: $m skipped" >&2; continue; }
+            if [ "$type" = f32 ]; then cp "$src" "$f"; else "$LLMEM" quantize "$src" "$f" --type "$type" >&2; fi ;;
+        *) "$LLMEM" synth --shape "$shape" --type "$type" -o "$f" >&2 ;;
+        esac
+    fi
     gen=128
     case $shape in yi-coder-1.5b) gen=32 ;; esac
     for p in $PROMPTS; do
