@@ -232,7 +232,7 @@ static void idler_churn(idler *d)
     static __thread void *b[N];
     uint64_t seed = 99;
     for (int i = 0; i < N; i++) {
-        size_t n = 16 + xs(&seed) % 1009;
+        size_t n = 16 + test_rng_next(&seed) % 1009;
         b[i] = llmem_pool_alloc(d->pool, n, NULL);
         if (!b[i]) d->ok = false;
         else memset(b[i], i & 0xff, n);
