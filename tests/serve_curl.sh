@@ -25,13 +25,24 @@ fail() {
 }
 
 "$llmem" synth --shape tiny-random -o "$work/m.gguf" >/dev/null 2>&1 || fail "llmem synth"
+# The first server's model costs about 40 times tiny-random's a token (same
+# vocabulary and context), so its long requests run for seconds, not a
+# fraction of one: the full-queue check needs two of them running at once,
+# and a loaded machine starts a curl late (once both had finished before
+# the poll saw them together: 2,000 tokens each in well under a second).
+mkdir -p "$work/heavy"
+printf '%s' '{"hidden_size":256,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":4,
+ "intermediate_size":512,"vocab_size":32000,"max_position_embeddings":4096}' >"$work/heavy/config.json"
+"$llmem" synth --shape "$work/heavy/config.json" --type q8_0 -o "$work/heavy/m.gguf" >/dev/null 2>&1 ||
+    fail "llmem synth (the first server's model)"
+model="$work/m.gguf"
 
 # start NAME ARGS...: a server on a free port; sets $port and $pid.
 start() {
     name=$1
     shift
     rm -f "$work/$name.port"
-    "$llmem" serve "$work/m.gguf" --port 0 --port-file "$work/$name.port" --threads 1 "$@" >"$work/$name.log" 2>&1 &
+    "$llmem" serve "$model" --port 0 --port-file "$work/$name.port" --threads 1 "$@" >"$work/$name.log" 2>&1 &
     pid=$!
     pids="$pids $pid"
     i=0
@@ -73,7 +84,9 @@ wait_metric() {
 }
 auth="Authorization: Bearer s3cret"
 
+model="$work/heavy/m.gguf"
 start a --api-key s3cret --max-body 65536 --max-batch 2 --max-waiting 1 --drain-ms 120000
+model="$work/m.gguf"
 
 req GET /health
 expect_code 200 "health"
