@@ -281,7 +281,8 @@ static enum MHD_Result generate(llmem_server *s, struct MHD_Connection *c, llmem
     } else if (q->prompt) {
         size_t cap = strlen(q->prompt) + 3;
         ids = malloc(cap * sizeof *ids);
-        if (!ids || (st = llmem_tokenizer_encode(s->tok, q->prompt, true, false, ids, cap, &n))) {
+        bool bos = llmem_tokenizer_add_bos(s->tok); /* as the model asks: gpt2 vocabularies add none */
+        if (!ids || (st = llmem_tokenizer_encode(s->tok, q->prompt, bos, false, ids, cap, &n))) {
             free(ids);
             llmem_oai_request_free(q);
             return send_error(s, c, 500, "server_error", NULL, NULL, "the prompt could not be tokenised", 0);
