@@ -517,6 +517,7 @@ static void stats_export(void **state)
     assert_true(s.largest_free_bytes > 0 && s.largest_free_bytes <= s.free_bytes);
     size_t count = 0;
     llmem_pool_class_stats cs[96];
+    for (size_t i = 0; i < 96; i++) cs[i].struct_size = sizeof cs[i]; /* what the caller knows of the struct */
     assert_ok(llmem_pool_get_class_stats(p, cs, 96, &count));
     assert_true(count >= 64 && count <= 96);
     size_t live_blocks = 0;

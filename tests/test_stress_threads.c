@@ -434,6 +434,7 @@ static void op_upkeep(worker *w)
         assert_true(ps.largest_free_bytes <= ps.free_bytes);
         assert_true(ps.reserved_bytes <= ps.reserved_peak_bytes);
         llmem_pool_class_stats cls[80];
+        for (size_t i = 0; i < 80; i++) cls[i].struct_size = sizeof cls[i];
         size_t ncls = 0;
         assert_ok(llmem_pool_get_class_stats(sh->pool, cls, 80, &ncls));
         llmem_fixed_stats fs = {sizeof fs};

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "debug.h"
 #include "llmem/resource_impl.h"
 #include "llmem/stats.h"
 #include "llmem/status.h"

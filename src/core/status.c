@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <stdlib.h>
 #include <unistd.h>
 
+#include "debug.h"
 #include "internal.h"
 #include "llmem/version.h"
 
@@ -227,3 +229,30 @@ const char *llmem_build_info(void)
            ", numa: runtime libnuma"
            ")";
 }
+
+/* ---- debug asserts (debug.h) ------------------------------------------------ */
+
+_Noreturn void llmem__assert_fail(const char *what, const char *file, int line, const char *func)
+{
+    /* The last error says what a whole-structure check found. */
+    fprintf(stderr, "llmem: %s:%d: %s: invariant failed: %s%s%s\n", file, line, func, what,
+            last_status ? "; last error: " : "", last_status ? last_msg : "");
+    fflush(stderr);
+    abort();
+}
+
+#if LLMEM_DEBUG >= 3
+void llmem__error_save(llmem__error_saved *s)
+{
+    s->status = last_status;
+    s->seq = error_seq;
+    memcpy(s->msg, last_msg, sizeof s->msg);
+}
+
+void llmem__error_restore(const llmem__error_saved *s)
+{
+    last_status = s->status;
+    error_seq = s->seq;
+    memcpy(last_msg, s->msg, sizeof last_msg);
+}
+#endif

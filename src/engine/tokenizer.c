@@ -74,7 +74,7 @@
 #include "tokenizer_internal.h"
 
 /* Texts of up to this many symbols (bytes + BOS + dummy prefix) encode on
- * the stack: 12 bytes of list and 60 of heap per symbol, about 9 KiB. */
+ * the stack: 12 bytes of list and 72 of heap per symbol, about 11 KiB. */
 #define LLMEM__TOK_SMALL 128
 /* Longest max_token_length a tokenizer.bin may declare. */
 #define LLMEM__TOK_MAX_LEN 65536
@@ -456,47 +456,29 @@ int32_t llmem_tokenizer_eos(const llmem_tokenizer *t) { return t ? t->eos : -1; 
 
 /* ---- encode -------------------------------------------------------------- */
 
-typedef struct tok_cand { /* a candidate merge in the heap */
-    float score;
-    int32_t left;         /* initial position of the left symbol */
-    int32_t ltok, rtok;   /* the ids it was computed from */
-    int32_t id;           /* the merged token */
-} tok_cand;
+/* ---- the merge loop (tokenizer_internal.h) ------------------------------------- */
 
-typedef struct tok_work {
-    const llmem_tokenizer *t;
-    int32_t *tok, *prev, *next; /* per symbol; tok -1 when merged away */
-    tok_cand *heap;
-    size_t nheap;
-} tok_work;
-
-/* a goes before b: higher score, then further left (run.c's strict >). */
-static bool cand_before(const tok_cand *a, const tok_cand *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(tok_work *w, tok_cand c)
+static void heap_push(llmem__tok_merges *w, llmem__tok_cand c)
 {
     size_t i = w->nheap++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!cand_before(&c, &w->heap[p])) break;
+        if (c.key >= w->heap[p].key) break;
         w->heap[i] = w->heap[p];
         i = p;
     }
     w->heap[i] = c;
 }
 
-static tok_cand heap_pop(tok_work *w)
+static llmem__tok_cand heap_pop(llmem__tok_merges *w)
 {
-    tok_cand top = w->heap[0], last = w->heap[--w->nheap];
+    llmem__tok_cand top = w->heap[0], last = w->heap[--w->nheap];
     size_t n = w->nheap, i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= n) break;
-        if (c + 1 < n && cand_before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!cand_before(&w->heap[c], &last)) break;
+        if (c + 1 < n && w->heap[c + 1].key < w->heap[c].key) c++;
+        if (w->heap[c].key >= last.key) break;
         w->heap[i] = w->heap[c];
         i = c;
     }
@@ -504,19 +486,49 @@ static tok_cand heap_pop(tok_work *w)
     return top;
 }
 
-/* Push the pair (l, next[l]) if it merges into an eligible token. */
-static void push_pair(tok_work *w, int32_t l)
+/* Push the pair (l, next[l]) if it merges. */
+static void push_pair(llmem__tok_merges *w, int32_t l)
 {
     if (l < 0) return;
-    int32_t r = w->next[l];
-    if (r < 0) return;
-    const llmem_tokenizer *t = w->t;
-    int32_t a = w->tok[l], b = w->tok[r];
-    int32_t id = lookup2(t, piece_s(t, a), piece_len(t, a), piece_s(t, b), piece_len(t, b));
-    if (id < 0) return;
-    float score = t->score[id];
-    if (!(score > LLMEM__TOK_MIN_SCORE)) return;
-    heap_push(w, (tok_cand){score, l, w->tok[l], w->tok[r], id});
+    int32_t r = w->next[l], id;
+    uint32_t prio;
+    if (r < 0 || !w->pair(w->ctx, w->tok[l], w->tok[r], &id, &prio)) return;
+    heap_push(w, (llmem__tok_cand){(uint64_t)prio << 32 | (uint32_t)l, l, w->tok[l], w->tok[r], id});
+}
+
+int32_t llmem__tok_merge(llmem__tok_merges *w, int32_t k)
+{
+    for (int32_t i = 0; i < k; i++) {
+        w->prev[i] = i - 1;
+        w->next[i] = i + 1 < k ? i + 1 : -1;
+    }
+    w->nheap = 0;
+    for (int32_t i = 0; i + 1 < k; i++) push_pair(w, i);
+    int32_t count = k;
+    while (w->nheap) {
+        llmem__tok_cand e = heap_pop(w);
+        int32_t l = e.left, r = w->next[l];
+        if (w->tok[l] != e.ltok || r < 0 || w->tok[r] != e.rtok) continue; /* stale */
+        w->tok[l] = e.id;
+        w->tok[r] = -1;
+        w->next[l] = w->next[r];
+        if (w->next[r] >= 0) w->prev[w->next[r]] = l;
+        count--;
+        push_pair(w, w->prev[l]);
+        push_pair(w, l);
+    }
+    return count;
+}
+
+/* SentencePiece's pairs: the piece a||b if it is listed and its score can
+ * merge (run.c's scan: highest score first, then leftmost). */
+static bool spm_pair(const void *ctx, int32_t a, int32_t b, int32_t *id, uint32_t *prio)
+{
+    const llmem_tokenizer *t = ctx;
+    *id = lookup2(t, piece_s(t, a), piece_len(t, a), piece_s(t, b), piece_len(t, b));
+    if (*id < 0 || !(t->score[*id] > LLMEM__TOK_MIN_SCORE)) return false;
+    *prio = llmem__tok_score_prio(t->score[*id]);
+    return true;
 }
 
 /* On LLMEM_ERANGE *n still gets the count needed, so (out NULL, cap 0) is a
@@ -535,13 +547,13 @@ static llmem_status encode(const llmem_tokenizer *t, const char *text, bool bos,
     m = tlen + 2;
 
     int32_t s_tok[LLMEM__TOK_SMALL], s_prev[LLMEM__TOK_SMALL], s_next[LLMEM__TOK_SMALL];
-    tok_cand s_heap[3 * LLMEM__TOK_SMALL];
-    tok_work w = {t, s_tok, s_prev, s_next, s_heap, 0};
+    llmem__tok_cand s_heap[3 * LLMEM__TOK_SMALL];
+    llmem__tok_merges w = {s_tok, s_prev, s_next, s_heap, 0, spm_pair, t};
     void *mem = NULL;
     if (m > LLMEM__TOK_SMALL) {
         /* Heap entries: the initial pairs plus two per merge, < 3m. */
-        size_t bytes = m * (3 * sizeof(int32_t) + 3 * sizeof(tok_cand));
-        if (bytes / m != 3 * sizeof(int32_t) + 3 * sizeof(tok_cand))
+        size_t bytes = m * (3 * sizeof(int32_t) + 3 * sizeof(llmem__tok_cand));
+        if (bytes / m != 3 * sizeof(int32_t) + 3 * sizeof(llmem__tok_cand))
             return llmem__fail(LLMEM_EOVERFLOW, "tokenizer: encode: a text of %zu bytes is too long", tlen);
         mem = malloc(bytes);
         if (!mem) return llmem__fail(LLMEM_ENOMEM, "tokenizer: encode: out of memory for %zu bytes of text", tlen);
@@ -569,26 +581,7 @@ static llmem_status encode(const llmem_tokenizer *t, const char *text, bool bos,
         }
         i += len;
     }
-    for (int32_t i = 0; i < k; i++) {
-        w.prev[i] = i - 1;
-        w.next[i] = i + 1 < k ? i + 1 : -1;
-    }
-
-    /* The merges. */
-    for (int32_t i = 0; i + 1 < k; i++) push_pair(&w, i);
-    int32_t count = k;
-    while (w.nheap) {
-        tok_cand e = heap_pop(&w);
-        int32_t l = e.left, r = w.next[l];
-        if (w.tok[l] != e.ltok || r < 0 || w.tok[r] != e.rtok) continue; /* stale */
-        w.tok[l] = e.id;
-        w.tok[r] = -1;
-        w.next[l] = w.next[r];
-        if (w.next[r] >= 0) w.prev[w.next[r]] = l;
-        count--;
-        push_pair(&w, w.prev[l]);
-        push_pair(&w, l);
-    }
+    int32_t count = llmem__tok_merge(&w, k);
 
     size_t need = (size_t)count + (eos ? 1 : 0);
     *n = need;

@@ -163,21 +163,34 @@ static void merge_add(llmem__tok_bpe *b, int32_t l, int32_t r, uint32_t rank, in
 typedef struct load_ctx {
     const llmem_model *m;
     const byte_map *map;
-    bool has_scores, has_types;
+    bool has_scores;
+    const uint8_t *types; /* [V] GGUF token types, read once before the build */
     char *buf; /* scratch for one decoded piece */
     size_t cap;
 } load_ctx;
 
-static llmem_status token_type_at(const llmem_model *m, bool has, uint32_t i, int *type)
+/* Every token's type (LLMEM__TOK_NORMAL for all when the file has none),
+ * into a new array of V bytes. */
+static llmem_status token_types_read(const llmem_model *m, bool has, uint32_t V, uint8_t **out)
 {
-    *type = LLMEM__TOK_NORMAL;
-    if (!has) return LLMEM_OK;
-    double v;
-    llmem_status st = llmem_model_meta_array_num(m, "tokenizer.ggml.token_type", i, &v);
-    if (st)
-        return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.token_type[%u]: %s", i, llmem_status_name(st));
-    if (!(v >= 0 && v <= 6)) return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.token_type[%u] = %g is not a token type (0-6)", i, v);
-    *type = (int)v;
+    uint8_t *types = malloc(V ? V : 1);
+    if (!types) return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory for %u token types", V);
+    for (uint32_t i = 0; i < V; i++) {
+        double v = LLMEM__TOK_NORMAL;
+        llmem_status st = has ? llmem_model_meta_array_num(m, "tokenizer.ggml.token_type", i, &v) : LLMEM_OK;
+        if (st) {
+            free(types);
+            return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.token_type[%u]: %s", i,
+                               llmem_status_name(st));
+        }
+        if (!(v >= 0 && v <= 6)) {
+            free(types);
+            return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.token_type[%u] = %g is not a token type (0-6)",
+                               i, v);
+        }
+        types[i] = (uint8_t)v;
+    }
+    *out = types;
     return LLMEM_OK;
 }
 
@@ -197,9 +210,7 @@ static llmem_status bpe_get(void *ctx, uint32_t i, const char **s, size_t *len, 
         if (st) return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.scores[%u]: %s", i, llmem_status_name(st));
         *score = (float)v;
     }
-    int type;
-    if ((st = token_type_at(c->m, c->has_types, i, &type))) return st;
-    *unlisted = is_special_type(type);
+    *unlisted = is_special_type(c->types[i]);
     if (*unlisted) { /* written as text, not byte-level */
         *s = raw;
         *len = n;
@@ -339,7 +350,8 @@ llmem_status llmem__tok_bpe_from_model(const llmem_model *m, llmem_tokenizer **o
                            "tokenizer: a gpt2 vocabulary of %llu tokens is not in [256, 2^31) (one per byte at least)",
                            (unsigned long long)tokens.count);
     uint32_t V = (uint32_t)tokens.count;
-    load_ctx c = {m, NULL, false, false, NULL, 0};
+    load_ctx c = {m, NULL, false, NULL, NULL, 0};
+    bool has_types = false;
     st = llmem_model_meta_array(m, "tokenizer.ggml.scores", &a);
     if (st == LLMEM_OK) {
         if ((a.type != LLMEM_META_F32 && a.type != LLMEM_META_F64) || a.count != V)
@@ -355,7 +367,7 @@ llmem_status llmem__tok_bpe_from_model(const llmem_model *m, llmem_tokenizer **o
             return llmem__fail(LLMEM_EFORMAT,
                                "tokenizer: tokenizer.ggml.token_type: %llu entries of type %d for %u tokens",
                                (unsigned long long)a.count, (int)a.type, V);
-        c.has_types = true;
+        has_types = true;
     } else if (st != LLMEM_ENOTFOUND) {
         return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.token_type: %s", llmem_status_name(st));
     }
@@ -375,12 +387,19 @@ llmem_status llmem__tok_bpe_from_model(const llmem_model *m, llmem_tokenizer **o
     if (st && st != LLMEM_ENOTFOUND) return llmem__fail(LLMEM_EFORMAT, "tokenizer: tokenizer.ggml.pre is not a string");
     if (st) pre = NULL;
 
+    uint8_t *types = NULL;
+    if ((st = token_types_read(m, has_types, V, &types))) return st;
     llmem__tok_bpe *b = calloc(1, sizeof *b);
-    if (!b) return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory");
+    if (!b) {
+        free(types);
+        return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory");
+    }
     if ((st = compile_pre(pre, plen, b))) {
+        free(types);
         llmem__tok_bpe_free(b);
         return st;
     }
+    c.types = types;
     byte_map map;
     byte_map_init(&map);
     c.map = &map;
@@ -388,28 +407,18 @@ llmem_status llmem__tok_bpe_from_model(const llmem_model *m, llmem_tokenizer **o
     st = llmem__tok_build(V, bpe_get, &c, LLMEM__STORE_RAW, bos, eos, &t);
     free(c.buf);
     if (st) {
+        free(types);
         llmem__tok_bpe_free(b);
         return st;
     }
     t->bpe = b;
+    t->type = types; /* the tokenizer owns it now */
     t->add_bos = false; /* gpt2 vocabularies add no BOS unless they say so */
     bool add_bos;
     if (llmem_model_meta_bool(m, "tokenizer.ggml.add_bos_token", &add_bos) == LLMEM_OK) t->add_bos = add_bos;
-    t->type = malloc(V);
-    if (!t->type) {
-        llmem_tokenizer_destroy(t);
-        return llmem__fail(LLMEM_ENOMEM, "tokenizer: out of memory for %u token types", V);
-    }
     uint32_t n_special = 0;
-    for (uint32_t i = 0; i < V; i++) {
-        int type;
-        if ((st = token_type_at(m, c.has_types, i, &type))) {
-            llmem_tokenizer_destroy(t);
-            return st;
-        }
-        t->type[i] = (uint8_t)type;
-        if (is_special_type(type) && llmem__tok_piece_len(t, (int32_t)i)) n_special++;
-    }
+    for (uint32_t i = 0; i < V; i++)
+        if (is_special_type(t->type[i]) && llmem__tok_piece_len(t, (int32_t)i)) n_special++;
     for (unsigned by = 0; by < 256; by++) {
         char ch = (char)by;
         b->byte_tok[by] = llmem__tok_lookup2(t, &ch, 1, "", 0);
@@ -463,62 +472,18 @@ static inline void put(emit *e, int32_t id)
     e->n++;
 }
 
-typedef struct cand {
-    uint32_t rank;
-    int32_t left, ltok, rtok, id;
-} cand;
-
-typedef struct work {
-    const llmem__tok_bpe *b;
-    int32_t *tok, *prev, *next;
-    cand *heap;
-    size_t nheap;
-} work;
-
-static bool cand_before(const cand *a, const cand *b)
+/* BPE's pairs: the merge of a then b if the merges list has it, by rank. */
+static bool bpe_pair(const void *ctx, int32_t a, int32_t b, int32_t *id, uint32_t *prio)
 {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(work *w, cand c)
-{
-    size_t i = w->nheap++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_before(&c, &w->heap[p])) break;
-        w->heap[i] = w->heap[p];
-        i = p;
-    }
-    w->heap[i] = c;
-}
-
-static cand heap_pop(work *w)
-{
-    cand top = w->heap[0], last = w->heap[--w->nheap];
-    size_t n = w->nheap, i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && cand_before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!cand_before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n) w->heap[i] = last;
-    return top;
-}
-
-static void push_pair(work *w, int32_t l)
-{
-    if (l < 0) return;
-    int32_t r = w->next[l];
-    if (r < 0) return;
-    const merge_slot *s = merge_find(w->b, w->tok[l], w->tok[r]);
-    if (s) heap_push(w, (cand){s->rank, l, w->tok[l], w->tok[r], s->id});
+    const merge_slot *s = merge_find(ctx, a, b);
+    if (!s) return false;
+    *id = s->id;
+    *prio = s->rank;
+    return true;
 }
 
 /* One pre-tokenized word. */
-static void bpe_word(const llmem_tokenizer *t, work *w, const unsigned char *s, size_t len, emit *e)
+static void bpe_word(const llmem_tokenizer *t, llmem__tok_merges *w, const unsigned char *s, size_t len, emit *e)
 {
     if (!len) return;
     const llmem__tok_bpe *b = t->bpe;
@@ -530,29 +495,13 @@ static void bpe_word(const llmem_tokenizer *t, work *w, const unsigned char *s, 
         }
     }
     int32_t k = (int32_t)len;
-    for (int32_t i = 0; i < k; i++) {
-        w->tok[i] = b->byte_tok[s[i]];
-        w->prev[i] = i - 1;
-        w->next[i] = i + 1 < k ? i + 1 : -1;
-    }
-    w->nheap = 0;
-    for (int32_t i = 0; i + 1 < k; i++) push_pair(w, i);
-    while (w->nheap) {
-        cand c = heap_pop(w);
-        int32_t l = c.left, r = w->next[l];
-        if (w->tok[l] != c.ltok || r < 0 || w->tok[r] != c.rtok) continue; /* stale */
-        w->tok[l] = c.id;
-        w->tok[r] = -1;
-        w->next[l] = w->next[r];
-        if (w->next[r] >= 0) w->prev[w->next[r]] = l;
-        push_pair(w, w->prev[l]);
-        push_pair(w, l);
-    }
+    for (int32_t i = 0; i < k; i++) w->tok[i] = b->byte_tok[s[i]];
+    llmem__tok_merge(w, k);
     for (int32_t i = 0; i >= 0; i = w->next[i]) put(e, w->tok[i]);
 }
 
 /* A stretch of text with no special token: pre-tokenize, then BPE. */
-static llmem_status bpe_stretch(const llmem_tokenizer *t, work *w, pcre2_match_data *md, const unsigned char *s,
+static llmem_status bpe_stretch(const llmem_tokenizer *t, llmem__tok_merges *w, pcre2_match_data *md, const unsigned char *s,
                                 size_t len, emit *e)
 {
     size_t at = 0;
@@ -587,7 +536,7 @@ llmem_status llmem__tok_bpe_encode(const llmem_tokenizer *t, const char *text, s
     /* One block: marks (int32 per byte), then symbols (3 int32 per byte),
      * then the heap (at most 3 entries per byte: the initial pairs and two
      * per merge). */
-    size_t per = 4 * sizeof(int32_t) + 3 * sizeof(cand), m = tlen ? tlen : 1;
+    size_t per = 4 * sizeof(int32_t) + 3 * sizeof(llmem__tok_cand), m = tlen ? tlen : 1;
     if (m > SIZE_MAX / per) return llmem__fail(LLMEM_EOVERFLOW, "tokenizer: encode: a text of %zu bytes is too long", tlen);
     char *mem = malloc(m * per);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(b->re, NULL);
@@ -596,8 +545,8 @@ llmem_status llmem__tok_bpe_encode(const llmem_tokenizer *t, const char *text, s
         pcre2_match_data_free(md);
         return llmem__fail(LLMEM_ENOMEM, "tokenizer: encode: out of memory for %zu bytes of text", tlen);
     }
-    work w = {b, NULL, NULL, NULL, (cand *)(void *)mem, 0};
-    int32_t *mark = (int32_t *)(void *)(mem + 3 * sizeof(cand) * m);
+    llmem__tok_merges w = {NULL, NULL, NULL, (llmem__tok_cand *)(void *)mem, 0, bpe_pair, b};
+    int32_t *mark = (int32_t *)(void *)(mem + 3 * sizeof(llmem__tok_cand) * m);
     w.tok = mark + m;
     w.prev = w.tok + m;
     w.next = w.prev + m;

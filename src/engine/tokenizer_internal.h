@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "llmem/tokenizer.h"
 
@@ -69,6 +70,50 @@ llmem_status llmem__tok_build(uint32_t V, llmem__tok_get_fn get, void *ctx, llme
 
 /* The id whose piece is a||b (the lowest such id among listed pieces), or -1. */
 int32_t llmem__tok_lookup2(const llmem_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen);
+
+/* ---- the merge loop both encoders run (tokenizer.c) ------------------------------ */
+
+/* A candidate merge: the pair starting at symbol `left`, computed from the
+ * ids ltok and rtok, merging into id. key orders the heap, lowest first:
+ * the pair's priority in the high half (SentencePiece: the score, higher
+ * first; BPE: the merge rank), the left position in the low half, so
+ * equal priorities merge leftmost first. */
+typedef struct llmem__tok_cand {
+    uint64_t key;
+    int32_t left, ltok, rtok, id;
+} llmem__tok_cand;
+
+/* The merge of symbol ids a then b: *id and *prio (lower merges first), or
+ * false when the pair does not merge. */
+typedef bool (*llmem__tok_pair_fn)(const void *ctx, int32_t a, int32_t b, int32_t *id, uint32_t *prio);
+
+/* The work of one merge run. The caller gives three arrays of at least k
+ * int32 (k the symbols) and a heap of at least 3k entries (the initial
+ * pairs plus two per merge). */
+typedef struct llmem__tok_merges {
+    int32_t *tok, *prev, *next; /* per symbol; tok -1 once merged away */
+    llmem__tok_cand *heap;
+    size_t nheap;
+    llmem__tok_pair_fn pair;
+    const void *ctx;
+} llmem__tok_merges;
+
+/* Links tok[0, k) as a list and merges the best pair until none merges
+ * (lazy deletion: an entry whose symbols no longer hold its ids is
+ * dropped when popped). Returns the symbols left; walk them from 0 by
+ * next[] (next -1 ends). */
+int32_t llmem__tok_merge(llmem__tok_merges *w, int32_t k);
+
+/* A float score as a priority: higher scores get lower priorities, in the
+ * float order (-0 and +0 equal). */
+static inline uint32_t llmem__tok_score_prio(float score)
+{
+    if (score == 0.0f) score = 0.0f;
+    uint32_t u;
+    memcpy(&u, &score, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending with the float */
+    return ~u;
+}
 
 /* ---- tokenizer_bpe.c -------------------------------------------------------------- */
 

@@ -280,10 +280,16 @@ void llmem_kv_destroy(llmem_kv *kv)
     kv_meta_destroy(kv);
 }
 
+static llmem_status check_locked(llmem_kv *kv);
+
+/* Runs a public call's body under the lock; at debug level 3 the whole
+ * manager is checked after it, whatever it returned (a refused call must
+ * leave the invariants as they were, too). */
 #define LOCKED(kv, expr)                   \
     do {                                   \
         pthread_mutex_lock(&(kv)->lock);   \
         llmem_status st_ = (expr);         \
+        LLMEM_DEBUG_WALK(check_locked(kv)); \
         pthread_mutex_unlock(&(kv)->lock); \
         return st_;                        \
     } while (0)
@@ -566,17 +572,22 @@ size_t llmem_kv_trim(llmem_kv *kv, bool evict_cached)
 
 /* ---- invariants and stats ----------------------------------------------------------- */
 
+/* llmem_kv_check's walk; the caller holds the lock. */
+static llmem_status check_locked(llmem_kv *kv)
+{
+    for (uint32_t i = 0; i < kv->nseqs; i++) {
+        const kv_seq *s = &kv->seqs[i];
+        if (s->live && (s->first > s->length || s->first % kv->B))
+            return llmem__fail(LLMEM_ECORRUPT, "kv '%s': sequence %u has bad positions", kv->name, i);
+    }
+    return kv->ops->check(kv);
+}
+
 llmem_status llmem_kv_check(llmem_kv *kv)
 {
     if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
-    llmem_status st = LLMEM_OK;
     pthread_mutex_lock(&kv->lock);
-    for (uint32_t i = 0; i < kv->nseqs && !st; i++) {
-        const kv_seq *s = &kv->seqs[i];
-        if (s->live && (s->first > s->length || s->first % kv->B))
-            st = llmem__fail(LLMEM_ECORRUPT, "kv '%s': sequence %u has bad positions", kv->name, i);
-    }
-    if (!st) st = kv->ops->check(kv);
+    llmem_status st = check_locked(kv);
     pthread_mutex_unlock(&kv->lock);
     return st;
 }

@@ -68,14 +68,6 @@ static llmem_status vbuf_fit(llmem_kv *kv, kv_buf *b, size_t tokens)
     return LLMEM_OK;
 }
 
-void llmem__kv_vbuf_release(llmem_kv *kv, kv_buf *b)
-{
-    llmem_resource_unmap(kv->res, b->map, kv->vstride * kv->layers, b->committed * kv->layers);
-    llmem__kv_note_reserved(kv, -(int64_t)(b->committed * kv->layers));
-    kv->st.shrinks_total++;
-    llmem__kv_meta_free(kv, b);
-}
-
 /* The resource must reserve address space; vgran and vstride. */
 static llmem_status contiguous_init(llmem_kv *kv, const llmem_kv_options *o, const char *name)
 {
@@ -104,7 +96,7 @@ static llmem_status contiguous_seq_init(llmem_kv *kv, kv_seq *s)
 
 static void contiguous_seq_fini(llmem_kv *kv, kv_seq *s)
 {
-    if (s->buf) llmem__kv_vbuf_release(kv, s->buf);
+    if (s->buf) llmem__kv_buf_release(kv, s->buf);
     s->buf = NULL;
 }
 

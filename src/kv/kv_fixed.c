@@ -23,14 +23,21 @@
 
 /* ---- buffers ----------------------------------------------------------------------- */
 
+/* Either kind of buffer: a pool block per layer (STATIC, BUCKETS), or a
+ * CONTIGUOUS reservation (b->map) with `committed` bytes committed in each
+ * layer. */
 void llmem__kv_buf_release(llmem_kv *kv, kv_buf *b)
 {
+    size_t held;
     if (b->map) {
-        llmem__kv_vbuf_release(kv, b);
-        return;
+        llmem_resource_unmap(kv->res, b->map, kv->vstride * kv->layers, b->committed * kv->layers);
+        held = b->committed * kv->layers;
+    } else {
+        for (uint32_t l = 0; l < kv->layers; l++) llmem_pool_free(kv->pool, b->base[l]);
+        held = llmem__kv_buf_bytes(kv, b->capacity) * kv->layers;
     }
-    for (uint32_t l = 0; l < kv->layers; l++) llmem_pool_free(kv->pool, b->base[l]);
-    llmem__kv_note_reserved(kv, -(int64_t)(llmem__kv_buf_bytes(kv, b->capacity) * kv->layers));
+    llmem__assert(held <= kv->st.bytes_reserved); /* bytes_reserved sums the buffers held */
+    llmem__kv_note_reserved(kv, -(int64_t)held);
     kv->st.shrinks_total++;
     llmem__kv_meta_free(kv, b);
 }
@@ -135,6 +142,7 @@ llmem_status llmem__kv_buf_append_check(llmem_kv *kv, kv_seq *s, size_t n, bool 
 
 char *llmem__kv_buf_block_base(const llmem_kv *kv, const kv_seq *s, uint32_t layer, size_t pos)
 {
+    llmem__assert(s->buf && pos < s->buf->capacity); /* a held token lies within its buffer */
     return (char *)s->buf->base[layer] + pos / kv->B * kv->block_bytes;
 }
 

@@ -271,7 +271,8 @@ static inline size_t llmem__kv_buf_bytes(const llmem_kv *kv, size_t capacity)
 {
     return (capacity + kv->B - 1) / kv->B * kv->block_bytes;
 }
-/* Release one buffer (a CONTIGUOUS one through llmem__kv_vbuf_release). */
+/* Release one buffer of either kind (pool blocks, or a CONTIGUOUS
+ * reservation) and its descriptor. */
 void llmem__kv_buf_release(llmem_kv *kv, kv_buf *b);
 /* Copy the first n tokens of one buffer into another, every layer. */
 llmem_status llmem__kv_buf_copy(llmem_kv *kv, kv_buf *dst, const kv_buf *src, size_t n);
@@ -289,7 +290,5 @@ void llmem__kv_buf_stats_used(const llmem_kv *kv, llmem_kv_stats *s, uint64_t *w
 /* ---- kv_contiguous.c ---------------------------------------------------------------- */
 
 const llmem__kv_ops *llmem__kv_contiguous_ops(void);
-/* Unmap a CONTIGUOUS buffer's reservation and free its descriptor. */
-void llmem__kv_vbuf_release(llmem_kv *kv, kv_buf *b);
 
 #endif /* LLMEM_KV_INTERNAL_H */

@@ -176,10 +176,12 @@ llmem_status llmem__kv_block_take(llmem_kv *kv, uint32_t hint, uint32_t *out)
     }
     if (pick != NONE) {
         *out = slab_free(kv, pick)[--kv->slabs[pick].nfree];
+        llmem__assert(*out / kv->S == pick && kv->blocks[*out].state == B_FREE); /* a FREE block on its slab's stack */
         goto got;
     }
     if (kv->lru_head != NONE) { /* memory is needed: evict the least recently used cached block */
         uint32_t b = kv->lru_head;
+        llmem__assert(kv->blocks[b].state == B_CACHED && kv->blocks[b].ref == 0 && kv->blocks[b].hashed);
         llmem__kv_lru_remove(kv, b);
         llmem__kv_ht_remove(kv, b);
         kv->st.evictions_total++;
@@ -209,6 +211,7 @@ bool llmem__kv_blocks_available(const llmem_kv *kv, size_t n)
 void llmem__kv_block_put(llmem_kv *kv, uint32_t b)
 {
     kv_block *x = &kv->blocks[b];
+    llmem__assert(x->state == B_USED && x->ref > 0); /* a put matches a take or a share */
     if (--x->ref) return;
     if (x->hashed) {
         x->state = B_CACHED;
@@ -218,6 +221,7 @@ void llmem__kv_block_put(llmem_kv *kv, uint32_t b)
     x->state = B_FREE;
     uint32_t si = b / kv->S;
     kv_slab *sl = &kv->slabs[si];
+    llmem__assert(sl->live && sl->nfree < kv->S);
     slab_free(kv, si)[sl->nfree++] = b;
     /* A wholly free slab goes back to the pool at once: the pool, not the
      * manager, keeps memory for the next growth (its superblocks stay until
@@ -508,6 +512,8 @@ static void paged_truncate(llmem_kv *kv, kv_seq *s, size_t len, bool forget)
 
 static char *paged_block_base(const llmem_kv *kv, const kv_seq *s, uint32_t layer, size_t pos)
 {
+    /* s holds exactly the blocks its positions [first, length) touch. */
+    llmem__assert(pos >= s->first && pos < s->length && pos / kv->B - s->first / kv->B < s->nblocks);
     return llmem__kv_block_k(kv, layer, s->blocks[pos / kv->B - s->first / kv->B]);
 }
 

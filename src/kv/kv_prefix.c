@@ -44,6 +44,7 @@ uint64_t llmem__kv_hash_block(uint64_t parent, const int32_t *t, uint32_t n)
 void llmem__kv_lru_remove(llmem_kv *kv, uint32_t b)
 {
     kv_block *x = &kv->blocks[b];
+    llmem__assert(kv->lru_count > 0 && x->state == B_CACHED);
     if (x->lru_prev != NONE) kv->blocks[x->lru_prev].lru_next = x->lru_next;
     else kv->lru_head = x->lru_next;
     if (x->lru_next != NONE) kv->blocks[x->lru_next].lru_prev = x->lru_prev;
@@ -55,6 +56,7 @@ void llmem__kv_lru_remove(llmem_kv *kv, uint32_t b)
 void llmem__kv_lru_push(llmem_kv *kv, uint32_t b)
 {
     kv_block *x = &kv->blocks[b];
+    llmem__assert(x->ref == 0 && x->hashed); /* the LRU list holds exactly the CACHED blocks */
     x->lru_next = NONE;
     x->lru_prev = kv->lru_tail;
     if (kv->lru_tail != NONE) kv->blocks[kv->lru_tail].lru_next = b;
@@ -112,6 +114,7 @@ static void ht_insert(llmem_kv *kv, uint32_t b)
 {
     if ((kv->ht_count + 1) * 2 > kv->ht_cap && !llmem__kv_ht_resize(kv, kv->ht_cap ? kv->ht_cap * 2 : 64))
         return; /* no room: simply not cached */
+    llmem__assert(!kv->blocks[b].hashed && (kv->ht_count + 1) * 2 <= kv->ht_cap);
     size_t i = ht_slot(kv, kv->blocks[b].hash);
     while (kv->ht_block[i] != NONE) i = (i + 1) & (kv->ht_cap - 1);
     kv->ht_hash[i] = kv->blocks[b].hash;
@@ -122,6 +125,7 @@ static void ht_insert(llmem_kv *kv, uint32_t b)
 
 void llmem__kv_ht_remove(llmem_kv *kv, uint32_t b)
 {
+    llmem__assert(kv->blocks[b].hashed && kv->ht_count > 0); /* in the table iff hashed */
     size_t i = ht_slot(kv, kv->blocks[b].hash);
     while (kv->ht_block[i] != b) i = (i + 1) & (kv->ht_cap - 1);
     for (size_t j = i;;) { /* backward-shift delete */

@@ -191,7 +191,11 @@ llmem_status llmem__meta_index_build(llmem_model *m)
 const llmem_tensor *llmem__tensor_find(const llmem_model *m, const char *name)
 {
     size_t i = index_find(m, &m->tensor_index, tensor_key, name);
-    return i == SIZE_MAX ? NULL : &m->tensors[i];
+    if (i == SIZE_MAX) return NULL;
+    /* Every tensor's bytes lie in the model's (checked at open). */
+    llmem__assert((const uint8_t *)m->tensors[i].data >= m->base &&
+                  m->tensors[i].bytes <= m->size - (size_t)((const uint8_t *)m->tensors[i].data - m->base));
+    return &m->tensors[i];
 }
 
 const llmem__meta *llmem__meta_find(const llmem_model *m, const char *key)

@@ -177,6 +177,8 @@ llmem_status llmem_plan(llmem_plan_tensor *t, size_t n, size_t align, void *scra
             }
         if (sum > out->lower_bound_bytes) out->lower_bound_bytes = sum;
     }
+    llmem__assert(out->lower_bound_bytes <= out->peak_bytes); /* no plan beats the live-set bound */
+    LLMEM_DEBUG_WALK(llmem_plan_check(t, n, align, out->peak_bytes));
     return LLMEM_OK;
 }
 

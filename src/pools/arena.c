@@ -257,6 +257,9 @@ void *llmem_arena_alloc(llmem_arena *a, size_t size, size_t align, llmem_status 
     a->used += p + size - a->ptr;
     a->requested += size;
     a->ptr = p + size;
+    /* The cursor stays in the current chunk; used is its position. */
+    llmem__assert(a->ptr <= a->end && a->used == a->chunks[a->cur].before + (a->ptr - a->chunks[a->cur].base));
+    llmem__assert(a->requested <= a->used);
     if (a->host) LLMEM_UNPOISON((void *)p, size);
     a->st.allocs_total++;
     if (a->used > a->st.used_peak_bytes) a->st.used_peak_bytes = a->used;
@@ -322,6 +325,7 @@ llmem_status llmem_arena_rollback(llmem_arena *a, llmem_arena_mark m)
      * requested is the mark's figure, never above used. */
     a->used = a->chunks[m.chunk].before + m.offset;
     a->requested = m.requested < a->used ? m.requested : a->used;
+    llmem__assert(a->ptr <= a->end);
     poison_back(a, old_cur, old_ptr);
     a->st.rollbacks_total++;
     return LLMEM_OK;
