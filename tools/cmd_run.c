@@ -196,10 +196,43 @@ static bool timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char
     return true;
 }
 
-static int generate(const run_args *a)
+/* One run's state, phase by phase (generate calls them in order; each
+ * returns 0, or 1 having said what failed, and run_close frees all). */
+typedef struct run_state {
+    const run_args *a;
+    double t_start, load_s, t_first;
+    llmem_model *m;
+    const llmem_model_config *c;
+    llmem_memctl *mc; /* with --timeline or --events: pool, predictor, controller */
+    llmem_pool *pool;
+    llmem_controller *ctl;
+    llmem_predictor *pred;
+    llmem_timeline *tl;
+    llmem_tokenizer *tok;
+    llmem_engine_options eo;
+    llmem_engine *e;
+    int32_t *prompt;
+    size_t n;           /* prompt tokens that run */
+    size_t steps;       /* positions that run */
+    size_t first_shown; /* 1 when BOS leads the prompt (it prints nothing) */
+    /* per copy of the prompt (a->batch of them): */
+    llmem_sampler **samplers;
+    llmem_engine_seq *seqs;
+    int32_t **ids; /* prompt, then generated tokens */
+    size_t *nids;
+    bool *done;
+    int32_t *next; /* the token sampled for the next step */
+    /* one decode step's items, and the copy each came from: */
+    llmem_engine_batch_item *items;
+    uint32_t *slot;
+    size_t generated;
+} run_state;
+
+/* The model, its vocabulary, the controller when a timeline or events
+ * are asked for, and the engine. */
+static int run_open(run_state *r)
 {
-    double t_start = now_s();
-    bool output_failed = false; /* --timeline or --events could not be written */
+    const run_args *a = r->a;
     llmem_model_options mo = llmem_model_options_default();
     mo.populate = a->populate;
     mo.shared = a->shared;
@@ -212,225 +245,225 @@ static int generate(const run_args *a)
      * line, rather than silently during the first forward pass. */
     struct stat sb;
     if (isatty(2) && stat(a->model, &sb) == 0 && sb.st_size > 100 * 1000 * 1000) mo.populate = true;
-    llmem_model *m = NULL;
-    llmem_memctl *mc = NULL;
-    llmem_pool *pool = NULL;
-    llmem_controller *ctl = NULL;
-    llmem_predictor *pred = NULL;
-    llmem_timeline *tl = NULL;
-    llmem_tokenizer *tok = NULL;
-    llmem_engine *e = NULL;
-    llmem_sampler **samplers = NULL;
-    llmem_engine_seq *seqs = NULL;
-    int32_t *prompt = NULL, **ids = NULL;
-    size_t *nids = NULL;
-    bool *done = NULL;
-    int rc = 1;
     llmem_status st;
-    if ((st = llmem_model_open(a->model, &mo, &m))) return fail(a->model, st);
-    const llmem_model_config *c = llmem_model_get_config(m);
-    if (a->tokenizer) st = llmem_tokenizer_load(a->tokenizer, c->shape.vocab, &tok);
-    else if ((st = llmem_tokenizer_from_model(m, &tok)) == LLMEM_ENOTFOUND)
+    if ((st = llmem_model_open(a->model, &mo, &r->m))) return fail(a->model, st);
+    r->c = llmem_model_get_config(r->m);
+    if (a->tokenizer) st = llmem_tokenizer_load(a->tokenizer, r->c->shape.vocab, &r->tok);
+    else if ((st = llmem_tokenizer_from_model(r->m, &r->tok)) == LLMEM_ENOTFOUND)
         fprintf(stderr, "llmem run: %s has no vocabulary inside: give its tokenizer.bin with -z\n", a->model);
-    if (st) {
-        rc = fail(a->tokenizer ? a->tokenizer : "tokenizer", st);
-        goto out;
+    if (st) return fail(a->tokenizer ? a->tokenizer : "tokenizer", st);
+    if (llmem_tokenizer_vocab_size(r->tok) != r->c->shape.vocab) {
+        fprintf(stderr, "llmem run: the tokenizer has %u tokens, the model %u\n", llmem_tokenizer_vocab_size(r->tok),
+                r->c->shape.vocab);
+        return 1;
     }
-    if (llmem_tokenizer_vocab_size(tok) != c->shape.vocab) {
-        fprintf(stderr, "llmem run: the tokenizer has %u tokens, the model %u\n", llmem_tokenizer_vocab_size(tok),
-                c->shape.vocab);
-        goto out;
-    }
-    llmem_engine_options eo = a->eo;
-    eo.threads = a->threads;
-    eo.max_seqs = a->batch;
+    r->eo = a->eo;
+    r->eo.threads = a->threads;
+    r->eo.max_seqs = a->batch;
     if (a->timeline || a->events) {
         /* The timeline watches a pool the stage-aware controller runs:
          * pool, predictor and controller for this engine in one call (eo
          * gets the pool and the stage listener). */
         llmem_memctl_options mco = llmem_memctl_options_default();
         mco.name = "run";
-        if ((st = llmem_memctl_create_for_engine(m, &eo, &mco, &mc)) ||
-            (a->timeline && (st = llmem_timeline_create(0, &tl)))) {
-            rc = fail("controller", st);
-            goto out;
-        }
-        pool = llmem_memctl_pool(mc);
-        ctl = llmem_memctl_controller(mc);
-        pred = llmem_memctl_predictor(mc); /* fed the measured peaks through eo.on_step_done */
+        if ((st = llmem_memctl_create_for_engine(r->m, &r->eo, &mco, &r->mc)) ||
+            (a->timeline && (st = llmem_timeline_create(0, &r->tl))))
+            return fail("controller", st);
+        r->pool = llmem_memctl_pool(r->mc);
+        r->ctl = llmem_memctl_controller(r->mc);
+        r->pred = llmem_memctl_predictor(r->mc); /* fed the measured peaks through eo.on_step_done */
     }
-    if ((st = llmem_engine_create(m, &eo, &e))) {
-        rc = fail("engine", st);
-        goto out;
-    }
-    double load_s = now_s() - t_start;
+    if ((st = llmem_engine_create(r->m, &r->eo, &r->e))) return fail("engine", st);
+    r->load_s = now_s() - r->t_start;
+    return 0;
+}
 
-    size_t ctx = eo.max_seq_len && eo.max_seq_len < c->shape.max_ctx ? eo.max_seq_len : c->shape.max_ctx;
-    size_t steps = a->steps ? a->steps : ctx;
-    if (steps > ctx) {
+/* The positions that run and the prompt's tokens, cut to them. */
+static int run_encode(run_state *r)
+{
+    const run_args *a = r->a;
+    const llmem_model_config *c = r->c;
+    size_t ctx = r->eo.max_seq_len && r->eo.max_seq_len < c->shape.max_ctx ? r->eo.max_seq_len : c->shape.max_ctx;
+    r->steps = a->steps ? a->steps : ctx;
+    if (r->steps > ctx) {
         fprintf(stderr, "llmem run: warning: -n %u is past the context of %zu positions: running %zu\n", a->steps, ctx,
                 ctx);
-        steps = ctx;
+        r->steps = ctx;
     }
     size_t cap = strlen(a->prompt) + 3, n = 0;
-    prompt = malloc(cap * sizeof *prompt);
-    if (!prompt) goto out;
+    r->prompt = malloc(cap * sizeof *r->prompt);
+    if (!r->prompt) return 1;
     /* BOS as the model asks (tokenizer.ggml.add_bos_token; gpt2 vocabularies add none by default). */
-    if ((st = llmem_tokenizer_encode(tok, a->prompt, llmem_tokenizer_add_bos(tok), false, prompt, cap, &n))) {
-        rc = fail("encode", st);
-        goto out;
-    }
-    size_t first_shown = llmem_tokenizer_add_bos(tok) ? 1 : 0;
+    llmem_status st = llmem_tokenizer_encode(r->tok, a->prompt, llmem_tokenizer_add_bos(r->tok), false, r->prompt, cap, &n);
+    if (st) return fail("encode", st);
+    r->first_shown = llmem_tokenizer_add_bos(r->tok) ? 1 : 0;
     if (n == 0) {
         fprintf(stderr, "llmem run: the prompt is empty and this model adds no BOS token: give a prompt (-i)\n");
-        rc = 1;
-        goto out;
+        return 1;
     }
-    if (n > steps) { /* as run.c: only the first steps positions run; but say so */
+    if (n > r->steps) { /* as run.c: only the first steps positions run; but say so */
         fprintf(stderr,
                 "llmem run: warning: the prompt is %zu tokens%s, more than the %zu positions that run: only "
                 "its first %zu are used, %zu dropped (raise -n%s)\n",
-                n, first_shown ? " (with BOS)" : "", steps, steps, n - steps,
-                steps == ctx ? ", or use a model with a longer context" : "");
-        n = steps;
+                n, r->first_shown ? " (with BOS)" : "", r->steps, r->steps, n - r->steps,
+                r->steps == ctx ? ", or use a model with a longer context" : "");
+        n = r->steps;
     }
-    if (a->warmup) {
-        /* The prompt once (every copy, as the timed prefill will), then the
-         * sequences go back: the timed pass meets a warm engine. */
-        uint32_t W = a->batch;
-        uint32_t chunk = eo.max_step_tokens ? eo.max_step_tokens : 512;
-        size_t take = n < chunk / W ? n : chunk / W;
-        llmem_engine_seq ws[256] = {0};
-        llmem_engine_batch_item wi[256];
-        for (uint32_t b = 0; b < W && !st; b++)
-            if (!(st = llmem_engine_seq_create(e, &ws[b]))) wi[b] = (llmem_engine_batch_item){ws[b], prompt, (uint32_t)(take ? take : 1)};
-        if (!st) st = llmem_engine_step(e, wi, W);
-        for (uint32_t b = 0; b < W; b++)
-            if (ws[b]) llmem_engine_seq_free(e, ws[b]);
-        if (st) {
-            rc = fail("warm-up", st);
-            goto out;
-        }
-        llmem_engine_stats ws_st = {sizeof ws_st};
-        llmem_engine_get_stats(e, &ws_st);
-        warm_tokens = ws_st.prefill_tokens_total;
-        warm_seconds = ws_st.prefill_seconds_total;
-    }
+    r->n = n;
+    return 0;
+}
 
+/* --warmup: the prompt once (every copy, as the timed prefill will), then
+ * the sequences go back, so the timed pass meets a warm engine. */
+static int run_warmup(run_state *r)
+{
+    uint32_t W = r->a->batch;
+    uint32_t chunk = r->eo.max_step_tokens ? r->eo.max_step_tokens : 512;
+    size_t take = r->n < chunk / W ? r->n : chunk / W;
+    llmem_engine_seq ws[256] = {0};
+    llmem_engine_batch_item wi[256] = {{0}};
+    llmem_status st = LLMEM_OK;
+    for (uint32_t b = 0; b < W && !st; b++)
+        if (!(st = llmem_engine_seq_create(r->e, &ws[b])))
+            wi[b] = (llmem_engine_batch_item){ws[b], r->prompt, (uint32_t)(take ? take : 1)};
+    if (!st) st = llmem_engine_step(r->e, wi, W);
+    for (uint32_t b = 0; b < W; b++)
+        if (ws[b]) llmem_engine_seq_free(r->e, ws[b]);
+    if (st) return fail("warm-up", st);
+    llmem_engine_stats ws_st = {sizeof ws_st};
+    llmem_engine_get_stats(r->e, &ws_st);
+    warm_tokens = ws_st.prefill_tokens_total;
+    warm_seconds = ws_st.prefill_seconds_total;
+    return 0;
+}
+
+/* A sampler, a sequence with room for every position, and the token
+ * list of each copy of the prompt. */
+static int run_requests(run_state *r)
+{
+    const run_args *a = r->a;
     uint32_t B = a->batch;
-    samplers = calloc(B, sizeof *samplers);
-    seqs = calloc(B, sizeof *seqs);
-    ids = calloc(B, sizeof *ids);
-    nids = calloc(B, sizeof *nids);
-    done = calloc(B, sizeof *done);
-    llmem_engine_batch_item *items = calloc(B, sizeof *items);
-    int32_t *next = calloc(B, sizeof *next);
-    uint32_t *slot = calloc(B, sizeof *slot);
-    if (!samplers || !seqs || !ids || !nids || !done || !items || !next || !slot) {
-        free(items);
-        free(next);
-        free(slot);
+    r->samplers = calloc(B, sizeof *r->samplers);
+    r->seqs = calloc(B, sizeof *r->seqs);
+    r->ids = calloc(B, sizeof *r->ids);
+    r->nids = calloc(B, sizeof *r->nids);
+    r->done = calloc(B, sizeof *r->done);
+    r->items = calloc(B, sizeof *r->items);
+    r->next = calloc(B, sizeof *r->next);
+    r->slot = calloc(B, sizeof *r->slot);
+    if (!r->samplers || !r->seqs || !r->ids || !r->nids || !r->done || !r->items || !r->next || !r->slot) {
         fprintf(stderr, "llmem run: out of memory\n");
-        goto out;
+        return 1;
     }
     for (uint32_t b = 0; b < B; b++) {
         llmem_sampler_options so = llmem_sampler_options_default();
-        so.vocab_size = c->shape.vocab;
+        so.vocab_size = r->c->shape.vocab;
         so.temperature = a->temperature;
         so.top_p = a->top_p;
         so.seed = a->seed + b;
-        if ((st = llmem_sampler_create(&so, &samplers[b])) || (st = llmem_engine_seq_create(e, &seqs[b])) ||
-            (st = llmem_engine_seq_reserve(e, seqs[b], steps)) || !(ids[b] = malloc((steps + 1) * sizeof **ids))) {
-            rc = fail("request setup", st ? st : LLMEM_ENOMEM);
-            free(items);
-            free(next);
-            free(slot);
-            goto out;
-        }
-        memcpy(ids[b], prompt, n * sizeof *prompt);
-        nids[b] = n;
+        llmem_status st;
+        if ((st = llmem_sampler_create(&so, &r->samplers[b])) || (st = llmem_engine_seq_create(r->e, &r->seqs[b])) ||
+            (st = llmem_engine_seq_reserve(r->e, r->seqs[b], r->steps)) ||
+            !(r->ids[b] = malloc((r->steps + 1) * sizeof **r->ids)))
+            return fail("request setup", st ? st : LLMEM_ENOMEM);
+        memcpy(r->ids[b], r->prompt, r->n * sizeof *r->prompt);
+        r->nids[b] = r->n;
     }
-    /* Prefill: the prompt in chunks of max_step_tokens, every copy at once
-     * when they fit in one step. */
-    double t_first = 0;
-    uint32_t chunk = eo.max_step_tokens ? eo.max_step_tokens : 512;
+    return 0;
+}
+
+/* The prompt in chunks of max_step_tokens, every copy at once when they
+ * fit in one step; the first token of each copy sampled; the prompt
+ * printed (one copy, as text). */
+static int run_prefill(run_state *r)
+{
+    uint32_t B = r->a->batch;
+    size_t n = r->n;
+    uint32_t chunk = r->eo.max_step_tokens ? r->eo.max_step_tokens : 512;
     for (size_t off = 0; off < n;) {
         size_t take = n - off < chunk / B ? n - off : chunk / B;
         if (!take) take = 1;
-        for (uint32_t b = 0; b < B; b++) items[b] = (llmem_engine_batch_item){seqs[b], prompt + off, (uint32_t)take};
+        for (uint32_t b = 0; b < B; b++)
+            r->items[b] = (llmem_engine_batch_item){r->seqs[b], r->prompt + off, (uint32_t)take};
         uint32_t per = chunk / (uint32_t)take ? chunk / (uint32_t)take : 1;
         for (uint32_t b0 = 0; b0 < B; b0 += per) {
             uint32_t cnt = B - b0 < per ? B - b0 : per;
-            if ((st = llmem_engine_step(e, items + b0, cnt))) {
-                rc = fail("prefill", st);
-                free(items);
-                free(next);
-                free(slot);
-                goto out;
-            }
+            llmem_status st = llmem_engine_step(r->e, r->items + b0, cnt);
+            if (st) return fail("prefill", st);
             if (off + take == n)
                 for (uint32_t b = 0; b < cnt; b++)
-                    next[b0 + b] = llmem_sampler_sample(samplers[b0 + b], llmem_engine_logits(e, b));
+                    r->next[b0 + b] = llmem_sampler_sample(r->samplers[b0 + b], llmem_engine_logits(r->e, b));
         }
         off += take;
     }
-    t_first = now_s() - t_start;
-    if (tl) timeline_sample(tl, pool, e, LLMEM_STAGE_PREFILL);
-    if (!a->print_ids && B == 1)
-        for (size_t i = first_shown; i < n; i++) { /* BOS, when added, prints nothing */
+    r->t_first = now_s() - r->t_start;
+    if (r->tl) timeline_sample(r->tl, r->pool, r->e, LLMEM_STAGE_PREFILL);
+    if (!r->a->print_ids && B == 1)
+        for (size_t i = r->first_shown; i < n; i++) { /* BOS, when added, prints nothing */
             size_t len;
-            const char *p = llmem_tokenizer_decode(tok, i ? prompt[i - 1] : -1, prompt[i], &len);
+            const char *p = llmem_tokenizer_decode(r->tok, i ? r->prompt[i - 1] : -1, r->prompt[i], &len);
             print_piece(p, len);
         }
     fflush(stdout);
-    size_t generated = 0;
-    int32_t bos = llmem_tokenizer_bos(tok);
+    return 0;
+}
+
+/* Decode steps over the copies still running until each has run every
+ * position or met BOS (as run.c: BOS ends the text, and is not kept). */
+static int run_decode(run_state *r)
+{
+    uint32_t B = r->a->batch;
+    int32_t bos = llmem_tokenizer_bos(r->tok);
     for (;;) {
         uint32_t live = 0;
         for (uint32_t b = 0; b < B; b++) {
-            if (done[b]) continue;
-            if (next[b] == bos) { /* as run.c: BOS ends the text, and is not kept */
-                done[b] = true;
+            if (r->done[b]) continue;
+            if (r->next[b] == bos) {
+                r->done[b] = true;
                 continue;
             }
-            if (!a->print_ids && B == 1) {
+            if (!r->a->print_ids && B == 1) {
                 size_t len;
-                const char *piece = llmem_tokenizer_decode(tok, ids[b][nids[b] - 1], next[b], &len);
+                const char *piece = llmem_tokenizer_decode(r->tok, r->ids[b][r->nids[b] - 1], r->next[b], &len);
                 print_piece(piece, len);
                 fflush(stdout);
             }
-            ids[b][nids[b]++] = next[b];
-            if (nids[b] - 1 >= steps) { /* every position has been through the model */
-                done[b] = true;
+            r->ids[b][r->nids[b]++] = r->next[b];
+            if (r->nids[b] - 1 >= r->steps) { /* every position has been through the model */
+                r->done[b] = true;
                 continue;
             }
-            items[live] = (llmem_engine_batch_item){seqs[b], &ids[b][nids[b] - 1], 1};
-            slot[live++] = b;
+            r->items[live] = (llmem_engine_batch_item){r->seqs[b], &r->ids[b][r->nids[b] - 1], 1};
+            r->slot[live++] = b;
         }
         if (!live) break;
-        if ((st = llmem_engine_step(e, items, live))) {
-            rc = fail("decode", st);
-            free(items);
-            free(next);
-            free(slot);
-            goto out;
-        }
-        generated += live;
-        for (uint32_t i = 0; i < live; i++) next[slot[i]] = llmem_sampler_sample(samplers[slot[i]], llmem_engine_logits(e, i));
-        if (tl) timeline_sample(tl, pool, e, LLMEM_STAGE_DECODE);
+        llmem_status st = llmem_engine_step(r->e, r->items, live);
+        if (st) return fail("decode", st);
+        r->generated += live;
+        for (uint32_t i = 0; i < live; i++)
+            r->next[r->slot[i]] = llmem_sampler_sample(r->samplers[r->slot[i]], llmem_engine_logits(r->e, i));
+        if (r->tl) timeline_sample(r->tl, r->pool, r->e, LLMEM_STAGE_DECODE);
     }
-    llmem_engine_set_idle(e);
-    if (tl) {
-        timeline_sample(tl, pool, e, LLMEM_STAGE_IDLE);
-        if (!timeline_write(tl, ctl, a->timeline)) output_failed = true;
+    llmem_engine_set_idle(r->e);
+    return 0;
+}
+
+/* The timeline and events files, the text (or ids) of every copy, the
+ * speed and --stats. 1 when a file asked for could not be written (the
+ * text is out). */
+static int run_outputs(run_state *r)
+{
+    const run_args *a = r->a;
+    uint32_t B = a->batch;
+    bool output_failed = false;
+    if (r->tl) {
+        timeline_sample(r->tl, r->pool, r->e, LLMEM_STAGE_IDLE);
+        if (!timeline_write(r->tl, r->ctl, a->timeline)) output_failed = true;
     }
-    free(items);
-    free(next);
-    free(slot);
     if (a->events) {
         llmem_outfile *of;
         llmem_status wst = llmem_outfile_open(a->events, &of);
-        if (!wst && (wst = llmem_controller_write_events(ctl, llmem_outfile_stream(of))) != LLMEM_OK)
+        if (!wst && (wst = llmem_controller_write_events(r->ctl, llmem_outfile_stream(of))) != LLMEM_OK)
             llmem_outfile_abort(of);
         else if (!wst) wst = llmem_outfile_commit(of);
         if (wst) {
@@ -440,15 +473,15 @@ static int generate(const run_args *a)
     }
     if (a->print_ids) {
         for (uint32_t b = 0; b < B; b++) {
-            for (size_t i = 0; i < nids[b]; i++) printf(i ? " %d" : "%d", ids[b][i]);
+            for (size_t i = 0; i < r->nids[b]; i++) printf(i ? " %d" : "%d", r->ids[b][i]);
             printf("\n");
         }
     } else if (B > 1) {
         for (uint32_t b = 0; b < B; b++) {
             printf("[%u] ", b);
-            for (size_t i = first_shown; i < nids[b]; i++) {
+            for (size_t i = r->first_shown; i < r->nids[b]; i++) {
                 size_t len;
-                const char *piece = llmem_tokenizer_decode(tok, i ? ids[b][i - 1] : -1, ids[b][i], &len);
+                const char *piece = llmem_tokenizer_decode(r->tok, i ? r->ids[b][i - 1] : -1, r->ids[b][i], &len);
                 print_piece(piece, len);
             }
             printf("\n");
@@ -457,27 +490,46 @@ static int generate(const run_args *a)
         printf("\n");
     }
     fflush(stdout);
-    double total = now_s() - t_start;
-    if (generated > 0) fprintf(stderr, "achieved tok/s: %f\n", (double)generated / (total - t_first));
-    if (a->stats) print_stats(a, m, e, ctl, pred, load_s, t_first);
-    rc = output_failed ? 1 : 0; /* the text is out; a file asked for is not: a failure */
-out:
-    for (uint32_t b = 0; seqs && b < a->batch; b++) {
-        if (e && seqs[b]) llmem_engine_seq_free(e, seqs[b]);
-        if (samplers) llmem_sampler_destroy(samplers[b]);
-        if (ids) free(ids[b]);
+    double total = now_s() - r->t_start;
+    if (r->generated > 0) fprintf(stderr, "achieved tok/s: %f\n", (double)r->generated / (total - r->t_first));
+    if (a->stats) print_stats(a, r->m, r->e, r->ctl, r->pred, r->load_s, r->t_first);
+    return output_failed ? 1 : 0;
+}
+
+static void run_close(run_state *r)
+{
+    for (uint32_t b = 0; r->seqs && b < r->a->batch; b++) {
+        if (r->e && r->seqs[b]) llmem_engine_seq_free(r->e, r->seqs[b]);
+        if (r->samplers) llmem_sampler_destroy(r->samplers[b]);
+        if (r->ids) free(r->ids[b]);
     }
-    free(samplers);
-    free(seqs);
-    free(ids);
-    free(nids);
-    free(done);
-    free(prompt);
-    llmem_engine_destroy(e);
-    llmem_timeline_destroy(tl);
-    llmem_memctl_destroy(mc);
-    llmem_tokenizer_destroy(tok);
-    llmem_model_close(m);
+    free(r->samplers);
+    free(r->seqs);
+    free(r->ids);
+    free(r->nids);
+    free(r->done);
+    free(r->items);
+    free(r->next);
+    free(r->slot);
+    free(r->prompt);
+    llmem_engine_destroy(r->e);
+    llmem_timeline_destroy(r->tl);
+    llmem_memctl_destroy(r->mc);
+    llmem_tokenizer_destroy(r->tok);
+    llmem_model_close(r->m);
+}
+
+static int generate(const run_args *a)
+{
+    run_state r = {.a = a, .t_start = now_s()};
+    int rc = run_open(&r);
+    if (!rc) rc = run_encode(&r);
+    if (!rc && a->warmup) rc = run_warmup(&r);
+    if (!rc) rc = run_requests(&r);
+    if (!rc) rc = run_prefill(&r);
+    if (!rc) rc = run_decode(&r);
+    if (!rc) rc = run_outputs(&r);
+    run_close(&r);
     return rc;
 }
 
