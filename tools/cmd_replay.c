@@ -227,14 +227,19 @@ static int replay_on_engine(const char *path, const char *trace_path, llmem_repl
     return rc;
 }
 
-int llmem_cmd_replay(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct replay_args {
+    llmem_replay_options o;
+    const char *trace_path, *shape, *strategy, *timeline_path, *calibrate, *engine_path;
+    bool json;
+    uint32_t threads;
+    llmem_step_model linear; /* --step-model or --calibrate's (o.model points here) */
+} replay_args;
+
+/* Fills *r from argv; -1 to go on, else the exit code (usage printed). */
+static int parse_args(int argc, char **argv, replay_args *r)
 {
-    llmem_replay_options o = llmem_replay_options_default();
-    const char *trace_path = NULL, *shape = NULL, *strategy = "paged", *timeline_path = NULL, *calibrate = NULL,
-               *engine_path = NULL;
-    bool json = false;
-    uint32_t threads = 0;
-    llmem_step_model linear;
+    llmem_replay_options *o = &r->o;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -243,30 +248,30 @@ int llmem_cmd_replay(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--prefix-cache")) o.prefix_cache = true;
-        else if (!strcmp(a, "--controller")) o.controller = true;
-        else if (TAKE("--timeline")) timeline_path = v, o.controller = true;
-        else if (TAKE("--calibrate")) calibrate = v;
-        else if (TAKE("--engine")) engine_path = v;
+        } else if (!strcmp(a, "--json")) r->json = true;
+        else if (!strcmp(a, "--prefix-cache")) o->prefix_cache = true;
+        else if (!strcmp(a, "--controller")) o->controller = true;
+        else if (TAKE("--timeline")) r->timeline_path = v, o->controller = true;
+        else if (TAKE("--calibrate")) r->calibrate = v;
+        else if (TAKE("--engine")) r->engine_path = v;
         else if (TAKE("--first-request")) {
             uint32_t f;
             ok = tool_parse_u32(v, 0, UINT32_MAX, &f);
-            o.first_request = f;
-        } else if (TAKE("--prompt-scale")) ok = parse_pos_arg(v, false, &o.prompt_scale);
-        else if (TAKE("--output-scale")) ok = parse_pos_arg(v, false, &o.output_scale);
-        else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &threads);
+            o->first_request = f;
+        } else if (TAKE("--prompt-scale")) ok = parse_pos_arg(v, false, &o->prompt_scale);
+        else if (TAKE("--output-scale")) ok = parse_pos_arg(v, false, &o->output_scale);
+        else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &r->threads);
         else if (TAKE("--step-model")) {
             double c[4];
             ok = sscanf(v, "linear:%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]) == 4;
-            linear = llmem_step_model_linear(c[0], c[1], c[2], c[3]);
-            ok = ok && llmem_step_model_check(&linear) == LLMEM_OK;
-            o.model = &linear;
+            r->linear = llmem_step_model_linear(c[0], c[1], c[2], c[3]);
+            ok = ok && llmem_step_model_check(&r->linear) == LLMEM_OK;
+            o->model = &r->linear;
         }
-        else if (TAKE("--idle-decay-ms")) ok = tool_parse_u32(v, 0, 1u << 30, &o.idle_decay_ms);
-        else if (TAKE("--trace")) trace_path = v;
-        else if (TAKE("--model-shape")) shape = v;
-        else if (TAKE("--strategy")) strategy = v;
+        else if (TAKE("--idle-decay-ms")) ok = tool_parse_u32(v, 0, 1u << 30, &o->idle_decay_ms);
+        else if (TAKE("--trace")) r->trace_path = v;
+        else if (TAKE("--model-shape")) r->shape = v;
+        else if (TAKE("--strategy")) r->strategy = v;
         else if (TAKE("--kv-budget")) {
             double b = tool_parse_bytes(v);
             if (b == TOOL_BYTES_TOO_LARGE) {
@@ -277,25 +282,25 @@ int llmem_cmd_replay(int argc, char **argv)
                 fprintf(stderr, "llmem replay: --kv-budget '%s' is not a size (e.g. 8GiB)\n", v);
                 return 2;
             }
-            o.kv_budget = (size_t)b;
-        } else if (TAKE("--max-seq-len")) ok = tool_parse_u32(v, 1, 1u << 24, &o.max_seq_len);
-        else if (TAKE("--block-tokens")) ok = tool_parse_u32(v, 1, 1u << 16, &o.block_tokens);
-        else if (TAKE("--slab-blocks")) ok = tool_parse_u32(v, 1, 1u << 16, &o.slab_blocks);
-        else if (TAKE("--max-batch")) ok = tool_parse_u32(v, 1, 1u << 20, &o.max_batch);
-        else if (TAKE("--max-prefill")) ok = tool_parse_u32(v, 1, 1u << 24, &o.max_prefill_tokens);
+            o->kv_budget = (size_t)b;
+        } else if (TAKE("--max-seq-len")) ok = tool_parse_u32(v, 1, 1u << 24, &o->max_seq_len);
+        else if (TAKE("--block-tokens")) ok = tool_parse_u32(v, 1, 1u << 16, &o->block_tokens);
+        else if (TAKE("--slab-blocks")) ok = tool_parse_u32(v, 1, 1u << 16, &o->slab_blocks);
+        else if (TAKE("--max-batch")) ok = tool_parse_u32(v, 1, 1u << 20, &o->max_batch);
+        else if (TAKE("--max-prefill")) ok = tool_parse_u32(v, 1, 1u << 24, &o->max_prefill_tokens);
         else if (TAKE("--requests")) {
             uint32_t nreq;
             ok = tool_parse_u32(v, 1, UINT32_MAX, &nreq);
-            o.max_requests = nreq;
-        } else if (TAKE("--speedup")) ok = parse_pos_arg(v, false, &o.speedup);
-        else if (TAKE("--bandwidth")) ok = parse_pos_arg(v, false, &o.bandwidth), o.bandwidth *= 1e9;
-        else if (TAKE("--tflops")) ok = parse_pos_arg(v, false, &o.peak_flops), o.peak_flops *= 1e12;
-        else if (TAKE("--mfu")) ok = parse_pos_arg(v, false, &o.mfu) && o.mfu <= 1;
-        else if (TAKE("--step-overhead-us")) ok = parse_pos_arg(v, true, &o.step_overhead_s), o.step_overhead_s /= 1e6;
+            o->max_requests = nreq;
+        } else if (TAKE("--speedup")) ok = parse_pos_arg(v, false, &o->speedup);
+        else if (TAKE("--bandwidth")) ok = parse_pos_arg(v, false, &o->bandwidth), o->bandwidth *= 1e9;
+        else if (TAKE("--tflops")) ok = parse_pos_arg(v, false, &o->peak_flops), o->peak_flops *= 1e12;
+        else if (TAKE("--mfu")) ok = parse_pos_arg(v, false, &o->mfu) && o->mfu <= 1;
+        else if (TAKE("--step-overhead-us")) ok = parse_pos_arg(v, true, &o->step_overhead_s), o->step_overhead_s /= 1e6;
         else if (TAKE("--kv-dtype")) {
-            if (!strcmp(v, "f16") || !strcmp(v, "bf16")) o.kv_elem_bytes = 2;
-            else if (!strcmp(v, "f32")) o.kv_elem_bytes = 4;
-            else if (!strcmp(v, "i8") || !strcmp(v, "q8_0")) o.kv_elem_bytes = 1;
+            if (!strcmp(v, "f16") || !strcmp(v, "bf16")) o->kv_elem_bytes = 2;
+            else if (!strcmp(v, "f32")) o->kv_elem_bytes = 4;
+            else if (!strcmp(v, "i8") || !strcmp(v, "q8_0")) o->kv_elem_bytes = 1;
             else {
                 fprintf(stderr, "llmem replay: --kv-dtype must be f16, f32 or i8\n");
                 return 2;
@@ -311,88 +316,105 @@ int llmem_cmd_replay(int argc, char **argv)
             return 2;
         }
     }
-    if (calibrate) {
-        int rc = run_calibration(calibrate, threads, &linear, json);
-        if (rc || !trace_path) return rc;
-        o.model = &linear;
-    }
-    if (engine_path) return replay_on_engine(engine_path, trace_path, &o, threads, json);
-    if (!trace_path || !shape || !o.kv_budget) {
-        fprintf(stderr, "llmem replay: --trace, --model-shape and --kv-budget are required\n\n");
-        usage(stderr);
-        return 2;
-    }
-    if (llmem_shape_load(shape, &o.shape)) {
-        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
-        return 1;
-    }
-    llmem_trace trace;
-    if (llmem_trace_load(trace_path, &trace)) {
-        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
-        return 1;
-    }
-    llmem_kv_strategy list[4];
-    size_t ns = 0;
-    if (!strcmp(strategy, "all")) {
-        list[0] = LLMEM_KV_STATIC;
-        list[1] = LLMEM_KV_BUCKETS;
-        list[2] = LLMEM_KV_PAGED;
-        list[3] = LLMEM_KV_CONTIGUOUS;
-        ns = 4;
-    } else if (!strcmp(strategy, "paged")) list[ns++] = LLMEM_KV_PAGED;
-    else if (!strcmp(strategy, "static")) list[ns++] = LLMEM_KV_STATIC;
-    else if (!strcmp(strategy, "buckets")) list[ns++] = LLMEM_KV_BUCKETS;
-    else if (!strcmp(strategy, "contiguous")) list[ns++] = LLMEM_KV_CONTIGUOUS;
-    else {
-        fprintf(stderr, "llmem replay: --strategy must be paged, static, buckets, contiguous or all\n");
-        llmem_trace_free(&trace);
-        return 2;
-    }
-    if (timeline_path && ns > 1) {
-        fprintf(stderr, "llmem replay: --timeline takes one strategy\n");
-        llmem_trace_free(&trace);
-        return 2;
-    }
-    if (!json && isatty(STDERR_FILENO)) o.progress = progress;
+    return -1;
+}
+
+/* --strategy: one, or all four. */
+static bool strategies_parse(const char *s, llmem_kv_strategy list[4], size_t *ns)
+{
+    static const struct {
+        const char *name;
+        llmem_kv_strategy k;
+    } names[] = {{"static", LLMEM_KV_STATIC}, {"buckets", LLMEM_KV_BUCKETS}, {"paged", LLMEM_KV_PAGED},
+                 {"contiguous", LLMEM_KV_CONTIGUOUS}};
+    *ns = 0;
+    for (size_t i = 0; i < 4; i++)
+        if (!strcmp(s, "all") || !strcmp(s, names[i].name)) list[(*ns)++] = names[i].k;
+    return *ns > 0;
+}
+
+/* Replays the trace under each strategy and prints the results (and
+ * writes the timeline when asked). */
+static int replay_strategies(replay_args *r, const llmem_trace *trace, const llmem_kv_strategy *list, size_t ns)
+{
+    llmem_replay_options *o = &r->o;
+    if (!r->json && isatty(STDERR_FILENO)) o->progress = progress;
     llmem_timeline *tl = NULL;
-    if (timeline_path && llmem_timeline_create(0, &tl)) {
+    if (r->timeline_path && llmem_timeline_create(0, &tl)) {
         fprintf(stderr, "llmem replay: timeline: %s\n", llmem_last_error());
-        llmem_trace_free(&trace);
         return 1;
     }
-    o.timeline = tl;
+    o->timeline = tl;
     llmem_replay_result rs[4];
     llmem_log_set(NULL, NULL, LLMEM_LOG_ERROR);
     for (size_t i = 0; i < ns; i++) {
-        o.strategy = list[i];
-        o.progress_ctx = (void *)(uintptr_t)list[i];
-        llmem_status st = llmem_replay_run(&trace, &o, &rs[i]);
-        if (o.progress) fprintf(stderr, "\r\033[K");
+        o->strategy = list[i];
+        o->progress_ctx = (void *)(uintptr_t)list[i];
+        llmem_status st = llmem_replay_run(trace, o, &rs[i]);
+        if (o->progress) fprintf(stderr, "\r\033[K");
         if (st) {
             fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
             llmem_timeline_destroy(tl);
-            llmem_trace_free(&trace);
             return 1;
         }
     }
     int rc = 0;
     if (tl) {
-        if (llmem_timeline_write_html(tl, timeline_path, "llmem replay: KV pool under the controller")) {
+        if (llmem_timeline_write_html(tl, r->timeline_path, "llmem replay: KV pool under the controller")) {
             fprintf(stderr, "llmem replay: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
             rc = 1;
         }
         llmem_timeline_destroy(tl);
     }
-    if (json) {
+    if (r->json) {
         if (ns > 1) printf("[");
         for (size_t i = 0; i < ns; i++) {
             if (i) printf(",");
-            print_json(&rs[i], &o);
+            print_json(&rs[i], o);
         }
         printf(ns > 1 ? "]\n" : "\n");
     } else {
-        print_table(rs, ns, &o, trace_path);
+        print_table(rs, ns, o, r->trace_path);
     }
+    return rc;
+}
+
+int llmem_cmd_replay(int argc, char **argv)
+{
+    replay_args r = {.o = llmem_replay_options_default(), .strategy = "paged"};
+    int rc = parse_args(argc, argv, &r);
+    if (rc >= 0) return rc;
+    if (r.calibrate) {
+        rc = run_calibration(r.calibrate, r.threads, &r.linear, r.json);
+        if (rc || !r.trace_path) return rc;
+        r.o.model = &r.linear;
+    }
+    if (r.engine_path) return replay_on_engine(r.engine_path, r.trace_path, &r.o, r.threads, r.json);
+    if (!r.trace_path || !r.shape || !r.o.kv_budget) {
+        fprintf(stderr, "llmem replay: --trace, --model-shape and --kv-budget are required\n\n");
+        usage(stderr);
+        return 2;
+    }
+    if (llmem_shape_load(r.shape, &r.o.shape)) {
+        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+        return 1;
+    }
+    llmem_kv_strategy list[4];
+    size_t ns = 0;
+    if (!strategies_parse(r.strategy, list, &ns)) {
+        fprintf(stderr, "llmem replay: --strategy must be paged, static, buckets, contiguous or all\n");
+        return 2;
+    }
+    if (r.timeline_path && ns > 1) {
+        fprintf(stderr, "llmem replay: --timeline takes one strategy\n");
+        return 2;
+    }
+    llmem_trace trace;
+    if (llmem_trace_load(r.trace_path, &trace)) {
+        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+        return 1;
+    }
+    rc = replay_strategies(&r, &trace, list, ns);
     llmem_trace_free(&trace);
     return rc;
 }
