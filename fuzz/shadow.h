@@ -1,6 +1,6 @@
 /*
  * shadow.h - what the allocator fuzz targets (fuzz_pool, fuzz_fixed,
- * fuzz_arena, fuzz_multipool) share: reading a program from the input,
+ * fuzz_arena) share: reading a program from the input,
  * sizes drawn from it, and a content pattern for blocks.
  *
  * Each live block holds, at the offsets fz_ranges() names, a pattern that

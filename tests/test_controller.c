@@ -155,9 +155,9 @@ static void reserve_before_prefill(void **state)
     assert_int_equal(cs.bytes_reserved_ahead_total, ev[0].bytes_after);
     assert_int_equal(cs.stage, LLMEM_STAGE_PREFILL);
     assert_int_equal(cs.failures_total, 0);
-    /* The stage reached the pool too. */
-    assert_int_equal(pstats(p).stage, LLMEM_STAGE_PREFILL);
-    assert_int_equal(pstats(p).prefill_steps_total, 1);
+    /* The step is counted, once. */
+    assert_int_equal(cs.prefill_steps_total, 1);
+    assert_int_equal(cs.stage_changes_total, 3); /* load, idle, prefill */
 
     /* The step: the predicted bytes (tokens x hint) in blocks, and some
      * small objects, with no resource call. */
@@ -189,13 +189,12 @@ static void no_hint_no_reserve(void **state)
     llmem_pool *p = tracked_pool(&r, MIB);
     fake_clock clk = {0};
     llmem_controller_options o = ctl_options(p, &clk);
-    o.skip_pool_note = true;
     llmem_controller *c = make_ctl(&o);
     stage(c, LLMEM_STAGE_PREFILL, 4, 4096);
     assert_int_equal(cstats(c).reserves_total, 0);
     assert_int_equal(events_of(c, LLMEM_CTL_STAGE, NULL, 0), 1);
     assert_int_equal(resource_calls(r), 0);
-    assert_int_equal(pstats(p).prefill_steps_total, 0); /* skip_pool_note */
+    assert_int_equal(cstats(c).prefill_steps_total, 1);
     llmem_controller_destroy(c);
     release_pool(p, r);
 }
@@ -475,7 +474,6 @@ static void decode_grow(bool reserved)
     o.grow_min_bytes = MIB;
     o.grow_factor = 1;
     o.grow_max_bytes = MIB;
-    o.skip_pool_note = true;
     llmem_controller *c = make_ctl(&o);
     enum { N = 24 };
     void *b[N];
@@ -850,7 +848,6 @@ static void engine_prefill_makes_no_resource_call(void **state)
     llmem_controller_options co = llmem_controller_options_default();
     co.pool = p;
     co.predictor = pr;
-    co.skip_pool_note = true; /* the engine notes its pool itself */
     llmem_controller *c = make_ctl(&co);
     listener l = {c, r, p, {0}, 0, 0};
     llmem_engine_options eo = llmem_engine_options_default();
@@ -878,8 +875,12 @@ static void engine_prefill_makes_no_resource_call(void **state)
     llmem_ctl_event ev[2];
     assert_int_equal(events_of(c, LLMEM_CTL_RESERVE, ev, 2), 1);
     assert_true(ev[0].bytes_after >= ev[0].detail);
-    /* The engine's own notes reached the pool once, not twice. */
-    assert_int_equal(pstats(p).prefill_steps_total, 1);
+    /* The engine's stage reports reached the controller once each, and
+     * both count the same steps. */
+    llmem_engine_stats es = {sizeof es};
+    assert_ok(llmem_engine_get_stats(e, &es));
+    assert_int_equal(cstats(c).prefill_steps_total, 1);
+    assert_int_equal(cstats(c).prefill_steps_total, es.prefill_steps_total);
     assert_int_equal(cstats(c).stage, LLMEM_STAGE_PREFILL);
 
     llmem_engine_destroy(e);

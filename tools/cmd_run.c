@@ -77,12 +77,7 @@ static bool parse_float(const char *s, float lo, float hi, float *out)
     return true;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return (double)tool_now_ns() * 1e-9; }
 
 /* Print a piece as run.c does: skip lone bytes that are not printable. */
 static void print_piece(const char *p, size_t len)

@@ -123,10 +123,6 @@ typedef struct llmem_controller_options {
     size_t event_capacity;       /* events kept (a ring: the oldest are dropped and counted); default 4096 */
     llmem_clock_fn clock;        /* default: the monotonic clock */
     void *clock_ctx;
-    bool skip_pool_note;         /* true when the stage source already passes its events to
-                                    llmem_pool_note_stage (llmem_engine does, for its pool): the
-                                    controller then does not, so the pool's step counts are not
-                                    doubled. Default false: every event is forwarded to the pool. */
 } llmem_controller_options;
 
 LLMEM_API llmem_controller_options llmem_controller_options_default(void);
@@ -149,8 +145,8 @@ LLMEM_API void llmem_controller_on_step_done(void *controller, uint32_t batch, u
                                              uint64_t measured_bytes);
 
 /* An llmem_stage_fn: pass it as an engine's on_stage with stage_ctx = the
- * controller. Records a STAGE event when the stage changes, forwards the
- * event to the pool (see skip_pool_note), acts as the policy above says and
+ * controller. Records a STAGE event when the stage changes, counts the
+ * event in the controller's stats, acts as the policy above says and
  * runs tick()'s housekeeping. NULL arguments and unknown stages do nothing.
  * Never fails: what the pool refuses becomes a FAIL event. */
 LLMEM_API void llmem_controller_on_stage(void *controller, const llmem_stage_event *ev);
@@ -187,6 +183,9 @@ typedef struct llmem_controller_stats {
     uint64_t bytes_released_total;       /* bytes given back by shrinks and compactions */
     uint64_t bytes_compacted_total;      /* bytes moved by compactions */
     uint64_t grow_step_bytes;            /* the next grow step */
+    uint64_t stage_changes_total;        /* stage events that changed the stage (from IDLE at create) */
+    uint64_t prefill_steps_total;        /* PREFILL events */
+    uint64_t decode_steps_total;         /* DECODE events */
 } llmem_controller_stats;
 
 /* LLMEM_EINVAL for null arguments. struct_size as for every stats struct. */

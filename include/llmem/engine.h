@@ -192,6 +192,10 @@ typedef struct llmem_engine_stats {
     uint64_t kv_peak_bytes;
     uint64_t pool_reserved_bytes;      /* the engine's pool (0 with malloc) */
     uint64_t malloc_bytes;             /* ALLOC_MALLOC: bytes malloc'd now (KV and tables) */
+    uint64_t stage;                    /* the last llmem_stage the engine reported (IDLE before any) */
+    uint64_t stage_changes_total;      /* reports that changed the stage */
+    uint64_t prefill_steps_total;      /* PREFILL reports */
+    uint64_t decode_steps_total;       /* DECODE reports */
 } llmem_engine_stats;
 
 /* The activation workspace of one step of `tokens` tokens over `seqs`

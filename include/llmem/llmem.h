@@ -2,9 +2,10 @@
  * llmem/llmem.h - everything at once.
  *
  * llmem manages the memory of LLM inference: resources (where bytes come
- * from), pools (arena, fixed blocks), and - in later modules - the dynamic
- * pool, the KV cache manager and the stage-aware controller. Include the
- * module headers you need, or this one for all of them.
+ * from), pools (arena, fixed blocks, the dynamic pool, the multi-size
+ * pool), the KV cache manager, the planner and predictor, the stage-aware
+ * controller, models, the engine, the scheduler and the server. Include
+ * the module headers you need, or this one for all of them.
  */
 #ifndef LLMEM_LLMEM_H
 #define LLMEM_LLMEM_H

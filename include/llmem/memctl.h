@@ -63,8 +63,7 @@ LLMEM_API llmem_memctl_options llmem_memctl_options_default(void);
 LLMEM_API llmem_status llmem_memctl_create(const llmem_memctl_options *o, llmem_memctl **out);
 
 /* For an engine: the predictor from llmem_engine_predictor_options(m, eo),
- * the controller told that the engine notes its stages to the pool itself
- * (skip_pool_note); then eo->pool, eo->on_stage, eo->stage_ctx and
+ * and the controller; then eo->pool, eo->on_stage, eo->stage_ctx and
  * eo->on_step_done (the measured peaks train the predictor's corrector)
  * are set so the engine created with *eo runs under it. o may be NULL. */
 LLMEM_API llmem_status llmem_memctl_create_for_engine(const llmem_model *m, llmem_engine_options *eo,

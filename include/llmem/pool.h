@@ -103,7 +103,6 @@
 
 #include "llmem/fence.h"
 #include "llmem/resource.h"
-#include "llmem/stage.h"
 #include "llmem/stats.h"
 #include "llmem/status.h"
 
@@ -166,10 +165,6 @@ typedef struct llmem_pool_stats {
     uint64_t handles;                 /* live movable allocations */
     uint64_t compactions_total;
     uint64_t moved_bytes_total;       /* bytes moved by compaction */
-    uint64_t stage;                   /* the last llmem_stage noted (llmem_pool_note_stage) */
-    uint64_t stage_changes_total;     /* notes that changed the stage */
-    uint64_t prefill_steps_total;     /* PREFILL notes */
-    uint64_t decode_steps_total;      /* DECODE notes */
     uint64_t fenced_pending;          /* blocks freed with a fence that is not done yet */
     uint64_t fenced_pending_bytes;    /* their bytes (still in used_bytes) */
     uint64_t fenced_frees_total;      /* fenced frees accepted */
@@ -344,11 +339,6 @@ LLMEM_API size_t llmem_pool_hsize(const llmem_pool *p, llmem_handle h);
  * down into holes so free space coalesces. The pool is locked meanwhile.
  * out (optional) reports what moved and what was released. */
 LLMEM_API llmem_status llmem_pool_compact(llmem_pool *p, size_t budget_bytes, llmem_pool_compact_report *out);
-
-/* The stage its user is in (llmem/stage.h), from an engine's stage
- * events: recorded in the stats; the stage-aware controller builds on it.
- * Cheap (a lock once per step) and thread-safe. NULL arguments do nothing. */
-LLMEM_API void llmem_pool_note_stage(llmem_pool *p, const llmem_stage_event *ev);
 
 LLMEM_API llmem_status llmem_pool_get_stats(const llmem_pool *p, llmem_pool_stats *out);
 LLMEM_API const llmem_stats_schema *llmem_pool_stats_schema(void);

@@ -6,8 +6,9 @@
  * little workspace per step while the KV cache creeps up one slot per token,
  * and idle is when memory can go back. An engine reports every change of
  * stage as an event through one callback (llmem_stage_fn); whoever manages
- * memory - a pool today (llmem_pool_note_stage), the controller later -
- * listens there.
+ * memory - the stage-aware controller (llmem/controller.h) - listens there.
+ * The engine and the controller count the stages in their stats; the pool
+ * knows nothing of stages.
  */
 #ifndef LLMEM_STAGE_H
 #define LLMEM_STAGE_H

@@ -371,7 +371,9 @@ void llmem_controller_on_stage(void *controller, const llmem_stage_event *ev)
     if (!c || !ev || (unsigned)ev->stage >= LLMEM_STAGE_COUNT_) return;
     pthread_mutex_lock(&c->lock);
     uint64_t now = c->o.clock(c->o.clock_ctx);
-    if (!c->o.skip_pool_note) llmem_pool_note_stage(c->o.pool, ev);
+    if (c->st.stage != (uint64_t)ev->stage) c->st.stage_changes_total++;
+    if (ev->stage == LLMEM_STAGE_PREFILL) c->st.prefill_steps_total++;
+    if (ev->stage == LLMEM_STAGE_DECODE) c->st.decode_steps_total++;
     if (!c->have_stage || ev->stage != c->stage) {
         c->have_stage = true;
         c->stage = ev->stage;
@@ -428,6 +430,9 @@ static const llmem_stat_field controller_fields[] = {
     F(COUNTER, bytes_released_total, "Bytes given back by shrinks and compactions."),
     F(COUNTER, bytes_compacted_total, "Bytes moved by compactions."),
     F(GAUGE, grow_step_bytes, "The next grow step."),
+    F(COUNTER, stage_changes_total, "Stage events that changed the stage."),
+    F(COUNTER, prefill_steps_total, "Prefill stage events."),
+    F(COUNTER, decode_steps_total, "Decode stage events."),
 };
 #undef F
 static const llmem_stats_schema controller_schema = {"controller", sizeof(llmem_controller_stats),

@@ -71,7 +71,6 @@ llmem_status llmem_memctl_create_for_engine(const llmem_model *m, llmem_engine_o
     llmem_memctl_options mo = o ? *o : llmem_memctl_options_default();
     llmem_status st = llmem_engine_predictor_options(m, eo, &mo.predictor);
     if (st) return st;
-    mo.controller.skip_pool_note = true; /* the engine notes its stages to its pool itself */
     /* Plain pages and a small first superblock, as the engine's own pool:
      * the KV grows a block at a time. */
     if (!mo.first_superblock_bytes) mo.first_superblock_bytes = (size_t)1 << 20;

@@ -117,7 +117,11 @@ llmem_engine_options llmem_engine_options_default(void)
 static void notify(llmem_engine *e, llmem_stage stage, uint32_t batch, uint64_t tokens)
 {
     llmem_stage_event ev = {stage, batch, tokens, llmem__now_ns()};
-    if (e->pool) llmem_pool_note_stage(e->pool, &ev);
+    /* The stage counts are the engine's own (the pool below keeps none). */
+    if (e->st.stage != (uint64_t)stage) e->st.stage_changes_total++;
+    e->st.stage = (uint64_t)stage;
+    if (stage == LLMEM_STAGE_PREFILL) e->st.prefill_steps_total++;
+    if (stage == LLMEM_STAGE_DECODE) e->st.decode_steps_total++;
     if (e->o.on_stage) e->o.on_stage(e->o.stage_ctx, &ev);
 }
 
@@ -1146,6 +1150,10 @@ static const llmem_stat_field engine_fields[] = {
     F(GAUGE, kv_peak_bytes, "Highest kv_bytes."),
     F(GAUGE, pool_reserved_bytes, "Bytes the engine's pool holds."),
     F(GAUGE, malloc_bytes, "Bytes held from malloc (the malloc baseline)."),
+    F(GAUGE, stage, "The last stage reported (0 idle, 1 load, 2 prefill, 3 decode)."),
+    F(COUNTER, stage_changes_total, "Stage reports that changed the stage."),
+    F(COUNTER, prefill_steps_total, "Prefill stage reports."),
+    F(COUNTER, decode_steps_total, "Decode stage reports."),
 };
 #undef F
 #undef D

@@ -327,6 +327,16 @@ static void give_back(llmem_kv *kv, uint32_t *fresh, size_t k, const uint32_t *g
     if (fresh != got) llmem__kv_meta_free(kv, fresh);
 }
 
+#if LLMEM_DEBUG >= 2
+/* Every block s names is USED and referenced (level-2 asserts: O(blocks)). */
+static bool seq_blocks_used(const llmem_kv *kv, const kv_seq *s)
+{
+    for (size_t i = 0; i < s->nblocks; i++)
+        if (kv->blocks[s->blocks[i]].state != B_USED || kv->blocks[s->blocks[i]].ref == 0) return false;
+    return true;
+}
+#endif
+
 static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_t *tokens)
 {
     size_t B = kv->B;
@@ -401,6 +411,8 @@ static llmem_status paged_append(llmem_kv *kv, kv_seq *s, size_t n, const int32_
     if (!tokens) s->hashable = false;
     while (used < need) llmem__kv_block_put(kv, fresh[used++]); /* recycled more than planned */
     if (fresh != got) llmem__kv_meta_free(kv, fresh);
+    llmem__assert(used <= k && s->nblocks == (s->length + B - 1) / B - s->first / B);
+    llmem__assert_expensive(seq_blocks_used(kv, s));
     return LLMEM_OK;
 }
 

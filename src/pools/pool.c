@@ -264,19 +264,6 @@ done:
 
 /* ---- stats -------------------------------------------------------------------- */
 
-void llmem_pool_note_stage(llmem_pool *p, const llmem_stage_event *ev)
-{
-    if (!p || !ev || (unsigned)ev->stage >= LLMEM_STAGE_COUNT_) return;
-    /* Under the lock: get_stats copies the figures as a whole. Once per
-     * step, so the lock costs nothing that matters. */
-    pthread_mutex_lock(&p->lock);
-    if (p->st.stage != (uint64_t)ev->stage) ST_ADD(p->st.stage_changes_total, 1);
-    ST_SET(p->st.stage, (uint64_t)ev->stage);
-    if (ev->stage == LLMEM_STAGE_PREFILL) ST_ADD(p->st.prefill_steps_total, 1);
-    if (ev->stage == LLMEM_STAGE_DECODE) ST_ADD(p->st.decode_steps_total, 1);
-    pthread_mutex_unlock(&p->lock);
-}
-
 /* The reclaim sequence count (see reclaim_seq in pool_internal.h): wait
  * until no reclaim is moving cached blocks, and say whether one ran since
  * `seq` (then the reader reads again). The reads between are relaxed
@@ -442,10 +429,6 @@ static const llmem_stat_field pool_fields[] = {
     F(GAUGE, handles, "Live movable allocations (handles)."),
     F(COUNTER, compactions_total, "Compactions run."),
     F(COUNTER, moved_bytes_total, "Bytes moved by compaction."),
-    F(GAUGE, stage, "The stage last noted: 0 idle, 1 load, 2 prefill, 3 decode."),
-    F(COUNTER, stage_changes_total, "Stage notes that changed the stage."),
-    F(COUNTER, prefill_steps_total, "Prefill steps noted."),
-    F(COUNTER, decode_steps_total, "Decode steps noted."),
     F(GAUGE, fenced_pending, "Blocks freed with a fence that is not done yet."),
     F(GAUGE, fenced_pending_bytes, "Bytes of blocks whose fenced free is pending."),
     F(COUNTER, fenced_frees_total, "Fenced frees accepted."),
