@@ -282,16 +282,25 @@ void llmem_kv_destroy(llmem_kv *kv)
 
 static llmem_status check_locked(llmem_kv *kv);
 
-/* Runs a public call's body under the lock; at debug level 3 the whole
- * manager is checked after it, whatever it returned (a refused call must
- * leave the invariants as they were, too). */
+/* Runs a public call's body under the lock. */
 #define LOCKED(kv, expr)                   \
     do {                                   \
         pthread_mutex_lock(&(kv)->lock);   \
         llmem_status st_ = (expr);         \
-        LLMEM_DEBUG_WALK(check_locked(kv)); \
         pthread_mutex_unlock(&(kv)->lock); \
         return st_;                        \
+    } while (0)
+
+/* The same for a call that may change the manager: at debug level 3 the
+ * whole manager is checked after it, whatever it returned (a refused call
+ * must leave the invariants as they were, too). */
+#define LOCKED_CHANGE(kv, expr)             \
+    do {                                    \
+        pthread_mutex_lock(&(kv)->lock);    \
+        llmem_status st_ = (expr);          \
+        LLMEM_DEBUG_WALK(check_locked(kv)); \
+        pthread_mutex_unlock(&(kv)->lock);  \
+        return st_;                         \
     } while (0)
 
 /* ---- offload ------------------------------------------------------------------------- */
@@ -318,13 +327,13 @@ static llmem_status swap_locked(llmem_kv *kv, llmem_kv_seq h, bool out)
 llmem_status llmem_kv_seq_swap_out(llmem_kv *kv, llmem_kv_seq s)
 {
     if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
-    LOCKED(kv, swap_locked(kv, s, true));
+    LOCKED_CHANGE(kv, swap_locked(kv, s, true));
 }
 
 llmem_status llmem_kv_seq_swap_in(llmem_kv *kv, llmem_kv_seq s)
 {
     if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
-    LOCKED(kv, swap_locked(kv, s, false));
+    LOCKED_CHANGE(kv, swap_locked(kv, s, false));
 }
 
 /* ---- sequences ------------------------------------------------------------------------ */
@@ -350,7 +359,7 @@ llmem_status llmem_kv_seq_create(llmem_kv *kv, size_t window_tokens, llmem_kv_se
 {
     if (out) *out = 0;
     if (!kv || !out) return llmem__fail(LLMEM_EINVAL, "kv: null %s", kv ? "out" : "kv");
-    LOCKED(kv, seq_create_locked(kv, window_tokens, out));
+    LOCKED_CHANGE(kv, seq_create_locked(kv, window_tokens, out));
 }
 
 static llmem_status seq_free_locked(llmem_kv *kv, llmem_kv_seq h)
@@ -367,7 +376,7 @@ llmem_status llmem_kv_seq_free(llmem_kv *kv, llmem_kv_seq s)
 {
     if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
     if (!s) return LLMEM_OK;
-    LOCKED(kv, seq_free_locked(kv, s));
+    LOCKED_CHANGE(kv, seq_free_locked(kv, s));
 }
 
 static llmem_status fork_locked(llmem_kv *kv, llmem_kv_seq ph, llmem_kv_seq *out)
@@ -398,7 +407,7 @@ llmem_status llmem_kv_seq_fork(llmem_kv *kv, llmem_kv_seq parent, llmem_kv_seq *
 {
     if (child) *child = 0;
     if (!kv || !child) return llmem__fail(LLMEM_EINVAL, "kv: null %s", kv ? "child" : "kv");
-    LOCKED(kv, fork_locked(kv, parent, child));
+    LOCKED_CHANGE(kv, fork_locked(kv, parent, child));
 }
 
 static llmem_status match_locked(llmem_kv *kv, llmem_kv_seq h, const int32_t *tokens, size_t n, size_t *matched)
@@ -415,7 +424,7 @@ llmem_status llmem_kv_seq_match_prefix(llmem_kv *kv, llmem_kv_seq s, const int32
 {
     if (matched) *matched = 0;
     if (!kv || !matched || (n && !tokens)) return llmem__fail(LLMEM_EINVAL, "kv: null argument to match_prefix");
-    LOCKED(kv, match_locked(kv, s, tokens, n, matched));
+    LOCKED_CHANGE(kv, match_locked(kv, s, tokens, n, matched));
 }
 
 static llmem_status append_locked(llmem_kv *kv, llmem_kv_seq h, size_t n, const int32_t *tokens, size_t *first_pos)
@@ -433,7 +442,7 @@ static llmem_status append_locked(llmem_kv *kv, llmem_kv_seq h, size_t n, const 
 llmem_status llmem_kv_seq_append(llmem_kv *kv, llmem_kv_seq s, size_t n, const int32_t *tokens, size_t *first_pos)
 {
     if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
-    LOCKED(kv, append_locked(kv, s, n, tokens, first_pos));
+    LOCKED_CHANGE(kv, append_locked(kv, s, n, tokens, first_pos));
 }
 
 static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len, bool forget)
@@ -457,13 +466,13 @@ static llmem_status truncate_locked(llmem_kv *kv, llmem_kv_seq h, size_t len, bo
 llmem_status llmem_kv_seq_truncate(llmem_kv *kv, llmem_kv_seq s, size_t new_length)
 {
     if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
-    LOCKED(kv, truncate_locked(kv, s, new_length, false));
+    LOCKED_CHANGE(kv, truncate_locked(kv, s, new_length, false));
 }
 
 llmem_status llmem_kv_seq_rollback(llmem_kv *kv, llmem_kv_seq s, size_t new_length)
 {
     if (!kv) return llmem__fail(LLMEM_EINVAL, "kv: null kv");
-    LOCKED(kv, truncate_locked(kv, s, new_length, true));
+    LOCKED_CHANGE(kv, truncate_locked(kv, s, new_length, true));
 }
 
 /* ---- reading positions ------------------------------------------------------------------ */
@@ -566,6 +575,7 @@ size_t llmem_kv_trim(llmem_kv *kv, bool evict_cached)
     uint64_t before = kv->st.bytes_reserved;
     if (kv->ops->trim) kv->ops->trim(kv, evict_cached);
     size_t released = (size_t)(before - kv->st.bytes_reserved);
+    LLMEM_DEBUG_WALK(check_locked(kv));
     pthread_mutex_unlock(&kv->lock);
     return released;
 }
