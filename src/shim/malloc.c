@@ -7,8 +7,10 @@
  * Exported (and nothing else: see libllmem-malloc.map): malloc, free,
  * calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign,
  * valloc, pvalloc, malloc_usable_size, free_sized, free_aligned_sized (C23)
- * and malloc_trim. C++'s operator new and delete come through libstdc++,
- * which calls malloc and free. The library carries its own copy of the
+ * and malloc_trim; and C++'s operator new and delete, every standard form
+ * (new_delete.c), so a C++ program's allocations take one call into the
+ * pool instead of libstdc++'s operator new calling malloc. The library
+ * carries its own copy of the
  * llmem core, resources and pools, hidden, so a program that also links
  * libllmem.so keeps its own pools apart.
  *
@@ -64,6 +66,7 @@
 #include "llmem/os_resource.h"
 #include "llmem/pool.h"
 #include "pool_shim.h"
+#include "shim.h"
 #include "side.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -447,6 +450,18 @@ EXPORT void *reallocarray(void *ptr, size_t count, size_t size)
     }
     return shim_realloc(ptr, n);
 }
+
+/* ---- for operator new and delete (new_delete.c) --------------------------- */
+
+void *llmem__shim_new(size_t n, size_t align)
+{
+    int saved = errno; /* operator new reports by exception, not errno */
+    void *r = align <= 16 ? shim_malloc(n) : alloc_aligned(align, n);
+    errno = saved;
+    return r;
+}
+
+void llmem__shim_delete(void *ptr) { shim_free(ptr); }
 
 /* ---- queries --------------------------------------------------------------- */
 
