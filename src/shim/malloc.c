@@ -75,6 +75,9 @@
 void free_sized(void *ptr, size_t size);
 void free_aligned_sized(void *ptr, size_t align, size_t size);
 #define PAGE_BYTES ((size_t)4096)
+/* Blocks from this size up that grow are offered to the pool's in-place
+ * growth (page runs: the small classes end below it). */
+#define GROW_IN_PLACE_MIN ((size_t)64 << 10)
 
 /* The pool, published once created; NULL before and if creation failed. */
 static llmem_pool *pool;
@@ -385,15 +388,19 @@ static void *shim_realloc(void *ptr, size_t n)
         /* Without the pool's lock: stay in place when the block fits and
          * wastes at most half (the pool's own rule), else allocate, copy
          * and free, each on its thread-cache fast path when small. A
-         * pointer that is not a live block start (usable 0) gets the
-         * pool's refusal from llmem_pool_realloc. */
+         * large block that grows goes to llmem_pool_realloc, which grows
+         * it into the free run after it when there is one (python's lists
+         * and sqlite's buffers grow by steps of 1.25: copying each step
+         * held old and new at once, glibc mremaps them). A pointer that
+         * is not a live block start (usable 0) gets the pool's refusal
+         * from llmem_pool_realloc. */
         inside = IN_POOL;
         size_t have = llmem__pool_usable_nolock(pool, ptr);
         void *r;
         llmem_status st = LLMEM_OK;
         if (have && n <= have && n >= have / 2) {
             r = ptr;
-        } else if (have) {
+        } else if (have && (n < have || have < GROW_IN_PLACE_MIN)) {
             r = llmem_pool_alloc(pool, n, &st);
             if (r) {
                 memcpy(r, ptr, have < n ? have : n);
