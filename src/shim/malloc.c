@@ -390,8 +390,8 @@ static void *shim_realloc(void *ptr, size_t n)
          * and free, each on its thread-cache fast path when small. A
          * large block that grows goes to llmem_pool_realloc, which grows
          * it into the free run after it when there is one (python's lists
-         * and sqlite's buffers grow by steps of 1.25: copying each step
-         * held old and new at once, glibc mremaps them). A pointer that
+         * grow by steps of 1.25: copying each step held old and new at
+         * once, where glibc mremaps them). A pointer that
          * is not a live block start (usable 0) gets the pool's refusal
          * from llmem_pool_realloc. */
         inside = IN_POOL;
