@@ -407,19 +407,23 @@ static bool spawn(const char *self, const workload *w, const allocator *a, const
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: llmem bench alloc [--json] [--quick] [--rounds N]\n\n"
+    fprintf(f, "usage: llmem bench alloc [--json] [--quick] [--rounds N] [--only W,W...]\n\n"
                "llmem's pool against glibc, jemalloc, mimalloc and tcmalloc (those installed), each\n"
                "(workload, allocator) in its own process, rounds in rotating order, medians reported.\n"
                "  --json      one JSON array: workload, allocator, ops_per_sec, peak_rss_bytes\n"
                "              (and live_bytes, rss_after_idle_bytes for burst_idle)\n"
                "  --quick     smaller workloads (CI smoke runs)\n"
-               "  --rounds N  runs per (workload, allocator); default 3\n");
+               "  --rounds N  runs per (workload, allocator); default 3\n"
+               "  --only W,.. these workloads only (tensor_mix, small, cross_thread, larson_2t,\n"
+               "              larson_4t, burst_idle): a shorter locked run on a shared machine\n");
 }
 
 int llmem_bench_alloc(int argc, char **argv)
 {
     bool json = false, quick = false;
     int rounds = 3;
+    bool want[NW];
+    for (size_t w = 0; w < NW; w++) want[w] = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--child") && i + 2 < argc) {
             bool q = i + 3 < argc && !strcmp(argv[i + 3], "--quick");
@@ -427,6 +431,21 @@ int llmem_bench_alloc(int argc, char **argv)
         } else if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            const char *list = argv[++i];
+            for (size_t w = 0; w < NW; w++) want[w] = false;
+            for (const char *t = list; *t;) {
+                size_t n = strcspn(t, ",");
+                bool found = false;
+                for (size_t w = 0; w < NW; w++)
+                    if (strlen(workloads[w].name) == n && !strncmp(workloads[w].name, t, n)) want[w] = found = true;
+                if (!found) {
+                    fprintf(stderr, "llmem bench alloc: --only: no workload '%.*s'\n", (int)n, t);
+                    return 2;
+                }
+                t += n + (t[n] == ',');
+            }
+        }
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -455,7 +474,7 @@ int llmem_bench_alloc(int argc, char **argv)
     uint64_t peak[NW][NA] = {{0}}, live[NW][NA] = {{0}}, idle[NW][NA] = {{0}};
     for (int r = 0; r < rounds; r++) {
         for (size_t w = 0; w < NW; w++) {
-            for (size_t k = 0; k < NA; k++) {
+            for (size_t k = 0; k < NA && want[w]; k++) {
                 size_t a = (k + (size_t)r) % NA;
                 if (!have[a]) continue;
                 bench_progress("bench alloc: round %d/%d %s on %s", r + 1, rounds, workloads[w].name,
@@ -489,7 +508,7 @@ int llmem_bench_alloc(int argc, char **argv)
         bool first = true;
         for (size_t w = 0; w < NW; w++)
             for (size_t a = 0; a < NA; a++) {
-                if (!have[a]) continue;
+                if (!have[a] || !want[w]) continue;
                 printf("%s{\"workload\":\"%s\",\"allocator\":\"%s\",\"ops_per_sec\":%.0f,\"peak_rss_bytes\":%llu",
                        first ? "" : ",", workloads[w].name, allocators[a].name, med[w][a],
                        (unsigned long long)peak[w][a]);
@@ -509,6 +528,7 @@ int llmem_bench_alloc(int argc, char **argv)
         if (have[a]) printf(" %10s", allocators[a].name);
     printf(" %8s\n", "ratio");
     for (size_t w = 0; w < NW; w++) {
+        if (!want[w]) continue;
         printf("%-13s", workloads[w].name);
         double best = 0;
         for (size_t a = 0; a < NA; a++) {
@@ -520,11 +540,16 @@ int llmem_bench_alloc(int argc, char **argv)
     }
     printf("\npeak RSS (MiB)");
     for (size_t w = 0; w < NW; w++) {
+        if (!want[w]) continue;
         printf("\n%-13s", workloads[w].name);
         for (size_t a = 0; a < NA; a++)
             if (have[a]) printf(" %10.1f", (double)peak[w][a] / (1 << 20));
     }
     size_t bi = NW - 1;
+    if (!want[bi]) {
+        printf("\n");
+        return 0;
+    }
     printf("\n\nburst_idle: resident after 1 s idle / live bytes");
     for (size_t a = 0; a < NA; a++)
         if (have[a] && live[bi][a])

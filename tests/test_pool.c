@@ -563,6 +563,53 @@ static void stats_export(void **state)
     llmem_pool_destroy(p);
 }
 
+/* A large block that grows into the free run after it stays where it is
+ * (no copy, never old and new at once: a growing buffer's peak is its
+ * size, not twice it), also when that run was decommitted; with a live
+ * block after it, it moves. Before, every growth past the block moved. */
+static void realloc_grows_large_blocks_in_place(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, false);
+    size_t n = 100 << 10;
+    unsigned char *a = llmem_pool_alloc(p, n, NULL);
+    assert_non_null(a);
+    for (size_t i = 0; i < n; i++) a[i] = (unsigned char)(i * 7);
+    uint64_t used = pstats(p).used_bytes;
+    llmem_status st;
+    unsigned char *g = llmem_pool_realloc(p, a, 1 << 20, &st);
+    assert_ok(st);
+    assert_ptr_equal(g, a);
+    for (size_t i = 0; i < n; i++) assert_int_equal(g[i], (unsigned char)(i * 7));
+    memset(g, 1, 1 << 20);
+    assert_true(llmem_pool_usable_size(p, g) >= (1 << 20));
+    assert_int_equal(pstats(p).used_bytes, used + (1 << 20) - (100 << 10));
+    assert_ok(llmem_pool_check(p));
+    /* The free run after it, decommitted by a trim: committed again. */
+    llmem_pool_trim(p);
+    uint64_t committed = pstats(p).committed_bytes;
+    g = llmem_pool_realloc(p, a, 2 << 20, &st);
+    assert_ptr_equal(g, a);
+    memset(g, 2, 2 << 20);
+    assert_true(pstats(p).committed_bytes >= committed + (1 << 20));
+    assert_ok(llmem_pool_check(p));
+    /* A live block right after it: it moves, contents kept. */
+    unsigned char *b = llmem_pool_alloc(p, 100 << 10, NULL);
+    assert_non_null(b);
+    assert_ptr_equal(b, a + (2 << 20));
+    g = llmem_pool_realloc(p, a, 3 << 20, &st);
+    assert_non_null(g);
+    assert_ptr_not_equal(g, a);
+    for (size_t i = 0; i < (2 << 20); i++) assert_int_equal(g[i], 2);
+    assert_ok(llmem_pool_check(p));
+    assert_ok(llmem_pool_free(p, g));
+    assert_ok(llmem_pool_free(p, b));
+    assert_int_equal(pstats(p).live_allocations, 0);
+    assert_int_equal(pstats(p).used_bytes, 0);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
 /* ---- handles and compaction ------------------------------------------------ */
 
 static void handles_misuse_is_refused(void **state)
@@ -731,6 +778,7 @@ int main(void)
         cmocka_unit_test(compaction_host),
         cmocka_unit_test(compaction_budget),
         cmocka_unit_test(compaction_sim_device),
+        cmocka_unit_test(realloc_grows_large_blocks_in_place),
         cmocka_unit_test(property_host),
         cmocka_unit_test_setup(property_host_checked, test_quiet_logs),
         cmocka_unit_test(property_sim_device),

@@ -296,6 +296,22 @@ void *llmem_pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *st
         if (status) *status = LLMEM_OK;
         return ptr;
     }
+    /* A large block that grows: into the free run after it, if there is
+     * one long enough (no copy, no second block). Unguarded blocks only. */
+    size_t pages;
+    if (l.b->kind == D_LARGE && !guarded && size > usable &&
+        llmem__align_up(size + (a - l.b->start), p->unit, &pages)) {
+        size_t before = l.b->size;
+        if (llmem__pool_grow_in_place(p, l.b, pages)) {
+            ST_ADD(p->st.used_bytes, l.b->size - before);
+            l.b->requested = size;
+            if (p->host) LLMEM_UNPOISON(ptr, size);
+            llmem__pool_note_peak(p);
+            pthread_mutex_unlock(&p->lock);
+            if (status) *status = LLMEM_OK;
+            return ptr;
+        }
+    }
     llmem_status st;
     void *n = llmem__pool_alloc_locked(p, size, p->align, &st);
     if (!n) {

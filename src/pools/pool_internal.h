@@ -325,6 +325,12 @@ pblock *llmem__pool_best_fit(llmem_pool *p, unsigned h, size_t size, size_t alig
 pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st);
 /* The same from a given free run b (which must fit). */
 pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align, llmem_status *st);
+/* Grow the LARGE block b to `size` bytes (a unit multiple) in place, from
+ * the free run right after it (committed as needed, the rest left free):
+ * a growing buffer is not copied, and old and new copies are never held at
+ * once. The caller counts the bytes. false, nothing changed, if that run
+ * is not free or too short, or its pages cannot be committed. */
+bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size);
 /* Back to the free runs, coalescing; the caller has fixed the owner table. */
 void llmem__pool_put_pages(llmem_pool *p, pblock *b);
 /* Commit every decommitted run overlapping [a, a+n). */

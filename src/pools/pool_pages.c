@@ -461,6 +461,24 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
     return b;
 }
 
+bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size)
+{
+    pblock *next = b->next;
+    if (size <= b->size || !next || next->kind != D_FREE || b->size + next->size < size) return false;
+    superblock *sb = b->sb;
+    size_t old = b->size;
+    if (llmem__pool_commit_range(p, sb, next->start, size - old)) return false;
+    llmem__pool_tree_remove(p, next);
+    sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next) next->next->prev = b;
+    llmem__pool_desc_free(p, next);
+    if (b->size > size) llmem__pool_split_back(p, b, size);
+    sb->used += b->size - old;
+    return true;
+}
+
 pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st)
 {
     decay(p);

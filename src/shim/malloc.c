@@ -7,8 +7,10 @@
  * Exported (and nothing else: see libllmem-malloc.map): malloc, free,
  * calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign,
  * valloc, pvalloc, malloc_usable_size, free_sized, free_aligned_sized (C23)
- * and malloc_trim. C++'s operator new and delete come through libstdc++,
- * which calls malloc and free. The library carries its own copy of the
+ * and malloc_trim; and C++'s operator new and delete, every standard form
+ * (new_delete.c), so a C++ program's allocations take one call into the
+ * pool instead of libstdc++'s operator new calling malloc. The library
+ * carries its own copy of the
  * llmem core, resources and pools, hidden, so a program that also links
  * libllmem.so keeps its own pools apart.
  *
@@ -64,6 +66,7 @@
 #include "llmem/os_resource.h"
 #include "llmem/pool.h"
 #include "pool_shim.h"
+#include "shim.h"
 #include "side.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -72,6 +75,9 @@
 void free_sized(void *ptr, size_t size);
 void free_aligned_sized(void *ptr, size_t align, size_t size);
 #define PAGE_BYTES ((size_t)4096)
+/* Blocks from this size up that grow are offered to the pool's in-place
+ * growth (page runs: the small classes end below it). */
+#define GROW_IN_PLACE_MIN ((size_t)64 << 10)
 
 /* The pool, published once created; NULL before and if creation failed. */
 static llmem_pool *pool;
@@ -382,15 +388,19 @@ static void *shim_realloc(void *ptr, size_t n)
         /* Without the pool's lock: stay in place when the block fits and
          * wastes at most half (the pool's own rule), else allocate, copy
          * and free, each on its thread-cache fast path when small. A
-         * pointer that is not a live block start (usable 0) gets the
-         * pool's refusal from llmem_pool_realloc. */
+         * large block that grows goes to llmem_pool_realloc, which grows
+         * it into the free run after it when there is one (python's lists
+         * grow by steps of 1.25: copying each step held old and new at
+         * once, where glibc mremaps them). A pointer that
+         * is not a live block start (usable 0) gets the pool's refusal
+         * from llmem_pool_realloc. */
         inside = IN_POOL;
         size_t have = llmem__pool_usable_nolock(pool, ptr);
         void *r;
         llmem_status st = LLMEM_OK;
         if (have && n <= have && n >= have / 2) {
             r = ptr;
-        } else if (have) {
+        } else if (have && (n < have || have < GROW_IN_PLACE_MIN)) {
             r = llmem_pool_alloc(pool, n, &st);
             if (r) {
                 memcpy(r, ptr, have < n ? have : n);
@@ -447,6 +457,18 @@ EXPORT void *reallocarray(void *ptr, size_t count, size_t size)
     }
     return shim_realloc(ptr, n);
 }
+
+/* ---- for operator new and delete (new_delete.c) --------------------------- */
+
+void *llmem__shim_new(size_t n, size_t align)
+{
+    int saved = errno; /* operator new reports by exception, not errno */
+    void *r = align <= 16 ? shim_malloc(n) : alloc_aligned(align, n);
+    errno = saved;
+    return r;
+}
+
+void llmem__shim_delete(void *ptr) { shim_free(ptr); }
 
 /* ---- queries --------------------------------------------------------------- */
 

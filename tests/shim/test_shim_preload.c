@@ -178,6 +178,32 @@ static void test_bad_sizes_are_enomem(void **state)
 
 /* ---- realloc ---------------------------------------------------------------- */
 
+/* A large buffer that grows by steps of 1.25 (python's lists) mostly
+ * stays where it is, growing into the free pages after it: no copy, and
+ * never old and new at once. Before, every step moved. */
+static void test_realloc_grows_in_place(void **state)
+{
+    (void)state;
+    size_t n = 256 << 10;
+    unsigned char *p = malloc(n);
+    assert_non_null(p);
+    fill(p, n, 3);
+    int steps = 0, stayed = 0;
+    while (n < (8u << 20)) {
+        size_t m = n + n / 4;
+        unsigned char *q = realloc(p, m);
+        assert_non_null(q);
+        assert_true(check(q, n, 3));
+        fill(q, m, 3);
+        stayed += q == p;
+        steps++;
+        p = q;
+        n = m;
+    }
+    if (stayed * 2 < steps) fail_msg("%d of %d growth steps stayed in place", stayed, steps);
+    free(p);
+}
+
 static void test_realloc_keeps_contents(void **state)
 {
     (void)state;
@@ -703,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_calloc_zeroes_reused_memory),
         cmocka_unit_test(test_bad_sizes_are_enomem),
         cmocka_unit_test(test_realloc_keeps_contents),
+        cmocka_unit_test(test_realloc_grows_in_place),
         cmocka_unit_test(test_reallocarray_checks_overflow),
         cmocka_unit_test(test_aligned_family),
         cmocka_unit_test(test_free_sized),
