@@ -242,7 +242,7 @@ static void block_types_load(void **state)
     close(fd);
     llmem_shape sh = {"blocks", 1, 256, 4, 4, 64, 512, 400, 64, 10000.0, 0};
     for (size_t i = 0; i < sizeof bt / sizeof bt[0]; i++) {
-        llmem_synth_options so = {1, bt[i], NULL, false, NULL};
+        llmem_synth_options so = {1, bt[i], NULL, false, NULL, NULL, 0};
         assert_ok(llmem_synth_gguf(&sh, &so, path));
         llmem_model *m;
         assert_ok(llmem_model_open(path, NULL, &m));

@@ -27,13 +27,15 @@ typedef struct synth_tensor {
     char name[64];
     uint32_t n_dims;
     uint64_t dims[2];
-    bool norm;
+    bool norm;                /* a norm's weights: all 1 */
+    bool bias;                /* a Q/K/V bias: f32 like a norm, seeded values in [-0.5, 0.5] */
 } synth_tensor;
 
 typedef struct synth {
     llmem_shape s;
     uint64_t seed;
     uint32_t type;            /* the matrices' requested type */
+    bool qwen2;               /* general.architecture "qwen2": Q/K/V biases */
     synth_tensor *t;
     size_t n;
     float *scratch;           /* one row of f32 values */
@@ -42,7 +44,7 @@ typedef struct synth {
 /* The type tensor t is written in. */
 static uint32_t tensor_type(const synth *sy, const synth_tensor *t)
 {
-    return t->norm ? LLMEM_DTYPE_F32 : llmem_quant_row_type(sy->type, t->dims[0]);
+    return t->norm || t->bias ? LLMEM_DTYPE_F32 : llmem_quant_row_type(sy->type, t->dims[0]);
 }
 
 static uint64_t mix(uint64_t x)
@@ -61,7 +63,7 @@ static void row_values(const synth *sy, size_t i, uint64_t r, float *out, uint64
         for (uint64_t j = 0; j < n; j++) out[j] = 1.0f;
         return;
     }
-    float scale = strcmp(t->name, "token_embd.weight") ? 1.0f / sqrtf((float)n) : 1.0f;
+    float scale = t->bias ? 0.5f : strcmp(t->name, "token_embd.weight") ? 1.0f / sqrtf((float)n) : 1.0f;
     uint64_t state = mix(sy->seed ^ mix(i * 0x100000001b3ull + r));
     for (uint64_t j = 0; j < n; j++) {
         state ^= state >> 12;
@@ -89,7 +91,7 @@ static llmem_status fill(void *ctx, size_t index, void *buf, size_t bytes)
     return LLMEM_OK;
 }
 
-static bool add(synth *sy, const char *name, uint32_t n_dims, uint64_t d0, uint64_t d1, bool norm)
+static synth_tensor *add(synth *sy, const char *name, uint32_t n_dims, uint64_t d0, uint64_t d1, bool norm)
 {
     synth_tensor *t = &sy->t[sy->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -97,7 +99,8 @@ static bool add(synth *sy, const char *name, uint32_t n_dims, uint64_t d0, uint6
     t->dims[0] = d0;
     t->dims[1] = d1;
     t->norm = norm;
-    return true;
+    t->bias = false;
+    return t;
 }
 
 static void plan(synth *sy)
@@ -112,6 +115,11 @@ static void plan(synth *sy)
         T("attn_q", 2, s->hidden, q, false);
         T("attn_k", 2, s->hidden, kv, false);
         T("attn_v", 2, s->hidden, kv, false);
+        if (sy->qwen2) {
+            snprintf(name, sizeof name, "blk.%u.attn_q.bias", l), add(sy, name, 1, q, 1, false)->bias = true;
+            snprintf(name, sizeof name, "blk.%u.attn_k.bias", l), add(sy, name, 1, kv, 1, false)->bias = true;
+            snprintf(name, sizeof name, "blk.%u.attn_v.bias", l), add(sy, name, 1, kv, 1, false)->bias = true;
+        }
         T("attn_output", 2, q, s->hidden, false);
         T("ffn_norm", 1, s->hidden, 1, true);
         T("ffn_gate", 2, s->hidden, s->ffn, false);
@@ -302,37 +310,41 @@ static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const ch
     return st;
 }
 
-static llmem_status write_gguf(synth *sy, const char *path, const char *vocab_path, const char *bpe_pre,
-                              bool progress)
+static llmem_status write_gguf(synth *sy, const char *path, const llmem_synth_options *o)
 {
     const llmem_shape *s = &sy->s;
+    const char *arch = sy->qwen2 ? "qwen2" : "llama";
     llmem_gguf_writer *w;
     llmem_status st = llmem_gguf_writer_create(&w);
     if (st) return st;
-    char desc[160];
+    char desc[160], key[96];
     snprintf(desc, sizeof desc, "synthetic weights (llmem synth, seed %llu): the output text is meaningless",
              (unsigned long long)sy->seed);
-    if (!st) st = llmem_gguf_add_str(w, "general.architecture", "llama");
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+    if (!st) st = llmem_gguf_add_str(w, "general.architecture", arch);
     if (!st) st = llmem_gguf_add_str(w, "general.name", s->name);
     if (!st) st = llmem_gguf_add_str(w, "general.description", desc);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.context_length", s->max_ctx);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.embedding_length", s->hidden);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.block_count", s->layers);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.feed_forward_length", s->ffn);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.attention.head_count", s->heads);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.attention.head_count_kv", s->kv_heads);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.rope.dimension_count", s->head_dim);
-    if (!st) st = llmem_gguf_add_f32(w, "llama.rope.freq_base", (float)s->rope_theta);
-    if (!st) st = llmem_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.vocab_size", s->vocab);
-    if (!st) st = bpe_pre      ? add_bpe_vocab(w, s->vocab, bpe_pre)
-                  : vocab_path ? add_vocab(w, vocab_path, s->vocab)
-                               : add_synthetic_vocab(w, s->vocab);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("context_length"), s->max_ctx);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("embedding_length"), s->hidden);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("block_count"), s->layers);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("feed_forward_length"), s->ffn);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("attention.head_count"), s->heads);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("attention.head_count_kv"), s->kv_heads);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("rope.dimension_count"), s->head_dim);
+    if (!st) st = llmem_gguf_add_f32(w, KEY("rope.freq_base"), (float)s->rope_theta);
+    if (!st) st = llmem_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), sy->qwen2 ? 1e-6f : 1e-5f);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("vocab_size"), s->vocab);
+    if (!st && o->sliding_window) st = llmem_gguf_add_u32(w, KEY("attention.sliding_window"), o->sliding_window);
+#undef KEY
+    const char *bpe = o->bpe_pre ? o->bpe_pre : sy->qwen2 && !o->vocab_path ? "qwen2" : NULL;
+    if (!st) st = bpe           ? add_bpe_vocab(w, s->vocab, bpe)
+                  : o->vocab_path ? add_vocab(w, o->vocab_path, s->vocab)
+                                  : add_synthetic_vocab(w, s->vocab);
     for (size_t i = 0; !st && i < sy->n; i++) {
         const synth_tensor *t = &sy->t[i];
         st = llmem_gguf_add_tensor(w, t->name, tensor_type(sy, t), t->n_dims, t->dims, fill, sy);
     }
-    if (!st) st = llmem_gguf_write(w, path, progress);
+    if (!st) st = llmem_gguf_write(w, path, o->progress);
     llmem_gguf_writer_destroy(w);
     return st;
 }
@@ -400,7 +412,7 @@ static llmem_status write_llama2c(synth *sy, const char *path)
 /* Take the synthesiser's buffers for a shape; false if out of memory. */
 static bool synth_init(synth *sy)
 {
-    sy->t = calloc(3 + 9 * (size_t)sy->s.layers, sizeof *sy->t);
+    sy->t = calloc(3 + 12 * (size_t)sy->s.layers, sizeof *sy->t);
     uint32_t widest = sy->s.hidden > sy->s.ffn ? sy->s.hidden : sy->s.ffn;
     if (sy->s.heads * sy->s.head_dim > widest) widest = sy->s.heads * sy->s.head_dim;
     sy->scratch = malloc((size_t)widest * sizeof *sy->scratch);
@@ -433,18 +445,25 @@ llmem_status llmem_synth_gguf(const llmem_shape *shape, const llmem_synth_option
     llmem_synth_options o = opts ? *opts : (llmem_synth_options){0};
     if (!llmem_dtype_is_quantizable(o.type))
         return llmem__fail(LLMEM_EINVAL, "synth: type %u cannot be written", o.type);
+    if (o.bpe_pre && o.vocab_path)
+        return llmem__fail(LLMEM_EINVAL, "synth: give a vocabulary file or a made-up BPE vocabulary, not both");
+    bool qwen2 = o.arch && !strcmp(o.arch, "qwen2");
+    if (o.arch && !qwen2 && strcmp(o.arch, "llama"))
+        return llmem__fail(LLMEM_EINVAL, "synth: architecture '%s' unknown (llama or qwen2)", o.arch);
+    if (qwen2 && shape->heads * shape->head_dim != shape->hidden)
+        return llmem__fail(LLMEM_ENOTSUP, "synth: qwen2 files need heads x head_dim = hidden (%u x %u != %u)",
+                           shape->heads, shape->head_dim, shape->hidden);
+    if (o.sliding_window > shape->max_ctx)
+        return llmem__fail(LLMEM_EINVAL, "synth: sliding window %u beyond the context %u", o.sliding_window,
+                           shape->max_ctx);
     synth sy;
     memset(&sy, 0, sizeof sy);
     sy.s = *shape;
     sy.seed = o.seed;
     sy.type = o.type;
+    sy.qwen2 = qwen2;
     if (!synth_init(&sy)) return llmem__fail(LLMEM_ENOMEM, "synth: out of memory");
-    if (o.bpe_pre && o.vocab_path) {
-        free(sy.t);
-        free(sy.scratch);
-        return llmem__fail(LLMEM_EINVAL, "synth: give a vocabulary file or a made-up BPE vocabulary, not both");
-    }
-    st = write_gguf(&sy, path, o.vocab_path, o.bpe_pre, o.progress);
+    st = write_gguf(&sy, path, &o);
     free(sy.t);
     free(sy.scratch);
     return st;
