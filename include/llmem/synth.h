@@ -21,7 +21,9 @@
  *
  * With arch "qwen2" the file is a Qwen2 one (general.architecture qwen2,
  * qwen2.* keys, blk.N.attn_{q,k,v}.bias, RMSNorm epsilon 1e-6 as Qwen2's
- * config), which llama.cpp runs with its NEOX rope.
+ * config), which llama.cpp runs with its NEOX rope; its BPE vocabulary
+ * ends "<|endoftext|>" (BOS), "<|im_start|>", "<|im_end|>" (EOS) and the
+ * file carries the ChatML chat template, as Qwen2 instruct files do.
  *
  * Values: matrices uniform in [-1/sqrt(n), 1/sqrt(n)] for rows of n (so
  * activations keep their scale through the layers), norms 1, biases

@@ -1053,8 +1053,15 @@ llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *o
         if (llmem_pool_get_stats(e->pool, &ps) == LLMEM_OK) s.pool_reserved_bytes = ps.reserved_bytes;
     }
     uint64_t tokens = 0;
-    for (uint32_t i = 0; i < e->o.max_seqs; i++)
-        if (e->seqs[i].live) tokens += e->seqs[i].len;
+    for (uint32_t i = 0; i < e->o.max_seqs; i++) {
+        if (!e->seqs[i].live) continue;
+        llmem_kv_seq_info info;
+        /* A window's sequence holds its positions from info.first on. */
+        if (e->kv_window && llmem_kv_seq_get_info(e->kv, e->seqs[i].kvs, &info) == LLMEM_OK)
+            tokens += info.length - info.first;
+        else
+            tokens += e->seqs[i].len;
+    }
     s.kv_used_bytes = tokens * 2 * e->L * e->tok_bytes;
     s.malloc_bytes = e->malloc_bytes;
     llmem__stats_out(out, &s, sizeof s);

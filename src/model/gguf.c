@@ -423,7 +423,7 @@ static llmem_status want(const llmem_model *m, const char *name, uint64_t d0, ui
     }
     if (!engine_type(t->type, matrix))
         return llmem__fail(LLMEM_ENOTSUP, "gguf: tensor '%s' is %s; %s must be %s", name,
-                           llmem_dtype_name(t->type), matrix ? "matrices" : "norm and bias vectors",
+                           llmem_dtype_name(t->type), matrix ? "matrices" : "norm vectors and biases",
                            matrix ? "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 or q2_k..q6_k" : "f32 or f16");
     if (matrix)
         for (size_t i = 0; i < N_MATRIX_TYPES; i++)

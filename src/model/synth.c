@@ -254,17 +254,27 @@ static char *concat3(const char *a, const char *sep, const char *b)
     return r;
 }
 
+/* Qwen2's chat template (ChatML), as its GGUF files carry it. */
+static const char chatml_template[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
 /* With bpe_pre: a made-up GPT-2 byte-level BPE vocabulary of exactly
  * `vocab` tokens (llmem/synth.h). Breadth first from the space and the
  * letters, each new token is an earlier one + a letter, so every merge's
- * halves are tokens ranked before it, as in a trained vocabulary. */
-static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const char *pre)
+ * halves are tokens ranked before it, as in a trained vocabulary. The
+ * control tokens come last: "<|endoftext|>" (BOS and EOS), and with chatml
+ * "<|im_start|>" and "<|im_end|>" (then EOS, as Qwen2 instruct files say)
+ * and the ChatML chat template. */
+static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const char *pre, bool chatml)
 {
     static const char letters[] = "etaoinshrdlcumwfgypbvkjxqz";
-    if (vocab < 257)
-        return llmem__fail(LLMEM_EINVAL, "synth: a gpt2 vocabulary needs at least 257 tokens (256 bytes and "
-                                         "<|endoftext|>), the shape has %u", vocab);
-    uint32_t nm = vocab - 257;
+    static const char *const control[3] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    uint32_t nc = chatml ? 3 : 1;
+    if (vocab < 256 + nc)
+        return llmem__fail(LLMEM_EINVAL, "synth: a gpt2 vocabulary needs at least %u tokens (256 bytes and "
+                                         "%u control tokens), the shape has %u", 256 + nc, nc, vocab);
+    uint32_t nm = vocab - 256 - nc, merged_end = vocab - nc;
     char **tok = calloc(vocab, sizeof *tok), **merges = calloc(nm ? nm : 1, sizeof *merges);
     int32_t *types = calloc(vocab, sizeof *types);
     uint32_t *queue = calloc(vocab, sizeof *queue);
@@ -278,9 +288,9 @@ static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const ch
     uint32_t n = 256, qh = 0, qt = 0;
     queue[qt++] = ' ';
     for (const char *l = letters; *l; l++) queue[qt++] = (uint32_t)(unsigned char)*l;
-    while (!st && n < vocab - 1 && qh < qt) {
+    while (!st && n < merged_end && qh < qt) {
         uint32_t left = queue[qh++];
-        for (const char *l = letters; !st && *l && n < vocab - 1; l++) {
+        for (const char *l = letters; !st && *l && n < merged_end; l++) {
             const char *right = tok[(unsigned char)*l];
             tok[n] = concat3(tok[left], "", right);
             merges[n - 256] = concat3(tok[left], " ", right);
@@ -289,18 +299,21 @@ static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const ch
             queue[qt++] = n++;
         }
     }
-    if (!st && n != vocab - 1) st = llmem__fail(LLMEM_EINVAL, "synth: the made-up gpt2 vocabulary ran short");
-    if (!st && !(tok[vocab - 1] = strdup("<|endoftext|>"))) st = LLMEM_ENOMEM;
-    if (types) types[vocab - 1] = 3; /* control */
+    if (!st && n != merged_end) st = llmem__fail(LLMEM_EINVAL, "synth: the made-up gpt2 vocabulary ran short");
+    for (uint32_t c = 0; !st && c < nc; c++) {
+        if (!(tok[merged_end + c] = strdup(control[c]))) st = LLMEM_ENOMEM;
+        types[merged_end + c] = 3; /* control */
+    }
     if (st == LLMEM_ENOMEM) st = llmem__fail(LLMEM_ENOMEM, "synth: out of memory for a %u-token vocabulary", vocab);
     if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.model", "gpt2");
     if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.pre", pre);
     if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.tokens", (const char *const *)tok, vocab);
     if (!st) st = llmem_gguf_add_i32_array(w, "tokenizer.ggml.token_type", types, vocab);
     if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.merges", (const char *const *)merges, nm);
-    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", vocab - 1);
+    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", merged_end);
     if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", vocab - 1);
     if (!st) st = llmem_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", false);
+    if (!st && chatml) st = llmem_gguf_add_str(w, "tokenizer.chat_template", chatml_template);
     for (uint32_t i = 0; tok && i < vocab; i++) free(tok[i]);
     for (uint32_t i = 0; merges && i < nm; i++) free(merges[i]);
     free(tok);
@@ -337,7 +350,7 @@ static llmem_status write_gguf(synth *sy, const char *path, const llmem_synth_op
     if (!st && o->sliding_window) st = llmem_gguf_add_u32(w, KEY("attention.sliding_window"), o->sliding_window);
 #undef KEY
     const char *bpe = o->bpe_pre ? o->bpe_pre : sy->qwen2 && !o->vocab_path ? "qwen2" : NULL;
-    if (!st) st = bpe           ? add_bpe_vocab(w, s->vocab, bpe)
+    if (!st) st = bpe           ? add_bpe_vocab(w, s->vocab, bpe, sy->qwen2)
                   : o->vocab_path ? add_vocab(w, o->vocab_path, s->vocab)
                                   : add_synthetic_vocab(w, s->vocab);
     for (size_t i = 0; !st && i < sy->n; i++) {
