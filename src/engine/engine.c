@@ -816,12 +816,20 @@ static llmem_status forward(llmem_engine *e, step_bufs *b, const llmem_engine_ba
     return LLMEM_OK;
 }
 
-static void rollback_items(llmem_engine *e, const llmem_engine_batch_item *items, size_t count)
+/* Undo the appends of a pass that failed. Refused only where a window's
+ * append already dropped positions the rollback would need: the KV then
+ * no longer matches the sequence, which is left broken (only freed). */
+static llmem_status rollback_items(llmem_engine *e, const llmem_engine_batch_item *items, size_t count,
+                                   llmem_status st)
 {
+    char why[256]; /* the failure's message, which a refused rollback would overwrite */
+    snprintf(why, sizeof why, "%s", llmem_last_error());
+    bool refused = false;
     for (size_t i = 0; e->kv && i < count; i++) {
         eng_seq *r = seq_get(e, items[i].seq);
-        llmem_kv_seq_rollback(e->kv, r->kvs, r->len);
+        if (llmem_kv_seq_rollback(e->kv, r->kvs, r->len) != LLMEM_OK) r->broken = refused = true;
     }
+    return refused ? llmem__fail(st, "%s", why) : st;
 }
 
 /* One pass over checked items of T tokens in all: KV slots, workspace,
@@ -837,18 +845,12 @@ static llmem_status step_run(llmem_engine *e, const llmem_engine_batch_item *ite
         for (size_t i = 0; i < count; i++) {
             eng_seq *q = seq_get(e, items[i].seq);
             llmem_status st = append_item(e, q, &items[i]);
-            if (st) {
-                rollback_items(e, items, i);
-                return st;
-            }
+            if (st) return rollback_items(e, items, i, st);
         }
     }
     step_bufs b;
     llmem_status st = step_buffers(e, T, count, !prefill, &b);
-    if (st) {
-        rollback_items(e, items, count);
-        return st;
-    }
+    if (st) return rollback_items(e, items, count, st);
 
     /* Token rows: item, position, embedding. */
     size_t t = 0;
@@ -862,10 +864,9 @@ static llmem_status step_run(llmem_engine *e, const llmem_engine_batch_item *ite
     }
     if ((st = forward(e, &b, items, count, T))) {
         /* Only a damaged KV manager gets here; the appended slots go back. */
-        rollback_items(e, items, count);
         e->logits = NULL;
         e->logits_count = 0;
-        return st;
+        return rollback_items(e, items, count, st);
     }
     e->logits = b.logits;
     e->logits_count = count;
