@@ -518,6 +518,53 @@ static void window_long_prompt_is_passes(void **state)
     llmem_model_close(m);
 }
 
+/* A fork of a windowed sequence shares its blocks (the KV manager's
+ * copy-on-write): parent and child, continued alike past more window
+ * slides, both give the reference's logits. */
+static void window_fork_matches_reference(void **state)
+{
+    (void)state;
+    char path[256];
+    synth("window-fork", "qwen2", WINDOW, path, sizeof path);
+    llmem_model *m;
+    assert_ok(llmem_model_open(path, NULL, &m));
+    const uint32_t V = llmem_model_get_config(m)->shape.vocab;
+    const size_t n = 90, split = 61;
+    int32_t ids[N_POS];
+    random_ids(ids, n, V, 23);
+    float *ref = malloc(n * V * sizeof(float));
+    assert_non_null(ref);
+    ref_logits(m, ids, n, WINDOW, true, ref);
+    llmem_engine_options o = llmem_engine_options_default();
+    o.threads = 1;
+    o.max_seqs = 2;
+    o.kv_block_tokens = BLOCK;
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, &o, &e));
+    llmem_engine_seq a, b;
+    assert_ok(llmem_engine_seq_create(e, &a));
+    llmem_engine_batch_item it = {a, ids, (uint32_t)split};
+    assert_ok(llmem_engine_step(e, &it, 1));
+    assert_ok(llmem_engine_seq_fork(e, a, &b));
+    for (size_t i = split; i < n; i++) {
+        llmem_engine_batch_item two[2] = {{a, &ids[i], 1}, {b, &ids[i], 1}};
+        assert_ok(llmem_engine_step(e, two, 2));
+        for (int k = 0; k < 2; k++) {
+            const float *lg = llmem_engine_logits(e, (size_t)k);
+            double d = 0, scale = 0;
+            for (uint32_t v = 0; v < V; v++) {
+                d = fmax(d, fabs((double)lg[v] - ref[i * V + v]));
+                scale = fmax(scale, fabs((double)ref[i * V + v]));
+            }
+            if (d / scale >= TOL) fail_msg("position %zu, %s: %.2e from the reference", i, k ? "child" : "parent",
+                                           d / scale);
+        }
+    }
+    free(ref);
+    llmem_engine_destroy(e);
+    llmem_model_close(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +572,7 @@ int main(void)
         cmocka_unit_test(window_matches_reference),
         cmocka_unit_test(window_kv_stays_bounded),
         cmocka_unit_test(window_long_prompt_is_passes),
+        cmocka_unit_test(window_fork_matches_reference),
         cmocka_unit_test_setup(bad_qwen2_files, test_quiet_logs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -372,6 +372,7 @@ static llmem_status need_u32(const llmem_model *m, const char *key, bool require
     if (*out < lo) return llmem__fail(LLMEM_EFORMAT, "gguf: '%s' is %u, must be at least %u", key, *out, lo);
     return LLMEM_OK;
 }
+
 static llmem_status need_f32(const llmem_model *m, const char *key, float def, float *out)
 {
     if (!llmem__meta_find(m, key)) {
