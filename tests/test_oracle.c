@@ -338,7 +338,17 @@ static void quantize_to(const char *in, uint32_t type, char *out, size_t cap)
  * bf16 (2^-9 relative per element), llmem keeps them f32. */
 static double logit_tolerance(uint32_t t, double self)
 {
-    return fmax(3 * self, 1e-4) + (t == LLMEM_DTYPE_BF16 ? 0.005 : 0);
+#if defined(TEST_ASAN) || defined(TEST_TSAN)
+    /* Sanitizer builds compile llmem at -O1 (other summation orders than
+     * the release kernels) and run 40 positions, over which llama.cpp's two
+     * orders agree to 0.006-0.008%: measured there, llama f32 0.015% and
+     * qwen2 f32 0.036% from llama.cpp (the normal build, the numbers check:
+     * 0.012% and 0.011%). They check memory; their floor is 0.1%. */
+    const double floor = 1e-3;
+#else
+    const double floor = 1e-4;
+#endif
+    return fmax(3 * self, floor) + (t == LLMEM_DTYPE_BF16 ? 0.005 : 0);
 }
 
 static void read_logits(const char *path, float *out, size_t rows, uint32_t vocab)

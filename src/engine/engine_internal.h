@@ -102,8 +102,8 @@ typedef struct step_bufs {
 
 /* Rotate halves: the pairs (i, i + rope_dim/2) of the first rope_dim dims
  * of each of n_heads heads (head_dim apart) by pos * theta^(-2i/rope_dim),
- * the frequencies computed as llmem__rope computes them (ggml's NEOX
- * mode, qwen2's rope). */
+ * the angle built by one float multiplication per pair from pos, as ggml
+ * defines its rope (ggml's NEOX mode, qwen2's rope). */
 void llmem__rope_neox(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, size_t pos, float theta);
 
 /* After a layer's Q/K/V projections of the step's T rows: add the layer's
