@@ -11,7 +11,8 @@
 #               q8_0 q4_0 q4_k q6_k, yi-coder-1.5b in q8_0 q4_k); NAME is a
 #               llmem synth shape, or stories260K: the shared folder's
 #               trained model ($LLMEM_SHARED_DIR or ../shared), converted by
-#               llmem quantize to TYPE
+#               llmem quantize to TYPE; NAME@ARCH (tiny-15m@qwen2-q8_0) writes
+#               that architecture (llmem synth --arch ARCH)
 #   -s SEQS     sequence counts (default "1 4")
 #   -p PROMPTS  "short", "long" or both (default "short long")
 #
@@ -58,6 +59,8 @@ echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for m in $MODELS; do
     shape=${m%-*}
     type=${m##*-}
+    arch=llama
+    case $shape in *@*) arch=${shape#*@}; shape=${shape%@*} ;; esac
     f=$DIR/$m.gguf
     if [ ! -f "$f" ]; then
         case $shape in
@@ -65,7 +68,7 @@ for m in $MODELS; do
             src=${LLMEM_SHARED_DIR:-../shared}/models/stories260K.gguf
             [ -f "$src" ] || { echo "engine_table: $src is absent: $m skipped" >&2; continue; }
             if [ "$type" = f32 ]; then cp "$src" "$f"; else "$LLMEM" quantize "$src" "$f" --type "$type" >&2; fi ;;
-        *) "$LLMEM" synth --shape "$shape" --type "$type" -o "$f" >&2 ;;
+        *) "$LLMEM" synth --shape "$shape" --type "$type" --arch "$arch" -o "$f" >&2 ;;
         esac
     fi
     gen=128

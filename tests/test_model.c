@@ -242,7 +242,7 @@ static void block_types_load(void **state)
     close(fd);
     llmem_shape sh = {"blocks", 1, 256, 4, 4, 64, 512, 400, 64, 10000.0, 0};
     for (size_t i = 0; i < sizeof bt / sizeof bt[0]; i++) {
-        llmem_synth_options so = {1, bt[i], NULL, false, NULL};
+        llmem_synth_options so = {1, bt[i], NULL, false, NULL, NULL, 0};
         assert_ok(llmem_synth_gguf(&sh, &so, path));
         llmem_model *m;
         assert_ok(llmem_model_open(path, NULL, &m));
@@ -1575,6 +1575,10 @@ static void write_seeds(const char *dir)
     q = make_llama2c(8, 16, 1, 2, 1, -6, 4, &size);
     write_all(tmp_path("llama2c_untied.bin"), q, size);
     free(q);
+    /* The qwen2 arch with its biases and a sliding window (16 KiB). */
+    llmem_shape qs = {"seed-qwen2", 1, 8, 2, 1, 4, 16, 260, 16, 1000000.0, 1};
+    llmem_synth_options so = {1, LLMEM_DTYPE_F32, NULL, false, NULL, "qwen2", 4};
+    assert_ok(llmem_synth_gguf(&qs, &so, tmp_path("qwen2_window.gguf")));
     fprintf(stderr, "seeds written to %s\n", dir);
 }
 

@@ -153,7 +153,7 @@ static void test_quantize_model(void **state)
     snprintf(bin, sizeof bin, "%s/in.bin", dir);
     /* hidden 256 (whole super-blocks), ffn 288 (k-quants fall back there). */
     llmem_shape sh = {"quant-test", 2, 256, 4, 2, 64, 288, 512, 128, 10000.0, 0};
-    llmem_synth_options so = {5, LLMEM_DTYPE_F16, NULL, false, NULL};
+    llmem_synth_options so = {5, LLMEM_DTYPE_F16, NULL, false, NULL, NULL, 0};
     assert_ok(llmem_synth_gguf(&sh, &so, in));
     for (uint32_t k = 0; k < 3; k++) {
         uint32_t t = k == 0 ? LLMEM_DTYPE_Q4_K : k == 1 ? LLMEM_DTYPE_Q8_0 : LLMEM_DTYPE_Q6_K;

@@ -13,7 +13,7 @@
 
 llmem_status llmem_tool_synth_gguf(const llmem_shape *shape, uint32_t type, uint64_t seed, const char *path)
 {
-    llmem_synth_options o = {seed, type, NULL, true, NULL};
+    llmem_synth_options o = {seed, type, NULL, true, NULL, NULL, 0};
     return llmem_synth_gguf(shape, &o, path);
 }
 
@@ -22,6 +22,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: llmem synth --shape NAME|config.json -o FILE [--seed N] [--type T]\n"
             "                   [--format gguf|llama2c] [--vocab tokenizer.bin | --bpe PRE] [--ctx N]\n"
+            "                   [--arch llama|qwen2] [--window N]\n"
             "\n"
             "Writes a model of that shape with synthetic (seeded random) weights: the output\n"
             "text is meaningless; speed and memory are real. Shapes: ");
@@ -35,13 +36,18 @@ static void usage(FILE *f)
             "                  (default: a made-up vocabulary of the shape's size)\n"
             "  --bpe PRE       a made-up GPT-2 byte-level BPE vocabulary instead (as Qwen2 and\n"
             "                  Llama 3 files have), with pre-tokenizer PRE: gpt-2, qwen2, llama-bpe\n"
-            "  --ctx N         context length to record (default: the shape's)\n");
+            "  --ctx N         context length to record (default: the shape's)\n"
+            "  --arch A        llama (default) or qwen2: a Qwen2 file (qwen2.* keys, Q/K/V biases,\n"
+            "                  NEOX rope in llama.cpp; the qwen2 BPE vocabulary unless --vocab or\n"
+            "                  --bpe says otherwise)\n"
+            "  --window N      record an N-token sliding attention window (ARCH.attention.sliding_window,\n"
+            "                  Mistral's key; llmem honours it, llama.cpp does not for llama or qwen2)\n");
 }
 
 int llmem_cmd_synth(int argc, char **argv)
 {
     const char *shape = NULL, *out = NULL;
-    llmem_synth_options so = {1, LLMEM_DTYPE_F32, NULL, true, NULL};
+    llmem_synth_options so = {1, LLMEM_DTYPE_F32, NULL, true, NULL, NULL, 0};
     llmem_shape s;
     bool llama2c = false;
     unsigned long long ctx = 0;
@@ -59,7 +65,16 @@ int llmem_cmd_synth(int argc, char **argv)
             ok = !strcmp(v, "gpt-2") || !strcmp(v, "qwen2") || !strcmp(v, "llama-bpe");
             so.bpe_pre = v;
         }
-        else if (TAKE("--seed") || TAKE("--ctx")) {
+        else if (TAKE("--arch")) {
+            ok = !strcmp(v, "llama") || !strcmp(v, "qwen2");
+            so.arch = v;
+        } else if (TAKE("--window")) {
+            char *end;
+            errno = 0;
+            unsigned long long x = strtoull(v, &end, 10);
+            ok = !errno && end != v && !*end && v[0] != '-' && x >= 1 && x <= (1u << 24);
+            so.sliding_window = (uint32_t)x;
+        } else if (TAKE("--seed") || TAKE("--ctx")) {
             char *end;
             errno = 0;
             unsigned long long x = strtoull(v, &end, 10);
@@ -97,12 +112,16 @@ int llmem_cmd_synth(int argc, char **argv)
         fprintf(stderr, "llmem synth: llama2.c checkpoints are f32 only\n");
         return 2;
     }
+    if (llama2c && ((so.arch && strcmp(so.arch, "llama")) || so.sliding_window)) {
+        fprintf(stderr, "llmem synth: llama2.c checkpoints are llama, without a window\n");
+        return 2;
+    }
     st = llama2c ? llmem_synth_llama2c(&s, so.seed, out) : llmem_synth_gguf(&s, &so, out);
     if (st) {
         fprintf(stderr, "llmem synth: %s: %s\n", out, llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st));
         return 1;
     }
-    fprintf(stderr, "llmem synth: wrote %s (%s, %s weights, synthetic: the output text is meaningless)\n", out,
-            s.name, llama2c ? "f32" : llmem_dtype_name(so.type));
+    fprintf(stderr, "llmem synth: wrote %s (%s, %s, %s weights, synthetic: the output text is meaningless)\n", out,
+            so.arch ? so.arch : "llama", s.name, llama2c ? "f32" : llmem_dtype_name(so.type));
     return 0;
 }

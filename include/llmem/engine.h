@@ -101,7 +101,19 @@ typedef struct llmem_engine_options {
      * (the longest sequence) and the activation workspace it used, in bytes
      * (llmem_controller_on_step_done feeds it to the predictor). */
     void (*on_step_done)(void *ctx, uint32_t batch, uint32_t tokens, uint32_t context, uint64_t activation_bytes);
+    /* Sliding-window attention: a token attends to the last attn_window
+     * positions, itself included. 0 (default): the model's sliding_window
+     * (llmem_model_config; 0 there: full attention); LLMEM_ENGINE_FULL_ATTENTION:
+     * full attention whatever the model says (what llama.cpp does with llama
+     * and qwen2 files). With PAGED KV each sequence gets a KV window of
+     * attn_window + 4 x kv_block_tokens tokens, so the blocks that left it
+     * go back and a long generation's KV stays bounded; a step item longer
+     * than that slack, past the window, is run in chunks inside the step
+     * (the same logits). Other strategies and ALLOC_MALLOC only mask. */
+    uint32_t attn_window;
 } llmem_engine_options;
+
+#define LLMEM_ENGINE_FULL_ATTENTION UINT32_MAX
 
 LLMEM_API llmem_engine_options llmem_engine_options_default(void);
 
@@ -218,6 +230,8 @@ typedef struct llmem_engine_info {
     llmem_kv_dtype kv_dtype;
     size_t kv_elem_bytes;          /* bytes per K or V value */
     bool use_malloc;               /* ALLOC_MALLOC */
+    uint32_t attn_window;          /* the attention window in positions; 0 = full attention */
+    uint32_t kv_window;            /* the KV window each sequence has (attn_window + slack); 0 = none */
 } llmem_engine_info;
 
 LLMEM_API llmem_status llmem_engine_get_info(const llmem_engine *e, llmem_engine_info *out);

@@ -47,6 +47,9 @@
  *     blk.N.ffn_up.weight     (hidden, ffn)      llama2.c's w3
  *     output_norm.weight      (hidden)
  *     output.weight           (hidden, vocab)    absent when tied to token_embd
+ *     blk.N.attn_q.bias       (heads * head_dim)     qwen2: required; llama: each
+ *     blk.N.attn_k.bias       (kv_heads * head_dim)  optional, as llama.cpp reads
+ *     blk.N.attn_v.bias       (kv_heads * head_dim)  them (f32 or f16)
  *
  * A matrix with dims (n, d) is d rows of n elements: y = W x takes x of n
  * and gives y of d.
@@ -118,6 +121,20 @@ typedef struct llmem_model_options {
 
 LLMEM_API llmem_model_options llmem_model_options_default(void);
 
+/* The architectures the GGUF loader takes (general.architecture). Both
+ * are the llama block (RMSNorm, rotary attention, SwiGLU FFN); they differ
+ * in what the table below the config says. */
+typedef enum llmem_arch {
+    LLMEM_ARCH_LLAMA = 0,   /* "llama" (llama2.c checkpoints too): interleaved-pair rope, Q/K/V biases optional */
+    LLMEM_ARCH_QWEN2 = 1    /* "qwen2": NEOX rope (rotate halves), Q/K/V biases required, heads x head_dim == hidden */
+} llmem_arch;
+
+/* How rotary position embedding pairs a head's dimensions (ggml's names). */
+typedef enum llmem_rope_style {
+    LLMEM_ROPE_NORM = 0,    /* pairs (2i, 2i+1): llama, as run.c and llama.cpp's LLAMA_ROPE_TYPE_NORM */
+    LLMEM_ROPE_NEOX = 2     /* pairs (i, i + rope_dim/2): qwen2, llama.cpp's LLAMA_ROPE_TYPE_NEOX */
+} llmem_rope_style;
+
 typedef struct llmem_model_config {
     llmem_model_format format;
     uint32_t version;       /* GGUF version; 0 for llama2.c */
@@ -125,6 +142,14 @@ typedef struct llmem_model_config {
     uint32_t rope_dim;      /* rotated dimensions per head (<= head_dim); llama2.c: head_dim */
     float norm_eps;         /* RMSNorm epsilon; llama2.c: 1e-5 */
     uint32_t weight_type;   /* llmem_dtype of the matrices (the most common one) */
+    llmem_arch arch;        /* general.architecture */
+    llmem_rope_style rope_style; /* the arch's: NORM for llama, NEOX for qwen2 */
+    bool qkv_bias;          /* some blk.N.attn_{q,k,v}.bias is present (added to that projection) */
+    uint32_t sliding_window; /* ARCH.attention.sliding_window: a token attends to the last sliding_window
+                                positions, itself included (llama.cpp's LLAMA_SWA_TYPE_STANDARD, every
+                                layer); 0 = full causal attention (no key, or 0). llama.cpp does not honour
+                                the key for llama or qwen2 files (it reads it only for archs such as gemma2,
+                                cohere2, phi3 - where it disables it): llmem does, as Mistral was trained */
 } llmem_model_config;
 
 typedef struct llmem_tensor {

@@ -19,9 +19,15 @@
  * a letter, letters in English frequency order - each with its merge, and
  * "<|endoftext|>" (control) last as BOS and EOS, add_bos_token false.
  *
+ * With arch "qwen2" the file is a Qwen2 one (general.architecture qwen2,
+ * qwen2.* keys, blk.N.attn_{q,k,v}.bias, RMSNorm epsilon 1e-6 as Qwen2's
+ * config), which llama.cpp runs with its NEOX rope; its BPE vocabulary
+ * ends "<|endoftext|>" (BOS), "<|im_start|>", "<|im_end|>" (EOS) and the
+ * file carries the ChatML chat template, as Qwen2 instruct files do.
+ *
  * Values: matrices uniform in [-1/sqrt(n), 1/sqrt(n)] for rows of n (so
- * activations keep their scale through the layers), norms 1, the embedding
- * uniform in [-1, 1]. Each tensor's values depend only on the seed and the
+ * activations keep their scale through the layers), norms 1, biases
+ * uniform in [-0.5, 0.5], the embedding uniform in [-1, 1]. Each tensor's values depend only on the seed and the
  * tensor's index, and are made one row at a time while the file is
  * written: a 7B file never sits in memory whole.
  */
@@ -47,6 +53,10 @@ typedef struct llmem_synth_options {
     bool progress;           /* progress lines on stderr for files over 100 MB when stderr is a terminal */
     const char *bpe_pre;     /* not NULL: a made-up GPT-2 byte-level BPE vocabulary instead (see below),
                                 with this tokenizer.ggml.pre ("gpt-2", "qwen2", "llama-bpe") */
+    const char *arch;        /* general.architecture: "llama" (NULL, the default) or "qwen2" (its keys
+                                qwen2.*, Q/K/V biases, and the qwen2 BPE vocabulary unless
+                                vocab_path or bpe_pre say otherwise) */
+    uint32_t sliding_window; /* > 0: ARCH.attention.sliding_window (Mistral's key); default 0: none */
 } llmem_synth_options;
 
 /* Write a GGUF v3 model of the shape to path (whole or not at all). */

@@ -38,69 +38,9 @@
 #include "llmem/sampler.h"
 
 #include "../core/internal.h"
+#include "engine_internal.h"
 #include "kernels.h"
 #include "threads.h"
-
-#define SEQ_INDEX_BITS 12
-#define SEQ_INDEX_MASK ((1u << SEQ_INDEX_BITS) - 1)
-#define MAX_SEQS SEQ_INDEX_MASK
-
-typedef struct eng_layer {
-    const void *wq, *wk, *wv, *wo, *w1, *w2, *w3;
-    uint32_t tq, tk, tv, to, t1, t2, t3;
-    const float *attn_norm, *ffn_norm;
-} eng_layer;
-
-typedef struct eng_seq {
-    bool live;
-    uint32_t gen;           /* bumped on free, so a stale id is refused */
-    llmem_kv_seq kvs;       /* ALLOC_LLMEM */
-    size_t len;             /* tokens held */
-    char *kbuf, *vbuf;      /* ALLOC_MALLOC: layers x max_seq_len tokens */
-} eng_seq;
-
-struct llmem_engine {
-    const llmem_model *model;
-    llmem_engine_options o;
-    bool use_malloc;
-    uint32_t L, dim, heads, kvh, hd, qdim, kvdim, ffn, vocab, rope_dim;
-    float theta, eps;
-    const void *embd, *wcls;
-    uint32_t embd_type, wcls_type;
-    const float *out_norm;
-    eng_layer *layers;
-    float *converted;       /* 1-D tensors converted to f32, one block */
-    size_t converted_bytes;
-    size_t xq_row;          /* bytes of the widest quantised activation row a matmul needs (0: no block types) */
-
-    llmem__threads *th;
-    llmem_pool *pool;
-    bool own_pool;
-    llmem_kv *kv;
-    llmem_arena *arena;
-    llmem_resource *res;     /* host memory of the workspace and the KV manager's tables: the pool's
-                                resource (the default one for a pool over device memory) */
-    char *ws_base;           /* the workspace mapping, from res, that the arena hands out */
-    size_t ws_map;           /* its mapped size (rounded to res's granularity) */
-    size_t ws_bytes;
-    size_t ws_touched;       /* bytes of the workspace the steps since the last release used */
-    size_t ws_commit_end;    /* the committed prefix of the mapping: [0, ws_commit_end) is committed,
-                                the rest not (page multiple) */
-    size_t kv_elem, tok_bytes; /* bytes per element, per token's K (or V) in a layer */
-    size_t blocks_max;       /* table entries per sequence */
-
-    eng_seq *seqs;
-    uint32_t live_seqs;
-
-    /* the last step */
-    float *logits;           /* count x vocab */
-    size_t logits_count;
-    void *step_malloc[24];   /* ALLOC_MALLOC: buffers of the last step (20 now) */
-    size_t step_malloc_n;
-
-    llmem_engine_stats st;
-    uint64_t malloc_bytes;
-};
 
 llmem_engine_options llmem_engine_options_default(void)
 {
@@ -215,6 +155,14 @@ static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, b
     return LLMEM_OK;
 }
 
+/* Whether the model has the tensor, leaving no error message when not. */
+static bool has_tensor(const llmem_model *m, const char *name)
+{
+    for (size_t i = 0; i < llmem_model_tensor_count(m); i++)
+        if (!strcmp(llmem_model_tensor_at(m, i)->name, name)) return true;
+    return false;
+}
+
 static llmem_status bind_vectors(llmem_engine *e, bool fill, size_t *used)
 {
     char name[96];
@@ -225,6 +173,16 @@ static llmem_status bind_vectors(llmem_engine *e, bool fill, size_t *used)
         if ((st = want_vector(e, name, e->dim, fill, &ly->attn_norm, used))) return st;
         snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
         if ((st = want_vector(e, name, e->dim, fill, &ly->ffn_norm, used))) return st;
+        if (!llmem_model_get_config(e->model)->qkv_bias) continue;
+        /* The loader checked each bias there is; llama's are optional. */
+        static const char *const proj[3] = {"attn_q", "attn_k", "attn_v"};
+        const float **bias[3] = {&ly->bq, &ly->bk, &ly->bv};
+        const uint32_t rows[3] = {e->qdim, e->kvdim, e->kvdim};
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "blk.%u.%s.bias", l, proj[k]);
+            if (!has_tensor(e->model, name)) continue;
+            if ((st = want_vector(e, name, rows[k], fill, bias[k], used))) return st;
+        }
     }
     return want_vector(e, "output_norm.weight", e->dim, fill, &e->out_norm, used);
 }
@@ -272,19 +230,6 @@ static llmem_status bind_weights(llmem_engine *e)
 
 /* ---- the activation workspace --------------------------------------------------------- */
 
-typedef struct step_bufs {
-    uint32_t *tok_item, *tok_pos;  /* per token row */
-    float *x;                      /* the residual stream, T x dim */
-    float *xb, *q, *k, *v;         /* attention: normed input, projections */
-    float *att_out, *xo;           /* attention output (T x qdim), its projection (T x dim) */
-    float *xf, *hb, *hb2, *xd;     /* FFN: normed input, gate (then SwiGLU in place), up, down */
-    float *scores;                 /* threads x max_seq_len */
-    void **ktab, **vtab;           /* items x blocks_max */
-    size_t *tab_len;               /* items: tokens per block */
-    float *xlast, *logits;         /* items x dim, items x vocab */
-    void *xq;                      /* block-type weights: one matmul's quantised activation rows */
-} step_bufs;
-
 #define WS_ALIGN 64
 
 /* The step as a graph for the planner: each temporary with its size and
@@ -296,7 +241,7 @@ typedef struct step_bufs {
  *   norm, 8 gate/up, 9 SwiGLU (in place over gate), 10 down, 11 residual,
  *   12 final norm, 13 classifier, 14 the logits handed out. */
 enum {
-    G_TOK_ITEM, G_TOK_POS, G_X, G_XB, G_Q, G_K, G_V, G_KTAB, G_VTAB, G_TABLEN, G_SCORES, G_ATT_OUT, G_XO,
+    G_TOK_ITEM, G_TOK_POS, G_X, G_XB, G_Q, G_K, G_V, G_KTAB, G_VTAB, G_TABLEN, G_TABFIRST, G_SCORES, G_ATT_OUT, G_XO,
     G_XF, G_HB, G_HB2, G_XD, G_XLAST, G_LOGITS, G_XQ, G_COUNT
 };
 
@@ -327,6 +272,7 @@ static void graph(const graph_dims *d, size_t T, size_t S, llmem_plan_tensor *t)
     G(G_KTAB, "k_table", bytes3(S, d->blocks_max, sizeof(void *)), 3, 4);
     G(G_VTAB, "v_table", bytes3(S, d->blocks_max, sizeof(void *)), 3, 4);
     G(G_TABLEN, "table_len", bytes3(S, 1, sizeof(size_t)), 3, 4);
+    G(G_TABFIRST, "table_first", bytes3(S, 1, sizeof(size_t)), 3, 4);
     G(G_SCORES, "scores", bytes3(d->threads, d->max_seq_len, sizeof(float)), 4, 4);
     G(G_ATT_OUT, "attn_out", bytes3(T, d->qdim, sizeof(float)), 4, 5);
     G(G_XO, "attn_proj", bytes3(T, d->dim, sizeof(float)), 5, 6);
@@ -372,6 +318,7 @@ static void carve(char *base, const llmem_plan_tensor *t, step_bufs *b)
     AT(ktab, G_KTAB);
     AT(vtab, G_VTAB);
     AT(tab_len, G_TABLEN);
+    AT(tab_first, G_TABFIRST);
     AT(scores, G_SCORES);
     AT(att_out, G_ATT_OUT);
     AT(xo, G_XO);
@@ -456,6 +403,16 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
     e->vocab = s->vocab;
     e->rope_dim = c->rope_dim ? c->rope_dim : s->head_dim;
     e->theta = (float)s->rope_theta;
+    e->rope_style = c->rope_style;
+    e->window = o.attn_window == LLMEM_ENGINE_FULL_ATTENTION ? 0 : o.attn_window ? o.attn_window : c->sliding_window;
+    if (e->window >= o.max_seq_len) e->window = 0; /* no sequence gets past it: full attention */
+    if (e->window && !e->use_malloc && o.kv_strategy == LLMEM_KV_PAGED) {
+        /* The KV keeps the window plus chunk positions, so a pass of up to
+         * chunk + 1 tokens past the window still finds every position its
+         * tokens attend to (window_chunk). */
+        e->chunk = 4 * o.kv_block_tokens;
+        e->kv_window = e->window + e->chunk;
+    }
     e->eps = c->norm_eps > 0 ? c->norm_eps : 1e-5f;
     e->kv_elem = o.kv_dtype == LLMEM_KV_F16 ? 2 : 4;
     e->tok_bytes = (size_t)e->kvdim * e->kv_elem;
@@ -483,7 +440,8 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
     notify(e, LLMEM_STAGE_LOAD, 0, 0);
     if ((st = llmem__threads_create(o.threads, &e->th))) goto fail;
     if (!(e->layers = keep_alloc(e, (size_t)e->L * sizeof *e->layers)) ||
-        !(e->seqs = keep_alloc(e, (size_t)o.max_seqs * sizeof *e->seqs))) {
+        !(e->seqs = keep_alloc(e, (size_t)o.max_seqs * sizeof *e->seqs)) ||
+        (e->kv_window && !(e->sub_items = keep_alloc(e, (size_t)o.max_seqs * sizeof *e->sub_items)))) {
         st = llmem__fail(LLMEM_ENOMEM, "engine: no memory for its tables");
         goto fail;
     }
@@ -577,6 +535,7 @@ void llmem_engine_destroy(llmem_engine *e)
     if (e->ws_base) llmem_resource_unmap(e->res, e->ws_base, e->ws_map, e->ws_commit_end);
     keep_free(e, e->converted, e->converted_bytes);
     keep_free(e, e->seqs, (size_t)e->o.max_seqs * sizeof *e->seqs);
+    keep_free(e, e->sub_items, (size_t)e->o.max_seqs * sizeof *e->sub_items);
     keep_free(e, e->layers, (size_t)e->L * sizeof *e->layers);
     llmem__threads_destroy(e->th);
     if (e->own_pool) llmem_pool_destroy(e->pool);
@@ -613,7 +572,7 @@ llmem_status llmem_engine_seq_create(llmem_engine *e, llmem_engine_seq *out)
     if (st) return st;
     eng_seq *q = &e->seqs[idx];
     if (e->kv) {
-        if ((st = llmem_kv_seq_create(e->kv, 0, &q->kvs))) return st;
+        if ((st = llmem_kv_seq_create(e->kv, e->kv_window, &q->kvs))) return st;
     } else {
         size_t bytes = (size_t)e->L * e->o.max_seq_len * e->tok_bytes;
         q->kbuf = keep_alloc(e, bytes);
@@ -626,6 +585,7 @@ llmem_status llmem_engine_seq_create(llmem_engine *e, llmem_engine_seq *out)
         }
     }
     q->live = true;
+    q->broken = false;
     q->len = 0;
     e->live_seqs++;
     *out = (q->gen << SEQ_INDEX_BITS) | (idx + 1);
@@ -677,6 +637,7 @@ llmem_status llmem_engine_seq_fork(llmem_engine *e, llmem_engine_seq parent, llm
     eng_seq *q = &e->seqs[idx];
     if ((st = llmem_kv_seq_fork(e->kv, p->kvs, &q->kvs))) return st;
     q->live = true;
+    q->broken = p->broken;
     q->len = p->len;
     e->live_seqs++;
     *child = (q->gen << SEQ_INDEX_BITS) | (idx + 1);
@@ -730,90 +691,6 @@ llmem_status llmem_engine_seq_reserve(llmem_engine *e, llmem_engine_seq s, size_
 }
 
 /* ---- the step --------------------------------------------------------------------------- */
-
-typedef struct attn_ctx {
-    llmem_engine *e;
-    step_bufs *b;
-    size_t T;
-    uint32_t layer;
-} attn_ctx;
-
-static inline const void *cache_row(const step_bufs *b, const llmem_engine *e, void **tab, uint32_t item, size_t pos)
-{
-    size_t len = b->tab_len[item];
-    return (const char *)tab[(size_t)item * e->blocks_max + pos / len] + (pos % len) * e->tok_bytes;
-}
-
-static void attention_part(void *ctx, unsigned index, unsigned count)
-{
-    attn_ctx *a = ctx;
-    llmem_engine *e = a->e;
-    step_bufs *b = a->b;
-    size_t lo, hi, hd = e->hd, group = e->heads / e->kvh;
-    llmem__threads_split(a->T * e->heads, 1, index, count, &lo, &hi);
-    float *att = b->scores + (size_t)index * e->o.max_seq_len;
-    float scale = 1.0f / sqrtf((float)hd);
-    bool f16 = e->kv_elem == 2;
-    for (size_t task = lo; task < hi; task++) {
-        size_t t = task / e->heads, h = task % e->heads, kvoff = (h / group) * hd;
-        uint32_t item = b->tok_item[t];
-        size_t pos = b->tok_pos[t];
-        const float *qv = b->q + t * e->qdim + h * hd;
-        for (size_t p = 0; p <= pos; p++) {
-            const void *kr = cache_row(b, e, b->ktab, item, p);
-            float sc;
-            if (f16) {
-                const uint16_t *k16 = (const uint16_t *)kr + kvoff;
-                sc = 0;
-                for (size_t i = 0; i < hd; i++) sc += qv[i] * llmem__f16_to_f32(k16[i]);
-            } else {
-                sc = llmem__dot(qv, (const float *)kr + kvoff, hd);
-            }
-            att[p] = sc * scale;
-        }
-        llmem__softmax(att, pos + 1);
-        float *o = b->att_out + t * e->qdim + h * hd;
-        memset(o, 0, hd * sizeof *o);
-        for (size_t p = 0; p <= pos; p++) {
-            const void *vr = cache_row(b, e, b->vtab, item, p);
-            if (f16) {
-                const uint16_t *v16 = (const uint16_t *)vr + kvoff;
-                for (size_t i = 0; i < hd; i++) o[i] += att[p] * llmem__f16_to_f32(v16[i]);
-            } else {
-                llmem__axpy(o, att[p], (const float *)vr + kvoff, hd);
-            }
-        }
-    }
-}
-
-static void store_row(const llmem_engine *e, void *dst, const float *src)
-{
-    if (e->kv_elem == 4) {
-        memcpy(dst, src, e->tok_bytes);
-    } else {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < e->kvdim; i++) d[i] = llmem__f32_to_f16(src[i]);
-    }
-}
-
-/* Fill item i's block table for a layer. */
-static llmem_status fill_table(llmem_engine *e, step_bufs *b, eng_seq *q, uint32_t item, uint32_t layer)
-{
-    void **kt = b->ktab + (size_t)item * e->blocks_max, **vt = b->vtab + (size_t)item * e->blocks_max;
-    if (!e->kv) {
-        size_t layer_bytes = (size_t)e->o.max_seq_len * e->tok_bytes;
-        kt[0] = q->kbuf + layer * layer_bytes;
-        vt[0] = q->vbuf + layer * layer_bytes;
-        b->tab_len[item] = e->o.max_seq_len;
-        return LLMEM_OK;
-    }
-    size_t n;
-    llmem_status st = llmem_kv_seq_table(e->kv, q->kvs, layer, kt, vt, e->blocks_max, &n);
-    if (st) return st;
-    if (n > e->blocks_max) return llmem__fail(LLMEM_ECORRUPT, "engine: block table of %zu blocks", n);
-    b->tab_len[item] = e->o.kv_block_tokens;
-    return LLMEM_OK;
-}
 
 static void *step_take(llmem_engine *e, size_t bytes)
 {
@@ -876,7 +753,7 @@ static llmem_status step_buffers(llmem_engine *e, size_t T, size_t S, bool decod
     GET(tok_item, T) GET(tok_pos, T) GET(x, T * e->dim) GET(xb, T * e->dim) GET(xo, T * e->dim)
     GET(xf, T * e->dim) GET(xd, T * e->dim) GET(q, T * e->qdim) GET(k, T * e->kvdim) GET(v, T * e->kvdim)
     GET(att_out, T * e->qdim) GET(hb, T * e->ffn) GET(hb2, T * e->ffn) GET(scores, (size_t)nth * e->o.max_seq_len)
-    GET(ktab, S) GET(vtab, S) GET(tab_len, S) GET(xlast, S * e->dim) GET(logits, S * e->vocab)
+    GET(ktab, S) GET(vtab, S) GET(tab_len, S) GET(tab_first, S) GET(xlast, S * e->dim) GET(logits, S * e->vocab)
 #undef GET
     if (e->xq_row) {
         /* 64-byte aligned, as the arena's buffers are. */
@@ -906,34 +783,64 @@ static llmem_status append_item(llmem_engine *e, eng_seq *q, const llmem_engine_
     return st;
 }
 
-llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *items, size_t count)
+/* The layers over the step's T token rows (embedded in b->x), then the
+ * classifier for each item's last row. Only a damaged KV manager fails. */
+static llmem_status forward(llmem_engine *e, step_bufs *b, const llmem_engine_batch_item *items, size_t count,
+                            size_t T)
 {
-    if (!e || !items || !count) return llmem__fail(LLMEM_EINVAL, "engine step: null engine, items or empty batch");
-    if (count > e->o.max_seqs)
-        return llmem__fail(LLMEM_ECAPACITY, "engine step: %zu items, at most %u", count, e->o.max_seqs);
-    size_t T = 0;
-    bool prefill = false;
-    for (size_t i = 0; i < count; i++) {
-        const llmem_engine_batch_item *it = &items[i];
-        eng_seq *q = seq_get(e, it->seq);
-        if (!q) return llmem__fail(LLMEM_EINVAL, "engine step: item %zu: sequence %u is not live", i, it->seq);
-        if (!it->tokens || !it->n) return llmem__fail(LLMEM_EINVAL, "engine step: item %zu has no tokens", i);
-        for (size_t j = 0; j < i; j++)
-            if (items[j].seq == it->seq)
-                return llmem__fail(LLMEM_EINVAL, "engine step: sequence %u appears twice", it->seq);
-        for (uint32_t j = 0; j < it->n; j++)
-            if (it->tokens[j] < 0 || (uint32_t)it->tokens[j] >= e->vocab)
-                return llmem__fail(LLMEM_EINVAL, "engine step: item %zu token %u is %d, outside the vocabulary (%u)",
-                                   i, j, it->tokens[j], e->vocab);
-        if (q->len + it->n > e->o.max_seq_len)
-            return llmem__fail(LLMEM_ERANGE, "engine step: sequence %u would hold %zu tokens, max_seq_len is %u",
-                               it->seq, q->len + it->n, e->o.max_seq_len);
-        T += it->n;
-        if (it->n > 1 || q->len == 0) prefill = true; /* a prompt, even of one token */
-    }
-    if (T > e->o.max_step_tokens)
-        return llmem__fail(LLMEM_ECAPACITY, "engine step: %zu tokens, at most %u per step", T, e->o.max_step_tokens);
+    llmem__threads *th = e->th;
+    llmem_status st;
+    for (uint32_t l = 0; l < e->L; l++) {
+        const eng_layer *ly = &e->layers[l];
+        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b->xb + r * e->dim, b->x + r * e->dim, ly->attn_norm, e->dim, e->eps);
+        llmem__matmul(th, b->q, b->xb, ly->wq, ly->tq, e->dim, e->qdim, T, b->xq);
+        llmem__matmul(th, b->k, b->xb, ly->wk, ly->tk, e->dim, e->kvdim, T, b->xq);
+        llmem__matmul(th, b->v, b->xb, ly->wv, ly->tv, e->dim, e->kvdim, T, b->xq);
+        llmem__engine_qkv_finish(e, ly, b, T);
+        for (size_t i = 0; i < count; i++)
+            if ((st = llmem__engine_fill_table(e, b, seq_get(e, items[i].seq), (uint32_t)i, l))) return st;
+        llmem__engine_attend(e, b, T);
+        llmem__matmul(th, b->xo, b->att_out, ly->wo, ly->to, e->qdim, e->dim, T, b->xq);
+        for (size_t r = 0; r < T; r++) llmem__axpy(b->x + r * e->dim, 1.0f, b->xo + r * e->dim, e->dim);
 
+        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b->xf + r * e->dim, b->x + r * e->dim, ly->ffn_norm, e->dim, e->eps);
+        llmem__matmul(th, b->hb, b->xf, ly->w1, ly->t1, e->dim, e->ffn, T, b->xq);
+        llmem__matmul(th, b->hb2, b->xf, ly->w3, ly->t3, e->dim, e->ffn, T, b->xq);
+        llmem__swiglu(b->hb, b->hb2, T * e->ffn);
+        llmem__matmul(th, b->xd, b->hb, ly->w2, ly->t2, e->ffn, e->dim, T, b->xq);
+        for (size_t r = 0; r < T; r++) llmem__axpy(b->x + r * e->dim, 1.0f, b->xd + r * e->dim, e->dim);
+    }
+    /* The classifier only for each item's last token. */
+    size_t t = 0;
+    for (size_t i = 0; i < count; i++) {
+        t += items[i].n;
+        llmem__rmsnorm(b->xlast + i * e->dim, b->x + (t - 1) * e->dim, e->out_norm, e->dim, e->eps);
+    }
+    llmem__matmul(th, b->logits, b->xlast, e->wcls, e->wcls_type, e->dim, e->vocab, count, b->xq);
+    return LLMEM_OK;
+}
+
+/* Undo the appends of a pass that failed. Refused only where a window's
+ * append already dropped positions the rollback would need: the KV then
+ * no longer matches the sequence, which is left broken (only freed). */
+static llmem_status rollback_items(llmem_engine *e, const llmem_engine_batch_item *items, size_t count,
+                                   llmem_status st)
+{
+    char why[256]; /* the failure's message, which a refused rollback would overwrite */
+    snprintf(why, sizeof why, "%s", llmem_last_error());
+    bool refused = false;
+    for (size_t i = 0; e->kv && i < count; i++) {
+        eng_seq *r = seq_get(e, items[i].seq);
+        if (llmem_kv_seq_rollback(e->kv, r->kvs, r->len) != LLMEM_OK) r->broken = refused = true;
+    }
+    return refused ? llmem__fail(st, "%s", why) : st;
+}
+
+/* One pass over checked items of T tokens in all: KV slots, workspace,
+ * forward, the sequences' lengths and the stats. All or nothing. */
+static llmem_status step_run(llmem_engine *e, const llmem_engine_batch_item *items, size_t count, size_t T,
+                             bool prefill)
+{
     uint64_t t0 = llmem__now_ns();
     notify(e, prefill ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE, (uint32_t)count, T);
 
@@ -942,24 +849,12 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
         for (size_t i = 0; i < count; i++) {
             eng_seq *q = seq_get(e, items[i].seq);
             llmem_status st = append_item(e, q, &items[i]);
-            if (st) {
-                for (size_t j = 0; j < i; j++) {
-                    eng_seq *r = seq_get(e, items[j].seq);
-                    llmem_kv_seq_rollback(e->kv, r->kvs, r->len);
-                }
-                return st;
-            }
+            if (st) return rollback_items(e, items, i, st);
         }
     }
     step_bufs b;
     llmem_status st = step_buffers(e, T, count, !prefill, &b);
-    if (st) {
-        for (size_t i = 0; e->kv && i < count; i++) {
-            eng_seq *r = seq_get(e, items[i].seq);
-            llmem_kv_seq_rollback(e->kv, r->kvs, r->len);
-        }
-        return st;
-    }
+    if (st) return rollback_items(e, items, count, st);
 
     /* Token rows: item, position, embedding. */
     size_t t = 0;
@@ -971,44 +866,12 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
             llmem__dequant_row(e->embd_type, e->embd, (size_t)items[i].tokens[j], e->dim, b.x + t * e->dim);
         }
     }
-
-    llmem__threads *th = e->th;
-    for (uint32_t l = 0; l < e->L; l++) {
-        const eng_layer *ly = &e->layers[l];
-        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b.xb + r * e->dim, b.x + r * e->dim, ly->attn_norm, e->dim, e->eps);
-        llmem__matmul(th, b.q, b.xb, ly->wq, ly->tq, e->dim, e->qdim, T, b.xq);
-        llmem__matmul(th, b.k, b.xb, ly->wk, ly->tk, e->dim, e->kvdim, T, b.xq);
-        llmem__matmul(th, b.v, b.xb, ly->wv, ly->tv, e->dim, e->kvdim, T, b.xq);
-        for (size_t r = 0; r < T; r++) {
-            llmem__rope(b.q + r * e->qdim, e->heads, e->hd, e->rope_dim, b.tok_pos[r], e->theta);
-            llmem__rope(b.k + r * e->kvdim, e->kvh, e->hd, e->rope_dim, b.tok_pos[r], e->theta);
-        }
-        for (size_t i = 0; i < count; i++)
-            if ((st = fill_table(e, &b, seq_get(e, items[i].seq), (uint32_t)i, l))) goto broken;
-        for (size_t r = 0; r < T; r++) {
-            store_row(e, (void *)(uintptr_t)cache_row(&b, e, b.ktab, b.tok_item[r], b.tok_pos[r]), b.k + r * e->kvdim);
-            store_row(e, (void *)(uintptr_t)cache_row(&b, e, b.vtab, b.tok_item[r], b.tok_pos[r]), b.v + r * e->kvdim);
-        }
-        attn_ctx ac = {e, &b, T, l};
-        llmem__threads_run(th, attention_part, &ac);
-        llmem__matmul(th, b.xo, b.att_out, ly->wo, ly->to, e->qdim, e->dim, T, b.xq);
-        for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xo + r * e->dim, e->dim);
-
-        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b.xf + r * e->dim, b.x + r * e->dim, ly->ffn_norm, e->dim, e->eps);
-        llmem__matmul(th, b.hb, b.xf, ly->w1, ly->t1, e->dim, e->ffn, T, b.xq);
-        llmem__matmul(th, b.hb2, b.xf, ly->w3, ly->t3, e->dim, e->ffn, T, b.xq);
-        llmem__swiglu(b.hb, b.hb2, T * e->ffn);
-        llmem__matmul(th, b.xd, b.hb, ly->w2, ly->t2, e->ffn, e->dim, T, b.xq);
-        for (size_t r = 0; r < T; r++) llmem__axpy(b.x + r * e->dim, 1.0f, b.xd + r * e->dim, e->dim);
+    if ((st = forward(e, &b, items, count, T))) {
+        /* Only a damaged KV manager gets here; the appended slots go back. */
+        e->logits = NULL;
+        e->logits_count = 0;
+        return rollback_items(e, items, count, st);
     }
-
-    /* The classifier only for each item's last token. */
-    t = 0;
-    for (size_t i = 0; i < count; i++) {
-        t += items[i].n;
-        llmem__rmsnorm(b.xlast + i * e->dim, b.x + (t - 1) * e->dim, e->out_norm, e->dim, e->eps);
-    }
-    llmem__matmul(th, b.logits, b.xlast, e->wcls, e->wcls_type, e->dim, e->vocab, count, b.xq);
     e->logits = b.logits;
     e->logits_count = count;
 
@@ -1036,15 +899,87 @@ llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *i
             e->o.on_step_done(e->o.stage_ctx, (uint32_t)count, per_seq, held, as.used_bytes);
     }
     return LLMEM_OK;
-broken:
-    /* Only a damaged KV manager gets here; the appended slots go back. */
-    for (size_t i = 0; e->kv && i < count; i++) {
-        eng_seq *r = seq_get(e, items[i].seq);
-        llmem_kv_seq_rollback(e->kv, r->kvs, r->len);
+}
+
+/* The most tokens one pass may append to a windowed sequence holding len:
+ * the KV keeps (at least) its last window + chunk positions, and the
+ * first new token (position len) attends back to len - window + 1. */
+static size_t window_chunk(const llmem_engine *e, size_t len)
+{
+    return len + 1 <= e->window ? (size_t)e->window + e->chunk - len : (size_t)e->chunk + 1;
+}
+
+/* A step whose windowed items may be longer than one pass takes: first
+ * passes of those items alone, window_chunk tokens each, until every item's
+ * rest fits; then one pass of all the rests (its logits are the step's).
+ * A failure undoes the earlier passes where the KV still holds their start,
+ * else leaves the sequence broken (it can only be freed). */
+static llmem_status step_windowed(llmem_engine *e, const llmem_engine_batch_item *items, size_t count)
+{
+    llmem_engine_batch_item *sub = e->sub_items;
+    size_t T = 0;
+    llmem_status st = LLMEM_OK;
+    for (size_t i = 0; i < count; i++) seq_get(e, items[i].seq)->step_start = seq_get(e, items[i].seq)->len;
+    for (size_t i = 0; i < count && !st; i++) {
+        eng_seq *q = seq_get(e, items[i].seq);
+        sub[i] = items[i];
+        while (!st && sub[i].n > window_chunk(e, q->len)) {
+            llmem_engine_batch_item pass = sub[i];
+            pass.n = (uint32_t)window_chunk(e, q->len);
+            if (!(st = step_run(e, &pass, 1, pass.n, true))) {
+                sub[i].tokens += pass.n;
+                sub[i].n -= pass.n;
+            }
+        }
+        T += sub[i].n;
+    }
+    if (!st) st = step_run(e, sub, count, T, true);
+    if (!st) return LLMEM_OK;
+    char why[256]; /* the failure's message, which a refused rollback would overwrite */
+    snprintf(why, sizeof why, "%s", llmem_last_error());
+    for (size_t i = 0; i < count; i++) {
+        eng_seq *q = seq_get(e, items[i].seq);
+        if (q->len == q->step_start) continue;
+        if (llmem_kv_seq_rollback(e->kv, q->kvs, q->step_start) == LLMEM_OK) q->len = q->step_start;
+        else q->broken = true;
     }
     e->logits = NULL;
     e->logits_count = 0;
-    return st;
+    return llmem__fail(st, "%s", why);
+}
+
+llmem_status llmem_engine_step(llmem_engine *e, const llmem_engine_batch_item *items, size_t count)
+{
+    if (!e || !items || !count) return llmem__fail(LLMEM_EINVAL, "engine step: null engine, items or empty batch");
+    if (count > e->o.max_seqs)
+        return llmem__fail(LLMEM_ECAPACITY, "engine step: %zu items, at most %u", count, e->o.max_seqs);
+    size_t T = 0;
+    bool prefill = false, long_item = false;
+    for (size_t i = 0; i < count; i++) {
+        const llmem_engine_batch_item *it = &items[i];
+        eng_seq *q = seq_get(e, it->seq);
+        if (!q) return llmem__fail(LLMEM_EINVAL, "engine step: item %zu: sequence %u is not live", i, it->seq);
+        if (q->broken)
+            return llmem__fail(LLMEM_ESTATE, "engine step: sequence %u lost its start in a failed step; free it",
+                               it->seq);
+        if (!it->tokens || !it->n) return llmem__fail(LLMEM_EINVAL, "engine step: item %zu has no tokens", i);
+        for (size_t j = 0; j < i; j++)
+            if (items[j].seq == it->seq)
+                return llmem__fail(LLMEM_EINVAL, "engine step: sequence %u appears twice", it->seq);
+        for (uint32_t j = 0; j < it->n; j++)
+            if (it->tokens[j] < 0 || (uint32_t)it->tokens[j] >= e->vocab)
+                return llmem__fail(LLMEM_EINVAL, "engine step: item %zu token %u is %d, outside the vocabulary (%u)",
+                                   i, j, it->tokens[j], e->vocab);
+        if (q->len + it->n > e->o.max_seq_len)
+            return llmem__fail(LLMEM_ERANGE, "engine step: sequence %u would hold %zu tokens, max_seq_len is %u",
+                               it->seq, q->len + it->n, e->o.max_seq_len);
+        T += it->n;
+        if (it->n > 1 || q->len == 0) prefill = true; /* a prompt, even of one token */
+        if (e->kv_window && it->n > window_chunk(e, q->len)) long_item = true;
+    }
+    if (T > e->o.max_step_tokens)
+        return llmem__fail(LLMEM_ECAPACITY, "engine step: %zu tokens, at most %u per step", T, e->o.max_step_tokens);
+    return long_item ? step_windowed(e, items, count) : step_run(e, items, count, T, prefill);
 }
 
 float *llmem_engine_logits(llmem_engine *e, size_t i)
@@ -1072,6 +1007,8 @@ llmem_status llmem_engine_get_info(const llmem_engine *e, llmem_engine_info *out
     out->kv_dtype = e->o.kv_dtype;
     out->kv_elem_bytes = e->kv_elem;
     out->use_malloc = e->use_malloc;
+    out->attn_window = e->window;
+    out->kv_window = e->kv_window;
     return LLMEM_OK;
 }
 
@@ -1121,8 +1058,15 @@ llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *o
         if (llmem_pool_get_stats(e->pool, &ps) == LLMEM_OK) s.pool_reserved_bytes = ps.reserved_bytes;
     }
     uint64_t tokens = 0;
-    for (uint32_t i = 0; i < e->o.max_seqs; i++)
-        if (e->seqs[i].live) tokens += e->seqs[i].len;
+    for (uint32_t i = 0; i < e->o.max_seqs; i++) {
+        if (!e->seqs[i].live) continue;
+        llmem_kv_seq_info info;
+        /* A window's sequence holds its positions from info.first on. */
+        if (e->kv_window && llmem_kv_seq_get_info(e->kv, e->seqs[i].kvs, &info) == LLMEM_OK)
+            tokens += info.length - info.first;
+        else
+            tokens += e->seqs[i].len;
+    }
     s.kv_used_bytes = tokens * 2 * e->L * e->tok_bytes;
     s.malloc_bytes = e->malloc_bytes;
     llmem__stats_out(out, &s, sizeof s);

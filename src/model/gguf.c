@@ -31,9 +31,11 @@
  * overall: engines read a row as blocks), offset aligned, data inside the
  * file, no two tensors overlapping, names unique and without NUL bytes.
  *
- * Then the llama check: general.architecture "llama" (another one is
- * LLMEM_ENOTSUP), the llama.* keys, and every tensor of model.h's table with
- * exactly the dims the config implies and a type the engine reads.
+ * Then the config check: general.architecture "llama" or "qwen2" (another
+ * is LLMEM_ENOTSUP), that arch's keys (ARCH.context_length, ...; ARCH.
+ * attention.sliding_window when present), and every tensor of model.h's
+ * table with exactly the dims the config implies and a type the engine
+ * reads: qwen2's Q/K/V biases required, llama's optional (as llama.cpp).
  *
  * Metadata getters: integer getters convert any integer type whose value
  * fits; llmem_model_meta_f32 takes f32, and f64 whose magnitude fits a float
@@ -333,14 +335,35 @@ static llmem_status check_overlaps(const llmem_model *m)
     return st;
 }
 
-/* ---- the llama config ---------------------------------------------------- */
+/* ---- the llama-family config --------------------------------------------- */
+
+/* What general.architecture may name. Each arch's keys start with its
+ * name ("qwen2.context_length"), as llama.cpp's LLM_KV table spells them. */
+typedef struct arch_info {
+    const char *name;
+    llmem_arch arch;
+    llmem_rope_style rope;  /* llama.cpp's llama_model_rope_type for the arch */
+    bool bias_required;     /* Q/K/V biases part of the architecture (qwen2: HF's attention bias) */
+} arch_info;
+
+static const arch_info archs[] = {
+    {"llama", LLMEM_ARCH_LLAMA, LLMEM_ROPE_NORM, false},
+    {"qwen2", LLMEM_ARCH_QWEN2, LLMEM_ROPE_NEOX, true},
+};
+
+/* "ARCH.suffix" into key (cap bytes). */
+static const char *arch_key(char *key, size_t cap, const arch_info *a, const char *suffix)
+{
+    snprintf(key, cap, "%s.%s", a->name, suffix);
+    return key;
+}
 
 static llmem_status need_u32(const llmem_model *m, const char *key, bool required, uint32_t def, uint32_t lo,
                              uint32_t *out)
 {
     /* Look first: an optional key's absence leaves no error message. */
     if (!llmem__meta_find(m, key)) {
-        if (required) return llmem__fail(LLMEM_EFORMAT, "gguf: llama model without the key '%s'", key);
+        if (required) return llmem__fail(LLMEM_EFORMAT, "gguf: model without the key '%s'", key);
         *out = def;
         return LLMEM_OK;
     }
@@ -385,7 +408,7 @@ static bool engine_type(uint32_t type, bool matrix)
 static llmem_status want(const llmem_model *m, const char *name, uint64_t d0, uint64_t d1, uint32_t *counts)
 {
     const llmem_tensor *t = llmem__tensor_find(m, name);
-    if (!t) return llmem__fail(LLMEM_EFORMAT, "gguf: llama tensor '%s' is missing", name);
+    if (!t) return llmem__fail(LLMEM_EFORMAT, "gguf: tensor '%s' is missing", name);
     bool matrix = d1 != 0;
     uint32_t nd = matrix ? 2 : 1;
     if (t->n_dims != nd || t->dims[0] != d0 || (matrix && t->dims[1] != d1)) {
@@ -400,8 +423,8 @@ static llmem_status want(const llmem_model *m, const char *name, uint64_t d0, ui
                            (ull)d0);
     }
     if (!engine_type(t->type, matrix))
-        return llmem__fail(LLMEM_ENOTSUP, "gguf: tensor '%s' is %s; llama %s must be %s", name,
-                           llmem_dtype_name(t->type), matrix ? "matrices" : "norm vectors",
+        return llmem__fail(LLMEM_ENOTSUP, "gguf: tensor '%s' is %s; %s must be %s", name,
+                           llmem_dtype_name(t->type), matrix ? "matrices" : "norm vectors and biases",
                            matrix ? "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 or q2_k..q6_k" : "f32 or f16");
     if (matrix)
         for (size_t i = 0; i < N_MATRIX_TYPES; i++)
@@ -409,7 +432,8 @@ static llmem_status want(const llmem_model *m, const char *name, uint64_t d0, ui
     return LLMEM_OK;
 }
 
-static llmem_status llama_config(llmem_model *m, uint32_t version)
+/* The arch general.architecture names, or LLMEM_ENOTSUP listing those known. */
+static llmem_status find_arch(const llmem_model *m, const arch_info **out)
 {
     const char *arch;
     size_t alen;
@@ -417,49 +441,49 @@ static llmem_status llama_config(llmem_model *m, uint32_t version)
         return llmem__fail(LLMEM_EFORMAT, "gguf: no 'general.architecture' key");
     llmem_status st = llmem_model_meta_str(m, "general.architecture", &arch, &alen);
     if (st) return st;
-    if (alen != 5 || memcmp(arch, "llama", 5) != 0) {
-        char a[64];
-        llmem__show(a, sizeof a, arch, alen);
-        return llmem__fail(LLMEM_ENOTSUP, "gguf: architecture '%s' not supported (only llama)", a);
-    }
-    llmem_model_config *c = &m->config;
-    llmem_shape *s = &c->shape;
-    c->format = LLMEM_MODEL_GGUF;
-    c->version = version;
-    uint32_t hidden, layers, ffn, heads, kv_heads, ctx, rope_dim, vocab;
-    if ((st = need_u32(m, "llama.context_length", true, 0, 1, &ctx))) return st;
-    if ((st = need_u32(m, "llama.embedding_length", true, 0, 1, &hidden))) return st;
-    if ((st = need_u32(m, "llama.block_count", true, 0, 1, &layers))) return st;
-    if ((st = need_u32(m, "llama.feed_forward_length", true, 0, 1, &ffn))) return st;
-    if ((st = need_u32(m, "llama.attention.head_count", true, 0, 1, &heads))) return st;
-    if ((st = need_u32(m, "llama.attention.head_count_kv", false, heads, 1, &kv_heads))) return st;
-    if (hidden % heads)
-        return llmem__fail(LLMEM_EFORMAT, "gguf: llama.attention.head_count %u does not divide "
-                           "llama.embedding_length %u", heads, hidden);
-    uint32_t head_dim = hidden / heads;
-    if (kv_heads > heads || heads % kv_heads)
-        return llmem__fail(LLMEM_EFORMAT, "gguf: llama.attention.head_count_kv %u does not divide head_count %u",
-                           kv_heads, heads);
-    if ((st = need_u32(m, "llama.rope.dimension_count", false, head_dim, 2, &rope_dim))) return st;
-    if (rope_dim > head_dim || rope_dim % 2)
-        return llmem__fail(LLMEM_EFORMAT, "gguf: llama.rope.dimension_count %u must be even and at most the head "
-                           "dimension %u", rope_dim, head_dim);
-    float theta, eps;
-    if ((st = need_f32(m, "llama.rope.freq_base", 10000.0f, &theta))) return st;
-    if ((st = need_f32(m, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &eps))) return st;
-    if (llmem__meta_find(m, "llama.vocab_size")) {
-        if ((st = llmem_model_meta_u32(m, "llama.vocab_size", &vocab))) return st;
-    } else {
-        const llmem_tensor *e = llmem__tensor_find(m, "token_embd.weight");
-        if (!e) return llmem__fail(LLMEM_EFORMAT, "gguf: llama tensor 'token_embd.weight' is missing");
-        if (e->n_dims != 2 || e->dims[1] > UINT32_MAX)
-            return llmem__fail(LLMEM_EFORMAT, "gguf: tensor 'token_embd.weight' must be 2-D (hidden, vocab)");
-        vocab = (uint32_t)e->dims[1];
-    }
-    if (vocab == 0) return llmem__fail(LLMEM_EFORMAT, "gguf: vocabulary size 0");
+    for (size_t i = 0; i < LLMEM_ARRAY_LEN(archs); i++)
+        if (alen == strlen(archs[i].name) && memcmp(arch, archs[i].name, alen) == 0) {
+            *out = &archs[i];
+            return LLMEM_OK;
+        }
+    char a[64];
+    llmem__show(a, sizeof a, arch, alen);
+    return llmem__fail(LLMEM_ENOTSUP, "gguf: architecture '%s' not supported (llama or qwen2)", a);
+}
 
+/* Layer l's Q/K/V biases: required ones must be there, any there must be
+ * 1-D of their projection's rows. *any set when one is present. The
+ * attention output's bias (llama.cpp reads one for llama) is refused: the
+ * engine does not add it, and ignoring it would be a wrong answer. */
+static llmem_status want_biases(const llmem_model *m, const arch_info *a, uint32_t l, uint64_t qd, uint64_t kvd,
+                                bool *any)
+{
+    static const char *const names[3] = {"attn_q", "attn_k", "attn_v"};
+    const uint64_t rows[3] = {qd, kvd, kvd};
+    char name[64];
     uint32_t counts[N_MATRIX_TYPES] = {0};
-    uint64_t qd = (uint64_t)heads * head_dim, kvd = (uint64_t)kv_heads * head_dim;
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "blk.%u.%s.bias", l, names[k]);
+        if (!a->bias_required && !llmem__tensor_find(m, name)) continue;
+        if (!llmem__tensor_find(m, name))
+            return llmem__fail(LLMEM_EFORMAT, "gguf: %s tensor '%s' is missing (the architecture has Q/K/V biases)",
+                               a->name, name);
+        llmem_status st = want(m, name, rows[k], 0, counts);
+        if (st) return st;
+        *any = true;
+    }
+    snprintf(name, sizeof name, "blk.%u.attn_output.bias", l);
+    if (llmem__tensor_find(m, name))
+        return llmem__fail(LLMEM_ENOTSUP, "gguf: tensor '%s': an attention output bias is not supported", name);
+    return LLMEM_OK;
+}
+
+/* Every tensor of model.h's table with the dims the config implies; the
+ * matrices' types counted in counts[]. */
+static llmem_status want_tensors(llmem_model *m, const arch_info *a, uint32_t layers, uint64_t hidden, uint64_t qd,
+                                 uint64_t kvd, uint64_t ffn, uint32_t vocab, uint32_t *counts)
+{
+    llmem_status st;
     if ((st = want(m, "token_embd.weight", hidden, vocab, counts))) return st;
     char name[64];
     for (uint32_t l = 0; l < layers; l++) {
@@ -476,10 +500,89 @@ static llmem_status llama_config(llmem_model *m, uint32_t version)
             uint64_t d1 = per_layer[k].d1 < 0 ? 0 : size_of[per_layer[k].d1];
             if ((st = want(m, name, size_of[per_layer[k].d0], d1, counts))) return st;
         }
+        if ((st = want_biases(m, a, l, qd, kvd, &m->config.qkv_bias))) return st;
     }
     if ((st = want(m, "output_norm.weight", hidden, 0, counts))) return st;
     bool tied = llmem__tensor_find(m, "output.weight") == NULL;
     if (!tied && (st = want(m, "output.weight", hidden, vocab, counts))) return st;
+    m->config.shape.tied_embeddings = tied;
+    return LLMEM_OK;
+}
+
+/* The vocabulary size: ARCH.vocab_size, else token_embd's rows. */
+static llmem_status vocab_size(const llmem_model *m, const arch_info *a, uint32_t *vocab)
+{
+    char key[96];
+    llmem_status st;
+    if (llmem__meta_find(m, arch_key(key, sizeof key, a, "vocab_size"))) {
+        if ((st = llmem_model_meta_u32(m, key, vocab))) return st;
+    } else {
+        const llmem_tensor *e = llmem__tensor_find(m, "token_embd.weight");
+        if (!e) return llmem__fail(LLMEM_EFORMAT, "gguf: tensor 'token_embd.weight' is missing");
+        if (e->n_dims != 2 || e->dims[1] > UINT32_MAX)
+            return llmem__fail(LLMEM_EFORMAT, "gguf: tensor 'token_embd.weight' must be 2-D (hidden, vocab)");
+        *vocab = (uint32_t)e->dims[1];
+    }
+    if (*vocab == 0) return llmem__fail(LLMEM_EFORMAT, "gguf: vocabulary size 0");
+    return LLMEM_OK;
+}
+
+static void model_name(const llmem_model *m, llmem_shape *s)
+{
+    const char *gname;
+    size_t glen;
+    if (llmem__meta_find(m, "general.name") && llmem_model_meta_str(m, "general.name", &gname, &glen) == LLMEM_OK &&
+        glen) {
+        size_t n = glen < sizeof s->name - 1 ? glen : sizeof s->name - 1;
+        memcpy(s->name, gname, n);
+        s->name[n] = '\0';
+        if (strlen(s->name) == 0) snprintf(s->name, sizeof s->name, "gguf"); /* a name starting with NUL */
+    } else {
+        snprintf(s->name, sizeof s->name, "gguf");
+    }
+}
+
+static llmem_status llama_config(llmem_model *m, uint32_t version)
+{
+    const arch_info *a = NULL;
+    llmem_status st = find_arch(m, &a);
+    if (st) return st;
+    llmem_model_config *c = &m->config;
+    llmem_shape *s = &c->shape;
+    c->format = LLMEM_MODEL_GGUF;
+    c->version = version;
+    c->arch = a->arch;
+    c->rope_style = a->rope;
+    char key[96];
+    uint32_t hidden, layers, ffn, heads, kv_heads, ctx, rope_dim, vocab, window;
+#define K(suffix) arch_key(key, sizeof key, a, suffix)
+    if ((st = need_u32(m, K("context_length"), true, 0, 1, &ctx))) return st;
+    if ((st = need_u32(m, K("embedding_length"), true, 0, 1, &hidden))) return st;
+    if ((st = need_u32(m, K("block_count"), true, 0, 1, &layers))) return st;
+    if ((st = need_u32(m, K("feed_forward_length"), true, 0, 1, &ffn))) return st;
+    if ((st = need_u32(m, K("attention.head_count"), true, 0, 1, &heads))) return st;
+    if ((st = need_u32(m, K("attention.head_count_kv"), false, heads, 1, &kv_heads))) return st;
+    if (hidden % heads)
+        return llmem__fail(LLMEM_EFORMAT, "gguf: %s.attention.head_count %u does not divide %s.embedding_length %u",
+                           a->name, heads, a->name, hidden);
+    uint32_t head_dim = hidden / heads;
+    if (kv_heads > heads || heads % kv_heads)
+        return llmem__fail(LLMEM_EFORMAT, "gguf: %s.attention.head_count_kv %u does not divide head_count %u",
+                           a->name, kv_heads, heads);
+    if ((st = need_u32(m, K("rope.dimension_count"), false, head_dim, 2, &rope_dim))) return st;
+    if (rope_dim > head_dim || rope_dim % 2)
+        return llmem__fail(LLMEM_EFORMAT, "gguf: %s must be even and at most the head dimension %u (is %u)", key,
+                           head_dim, rope_dim);
+    float theta, eps;
+    if ((st = need_f32(m, K("rope.freq_base"), 10000.0f, &theta))) return st;
+    if ((st = need_f32(m, K("attention.layer_norm_rms_epsilon"), 1e-5f, &eps))) return st;
+    if ((st = need_u32(m, K("attention.sliding_window"), false, 0, 0, &window))) return st;
+#undef K
+    if ((st = vocab_size(m, a, &vocab))) return st;
+
+    uint32_t counts[N_MATRIX_TYPES] = {0};
+    uint64_t qd = (uint64_t)heads * head_dim, kvd = (uint64_t)kv_heads * head_dim;
+    if ((st = want_tensors(m, a, layers, hidden, qd, kvd, ffn, vocab, counts))) return st;
 
     size_t best = 0;
     for (size_t i = 1; i < N_MATRIX_TYPES; i++)
@@ -494,20 +597,10 @@ static llmem_status llama_config(llmem_model *m, uint32_t version)
     s->vocab = vocab;
     s->max_ctx = ctx;
     s->rope_theta = theta;
-    s->tied_embeddings = tied;
     c->rope_dim = rope_dim;
     c->norm_eps = eps;
-    const char *gname;
-    size_t glen;
-    if (llmem__meta_find(m, "general.name") && llmem_model_meta_str(m, "general.name", &gname, &glen) == LLMEM_OK &&
-        glen) {
-        size_t n = glen < sizeof s->name - 1 ? glen : sizeof s->name - 1;
-        memcpy(s->name, gname, n);
-        s->name[n] = '\0';
-        if (strlen(s->name) == 0) snprintf(s->name, sizeof s->name, "gguf"); /* a name starting with NUL */
-    } else {
-        snprintf(s->name, sizeof s->name, "gguf");
-    }
+    c->sliding_window = window;
+    model_name(m, s);
     return LLMEM_OK;
 }
 

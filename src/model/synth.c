@@ -27,13 +27,15 @@ typedef struct synth_tensor {
     char name[64];
     uint32_t n_dims;
     uint64_t dims[2];
-    bool norm;
+    bool norm;                /* a norm's weights: all 1 */
+    bool bias;                /* a Q/K/V bias: f32 like a norm, seeded values in [-0.5, 0.5] */
 } synth_tensor;
 
 typedef struct synth {
     llmem_shape s;
     uint64_t seed;
     uint32_t type;            /* the matrices' requested type */
+    bool qwen2;               /* general.architecture "qwen2": Q/K/V biases */
     synth_tensor *t;
     size_t n;
     float *scratch;           /* one row of f32 values */
@@ -42,7 +44,7 @@ typedef struct synth {
 /* The type tensor t is written in. */
 static uint32_t tensor_type(const synth *sy, const synth_tensor *t)
 {
-    return t->norm ? LLMEM_DTYPE_F32 : llmem_quant_row_type(sy->type, t->dims[0]);
+    return t->norm || t->bias ? LLMEM_DTYPE_F32 : llmem_quant_row_type(sy->type, t->dims[0]);
 }
 
 static uint64_t mix(uint64_t x)
@@ -61,7 +63,7 @@ static void row_values(const synth *sy, size_t i, uint64_t r, float *out, uint64
         for (uint64_t j = 0; j < n; j++) out[j] = 1.0f;
         return;
     }
-    float scale = strcmp(t->name, "token_embd.weight") ? 1.0f / sqrtf((float)n) : 1.0f;
+    float scale = t->bias ? 0.5f : strcmp(t->name, "token_embd.weight") ? 1.0f / sqrtf((float)n) : 1.0f;
     uint64_t state = mix(sy->seed ^ mix(i * 0x100000001b3ull + r));
     for (uint64_t j = 0; j < n; j++) {
         state ^= state >> 12;
@@ -89,7 +91,7 @@ static llmem_status fill(void *ctx, size_t index, void *buf, size_t bytes)
     return LLMEM_OK;
 }
 
-static bool add(synth *sy, const char *name, uint32_t n_dims, uint64_t d0, uint64_t d1, bool norm)
+static synth_tensor *add(synth *sy, const char *name, uint32_t n_dims, uint64_t d0, uint64_t d1, bool norm)
 {
     synth_tensor *t = &sy->t[sy->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -97,7 +99,8 @@ static bool add(synth *sy, const char *name, uint32_t n_dims, uint64_t d0, uint6
     t->dims[0] = d0;
     t->dims[1] = d1;
     t->norm = norm;
-    return true;
+    t->bias = false;
+    return t;
 }
 
 static void plan(synth *sy)
@@ -112,6 +115,11 @@ static void plan(synth *sy)
         T("attn_q", 2, s->hidden, q, false);
         T("attn_k", 2, s->hidden, kv, false);
         T("attn_v", 2, s->hidden, kv, false);
+        if (sy->qwen2) {
+            snprintf(name, sizeof name, "blk.%u.attn_q.bias", l), add(sy, name, 1, q, 1, false)->bias = true;
+            snprintf(name, sizeof name, "blk.%u.attn_k.bias", l), add(sy, name, 1, kv, 1, false)->bias = true;
+            snprintf(name, sizeof name, "blk.%u.attn_v.bias", l), add(sy, name, 1, kv, 1, false)->bias = true;
+        }
         T("attn_output", 2, q, s->hidden, false);
         T("ffn_norm", 1, s->hidden, 1, true);
         T("ffn_gate", 2, s->hidden, s->ffn, false);
@@ -246,17 +254,27 @@ static char *concat3(const char *a, const char *sep, const char *b)
     return r;
 }
 
+/* Qwen2's chat template (ChatML), as its GGUF files carry it. */
+static const char chatml_template[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
 /* With bpe_pre: a made-up GPT-2 byte-level BPE vocabulary of exactly
  * `vocab` tokens (llmem/synth.h). Breadth first from the space and the
  * letters, each new token is an earlier one + a letter, so every merge's
- * halves are tokens ranked before it, as in a trained vocabulary. */
-static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const char *pre)
+ * halves are tokens ranked before it, as in a trained vocabulary. The
+ * control tokens come last: "<|endoftext|>" (BOS and EOS), and with chatml
+ * "<|im_start|>" and "<|im_end|>" (then EOS, as Qwen2 instruct files say)
+ * and the ChatML chat template. */
+static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const char *pre, bool chatml)
 {
     static const char letters[] = "etaoinshrdlcumwfgypbvkjxqz";
-    if (vocab < 257)
-        return llmem__fail(LLMEM_EINVAL, "synth: a gpt2 vocabulary needs at least 257 tokens (256 bytes and "
-                                         "<|endoftext|>), the shape has %u", vocab);
-    uint32_t nm = vocab - 257;
+    static const char *const control[3] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    uint32_t nc = chatml ? 3 : 1;
+    if (vocab < 256 + nc)
+        return llmem__fail(LLMEM_EINVAL, "synth: a gpt2 vocabulary needs at least %u tokens (256 bytes and "
+                                         "%u control tokens), the shape has %u", 256 + nc, nc, vocab);
+    uint32_t nm = vocab - 256 - nc, merged_end = vocab - nc;
     char **tok = calloc(vocab, sizeof *tok), **merges = calloc(nm ? nm : 1, sizeof *merges);
     int32_t *types = calloc(vocab, sizeof *types);
     uint32_t *queue = calloc(vocab, sizeof *queue);
@@ -270,9 +288,9 @@ static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const ch
     uint32_t n = 256, qh = 0, qt = 0;
     queue[qt++] = ' ';
     for (const char *l = letters; *l; l++) queue[qt++] = (uint32_t)(unsigned char)*l;
-    while (!st && n < vocab - 1 && qh < qt) {
+    while (!st && n < merged_end && qh < qt) {
         uint32_t left = queue[qh++];
-        for (const char *l = letters; !st && *l && n < vocab - 1; l++) {
+        for (const char *l = letters; !st && *l && n < merged_end; l++) {
             const char *right = tok[(unsigned char)*l];
             tok[n] = concat3(tok[left], "", right);
             merges[n - 256] = concat3(tok[left], " ", right);
@@ -281,18 +299,21 @@ static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const ch
             queue[qt++] = n++;
         }
     }
-    if (!st && n != vocab - 1) st = llmem__fail(LLMEM_EINVAL, "synth: the made-up gpt2 vocabulary ran short");
-    if (!st && !(tok[vocab - 1] = strdup("<|endoftext|>"))) st = LLMEM_ENOMEM;
-    if (types) types[vocab - 1] = 3; /* control */
+    if (!st && n != merged_end) st = llmem__fail(LLMEM_EINVAL, "synth: the made-up gpt2 vocabulary ran short");
+    for (uint32_t c = 0; !st && c < nc; c++) {
+        if (!(tok[merged_end + c] = strdup(control[c]))) st = LLMEM_ENOMEM;
+        types[merged_end + c] = 3; /* control */
+    }
     if (st == LLMEM_ENOMEM) st = llmem__fail(LLMEM_ENOMEM, "synth: out of memory for a %u-token vocabulary", vocab);
     if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.model", "gpt2");
     if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.pre", pre);
     if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.tokens", (const char *const *)tok, vocab);
     if (!st) st = llmem_gguf_add_i32_array(w, "tokenizer.ggml.token_type", types, vocab);
     if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.merges", (const char *const *)merges, nm);
-    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", vocab - 1);
+    if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", merged_end);
     if (!st) st = llmem_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", vocab - 1);
     if (!st) st = llmem_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", false);
+    if (!st && chatml) st = llmem_gguf_add_str(w, "tokenizer.chat_template", chatml_template);
     for (uint32_t i = 0; tok && i < vocab; i++) free(tok[i]);
     for (uint32_t i = 0; merges && i < nm; i++) free(merges[i]);
     free(tok);
@@ -302,37 +323,41 @@ static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const ch
     return st;
 }
 
-static llmem_status write_gguf(synth *sy, const char *path, const char *vocab_path, const char *bpe_pre,
-                              bool progress)
+static llmem_status write_gguf(synth *sy, const char *path, const llmem_synth_options *o)
 {
     const llmem_shape *s = &sy->s;
+    const char *arch = sy->qwen2 ? "qwen2" : "llama";
     llmem_gguf_writer *w;
     llmem_status st = llmem_gguf_writer_create(&w);
     if (st) return st;
-    char desc[160];
+    char desc[160], key[96];
     snprintf(desc, sizeof desc, "synthetic weights (llmem synth, seed %llu): the output text is meaningless",
              (unsigned long long)sy->seed);
-    if (!st) st = llmem_gguf_add_str(w, "general.architecture", "llama");
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+    if (!st) st = llmem_gguf_add_str(w, "general.architecture", arch);
     if (!st) st = llmem_gguf_add_str(w, "general.name", s->name);
     if (!st) st = llmem_gguf_add_str(w, "general.description", desc);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.context_length", s->max_ctx);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.embedding_length", s->hidden);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.block_count", s->layers);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.feed_forward_length", s->ffn);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.attention.head_count", s->heads);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.attention.head_count_kv", s->kv_heads);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.rope.dimension_count", s->head_dim);
-    if (!st) st = llmem_gguf_add_f32(w, "llama.rope.freq_base", (float)s->rope_theta);
-    if (!st) st = llmem_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    if (!st) st = llmem_gguf_add_u32(w, "llama.vocab_size", s->vocab);
-    if (!st) st = bpe_pre      ? add_bpe_vocab(w, s->vocab, bpe_pre)
-                  : vocab_path ? add_vocab(w, vocab_path, s->vocab)
-                               : add_synthetic_vocab(w, s->vocab);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("context_length"), s->max_ctx);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("embedding_length"), s->hidden);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("block_count"), s->layers);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("feed_forward_length"), s->ffn);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("attention.head_count"), s->heads);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("attention.head_count_kv"), s->kv_heads);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("rope.dimension_count"), s->head_dim);
+    if (!st) st = llmem_gguf_add_f32(w, KEY("rope.freq_base"), (float)s->rope_theta);
+    if (!st) st = llmem_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), sy->qwen2 ? 1e-6f : 1e-5f);
+    if (!st) st = llmem_gguf_add_u32(w, KEY("vocab_size"), s->vocab);
+    if (!st && o->sliding_window) st = llmem_gguf_add_u32(w, KEY("attention.sliding_window"), o->sliding_window);
+#undef KEY
+    const char *bpe = o->bpe_pre ? o->bpe_pre : sy->qwen2 && !o->vocab_path ? "qwen2" : NULL;
+    if (!st) st = bpe           ? add_bpe_vocab(w, s->vocab, bpe, sy->qwen2)
+                  : o->vocab_path ? add_vocab(w, o->vocab_path, s->vocab)
+                                  : add_synthetic_vocab(w, s->vocab);
     for (size_t i = 0; !st && i < sy->n; i++) {
         const synth_tensor *t = &sy->t[i];
         st = llmem_gguf_add_tensor(w, t->name, tensor_type(sy, t), t->n_dims, t->dims, fill, sy);
     }
-    if (!st) st = llmem_gguf_write(w, path, progress);
+    if (!st) st = llmem_gguf_write(w, path, o->progress);
     llmem_gguf_writer_destroy(w);
     return st;
 }
@@ -400,7 +425,7 @@ static llmem_status write_llama2c(synth *sy, const char *path)
 /* Take the synthesiser's buffers for a shape; false if out of memory. */
 static bool synth_init(synth *sy)
 {
-    sy->t = calloc(3 + 9 * (size_t)sy->s.layers, sizeof *sy->t);
+    sy->t = calloc(3 + 12 * (size_t)sy->s.layers, sizeof *sy->t);
     uint32_t widest = sy->s.hidden > sy->s.ffn ? sy->s.hidden : sy->s.ffn;
     if (sy->s.heads * sy->s.head_dim > widest) widest = sy->s.heads * sy->s.head_dim;
     sy->scratch = malloc((size_t)widest * sizeof *sy->scratch);
@@ -433,18 +458,25 @@ llmem_status llmem_synth_gguf(const llmem_shape *shape, const llmem_synth_option
     llmem_synth_options o = opts ? *opts : (llmem_synth_options){0};
     if (!llmem_dtype_is_quantizable(o.type))
         return llmem__fail(LLMEM_EINVAL, "synth: type %u cannot be written", o.type);
+    if (o.bpe_pre && o.vocab_path)
+        return llmem__fail(LLMEM_EINVAL, "synth: give a vocabulary file or a made-up BPE vocabulary, not both");
+    bool qwen2 = o.arch && !strcmp(o.arch, "qwen2");
+    if (o.arch && !qwen2 && strcmp(o.arch, "llama"))
+        return llmem__fail(LLMEM_EINVAL, "synth: architecture '%s' unknown (llama or qwen2)", o.arch);
+    if (qwen2 && shape->heads * shape->head_dim != shape->hidden)
+        return llmem__fail(LLMEM_ENOTSUP, "synth: qwen2 files need heads x head_dim = hidden (%u x %u != %u)",
+                           shape->heads, shape->head_dim, shape->hidden);
+    if (o.sliding_window > shape->max_ctx)
+        return llmem__fail(LLMEM_EINVAL, "synth: sliding window %u beyond the context %u", o.sliding_window,
+                           shape->max_ctx);
     synth sy;
     memset(&sy, 0, sizeof sy);
     sy.s = *shape;
     sy.seed = o.seed;
     sy.type = o.type;
+    sy.qwen2 = qwen2;
     if (!synth_init(&sy)) return llmem__fail(LLMEM_ENOMEM, "synth: out of memory");
-    if (o.bpe_pre && o.vocab_path) {
-        free(sy.t);
-        free(sy.scratch);
-        return llmem__fail(LLMEM_EINVAL, "synth: give a vocabulary file or a made-up BPE vocabulary, not both");
-    }
-    st = write_gguf(&sy, path, o.vocab_path, o.bpe_pre, o.progress);
+    st = write_gguf(&sy, path, &o);
     free(sy.t);
     free(sy.scratch);
     return st;

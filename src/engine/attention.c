@@ -1,0 +1,168 @@
+/*
+ * attention.c - the per-token part of a layer (engine_internal.h): Q/K/V
+ * biases, rotary position embedding in the model's style, the cache's
+ * block tables, storing K/V, and causal attention over the cache.
+ *
+ * Rope styles (ggml's names): NORM rotates the adjacent pairs (2i, 2i+1)
+ * of each head (llama, run.c); NEOX rotates (i, i + rope_dim/2), the two
+ * halves of the rotated part (qwen2, GPT-NeoX). Both use the frequency
+ * theta^(-2i/rope_dim) for pair i, so a head's dot products depend only
+ * on the distance between positions.
+ *
+ * Addressing: per item and layer, a table of K and V block bases, a block
+ * length in tokens (tab_len: the KV manager's block, or max_seq_len for
+ * ALLOC_MALLOC's one buffer) and the block entry 0 holds (tab_first: > 0
+ * once a sliding window let the KV manager drop a sequence's oldest
+ * blocks). Position p lives in entry p / len - tab_first at row p % len.
+ *
+ * Sliding window: a token at position p attends to positions
+ * max(0, p - window + 1) .. p (llama.cpp's LLAMA_SWA_TYPE_STANDARD: masked
+ * when p - p0 >= window). The engine sizes each step so that every one of
+ * those positions is still held (engine.c: the KV window is the attention
+ * window plus the step's slack).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../core/internal.h"
+#include "engine_internal.h"
+#include "kernels.h"
+
+void llmem__rope_neox(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, size_t pos, float theta)
+{
+    if (rope_dim > head_dim) rope_dim = head_dim;
+    size_t half = rope_dim / 2;
+    /* The angle of pair i as the GGUF reference (ggml) defines it: pos,
+     * times theta^(-2/rope_dim) once per pair, in float. It differs from
+     * pos * theta^(-2i/rope_dim) rounded once by up to ~i ulp, which at
+     * Qwen2's theta of 1e6 was 3x the noise floor of the oracle's f32
+     * check over 40 positions. */
+    float step = powf(theta, -2.0f / (float)rope_dim), val = (float)pos;
+    for (size_t i = 0; i < half; i++, val *= step) {
+        float fcr = cosf(val), fci = sinf(val);
+        for (size_t h = 0; h < n_heads; h++) {
+            float *p = v + h * head_dim;
+            float v0 = p[i], v1 = p[i + half];
+            p[i] = v0 * fcr - v1 * fci;
+            p[i + half] = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t T)
+{
+    for (size_t r = 0; r < T; r++) {
+        float *q = b->q + r * e->qdim, *k = b->k + r * e->kvdim, *v = b->v + r * e->kvdim;
+        if (ly->bq) llmem__axpy(q, 1.0f, ly->bq, e->qdim);
+        if (ly->bk) llmem__axpy(k, 1.0f, ly->bk, e->kvdim);
+        if (ly->bv) llmem__axpy(v, 1.0f, ly->bv, e->kvdim);
+        if (e->rope_style == LLMEM_ROPE_NEOX) {
+            llmem__rope_neox(q, e->heads, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
+            llmem__rope_neox(k, e->kvh, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
+        } else {
+            llmem__rope(q, e->heads, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
+            llmem__rope(k, e->kvh, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
+        }
+    }
+}
+
+llmem_status llmem__engine_fill_table(llmem_engine *e, step_bufs *b, const eng_seq *q, uint32_t item, uint32_t layer)
+{
+    void **kt = b->ktab + (size_t)item * e->blocks_max, **vt = b->vtab + (size_t)item * e->blocks_max;
+    b->tab_first[item] = 0;
+    if (!e->kv) {
+        size_t layer_bytes = (size_t)e->o.max_seq_len * e->tok_bytes;
+        kt[0] = q->kbuf + layer * layer_bytes;
+        vt[0] = q->vbuf + layer * layer_bytes;
+        b->tab_len[item] = e->o.max_seq_len;
+        return LLMEM_OK;
+    }
+    size_t n;
+    llmem_status st = llmem_kv_seq_table(e->kv, q->kvs, layer, kt, vt, e->blocks_max, &n);
+    if (st) return st;
+    if (n > e->blocks_max) return llmem__fail(LLMEM_ECORRUPT, "engine: block table of %zu blocks", n);
+    b->tab_len[item] = e->o.kv_block_tokens;
+    if (e->kv_window) {
+        llmem_kv_seq_info info;
+        if ((st = llmem_kv_seq_get_info(e->kv, q->kvs, &info))) return st;
+        b->tab_first[item] = info.first / e->o.kv_block_tokens;
+    }
+    return LLMEM_OK;
+}
+
+static inline const void *cache_row(const step_bufs *b, const llmem_engine *e, void **tab, uint32_t item, size_t pos)
+{
+    size_t len = b->tab_len[item];
+    return (const char *)tab[(size_t)item * e->blocks_max + pos / len - b->tab_first[item]] +
+           (pos % len) * e->tok_bytes;
+}
+
+static void store_row(const llmem_engine *e, void *dst, const float *src)
+{
+    if (e->kv_elem == 4) {
+        memcpy(dst, src, e->tok_bytes);
+    } else {
+        uint16_t *d = dst;
+        for (size_t i = 0; i < e->kvdim; i++) d[i] = llmem__f32_to_f16(src[i]);
+    }
+}
+
+typedef struct attn_ctx {
+    llmem_engine *e;
+    step_bufs *b;
+    size_t T;
+} attn_ctx;
+
+/* Rows x heads split over the threads; each task one head of one row. */
+static void attention_part(void *ctx, unsigned index, unsigned count)
+{
+    attn_ctx *a = ctx;
+    llmem_engine *e = a->e;
+    step_bufs *b = a->b;
+    size_t lo, hi, hd = e->hd, group = e->heads / e->kvh;
+    llmem__threads_split(a->T * e->heads, 1, index, count, &lo, &hi);
+    float *att = b->scores + (size_t)index * e->o.max_seq_len;
+    float scale = 1.0f / sqrtf((float)hd);
+    bool f16 = e->kv_elem == 2;
+    for (size_t task = lo; task < hi; task++) {
+        size_t t = task / e->heads, h = task % e->heads, kvoff = (h / group) * hd;
+        uint32_t item = b->tok_item[t];
+        size_t pos = b->tok_pos[t];
+        size_t p0 = e->window && pos >= e->window ? pos + 1 - e->window : 0;
+        const float *qv = b->q + t * e->qdim + h * hd;
+        for (size_t p = p0; p <= pos; p++) {
+            const void *kr = cache_row(b, e, b->ktab, item, p);
+            float sc;
+            if (f16) {
+                const uint16_t *k16 = (const uint16_t *)kr + kvoff;
+                sc = 0;
+                for (size_t i = 0; i < hd; i++) sc += qv[i] * llmem__f16_to_f32(k16[i]);
+            } else {
+                sc = llmem__dot(qv, (const float *)kr + kvoff, hd);
+            }
+            att[p - p0] = sc * scale;
+        }
+        llmem__softmax(att, pos + 1 - p0);
+        float *o = b->att_out + t * e->qdim + h * hd;
+        memset(o, 0, hd * sizeof *o);
+        for (size_t p = p0; p <= pos; p++) {
+            const void *vr = cache_row(b, e, b->vtab, item, p);
+            if (f16) {
+                const uint16_t *v16 = (const uint16_t *)vr + kvoff;
+                for (size_t i = 0; i < hd; i++) o[i] += att[p - p0] * llmem__f16_to_f32(v16[i]);
+            } else {
+                llmem__axpy(o, att[p - p0], (const float *)vr + kvoff, hd);
+            }
+        }
+    }
+}
+
+void llmem__engine_attend(llmem_engine *e, step_bufs *b, size_t T)
+{
+    for (size_t r = 0; r < T; r++) {
+        store_row(e, (void *)(uintptr_t)cache_row(b, e, b->ktab, b->tok_item[r], b->tok_pos[r]), b->k + r * e->kvdim);
+        store_row(e, (void *)(uintptr_t)cache_row(b, e, b->vtab, b->tok_item[r], b->tok_pos[r]), b->v + r * e->kvdim);
+    }
+    attn_ctx ac = {e, b, T};
+    llmem__threads_run(e->th, attention_part, &ac);
+}
