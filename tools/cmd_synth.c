@@ -22,6 +22,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: llmem synth --shape NAME|config.json -o FILE [--seed N] [--type T]\n"
             "                   [--format gguf|llama2c] [--vocab tokenizer.bin | --bpe PRE] [--ctx N]\n"
+            "                   [--chat-template chatml|llama2]\n"
             "\n"
             "Writes a model of that shape with synthetic (seeded random) weights: the output\n"
             "text is meaningless; speed and memory are real. Shapes: ");
@@ -35,7 +36,9 @@ static void usage(FILE *f)
             "                  (default: a made-up vocabulary of the shape's size)\n"
             "  --bpe PRE       a made-up GPT-2 byte-level BPE vocabulary instead (as Qwen2 and\n"
             "                  Llama 3 files have), with pre-tokenizer PRE: gpt-2, qwen2, llama-bpe\n"
-            "  --ctx N         context length to record (default: the shape's)\n");
+            "  --ctx N         context length to record (default: the shape's)\n"
+            "  --chat-template F  write a tokenizer.chat_template of family F (chatml: the made-up\n"
+            "                  vocabulary's last two tokens become <|im_start|> and <|im_end|>)\n");
 }
 
 int llmem_cmd_synth(int argc, char **argv)
@@ -55,7 +58,10 @@ int llmem_cmd_synth(int argc, char **argv)
         } else if (TAKE("--shape")) shape = v;
         else if (TAKE("-o")) out = v;
         else if (TAKE("--vocab")) so.vocab_path = v;
-        else if (TAKE("--bpe")) {
+        else if (TAKE("--chat-template")) {
+            ok = !strcmp(v, "chatml") || !strcmp(v, "llama2");
+            so.chat_template = v;
+        } else if (TAKE("--bpe")) {
             ok = !strcmp(v, "gpt-2") || !strcmp(v, "qwen2") || !strcmp(v, "llama-bpe");
             so.bpe_pre = v;
         }

@@ -47,6 +47,11 @@ typedef struct llmem_synth_options {
     bool progress;           /* progress lines on stderr for files over 100 MB when stderr is a terminal */
     const char *bpe_pre;     /* not NULL: a made-up GPT-2 byte-level BPE vocabulary instead (see below),
                                 with this tokenizer.ggml.pre ("gpt-2", "qwen2", "llama-bpe") */
+    const char *chat_template; /* not NULL: a tokenizer.chat_template of this family, "chatml" or "llama2"
+                                (Jinja text as real files carry). ChatML with the made-up SentencePiece
+                                vocabulary: its last two tokens become <|im_start|> and <|im_end|>
+                                (control). With another vocabulary the template is written as asked and
+                                the tokens are not added: a file whose template a server cannot use */
 } llmem_synth_options;
 
 /* Write a GGUF v3 model of the shape to path (whole or not at all). */

@@ -177,7 +177,7 @@ static llmem_status add_vocab(llmem_gguf_writer *w, const char *path, uint32_t v
  * ASCII characters and "▁" + letter strings, scored so that shorter pieces
  * merge first. Text encodes (bytes fall back), ids decode; the words mean
  * nothing, like the weights. */
-static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab)
+static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab, bool chatml)
 {
     if (vocab < 259 + 95) return LLMEM_OK; /* too small for one: run it with -z */
     char **pieces = calloc(vocab, sizeof *pieces);
@@ -186,7 +186,9 @@ static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab)
     llmem_status st = pieces && scores && types ? LLMEM_OK : LLMEM_ENOMEM;
     for (uint32_t i = 0; !st && i < vocab; i++) {
         char buf[48];
-        if (i == 0) snprintf(buf, sizeof buf, "<unk>");
+        bool im = chatml && i + 2 >= vocab; /* ChatML's two control tokens, last */
+        if (im) snprintf(buf, sizeof buf, i + 2 == vocab ? "<|im_start|>" : "<|im_end|>");
+        else if (i == 0) snprintf(buf, sizeof buf, "<unk>");
         else if (i == 1) snprintf(buf, sizeof buf, "<s>");
         else if (i == 2) snprintf(buf, sizeof buf, "</s>");
         else if (i < 259) snprintf(buf, sizeof buf, "<0x%02X>", i - 3);
@@ -205,7 +207,7 @@ static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab)
         }
         if (!(pieces[i] = strdup(buf))) st = LLMEM_ENOMEM;
         scores[i] = i < 259 ? 0.0f : -(float)i;
-        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+        types[i] = im ? 3 : i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
     }
     if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.model", "llama");
     if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.tokens", (const char *const *)pieces, vocab);
@@ -302,8 +304,23 @@ static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const ch
     return st;
 }
 
+/* A Jinja chat template of the family, as real files carry (llmem and
+ * llama.cpp recognise the family from its markers). */
+static const char *chat_template_text(const char *family)
+{
+    if (!strcmp(family, "chatml"))
+        return "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+               "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+               "{% endif %}";
+    if (!strcmp(family, "llama2"))
+        return "{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+               "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' ' + "
+               "message['content'] + eos_token }}{% endif %}{% endfor %}";
+    return NULL;
+}
+
 static llmem_status write_gguf(synth *sy, const char *path, const char *vocab_path, const char *bpe_pre,
-                              bool progress)
+                              const char *chat, bool progress)
 {
     const llmem_shape *s = &sy->s;
     llmem_gguf_writer *w;
@@ -327,7 +344,8 @@ static llmem_status write_gguf(synth *sy, const char *path, const char *vocab_pa
     if (!st) st = llmem_gguf_add_u32(w, "llama.vocab_size", s->vocab);
     if (!st) st = bpe_pre      ? add_bpe_vocab(w, s->vocab, bpe_pre)
                   : vocab_path ? add_vocab(w, vocab_path, s->vocab)
-                               : add_synthetic_vocab(w, s->vocab);
+                               : add_synthetic_vocab(w, s->vocab, chat && !strcmp(chat, "chatml"));
+    if (!st && chat) st = llmem_gguf_add_str(w, "tokenizer.chat_template", chat_template_text(chat));
     for (size_t i = 0; !st && i < sy->n; i++) {
         const synth_tensor *t = &sy->t[i];
         st = llmem_gguf_add_tensor(w, t->name, tensor_type(sy, t), t->n_dims, t->dims, fill, sy);
@@ -439,12 +457,14 @@ llmem_status llmem_synth_gguf(const llmem_shape *shape, const llmem_synth_option
     sy.seed = o.seed;
     sy.type = o.type;
     if (!synth_init(&sy)) return llmem__fail(LLMEM_ENOMEM, "synth: out of memory");
-    if (o.bpe_pre && o.vocab_path) {
+    if ((o.bpe_pre && o.vocab_path) || (o.chat_template && !chat_template_text(o.chat_template))) {
+        bool chat = !(o.bpe_pre && o.vocab_path);
         free(sy.t);
         free(sy.scratch);
+        if (chat) return llmem__fail(LLMEM_EINVAL, "synth: chat template '%s': use chatml or llama2", o.chat_template);
         return llmem__fail(LLMEM_EINVAL, "synth: give a vocabulary file or a made-up BPE vocabulary, not both");
     }
-    st = write_gguf(&sy, path, o.vocab_path, o.bpe_pre, o.progress);
+    st = write_gguf(&sy, path, o.vocab_path, o.bpe_pre, o.chat_template, o.progress);
     free(sy.t);
     free(sy.scratch);
     return st;
