@@ -248,6 +248,7 @@ static void every_builtin_schema_is_well_formed(void **state)
     const llmem_stats_schema *schemas[] = {
         llmem_resource_stats_schema(), llmem_os_stats_schema(), llmem_sim_stats_schema(),
         llmem_tracking_stats_schema(), llmem_arena_stats_schema(), llmem_fixed_stats_schema(),
+        llmem_fault_stats_schema(),
     };
     for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
         const llmem_stats_schema *s = schemas[i];
@@ -272,6 +273,37 @@ static void every_builtin_schema_is_well_formed(void **state)
     }
 }
 
+/* The fault resource's figures through the exporter: a soak reads
+ * llmem_fault_injected_total to know its faults fired. */
+static void fault_stats_export(void **state)
+{
+    (void)state;
+    llmem_resource *sim, *fault;
+    assert_ok(llmem_sim_resource_create(NULL, &sim));
+    llmem_fault_options fo = llmem_fault_options_default();
+    fo.fail_nth = 1;
+    fo.ops = LLMEM_FAULT_OP_COMMIT;
+    assert_ok(llmem_fault_resource_create(sim, &fo, &fault));
+    void *p;
+    assert_ok(llmem_resource_map(fault, 1 << 16, 0, LLMEM_MAP_UNCOMMITTED, &p));
+    assert_int_equal(llmem_resource_commit(fault, p, 4096), LLMEM_ENOMEM);
+    assert_ok(llmem_resource_commit(fault, p, 4096));
+    llmem_fault_stats fs = {sizeof fs};
+    assert_ok(llmem_fault_resource_get_stats(fault, &fs));
+    llmem_exporter *ex;
+    assert_ok(llmem_exporter_create(LLMEM_EXPORT_PROMETHEUS, &ex));
+    assert_ok(llmem_exporter_add(ex, llmem_fault_stats_schema(), &fs, NULL, 0));
+    char buf[2048];
+    assert_ok(llmem_exporter_render(ex, buf, sizeof buf, NULL));
+    assert_non_null(strstr(buf, "\nllmem_fault_injected_total 1\n"));
+    assert_non_null(strstr(buf, "\nllmem_fault_calls_total 2\n"));
+    assert_non_null(strstr(buf, "# TYPE llmem_fault_injected_total counter\n"));
+    llmem_exporter_destroy(ex);
+    assert_ok(llmem_resource_unmap(fault, p, 1 << 16, 4096));
+    llmem_resource_destroy(fault);
+    llmem_resource_destroy(sim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +317,7 @@ int main(void)
         cmocka_unit_test(buffer_contract),
         cmocka_unit_test(bad_input),
         cmocka_unit_test(every_builtin_schema_is_well_formed),
+        cmocka_unit_test(fault_stats_export),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

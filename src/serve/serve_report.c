@@ -12,7 +12,7 @@
  * time_per_output_token_seconds, e2e_request_latency_seconds,
  * request_queue_time_seconds). Then every llmem component's stats through
  * the exporter: server, scheduler, engine, KV, pool, controller, tracking
- * resource. The engine's stats are read by the step thread only (its
+ * and fault-injecting resources. The engine's stats are read by the step thread only (its
  * snapshot, under snap_mu); the others are safe from any thread.
  *
  * Samples: after every step (and at creation) the step thread records one
@@ -227,6 +227,13 @@ void llmem__srv_metrics(llmem_server *s, llmem_sbuf *b)
     ts.struct_size = sizeof ts;
     if (!llmem_tracking_resource_get_stats(s->track, &ts))
         llmem_exporter_add(ex, llmem_tracking_stats_schema(), &ts, &lab, 1);
+    /* The fault-injecting resource under the pool (--fault-probability):
+     * how many of its commits it failed, so a soak can tell that faults
+     * fired. */
+    llmem_fault_stats fs;
+    memset(&fs, 0, sizeof fs);
+    fs.struct_size = sizeof fs;
+    if (!llmem_fault_resource_get_stats(s->fault, &fs)) llmem_exporter_add(ex, llmem_fault_stats_schema(), &fs, &lab, 1);
     size_t len = 0;
     llmem_status st = llmem_exporter_render(ex, NULL, 0, &len);
     if (st == LLMEM_OK || st == LLMEM_ERANGE) {
