@@ -12,6 +12,7 @@
 #    dummy prefix;
 #  - the chat answer equals a completion of those ids (greedy): chat is the
 #    rendered prompt, nothing else;
+#  - the KV is f32 by default (64 bytes a token here), as documented;
 #  - 20 streamed chats each report usage and token_ids for every token they
 #    streamed (a request that finished before llmem_sched_submit returned
 #    once reported 0 tokens);
@@ -112,6 +113,14 @@ a, b = chat["choices"][0], comp["choices"][0]
 if a["token_ids"] != b["token_ids"] or a["message"]["content"] != b["text"]:
     sys.exit("chat %s %r\ncompletion %s %r" % (a["token_ids"], a["message"]["content"], b["token_ids"], b["text"]))
 EOF
+
+# The KV holds f32 by default, as documented (and as llmem run): tiny-random
+# has 1 layer and 2 KV heads of 4, so 2 x 8 x 4 = 64 bytes a token (f16
+# would be 32; the zero value of the options once meant f16).
+curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics" || fail "GET /metrics"
+per=$(awk '/^llmem_kv_bytes_reserved\{/ { b = $2 } /^llmem_kv_tokens_reserved\{/ { t = $2 }
+    END { if (t > 0) printf "%d", b / t }' "$work/metrics")
+[ "$per" = 64 ] || fail "KV bytes a token: ${per:-none}, want 64 (f32, the documented default)"
 
 # Streamed chats: every one reports what it streamed.
 i=0

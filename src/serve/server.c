@@ -40,6 +40,7 @@ llmem_server_options llmem_server_options_default(void)
 {
     llmem_server_options o;
     memset(&o, 0, sizeof o);
+    o.kv_dtype = LLMEM_KV_F32; /* as documented and as llmem run: exact (the zero value is F16) */
     return o;
 }
 
