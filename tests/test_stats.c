@@ -273,6 +273,71 @@ static void every_builtin_schema_is_well_formed(void **state)
     }
 }
 
+/* A schema with a prefix names its metrics prefix + field; histograms
+ * render as Prometheus's _bucket/_sum/_count, grouped by name, and as JSON;
+ * malformed ones are refused. */
+static void prefix_and_histograms(void **state)
+{
+    (void)state;
+    typedef struct { size_t struct_size; uint64_t running; uint64_t hits_total; } vstats;
+    static const llmem_stat_field vf[] = {
+        {"running", "Running.", LLMEM_METRIC_GAUGE, LLMEM_VALUE_U64, offsetof(vstats, running)},
+        {"hits_total", "Hits.", LLMEM_METRIC_COUNTER, LLMEM_VALUE_U64, offsetof(vstats, hits_total)},
+    };
+    static const llmem_stats_schema vs = {"vllm", sizeof(vstats), 2, vf, "vllm:"};
+    vstats v = {sizeof v, 3, 7};
+    llmem_label lab[] = {{"model_name", "m\"x"}};
+    const double le[] = {0.005, 0.1, 2.5};
+    const uint64_t cum[] = {1, 4, 4};
+    llmem_histogram_export h = {"vllm:ttft_seconds", "TTFT.", 3, le, cum, 5, 12.5};
+    llmem_exporter *ex;
+    assert_ok(llmem_exporter_create(LLMEM_EXPORT_PROMETHEUS, &ex));
+    assert_ok(llmem_exporter_add(ex, &vs, &v, lab, 1));
+    assert_ok(llmem_exporter_add_histogram(ex, &h, lab, 1));
+    llmem_label other[] = {{"model_name", "n"}};
+    assert_ok(llmem_exporter_add_histogram(ex, &h, other, 1));
+    char buf[4096];
+    assert_ok(llmem_exporter_render(ex, buf, sizeof buf, NULL));
+    assert_non_null(strstr(buf, "# TYPE vllm:running gauge\nvllm:running{model_name=\"m\\\"x\"} 3\n"));
+    assert_non_null(strstr(buf, "# TYPE vllm:hits_total counter\nvllm:hits_total{model_name=\"m\\\"x\"} 7\n"));
+    assert_non_null(strstr(buf, "# HELP vllm:ttft_seconds TTFT.\n# TYPE vllm:ttft_seconds histogram\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"0.005\"} 1\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"0.1\"} 4\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"2.5\"} 4\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"+Inf\"} 5\n"
+                                "vllm:ttft_seconds_sum{model_name=\"m\\\"x\"} 12.5\n"
+                                "vllm:ttft_seconds_count{model_name=\"m\\\"x\"} 5\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"n\",le=\"0.005\"} 1\n"));
+    /* One HELP for the name, however many were added. */
+    assert_null(strstr(strstr(buf, "# HELP vllm:ttft_seconds") + 1, "# HELP vllm:ttft_seconds"));
+    llmem_exporter_destroy(ex);
+
+    assert_ok(llmem_exporter_create(LLMEM_EXPORT_JSON, &ex));
+    assert_ok(llmem_exporter_add_histogram(ex, &h, NULL, 0));
+    assert_ok(llmem_exporter_render(ex, buf, sizeof buf, NULL));
+    assert_string_equal(buf, "[{\"type\":\"histogram\",\"name\":\"vllm:ttft_seconds\",\"labels\":{},"
+                             "\"le\":[0.005,0.1,2.5],\"cumulative\":[1,4,4],\"count\":5,\"sum\":12.5}]\n");
+    /* Refused: bounds out of order, counts not cumulative, above count, a bad name, a bad prefix. */
+    const double bad_le[] = {0.1, 0.1, 2.5};
+    llmem_histogram_export b = h;
+    b.le = bad_le;
+    assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);
+    const uint64_t bad_cum[] = {4, 1, 4};
+    b = h;
+    b.cumulative = bad_cum;
+    assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);
+    b = h;
+    b.count = 3;
+    assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);
+    b = h;
+    b.name = "9bad name";
+    assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);
+    assert_int_equal(llmem_exporter_add_histogram(ex, NULL, NULL, 0), LLMEM_EINVAL);
+    static const llmem_stats_schema badp = {"vllm", sizeof(vstats), 2, vf, "vllm space"};
+    assert_int_equal(llmem_exporter_add(ex, &badp, &v, NULL, 0), LLMEM_EINVAL);
+    llmem_exporter_destroy(ex);
+}
+
 /* The fault resource's figures through the exporter: a soak reads
  * llmem_fault_injected_total to know its faults fired. */
 static void fault_stats_export(void **state)
@@ -318,6 +383,7 @@ int main(void)
         cmocka_unit_test(bad_input),
         cmocka_unit_test(every_builtin_schema_is_well_formed),
         cmocka_unit_test(fault_stats_export),
+        cmocka_unit_test(prefix_and_histograms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
