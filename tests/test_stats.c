@@ -287,7 +287,7 @@ static void prefix_and_histograms(void **state)
     static const llmem_stats_schema vs = {"vllm", sizeof(vstats), 2, vf, "vllm:"};
     vstats v = {sizeof v, 3, 7};
     llmem_label lab[] = {{"model_name", "m\"x"}};
-    const double le[] = {0.005, 0.1, 2.5};
+    const double le[] = {0.005, 0.1, 20};
     const uint64_t cum[] = {1, 4, 4};
     llmem_histogram_export h = {"vllm:ttft_seconds", "TTFT.", 3, le, cum, 5, 12.5};
     llmem_exporter *ex;
@@ -303,7 +303,7 @@ static void prefix_and_histograms(void **state)
     assert_non_null(strstr(buf, "# HELP vllm:ttft_seconds TTFT.\n# TYPE vllm:ttft_seconds histogram\n"
                                 "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"0.005\"} 1\n"
                                 "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"0.1\"} 4\n"
-                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"2.5\"} 4\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"20\"} 4\n"
                                 "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"+Inf\"} 5\n"
                                 "vllm:ttft_seconds_sum{model_name=\"m\\\"x\"} 12.5\n"
                                 "vllm:ttft_seconds_count{model_name=\"m\\\"x\"} 5\n"
@@ -316,9 +316,9 @@ static void prefix_and_histograms(void **state)
     assert_ok(llmem_exporter_add_histogram(ex, &h, NULL, 0));
     assert_ok(llmem_exporter_render(ex, buf, sizeof buf, NULL));
     assert_string_equal(buf, "[{\"type\":\"histogram\",\"name\":\"vllm:ttft_seconds\",\"labels\":{},"
-                             "\"le\":[0.005,0.1,2.5],\"cumulative\":[1,4,4],\"count\":5,\"sum\":12.5}]\n");
+                             "\"le\":[0.005,0.1,20],\"cumulative\":[1,4,4],\"count\":5,\"sum\":12.5}]\n");
     /* Refused: bounds out of order, counts not cumulative, above count, a bad name, a bad prefix. */
-    const double bad_le[] = {0.1, 0.1, 2.5};
+    const double bad_le[] = {0.1, 0.1, 20};
     llmem_histogram_export b = h;
     b.le = bad_le;
     assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);

@@ -338,14 +338,16 @@ llmem_status llmem_exporter_add_histogram(llmem_exporter *ex, const llmem_histog
     return LLMEM_OK;
 }
 
-/* The shortest %g that reads back as v (bucket bounds: "0.005", not
- * "0.0050000000000000001"). */
+/* The shortest %g that reads back as v, without an exponent where plain
+ * digits do (bucket bounds: "0.005" and "10", not "0.0050000000000000001"
+ * or "1e+01"). */
 static void put_bound(llmem_sbuf *b, double v)
 {
     char t[40];
+    bool plain_ok = fabs(v) >= 1e-4 && fabs(v) < 1e16;
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(t, sizeof t, "%.*g", prec, v);
-        if (strtod(t, NULL) == v) break;
+        if (strtod(t, NULL) == v && (!plain_ok || !strchr(t, 'e'))) break;
     }
     llmem_sbuf_puts(b, t);
 }
