@@ -122,33 +122,35 @@ per=$(awk '/^llmem_kv_bytes_reserved\{/ { b = $2 } /^llmem_kv_tokens_reserved\{/
     END { if (t > 0) printf "%d", b / t }' "$work/metrics")
 [ "$per" = 64 ] || fail "KV bytes a token: ${per:-none}, want 64 (f32, the documented default)"
 
-# Streamed chats: every one reports what it streamed.
+# Streamed chats: every one reports what it streamed (checked together).
 i=0
 while [ $i -lt 20 ]; do
     curl -s -N -H 'Content-Type: application/json' --data-binary \
         "{\"messages\":[{\"role\":\"user\",\"content\":\"n$i\"}],\"max_tokens\":3,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"return_token_ids\":true}" \
-        "http://127.0.0.1:$port/v1/chat/completions" >"$work/stream" || fail "stream $i"
-    python3 - "$work/stream" "$i" <<'EOF' || fail "stream $i: $(cat "$work/stream")"
-import json, sys
-chunks = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: {")]
-ids, usage, prompt, pieces = None, None, None, 0
-for c in chunks:
-    for ch in c["choices"]:
-        if ch["delta"].get("content"):
-            pieces += 1
-        if "token_ids" in ch:
-            ids = ch["token_ids"]
-    if c.get("usage"):
-        usage, prompt = c["usage"], c.get("prompt_token_ids")
-if usage is None or ids is None or prompt is None:
-    sys.exit("no usage, token_ids or prompt_token_ids")
-if usage["completion_tokens"] != len(ids) or len(ids) != 3 or pieces == 0:
-    sys.exit("usage %s, token_ids %s, %d content chunks" % (usage, ids, pieces))
-if usage["prompt_tokens"] != len(prompt) or prompt[0] != 31998:
-    sys.exit("prompt_token_ids %s, usage %s" % (prompt, usage))
-EOF
+        "http://127.0.0.1:$port/v1/chat/completions" >"$work/stream$i" || fail "stream $i"
     i=$((i + 1))
 done
+python3 - "$work" <<'EOF' || fail "a stream did not report what it streamed"
+import json, sys
+for i in range(20):
+    path = "%s/stream%d" % (sys.argv[1], i)
+    chunks = [json.loads(l[6:]) for l in open(path) if l.startswith("data: {")]
+    ids, usage, prompt, pieces = None, None, None, 0
+    for c in chunks:
+        for ch in c["choices"]:
+            if ch["delta"].get("content"):
+                pieces += 1
+            if "token_ids" in ch:
+                ids = ch["token_ids"]
+        if c.get("usage"):
+            usage, prompt = c["usage"], c.get("prompt_token_ids")
+    if usage is None or ids is None or prompt is None:
+        sys.exit("stream %d: no usage, token_ids or prompt_token_ids: %s" % (i, open(path).read()))
+    if usage["completion_tokens"] != len(ids) or len(ids) != 3 or pieces == 0:
+        sys.exit("stream %d: usage %s, token_ids %s, %d content chunks" % (i, usage, ids, pieces))
+    if usage["prompt_tokens"] != len(prompt) or prompt[0] != 31998:
+        sys.exit("stream %d: prompt_token_ids %s, usage %s" % (i, prompt, usage))
+EOF
 stop
 
 # ChatML in the metadata, no ChatML tokens in the vocabulary.
