@@ -59,6 +59,11 @@ typedef struct run {
     double kv_sum, kv_max;
     uint32_t running_max;
     size_t samples;
+    /* Over the samples with a sequence running (as llmem replay's
+     * time-weighted figures are over busy steps): sequences running, and
+     * KV tokens written / tokens reserved (replay's KV utilisation). */
+    double seq_sum, util_sum;
+    size_t busy;
 } run;
 
 static double now_s(void) { return (double)tool_now_ns() * 1e-9; }
@@ -131,10 +136,17 @@ static void *sampler(void *arg)
         if (http_get(r->port, "/metrics", buf, 1 << 20)) {
             double kv = metric(buf, "vllm:kv_cache_usage_perc");
             double running = metric(buf, "vllm:num_requests_running");
+            double seqs = metric(buf, "llmem_sched_sequences_running");
+            double written = metric(buf, "llmem_kv_tokens_written"), reserved = metric(buf, "llmem_kv_tokens_reserved");
             r->kv_sum += kv;
             if (kv > r->kv_max) r->kv_max = kv;
             if (running > r->running_max) r->running_max = (uint32_t)running;
             r->samples++;
+            if (seqs > 0) {
+                r->seq_sum += seqs;
+                r->util_sum += reserved > 0 ? written / reserved : 0;
+                r->busy++;
+            }
         }
         usleep(50000);
     }
@@ -312,10 +324,13 @@ static int run_config(const config *c, const llmem_server_options *base, job *jo
         tokens += jobs[i].tokens;
         ok++;
     }
-    printf("%-22s %4zu/%-4zu %8.1f %8.1f %8.2f %8.2f %8.3f %8.3f %8.1f %6.1f%% %6.1f%% %4u %6.0f %6.1f%% %7.1f\n",
+    printf("%-22s %4zu/%-4zu %8.1f %8.1f %8.2f %8.2f %8.3f %8.3f %8.1f %6.1f%% %6.1f%% %6.1f%% %4u %5.1f %6.0f %6.1f%% "
+           "%7.1f\n",
            c->name, ok, n, pct(ttft, ok, .5) * 1e3, pct(ttft, ok, .99) * 1e3, pct(tpot, nt, .5) * 1e3,
            pct(tpot, nt, .99) * 1e3, pct(e2e, ok, .5), pct(e2e, ok, .99), (double)tokens / wall,
-           r.samples ? 100 * r.kv_sum / (double)r.samples : 0, 100 * r.kv_max, r.running_max, preempt,
+           r.samples ? 100 * r.kv_sum / (double)r.samples : 0, 100 * r.kv_max,
+           r.busy ? 100 * r.util_sum / (double)r.busy : 0, r.running_max, r.busy ? r.seq_sum / (double)r.busy : 0,
+           preempt,
            queries > 0 ? 100 * hits / queries : 0, (double)hwm / 1048576.0);
     fflush(stdout);
     free(ttft);
@@ -326,11 +341,34 @@ static int run_config(const config *c, const llmem_server_options *base, job *jo
     return rep.leaked_mappings ? 1 : 0;
 }
 
+/* The workload as a trace llmem replay reads (llmem/trace.h): arrivals in
+ * seconds, exact prompt lengths, output lengths as asked (max_tokens), and
+ * the shared system prompt as a declared prefix. */
+static int write_trace(const char *path, const job *jobs, size_t n, uint32_t sys_tokens)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "llmem bench serve: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "arrival_s,prompt_tokens,output_tokens%s\n", sys_tokens ? ",prefix_id,prefix_tokens" : "");
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "%.6f,%u,%u", jobs[i].arrival_s, jobs[i].prompt_len, jobs[i].max_tokens);
+        if (sys_tokens) fprintf(f, ",1,%u", sys_tokens);
+        fputc('\n', f);
+    }
+    if (fclose(f)) {
+        fprintf(stderr, "llmem bench serve: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: llmem bench serve MODEL [-z TOKENIZER] [--trace CSV] [--requests N] [--rate R]\n"
                "                         [--kv-budget BYTES] [--max-batch N] [--threads N] [--seconds S]\n"
-               "                         [--system-tokens N] [--seed N]\n"
+               "                         [--system-tokens N] [--seed N] [--write-trace PREFIX] [--only paged|static|prefix]\n"
                "Open-loop streaming load over loopback against an in-process server: paged against static KV\n"
                "at the same budget, then the prefix cache on against off with a shared system prompt.\n"
                "  --trace CSV        request lengths (default ../shared/traces/AzureLLMInferenceTrace_code.csv)\n"
@@ -339,13 +377,16 @@ static void usage(FILE *f)
                "  --kv-budget BYTES  KV budget for every configuration (default 4MiB)\n"
                "  --max-batch N      sequences at once (default 32)\n"
                "  --seconds S        no arrival after S seconds per configuration (default 60)\n"
-               "  --system-tokens N  the shared system prompt (default: a quarter of the context)\n");
+               "  --system-tokens N  the shared system prompt (default: a quarter of the context)\n"
+               "  --write-trace P    write the workload as traces for llmem replay: P.csv (the requests),\n"
+               "                     P-sys.csv (with the system prompt as prefix_id 1)\n"
+               "  --only C           run one pair only: paged (paged alone), static, or prefix (on and off)\n");
 }
 
 int llmem_bench_serve(int argc, char **argv)
 {
     llmem_server_options o = llmem_server_options_default();
-    const char *trace_path = "../shared/traces/AzureLLMInferenceTrace_code.csv";
+    const char *trace_path = "../shared/traces/AzureLLMInferenceTrace_code.csv", *write_prefix = NULL, *only = NULL;
     uint32_t nreq = 48, seed = 1, sys_tokens = 0, u;
     double rate = 8, seconds = 60;
     o.kv_budget_bytes = 4u << 20;
@@ -367,6 +408,8 @@ int llmem_bench_serve(int argc, char **argv)
         i++;
         if (!strcmp(a, "-z")) o.tokenizer_path = v;
         else if (!strcmp(a, "--trace")) trace_path = v;
+        else if (!strcmp(a, "--write-trace")) write_prefix = v;
+        else if (!strcmp(a, "--only") && (!strcmp(v, "paged") || !strcmp(v, "static") || !strcmp(v, "prefix"))) only = v;
         else if (!strcmp(a, "--requests") && tool_parse_u32(v, 1, 4096, &nreq)) continue;
         else if (!strcmp(a, "--seed") && tool_parse_u32(v, 0, UINT32_MAX, &seed)) continue;
         else if (!strcmp(a, "--system-tokens") && tool_parse_u32(v, 1, 1u << 20, &sys_tokens)) continue;
@@ -446,24 +489,38 @@ int llmem_bench_serve(int argc, char **argv)
         otok += plain[i].max_tokens;
     }
 #undef RNG
+    int rc = 0;
+    if (write_prefix) {
+        size_t pl = strlen(write_prefix) + 16;
+        char *path = malloc(pl);
+        if (!path) rc = 1;
+        if (!rc) snprintf(path, pl, "%s.csv", write_prefix);
+        if (!rc) rc = write_trace(path, plain, n, 0);
+        if (!rc) snprintf(path, pl, "%s-sys.csv", write_prefix);
+        if (!rc) rc = write_trace(path, withsys, n, sys_tokens);
+        free(path);
+    }
+    bool write_failed = rc != 0;
     printf("llmem %s bench serve: %s, context %u; %zu requests (Azure code trace lengths, prompts x %u/8192: mean "
            "%.0f prompt, %.0f output tokens), Poisson %.1f/s over %.1f s; KV budget %.2f MiB, max batch %u; "
            "system prompt %u tokens\n\n",
            llmem_version(), o.model_path, ctx, n, ctx, (double)ptok / n, (double)otok / n, rate, t,
            (double)o.kv_budget_bytes / 1048576.0, o.max_batch, sys_tokens);
-    printf("%-22s %9s %8s %8s %8s %8s %8s %8s %8s %7s %7s %4s %6s %7s %7s\n", "configuration", "ok", "TTFT50", "TTFT99",
-           "TPOT50", "TPOT99", "E2E50", "E2E99", "tok/s", "KVmean", "KVmax", "run", "preem", "prefix", "RSS MB");
-    printf("%-22s %9s %8s %8s %8s %8s %8s %8s %8s %7s %7s %4s %6s %7s %7s\n", "", "", "ms", "ms", "ms", "ms", "s", "s",
-           "", "", "", "max", "", "hit", "peak");
+    printf("%-22s %9s %8s %8s %8s %8s %8s %8s %8s %7s %7s %7s %4s %5s %6s %7s %7s\n", "configuration", "ok", "TTFT50",
+           "TTFT99", "TPOT50", "TPOT99", "E2E50", "E2E99", "tok/s", "KVmean", "KVmax", "KVutil", "run", "seqs",
+           "preem", "prefix", "RSS MB");
+    printf("%-22s %9s %8s %8s %8s %8s %8s %8s %8s %7s %7s %7s %4s %5s %6s %7s %7s\n", "", "", "ms", "ms", "ms", "ms",
+           "s", "s", "", "", "", "busy", "max", "busy", "", "hit", "peak");
     static const config configs[] = {
         {"paged", LLMEM_KV_PAGED, false, false},
         {"static", LLMEM_KV_STATIC, false, false},
         {"paged+sys, cache on", LLMEM_KV_PAGED, true, true},
         {"paged+sys, cache off", LLMEM_KV_PAGED, false, true},
     };
-    int rc = 0;
-    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
+    for (size_t c = 0; !write_failed && c < sizeof configs / sizeof configs[0]; c++) {
+        if (only && (strcmp(only, "prefix") ? strcmp(only, configs[c].name) != 0 : !configs[c].system_prompt)) continue;
         rc |= run_config(&configs[c], &o, configs[c].system_prompt ? withsys : plain, n, seconds);
+    }
     for (size_t i = 0; i < n; i++) {
         free(plain[i].prompt);
         free(withsys[i].prompt);

@@ -5,7 +5,7 @@
 set -eu
 
 pkgs_build="cmake make gcc g++ libc6-dev pkgconf binutils libcjson-dev libmicrohttpd-dev libpcre2-dev"
-pkgs_test="libcmocka-dev libnuma1 sqlite3 curl" # sqlite3: tests/shim/programs.sh; curl: tests/serve_*.sh
+pkgs_test="libcmocka-dev libnuma1 sqlite3 curl python3" # sqlite3: tests/shim/programs.sh; curl: tests/serve_*.sh; python3: tests/serve_chatml.sh
 pkgs_render="chromium python3 fonts-dejavu-core" # the timeline page rendered headless (tests/timeline_render.sh)
 # llama.cpp from the npm registry for test_oracle and engine_bench -L
 # (scripts/llamacpp.sh). Debian's npm only where no npm is on PATH: a

@@ -6,6 +6,9 @@
 //       text equals the non-streamed one); an error the client raises as
 //       APIError 400; 16 concurrent streaming clients with different
 //       prompts and lengths, each getting exactly what it got alone.
+//   node serve_openai.cjs NPMDIR PORT chatml
+//       a ChatML model: the rendered prompt (prompt_token_ids) equals the
+//       template by hand, streamed and not; chat equals a completion of it.
 //   node serve_openai.cjs NPMDIR PORT greedy EXPECT_FILE
 //       EXPECT_FILE lines: "PROMPT_JSON<TAB>STEPS<TAB>IDS" (IDS: what
 //       `llmem run -t 0 -n STEPS --print-ids` printed: BOS, the prompt,
@@ -120,7 +123,47 @@ async function greedy() {
   console.log(`serve_openai: ${lines.length} prompts equal to llmem run, token for token`);
 }
 
-(mode === 'greedy' ? greedy() : basic())
+// A ChatML model (llmem synth --chat-template chatml: the made-up
+// vocabulary, <|im_start|> and <|im_end|> its last two ids): the prompt the
+// server rendered equals the template rendered here by hand, streamed and
+// not, and the chat answer equals a completion of those very ids.
+async function chatml() {
+  const models = await client.models.list();
+  const model = models.data[0].id;
+  const V = 32000, imStart = V - 2, imEnd = V - 1;
+  // No spaces in the messages: one token a character (newline: <0x0A>).
+  const text = (s) => [...s].map((ch) => (ch === '\n' ? 13 : 259 + ch.charCodeAt(0) - 32));
+  const msgs = [{ role: 'system', content: 'Terse.' }, { role: 'user', content: 'Why?' }];
+  let want = [];
+  for (const m of msgs) want = want.concat([imStart], text(m.role + '\n' + m.content), [imEnd], text('\n'));
+  want = want.concat([imStart], text('assistant\n'));
+  const p = { model, messages: msgs, max_tokens: 8, temperature: 0, return_token_ids: true };
+  const chat = await client.chat.completions.create(p);
+  check(JSON.stringify(chat.prompt_token_ids) === JSON.stringify(want),
+    `chatml prompt ${JSON.stringify(chat.prompt_token_ids)} differs from the template by hand ${JSON.stringify(want)}`);
+  check(chat.usage.prompt_tokens === want.length, 'chatml usage.prompt_tokens');
+  const cs = await client.chat.completions.create({ ...p, stream: true, stream_options: { include_usage: true } });
+  let ctext = '', sprompt = null, susage = null, sids = null;
+  for await (const chunk of cs) {
+    if (chunk.usage) {
+      susage = chunk.usage;
+      sprompt = chunk.prompt_token_ids;
+    }
+    for (const ch of chunk.choices) {
+      if (ch.delta.content) ctext += ch.delta.content;
+      if (ch.token_ids) sids = ch.token_ids;
+    }
+  }
+  check(JSON.stringify(sprompt) === JSON.stringify(want), 'chatml stream: prompt_token_ids');
+  check(ctext === chat.choices[0].message.content, 'chatml stream: text equals the non-streamed one');
+  check(JSON.stringify(sids) === JSON.stringify(chat.choices[0].token_ids), 'chatml stream: token_ids');
+  check(susage && susage.completion_tokens === chat.usage.completion_tokens, 'chatml stream: usage');
+  const c = await client.completions.create({ model, prompt: want, max_tokens: 8, temperature: 0, return_token_ids: true });
+  check(JSON.stringify(c.choices[0].token_ids) === JSON.stringify(chat.choices[0].token_ids) &&
+    c.choices[0].text === chat.choices[0].message.content, 'chatml: the completion of the rendered ids answers as the chat');
+}
+
+(mode === 'greedy' ? greedy() : mode === 'chatml' ? chatml() : basic())
   .then(() => {
     if (failures) process.exit(1);
     console.log('serve_openai: ' + mode + ': all checks passed');

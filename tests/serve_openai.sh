@@ -6,6 +6,8 @@
 #  - without --shared: a synthetic model (llmem synth tiny-random) with
 #    the llama-2 chat template: completions and chat, streamed and not,
 #    errors, 16 concurrent streaming clients equal to their runs alone;
+#    then a ChatML model (llmem synth --chat-template chatml, the template
+#    from its metadata): the rendered prompt equals the template by hand;
 #  - --shared DIR: the real models of DIR/models (stories260K.bin with
 #    tok512.bin, stories260K.gguf): greedy output through the server equals
 #    `llmem run -t 0` token for token on three prompts. Skipped (77)
@@ -62,6 +64,11 @@ if [ -z "$shared" ]; then
     "$llmem" synth --shape tiny-random -o "$work/m.gguf" >/dev/null 2>&1 || fail "llmem synth"
     serve "$work/m.gguf" --chat-template llama2 --max-batch 16 --threads 2
     node "$here/serve_openai.cjs" "$npmdir" "$port" basic || fail "the OpenAI client checks"
+    stop
+    "$llmem" synth --shape tiny-random --chat-template chatml -o "$work/chatml.gguf" >/dev/null 2>&1 ||
+        fail "llmem synth --chat-template chatml"
+    serve "$work/chatml.gguf" --threads 2
+    node "$here/serve_openai.cjs" "$npmdir" "$port" chatml || fail "the OpenAI client's ChatML checks"
     stop
     exit 0
 fi

@@ -6,7 +6,9 @@
 # at random (--fault-probability; the controller gives memory back after
 # 20 ms idle, so every round commits again), preemption under a small KV
 # budget.
-# Checks: the server never dies; every response that completes equals its
+# Checks (SOAK_FAULT_PROBABILITY, default 0.2, sets the fault rate; at 0
+# the run must fail): faults fired (the fault resource's injected counter, from
+# /metrics, is above 0); the server never dies; every response that completes equals its
 # reference; every killed client's request is cancelled; resident memory
 # after the warm-up (a third of the time) drifts under 2% to the end (runs
 # of 30 s or more; shorter ones report it); SIGTERM exits 0 with no
@@ -26,7 +28,7 @@ fail() {
 }
 "$llmem" synth --shape tiny-random -o "$work/m.gguf" >/dev/null 2>&1 || fail "llmem synth"
 "$llmem" serve "$work/m.gguf" --port 0 --port-file "$work/port" --threads 2 --max-batch 8 --kv-budget 16KiB \
-    --swap 1MiB --idle-decay-ms 20 --fault-probability 0.2 --fault-seed 7 >"$work/server.log" 2>&1 &
+    --swap 1MiB --idle-decay-ms 20 --fault-probability "${SOAK_FAULT_PROBABILITY:-0.2}" --fault-seed 7 >"$work/server.log" 2>&1 &
 pid=$!
 i=0
 while [ ! -s "$work/port" ]; do
@@ -98,8 +100,11 @@ sleep 0.3
 rss1=$(metric llmem_process_resident_bytes)
 running=$(metric vllm:num_requests_running)
 cancelled=$(metric llmem_sched_requests_cancelled_total)
-faults=$(metric llmem_pool_failures_total)
+faults=$(metric llmem_fault_injected_total)
+pool_failures=$(metric llmem_pool_failures_total)
 [ "$running" = 0 ] || fail "$running requests still running after the load"
+# The faults must have fired, or the soak proved nothing about them.
+[ "${faults:-0}" -ge 1 ] || fail "no fault was injected (llmem_fault_injected_total ${faults:-absent})"
 [ "${cancelled:-0}" -ge 1 ] || fail "no killed client's request was cancelled"
 drift=$(awk -v a="$rss0" -v b="$rss1" 'BEGIN { printf "%.2f", (b - a) * 100 / a }')
 # The drift bound needs a run long enough to be past the warm-up (30 s or
@@ -115,4 +120,5 @@ for pat in 'ERROR: AddressSanitizer' 'ERROR: LeakSanitizer' 'runtime error:' 'WA
     grep -Fq "$pat" "$work/server.log" && fail "a sanitizer report ($pat)"
 done
 echo "serve_soak: $rounds rounds in $seconds s: $completed responses equal to their references, $failed ended by" \
-    "faults, $killed clients killed ($cancelled requests cancelled), $faults pool failures; RSS $rss0 -> $rss1 ($drift%)"
+    "faults, $killed clients killed ($cancelled requests cancelled), $faults commits failed by the fault resource" \
+    "($pool_failures pool failures); RSS $rss0 -> $rss1 ($drift%)"

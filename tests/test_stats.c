@@ -248,6 +248,7 @@ static void every_builtin_schema_is_well_formed(void **state)
     const llmem_stats_schema *schemas[] = {
         llmem_resource_stats_schema(), llmem_os_stats_schema(), llmem_sim_stats_schema(),
         llmem_tracking_stats_schema(), llmem_arena_stats_schema(), llmem_fixed_stats_schema(),
+        llmem_fault_stats_schema(),
     };
     for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
         const llmem_stats_schema *s = schemas[i];
@@ -272,6 +273,102 @@ static void every_builtin_schema_is_well_formed(void **state)
     }
 }
 
+/* A schema with a prefix names its metrics prefix + field; histograms
+ * render as Prometheus's _bucket/_sum/_count, grouped by name, and as JSON;
+ * malformed ones are refused. */
+static void prefix_and_histograms(void **state)
+{
+    (void)state;
+    typedef struct { size_t struct_size; uint64_t running; uint64_t hits_total; } vstats;
+    static const llmem_stat_field vf[] = {
+        {"running", "Running.", LLMEM_METRIC_GAUGE, LLMEM_VALUE_U64, offsetof(vstats, running)},
+        {"hits_total", "Hits.", LLMEM_METRIC_COUNTER, LLMEM_VALUE_U64, offsetof(vstats, hits_total)},
+    };
+    static const llmem_stats_schema vs = {"vllm", sizeof(vstats), 2, vf, "vllm:"};
+    vstats v = {sizeof v, 3, 7};
+    llmem_label lab[] = {{"model_name", "m\"x"}};
+    const double le[] = {0.005, 0.1, 20};
+    const uint64_t cum[] = {1, 4, 4};
+    llmem_histogram_export h = {"vllm:ttft_seconds", "TTFT.", 3, le, cum, 5, 12.5};
+    llmem_exporter *ex;
+    assert_ok(llmem_exporter_create(LLMEM_EXPORT_PROMETHEUS, &ex));
+    assert_ok(llmem_exporter_add(ex, &vs, &v, lab, 1));
+    assert_ok(llmem_exporter_add_histogram(ex, &h, lab, 1));
+    llmem_label other[] = {{"model_name", "n"}};
+    assert_ok(llmem_exporter_add_histogram(ex, &h, other, 1));
+    char buf[4096];
+    assert_ok(llmem_exporter_render(ex, buf, sizeof buf, NULL));
+    assert_non_null(strstr(buf, "# TYPE vllm:running gauge\nvllm:running{model_name=\"m\\\"x\"} 3\n"));
+    assert_non_null(strstr(buf, "# TYPE vllm:hits_total counter\nvllm:hits_total{model_name=\"m\\\"x\"} 7\n"));
+    assert_non_null(strstr(buf, "# HELP vllm:ttft_seconds TTFT.\n# TYPE vllm:ttft_seconds histogram\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"0.005\"} 1\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"0.1\"} 4\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"20\"} 4\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"m\\\"x\",le=\"+Inf\"} 5\n"
+                                "vllm:ttft_seconds_sum{model_name=\"m\\\"x\"} 12.5\n"
+                                "vllm:ttft_seconds_count{model_name=\"m\\\"x\"} 5\n"
+                                "vllm:ttft_seconds_bucket{model_name=\"n\",le=\"0.005\"} 1\n"));
+    /* One HELP for the name, however many were added. */
+    assert_null(strstr(strstr(buf, "# HELP vllm:ttft_seconds") + 1, "# HELP vllm:ttft_seconds"));
+    llmem_exporter_destroy(ex);
+
+    assert_ok(llmem_exporter_create(LLMEM_EXPORT_JSON, &ex));
+    assert_ok(llmem_exporter_add_histogram(ex, &h, NULL, 0));
+    assert_ok(llmem_exporter_render(ex, buf, sizeof buf, NULL));
+    assert_string_equal(buf, "[{\"type\":\"histogram\",\"name\":\"vllm:ttft_seconds\",\"labels\":{},"
+                             "\"le\":[0.005,0.1,20],\"cumulative\":[1,4,4],\"count\":5,\"sum\":12.5}]\n");
+    /* Refused: bounds out of order, counts not cumulative, above count, a bad name, a bad prefix. */
+    const double bad_le[] = {0.1, 0.1, 20};
+    llmem_histogram_export b = h;
+    b.le = bad_le;
+    assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);
+    const uint64_t bad_cum[] = {4, 1, 4};
+    b = h;
+    b.cumulative = bad_cum;
+    assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);
+    b = h;
+    b.count = 3;
+    assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);
+    b = h;
+    b.name = "9bad name";
+    assert_int_equal(llmem_exporter_add_histogram(ex, &b, NULL, 0), LLMEM_EINVAL);
+    assert_int_equal(llmem_exporter_add_histogram(ex, NULL, NULL, 0), LLMEM_EINVAL);
+    static const llmem_stats_schema badp = {"vllm", sizeof(vstats), 2, vf, "vllm space"};
+    assert_int_equal(llmem_exporter_add(ex, &badp, &v, NULL, 0), LLMEM_EINVAL);
+    llmem_exporter_destroy(ex);
+}
+
+/* The fault resource's figures through the exporter: a soak reads
+ * llmem_fault_injected_total to know its faults fired. */
+static void fault_stats_export(void **state)
+{
+    (void)state;
+    llmem_resource *sim, *fault;
+    assert_ok(llmem_sim_resource_create(NULL, &sim));
+    llmem_fault_options fo = llmem_fault_options_default();
+    fo.fail_nth = 1;
+    fo.ops = LLMEM_FAULT_OP_COMMIT;
+    assert_ok(llmem_fault_resource_create(sim, &fo, &fault));
+    void *p;
+    assert_ok(llmem_resource_map(fault, 1 << 16, 0, LLMEM_MAP_UNCOMMITTED, &p));
+    assert_int_equal(llmem_resource_commit(fault, p, 4096), LLMEM_ENOMEM);
+    assert_ok(llmem_resource_commit(fault, p, 4096));
+    llmem_fault_stats fs = {sizeof fs};
+    assert_ok(llmem_fault_resource_get_stats(fault, &fs));
+    llmem_exporter *ex;
+    assert_ok(llmem_exporter_create(LLMEM_EXPORT_PROMETHEUS, &ex));
+    assert_ok(llmem_exporter_add(ex, llmem_fault_stats_schema(), &fs, NULL, 0));
+    char buf[2048];
+    assert_ok(llmem_exporter_render(ex, buf, sizeof buf, NULL));
+    assert_non_null(strstr(buf, "\nllmem_fault_injected_total 1\n"));
+    assert_non_null(strstr(buf, "\nllmem_fault_calls_total 2\n"));
+    assert_non_null(strstr(buf, "# TYPE llmem_fault_injected_total counter\n"));
+    llmem_exporter_destroy(ex);
+    assert_ok(llmem_resource_unmap(fault, p, 1 << 16, 4096));
+    llmem_resource_destroy(fault);
+    llmem_resource_destroy(sim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +382,8 @@ int main(void)
         cmocka_unit_test(buffer_contract),
         cmocka_unit_test(bad_input),
         cmocka_unit_test(every_builtin_schema_is_well_formed),
+        cmocka_unit_test(fault_stats_export),
+        cmocka_unit_test(prefix_and_histograms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

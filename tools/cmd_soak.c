@@ -757,16 +757,15 @@ static bool parse_double(const char *s, double lo, double hi, double *out)
     return true;
 }
 
-int llmem_cmd_soak(int argc, char **argv)
+/* The options into k (*trace: --trace). 0, 2 for a bad option, -1 after
+ * --help. */
+static int parse_args(soak *k, int argc, char **argv, const char **trace)
 {
-    soak *k = calloc(1, sizeof *k);
-    if (!k) return 1;
     k->seconds = 30 * 60;
     k->warmup_s = -1;
     k->max_drift = 0.02;
     k->decay_ms = 1000;
     k->seed = 0x50a4;
-    const char *trace = NULL;
     int rc = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -774,8 +773,7 @@ int llmem_cmd_soak(int argc, char **argv)
         uint32_t u;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             usage(stdout);
-            free(k);
-            return 0;
+            return -1;
         } else if (!strcmp(o, "--minutes") && v && parse_double(v, 0.01, 1e6, &d)) {
             k->seconds = d * 60;
             i++;
@@ -797,7 +795,7 @@ int llmem_cmd_soak(int argc, char **argv)
         } else if (!strcmp(o, "--samples") && v) {
             k->samples_path = argv[++i];
         } else if (!strcmp(o, "--trace") && v) {
-            trace = argv[++i];
+            *trace = argv[++i];
         } else if (!strcmp(o, "--progress")) {
             k->progress = true;
         } else {
@@ -806,46 +804,42 @@ int llmem_cmd_soak(int argc, char **argv)
             rc = 2;
         }
     }
-    if (rc) {
-        free(k);
-        return rc;
-    }
+    if (rc) return rc;
     if (k->warmup_s < 0) k->warmup_s = fmin(300, fmax(2, k->seconds / 10));
     if (k->warmup_s >= k->seconds) {
         fprintf(stderr, "llmem soak: the warm-up must be shorter than the run\n");
-        free(k);
         return 2;
     }
+    return 0;
+}
+
+/* The trace (given, or the shared one when present), the sample arrays
+ * (resident from the start) and the samples file. 0 or the exit code
+ * (the caller frees what was made either way); *trace_used names the
+ * lengths' source. */
+static int prepare(soak *k, const char *trace, const char **trace_used)
+{
+    int rc = 0;
     k->rng = mix(k->seed + 1) | 1;
     llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
-    const char *trace_used = "built-in quantiles";
+    *trace_used = "built-in quantiles";
     if (trace) {
         rc = load_trace(k, trace, true);
-        trace_used = trace;
+        *trace_used = trace;
     } else {
         static const char *defaults[] = {"../shared/traces/AzureLLMInferenceTrace_code.csv",
                                          "shared/traces/AzureLLMInferenceTrace_code.csv"};
         for (size_t i = 0; i < 2 && !rc && !k->trace_n; i++) {
             rc = load_trace(k, defaults[i], false);
-            if (k->trace_n) trace_used = defaults[i];
+            if (k->trace_n) *trace_used = defaults[i];
         }
     }
-    if (rc) {
-        free(k->trace_prompt);
-        free(k->trace_gen);
-        free(k);
-        return rc;
-    }
+    if (rc) return rc; /* the caller frees what was loaded */
     k->samples_cap = (size_t)k->seconds + 120;
     k->troughs_cap = (size_t)(k->seconds / (1.5 * k->decay_ms / 1000.0)) + 16;
     k->samples = calloc(k->samples_cap, sizeof *k->samples);
     k->troughs = calloc(k->troughs_cap, sizeof *k->troughs);
-    if (!k->samples || !k->troughs) {
-        free(k->samples);
-        free(k->troughs);
-        free(k);
-        return 1;
-    }
+    if (!k->samples || !k->troughs) return 1;
     /* Make the sample arrays resident now, so that filling them over the
      * run does not count as drift. */
     touch_pages(k->samples, k->samples_cap * sizeof *k->samples);
@@ -861,39 +855,21 @@ int llmem_cmd_soak(int argc, char **argv)
         fputs(k->samples_json ? "[\n" : "t_s,rss_bytes,committed_bytes,used_bytes,reserved_bytes,kv_bytes,sequences,phase\n",
               k->samples_file);
     }
+    return 0;
+}
 
-    k->t0_ns = tool_now_ns();
-    if (!setup(k)) {
-        if (pthread_create(&k->sampler, NULL, sampler_main, k) == 0) k->sampler_started = true;
-        while (!k->error && elapsed(k) < k->seconds) {
-            burst(k, k->seconds);
-            if (!k->error && elapsed(k) < k->seconds) idle_gap(k, k->seconds);
-        }
-    }
-    double duration = elapsed(k);
-    atomic_store(&k->stop, 1);
-    if (k->sampler_started) pthread_join(k->sampler, NULL);
-    llmem_controller_stats cs = {sizeof cs};
-    if (k->ctl) llmem_controller_get_stats(k->ctl, &cs);
-    llmem_pool_stats ps = {sizeof ps};
-    if (k->pool) llmem_pool_get_stats(k->pool, &ps);
-    uint64_t pool_live = 0, check_failed = 0;
-    size_t mappings = 0;
-    llmem_sched_stats ss;
-    llmem_sched_sim_stats sims;
-    memset(&ss, 0, sizeof ss);
-    memset(&sims, 0, sizeof sims);
-    teardown(k, &pool_live, &mappings, &check_failed, &ss, &sims);
-    bool samples_failed = false;
-    if (k->samples_file) {
-        if (k->samples_json) fputs("\n]\n", k->samples_file);
-        k->samples_file = NULL;
-        if (llmem_outfile_commit(k->samples_out)) {
-            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_last_error());
-            samples_failed = true;
-        }
-    }
+/* RSS drift after the warm-up: the slope over the idle troughs (what the
+ * verdict uses) and, for information, over the per-minute maxima. */
+typedef struct drift_result {
+    double mean, drift, trough_min, trough_max, peak_drift;
+    bool valid;
+    size_t troughs;
+} drift_result;
 
+static drift_result measure_drift(const soak *k, double duration)
+{
+    drift_result d;
+    memset(&d, 0, sizeof d);
     /* Drift over the troughs after the warm-up. */
     double *x = calloc(k->ntroughs + k->nsamples / 60 + 2, sizeof *x);
     double *y = calloc(k->ntroughs + k->nsamples / 60 + 2, sizeof *y);
@@ -927,9 +903,21 @@ int llmem_cmd_soak(int argc, char **argv)
     free(x);
     free(y);
 
-    bool drift_ok = !drift_valid || drift <= k->max_drift;
-    bool leak_ok = mappings == 0 && pool_live == 0 && check_failed == 0;
-    const char *status = k->error ? (k->corruptions ? "corruption" : "error") : !leak_ok ? "leak" : !drift_ok ? "drift" : "ok";
+    d.mean = mean;
+    d.drift = drift;
+    d.trough_min = trough_min;
+    d.trough_max = trough_max;
+    d.peak_drift = peak_drift;
+    d.valid = drift_valid;
+    d.troughs = ntr;
+    return d;
+}
+
+static void print_summary(const soak *k, double duration, const char *trace_used, const drift_result *d,
+                          const llmem_sched_stats *ss, const llmem_sched_sim_stats *sims,
+                          const llmem_controller_stats *cs, const llmem_pool_stats *ps, uint64_t pool_live,
+                          size_t mappings, uint64_t check_failed, const char *status)
+{
     printf("{\"command\":\"soak\",\"duration_s\":%.1f,\"seed\":%llu,\"trace\":\"%s\",\"samples\":%zu,\"warmup_s\":%.1f,"
            "\"troughs\":%zu,\"trough_rss_mean_bytes\":%.0f,\"trough_rss_min_bytes\":%.0f,\"trough_rss_max_bytes\":%.0f,"
            "\"drift\":%.5f,\"drift_pct\":%.3f,\"drift_valid\":%s,\"max_drift_pct\":%.2f,\"peak_drift_pct\":%.3f,"
@@ -940,19 +928,72 @@ int llmem_cmd_soak(int argc, char **argv)
            "\"bytes_released\":%llu,\"manual_compactions\":%llu,\"bytes_moved\":%llu,\"pool_resource_calls\":%llu,"
            "\"corruptions\":%llu,\"pool_live_blocks\":%llu,\"leaked_mappings\":%zu,\"checks_failed\":%llu,"
            "\"status\":\"%s\"}\n",
-           duration, (unsigned long long)k->seed, trace_used, k->nsamples, k->warmup_s, ntr, mean, trough_min,
-           trough_max, drift, 100 * drift, drift_valid ? "true" : "false", 100 * k->max_drift, 100 * peak_drift,
+           duration, (unsigned long long)k->seed, trace_used, k->nsamples, k->warmup_s, d->troughs, d->mean, d->trough_min,
+           d->trough_max, d->drift, 100 * d->drift, d->valid ? "true" : "false", 100 * k->max_drift, 100 * d->peak_drift,
            k->rss_peak, (unsigned long long)k->bursts, (unsigned long long)k->gaps_long,
            (unsigned long long)k->gaps_short, (unsigned long long)k->requests_done,
-           (unsigned long long)k->requests_admitted, (unsigned long long)ss.forks_total,
-           (unsigned long long)ss.preemptions_total,
-           (unsigned long long)(ss.step_prefill_tokens_total + ss.step_decode_tokens_total),
-           (unsigned long long)ss.steps_total, (unsigned long long)sims.kv_positions_verified_total, (unsigned long long)cs.reserves_total, (unsigned long long)cs.grows_total,
-           (unsigned long long)cs.shrinks_total, (unsigned long long)cs.compactions_total,
-           (unsigned long long)cs.failures_total, (unsigned long long)cs.bytes_released_total,
-           (unsigned long long)k->manual_compactions, (unsigned long long)(k->manual_moved + cs.bytes_compacted_total),
-           (unsigned long long)ps.resource_calls_total, (unsigned long long)k->corruptions,
+           (unsigned long long)k->requests_admitted, (unsigned long long)ss->forks_total,
+           (unsigned long long)ss->preemptions_total,
+           (unsigned long long)(ss->step_prefill_tokens_total + ss->step_decode_tokens_total),
+           (unsigned long long)ss->steps_total, (unsigned long long)sims->kv_positions_verified_total, (unsigned long long)cs->reserves_total, (unsigned long long)cs->grows_total,
+           (unsigned long long)cs->shrinks_total, (unsigned long long)cs->compactions_total,
+           (unsigned long long)cs->failures_total, (unsigned long long)cs->bytes_released_total,
+           (unsigned long long)k->manual_compactions, (unsigned long long)(k->manual_moved + cs->bytes_compacted_total),
+           (unsigned long long)ps->resource_calls_total, (unsigned long long)k->corruptions,
            (unsigned long long)pool_live, mappings, (unsigned long long)check_failed, status);
+}
+
+int llmem_cmd_soak(int argc, char **argv)
+{
+    soak *k = calloc(1, sizeof *k);
+    if (!k) return 1;
+    const char *trace = NULL, *trace_used = NULL;
+    int rc = parse_args(k, argc, argv, &trace);
+    if (!rc) rc = prepare(k, trace, &trace_used);
+    if (rc) {
+        free(k->trace_prompt);
+        free(k->trace_gen);
+        free(k->samples);
+        free(k->troughs);
+        free(k);
+        return rc < 0 ? 0 : rc;
+    }
+    k->t0_ns = tool_now_ns();
+    if (!setup(k)) {
+        if (pthread_create(&k->sampler, NULL, sampler_main, k) == 0) k->sampler_started = true;
+        while (!k->error && elapsed(k) < k->seconds) {
+            burst(k, k->seconds);
+            if (!k->error && elapsed(k) < k->seconds) idle_gap(k, k->seconds);
+        }
+    }
+    double duration = elapsed(k);
+    atomic_store(&k->stop, 1);
+    if (k->sampler_started) pthread_join(k->sampler, NULL);
+    llmem_controller_stats cs = {sizeof cs};
+    if (k->ctl) llmem_controller_get_stats(k->ctl, &cs);
+    llmem_pool_stats ps = {sizeof ps};
+    if (k->pool) llmem_pool_get_stats(k->pool, &ps);
+    uint64_t pool_live = 0, check_failed = 0;
+    size_t mappings = 0;
+    llmem_sched_stats ss;
+    llmem_sched_sim_stats sims;
+    memset(&ss, 0, sizeof ss);
+    memset(&sims, 0, sizeof sims);
+    teardown(k, &pool_live, &mappings, &check_failed, &ss, &sims);
+    bool samples_failed = false;
+    if (k->samples_file) {
+        if (k->samples_json) fputs("\n]\n", k->samples_file);
+        k->samples_file = NULL;
+        if (llmem_outfile_commit(k->samples_out)) {
+            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_last_error());
+            samples_failed = true;
+        }
+    }
+    drift_result d = measure_drift(k, duration);
+    bool drift_ok = !d.valid || d.drift <= k->max_drift;
+    bool leak_ok = mappings == 0 && pool_live == 0 && check_failed == 0;
+    const char *status = k->error ? (k->corruptions ? "corruption" : "error") : !leak_ok ? "leak" : !drift_ok ? "drift" : "ok";
+    print_summary(k, duration, trace_used, &d, &ss, &sims, &cs, &ps, pool_live, mappings, check_failed, status);
     rc = strcmp(status, "ok") || samples_failed ? 1 : 0;
     free(k->samples);
     free(k->troughs);

@@ -23,6 +23,7 @@ static void usage(FILE *f)
             "usage: llmem synth --shape NAME|config.json -o FILE [--seed N] [--type T]\n"
             "                   [--format gguf|llama2c] [--vocab tokenizer.bin | --bpe PRE] [--ctx N]\n"
             "                   [--arch llama|qwen2] [--window N]\n"
+            "                   [--chat-template chatml|llama2]\n"
             "\n"
             "Writes a model of that shape with synthetic (seeded random) weights: the output\n"
             "text is meaningless; speed and memory are real. Shapes: ");
@@ -41,7 +42,10 @@ static void usage(FILE *f)
             "                  NEOX rope in llama.cpp; the qwen2 BPE vocabulary unless --vocab or\n"
             "                  --bpe says otherwise)\n"
             "  --window N      record an N-token sliding attention window (ARCH.attention.sliding_window,\n"
-            "                  Mistral's key; llmem honours it, llama.cpp does not for llama or qwen2)\n");
+            "                  Mistral's key; llmem honours it, llama.cpp does not for llama or qwen2)\n"
+
+            "  --chat-template F  write a tokenizer.chat_template of family F (chatml: the made-up\n"
+            "                  vocabulary's last two tokens become <|im_start|> and <|im_end|>)\n");
 }
 
 int llmem_cmd_synth(int argc, char **argv)
@@ -61,7 +65,10 @@ int llmem_cmd_synth(int argc, char **argv)
         } else if (TAKE("--shape")) shape = v;
         else if (TAKE("-o")) out = v;
         else if (TAKE("--vocab")) so.vocab_path = v;
-        else if (TAKE("--bpe")) {
+        else if (TAKE("--chat-template")) {
+            ok = !strcmp(v, "chatml") || !strcmp(v, "llama2");
+            so.chat_template = v;
+        } else if (TAKE("--bpe")) {
             ok = !strcmp(v, "gpt-2") || !strcmp(v, "qwen2") || !strcmp(v, "llama-bpe");
             so.bpe_pre = v;
         }

@@ -16,6 +16,7 @@
 #define LLMEM_FAULT_RESOURCE_H
 
 #include "llmem/resource.h"
+#include "llmem/stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +61,9 @@ LLMEM_API llmem_status llmem_fault_resource_arm(llmem_resource *r, const llmem_f
 
 LLMEM_API llmem_status llmem_fault_resource_get_stats(const llmem_resource *r,
                                                       llmem_fault_stats *out);
+
+/* The schema of llmem_fault_stats for the exporter (llmem/stats.h). */
+LLMEM_API const llmem_stats_schema *llmem_fault_stats_schema(void);
 
 #ifdef __cplusplus
 }

@@ -93,7 +93,9 @@ typedef struct llmem_oai_request {
     uint32_t stop_count;
     bool stream;
     bool include_usage;           /* stream_options.include_usage */
-    bool return_token_ids;        /* extension (as vLLM's): token ids in the response */
+    bool return_token_ids;        /* extension (as vLLM's): token ids in the response: each choice's
+                                     token_ids, and prompt_token_ids (the prompt as the model got it,
+                                     a chat rendered; streams: in the usage chunk) */
 } llmem_oai_request;
 
 /* What is wrong with a request, as the OpenAI error object says it. */

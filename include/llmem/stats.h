@@ -63,6 +63,9 @@ typedef struct llmem_stats_schema {
     size_t struct_size;       /* sizeof the struct this schema describes */
     size_t field_count;
     const llmem_stat_field *fields;
+    const char *prefix;       /* Prometheus: metric names are prefix + field instead of
+                                 llmem_<name>_<field> (e.g. "vllm:", names dashboards already
+                                 graph); [a-zA-Z_:][a-zA-Z0-9_:]*. NULL = llmem_<name>_ */
 } llmem_stats_schema;
 
 /* A label attached to every sample of one exported object. Keys must match
@@ -105,6 +108,27 @@ LLMEM_API void llmem_exporter_destroy(llmem_exporter *ex);
 LLMEM_API llmem_status llmem_exporter_add(llmem_exporter *ex, const llmem_stats_schema *schema,
                                           const void *stats, const llmem_label *labels,
                                           size_t label_count);
+
+/* A histogram in Prometheus's shape: cumulative counts at increasing
+ * finite upper bounds, then every observation (the +Inf bucket) and their
+ * sum. Prometheus renders name_bucket{...,le="B"}, name_sum, name_count
+ * (one HELP and TYPE per name however many are added); JSON an object
+ * {"type":"histogram","name":...,"labels":{...},"le":[...],
+ * "cumulative":[...],"count":N,"sum":S}. */
+typedef struct llmem_histogram_export {
+    const char *name;             /* the whole metric name, [a-zA-Z_:][a-zA-Z0-9_:]* */
+    const char *help;             /* NULL = none */
+    size_t buckets;               /* finite bounds, at most 4096 */
+    const double *le;             /* [buckets], strictly increasing, finite */
+    const uint64_t *cumulative;   /* [buckets], non-decreasing, each <= count */
+    uint64_t count;
+    double sum;
+} llmem_histogram_export;
+
+/* Snapshot one histogram (its arrays and labels copied now). LLMEM_EINVAL
+ * for a bad name, bounds out of order, counts that are not cumulative. */
+LLMEM_API llmem_status llmem_exporter_add_histogram(llmem_exporter *ex, const llmem_histogram_export *h,
+                                                    const llmem_label *labels, size_t label_count);
 
 /* Drop every snapshot, keeping the format, to reuse the exporter. */
 LLMEM_API void llmem_exporter_clear(llmem_exporter *ex);

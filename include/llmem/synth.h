@@ -57,6 +57,11 @@ typedef struct llmem_synth_options {
                                 qwen2.*, Q/K/V biases, and the qwen2 BPE vocabulary unless
                                 vocab_path or bpe_pre say otherwise) */
     uint32_t sliding_window; /* > 0: ARCH.attention.sliding_window (Mistral's key); default 0: none */
+    const char *chat_template; /* not NULL: a tokenizer.chat_template of this family, "chatml" or "llama2"
+                                (Jinja text as real files carry). ChatML with the made-up SentencePiece
+                                vocabulary: its last two tokens become <|im_start|> and <|im_end|>
+                                (control). With another vocabulary the template is written as asked and
+                                the tokens are not added: a file whose template a server cannot use */
 } llmem_synth_options;
 
 /* Write a GGUF v3 model of the shape to path (whole or not at all). */

@@ -185,7 +185,7 @@ static llmem_status add_vocab(llmem_gguf_writer *w, const char *path, uint32_t v
  * ASCII characters and "▁" + letter strings, scored so that shorter pieces
  * merge first. Text encodes (bytes fall back), ids decode; the words mean
  * nothing, like the weights. */
-static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab)
+static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab, bool chatml)
 {
     if (vocab < 259 + 95) return LLMEM_OK; /* too small for one: run it with -z */
     char **pieces = calloc(vocab, sizeof *pieces);
@@ -194,7 +194,9 @@ static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab)
     llmem_status st = pieces && scores && types ? LLMEM_OK : LLMEM_ENOMEM;
     for (uint32_t i = 0; !st && i < vocab; i++) {
         char buf[48];
-        if (i == 0) snprintf(buf, sizeof buf, "<unk>");
+        bool im = chatml && i + 2 >= vocab; /* ChatML's two control tokens, last */
+        if (im) snprintf(buf, sizeof buf, i + 2 == vocab ? "<|im_start|>" : "<|im_end|>");
+        else if (i == 0) snprintf(buf, sizeof buf, "<unk>");
         else if (i == 1) snprintf(buf, sizeof buf, "<s>");
         else if (i == 2) snprintf(buf, sizeof buf, "</s>");
         else if (i < 259) snprintf(buf, sizeof buf, "<0x%02X>", i - 3);
@@ -213,7 +215,7 @@ static llmem_status add_synthetic_vocab(llmem_gguf_writer *w, uint32_t vocab)
         }
         if (!(pieces[i] = strdup(buf))) st = LLMEM_ENOMEM;
         scores[i] = i < 259 ? 0.0f : -(float)i;
-        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+        types[i] = im ? 3 : i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
     }
     if (!st) st = llmem_gguf_add_str(w, "tokenizer.ggml.model", "llama");
     if (!st) st = llmem_gguf_add_str_array(w, "tokenizer.ggml.tokens", (const char *const *)pieces, vocab);
@@ -323,6 +325,18 @@ static llmem_status add_bpe_vocab(llmem_gguf_writer *w, uint32_t vocab, const ch
     return st;
 }
 
+/* A Jinja chat template of the family, as real files carry (llmem and
+ * llama.cpp recognise the family from its markers). */
+static const char *chat_template_text(const char *family)
+{
+    if (!strcmp(family, "chatml")) return chatml_template;
+    if (!strcmp(family, "llama2"))
+        return "{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+               "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' ' + "
+               "message['content'] + eos_token }}{% endif %}{% endfor %}";
+    return NULL;
+}
+
 static llmem_status write_gguf(synth *sy, const char *path, const llmem_synth_options *o)
 {
     const llmem_shape *s = &sy->s;
@@ -350,9 +364,12 @@ static llmem_status write_gguf(synth *sy, const char *path, const llmem_synth_op
     if (!st && o->sliding_window) st = llmem_gguf_add_u32(w, KEY("attention.sliding_window"), o->sliding_window);
 #undef KEY
     const char *bpe = o->bpe_pre ? o->bpe_pre : sy->qwen2 && !o->vocab_path ? "qwen2" : NULL;
-    if (!st) st = bpe           ? add_bpe_vocab(w, s->vocab, bpe, sy->qwen2)
+    const char *chat = o->chat_template;
+    /* A qwen2 BPE vocabulary carries ChatML unless another template is asked for. */
+    if (!st) st = bpe           ? add_bpe_vocab(w, s->vocab, bpe, sy->qwen2 && !chat)
                   : o->vocab_path ? add_vocab(w, o->vocab_path, s->vocab)
-                                  : add_synthetic_vocab(w, s->vocab);
+                                  : add_synthetic_vocab(w, s->vocab, chat && !strcmp(chat, "chatml"));
+    if (!st && chat) st = llmem_gguf_add_str(w, "tokenizer.chat_template", chat_template_text(chat));
     for (size_t i = 0; !st && i < sy->n; i++) {
         const synth_tensor *t = &sy->t[i];
         st = llmem_gguf_add_tensor(w, t->name, tensor_type(sy, t), t->n_dims, t->dims, fill, sy);
@@ -460,6 +477,8 @@ llmem_status llmem_synth_gguf(const llmem_shape *shape, const llmem_synth_option
         return llmem__fail(LLMEM_EINVAL, "synth: type %u cannot be written", o.type);
     if (o.bpe_pre && o.vocab_path)
         return llmem__fail(LLMEM_EINVAL, "synth: give a vocabulary file or a made-up BPE vocabulary, not both");
+    if (o.chat_template && !chat_template_text(o.chat_template))
+        return llmem__fail(LLMEM_EINVAL, "synth: chat template '%s': use chatml or llama2", o.chat_template);
     bool qwen2 = o.arch && !strcmp(o.arch, "qwen2");
     if (o.arch && !qwen2 && strcmp(o.arch, "llama"))
         return llmem__fail(LLMEM_EINVAL, "synth: architecture '%s' unknown (llama or qwen2)", o.arch);

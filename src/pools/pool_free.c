@@ -256,7 +256,7 @@ size_t llmem_pool_usable_size(const llmem_pool *cp, const void *ptr)
     return n;
 }
 
-void *llmem_pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *status)
+static void *pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *status)
 {
     if (!p) return llmem__pool_alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
     if (!ptr) return llmem_pool_alloc(p, size, status);
@@ -353,3 +353,9 @@ bool llmem_pool_owns(const llmem_pool *cp, const void *ptr)
     return w == AT_BLOCK || w == INSIDE_BLOCK;
 }
 
+void *llmem_pool_realloc(llmem_pool *p, void *ptr, size_t size, llmem_status *status)
+{
+    void *r = pool_realloc(p, ptr, size, status);
+    POOL_WALK(p);
+    return r;
+}

@@ -427,4 +427,8 @@ bool llmem__pool_wait_one_fenced(llmem_pool *p, bool forced);
 /* Drop every pending fence without waiting (destroy). */
 void llmem__pool_drop_fenced(llmem_pool *p);
 
+/* Debug level 3: the whole pool checked after a public call that changes
+ * it (alloc, free, realloc; debug.h); nothing at lower levels. */
+#define POOL_WALK(p) LLMEM_DEBUG_WALK((p) ? llmem_pool_check(p) : LLMEM_OK)
+
 #endif

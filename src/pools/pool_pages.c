@@ -501,6 +501,7 @@ pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t al
 void llmem__pool_put_pages(llmem_pool *p, pblock *b)
 {
     superblock *sb = b->sb;
+    llmem__assert(b->kind != D_FREE && b->size <= sb->used && b->size % p->unit == 0);
     sb->used -= b->size;
     pblock *prev = b->prev, *next = b->next;
     if (prev && prev->kind == D_FREE) {
@@ -521,6 +522,8 @@ void llmem__pool_put_pages(llmem_pool *p, pblock *b)
         llmem__pool_desc_free(p, next);
     }
     sb->owner[unit_of(sb, b->start, p->ushift)] = b;
+    /* No two free runs are adjacent: b took in both free neighbours. */
+    llmem__assert((!b->prev || b->prev->kind != D_FREE) && (!b->next || b->next->kind != D_FREE));
     if (p->host) LLMEM_POISON((void *)b->start, b->size);
     llmem__pool_tree_insert(p, b);
     if (sb->used == 0) empty_list_add(p, sb);

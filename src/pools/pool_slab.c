@@ -209,12 +209,15 @@ static uintptr_t slab_take(llmem_pool *p, slab *s, size_t csize)
         b = s->b.start + (uintptr_t)s->carved++ * csize;
     }
     if (s->used++ == 0) p->central[s->b.cls].empty_slabs--;
+    /* used + free-list length == carved, carved <= nblocks */
+    llmem__assert(s->used + s->nfree == s->carved && s->carved <= s->nblocks);
     return b;
 }
 
 static void slab_put(llmem_pool *p, slab *s, uintptr_t b, uint32_t idx)
 {
     central *c = &p->central[s->b.cls];
+    llmem__assert(s->used > 0 && b >= s->b.start && b < s->b.start + (uintptr_t)s->carved * p->cls.size[s->b.cls]);
     if (p->inband) {
         LLMEM_UNPOISON((void *)b, sizeof(void *));
         *(void **)b = s->free_head;

@@ -588,6 +588,7 @@ void *llmem_pool_alloc_aligned(llmem_pool *p, size_t size, size_t align, llmem_s
     void *r = LLMEM_LIKELY(p && align <= p->align && !(align & (align - 1))) ? alloc_fast(p, size, status)
                                                                                : alloc_slow(p, size, align, status);
     if (LLMEM_UNLIKELY(p && p->profile) && r) llmem_profile_record_alloc(p->profile, size, r);
+    POOL_WALK(p);
     return r;
 }
 
@@ -595,6 +596,7 @@ void *llmem_pool_alloc(llmem_pool *p, size_t size, llmem_status *status)
 {
     void *r = alloc_fast(p, size, status);
     if (LLMEM_UNLIKELY(p && p->profile) && r) llmem_profile_record_alloc(p->profile, size, r);
+    POOL_WALK(p);
     return r;
 }
 
@@ -673,7 +675,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
 /* The fast path: a small block pushed onto this thread's cache, unless its
  * state byte says it is free already (a double free: free_slow refuses
  * it). The slab cannot change under us: it holds this live block. */
-llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
+static inline __attribute__((always_inline)) llmem_status pool_free(llmem_pool *p, void *ptr)
 {
     if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id && !p->profile)) {
         uint8_t *state = NULL;
@@ -695,4 +697,15 @@ llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
         }
     }
     return free_slow(p, ptr);
+}
+
+llmem_status llmem_pool_free(llmem_pool *p, void *ptr)
+{
+#if LLMEM_DEBUG >= 3
+    llmem_status st = pool_free(p, ptr);
+    POOL_WALK(p);
+    return st;
+#else
+    return pool_free(p, ptr);
+#endif
 }

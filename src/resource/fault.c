@@ -13,6 +13,7 @@
  * a re-arm is not given back to the new arming's fresh counter.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,3 +232,14 @@ llmem_status llmem_fault_resource_get_stats(const llmem_resource *r, llmem_fault
     llmem__stats_out(out, &s, sizeof s);
     return LLMEM_OK;
 }
+
+#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_fault_stats, name)}
+static const llmem_stat_field fault_fields[] = {
+    F(COUNTER, calls_total, "Counted calls since the last arm."),
+    F(COUNTER, injected_total, "Failures injected since the last arm."),
+    F(COUNTER, bytes_total, "Bytes mapped and committed through it since the last arm."),
+};
+#undef F
+static const llmem_stats_schema fault_schema = {"fault", sizeof(llmem_fault_stats), LLMEM_ARRAY_LEN(fault_fields),
+                                                fault_fields};
+const llmem_stats_schema *llmem_fault_stats_schema(void) { return &fault_schema; }

@@ -198,46 +198,39 @@ static void cancel_locked(llmem_sched *s, sreq *r)
     }
 }
 
-llmem_status llmem_sched_cancel(llmem_sched *s, llmem_sched_req id)
+/* Cancel request id (what is unfinished ends CANCELLED, its KV freed at
+ * once) and, with release, free its record and table slot too. Both under
+ * step_mu (unless the caller is the stepping thread's own callback) and mu;
+ * a cancellation's events are dropped: the caller knows. */
+static llmem_status end_request(llmem_sched *s, llmem_sched_req id, bool release, const char *what)
 {
-    if (!s) return llmem__fail(LLMEM_EINVAL, "sched cancel: null scheduler");
-    bool locked = lock_step(s);
-    pthread_mutex_lock(&s->mu);
-    size_t events = s->eb.n;
-    sreq *r = llmem__sched_lookup(s, id);
-    llmem_status st = LLMEM_OK;
-    if (!r) st = llmem__fail(LLMEM_EINVAL, "sched cancel: unknown request %llx", (unsigned long long)id);
-    else cancel_locked(s, r);
-    s->eb.n = events; /* a cancellation's events are not delivered: the canceller knows */
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    if (locked) pthread_mutex_unlock(&s->step_mu);
-    return st;
-}
-
-llmem_status llmem_sched_release(llmem_sched *s, llmem_sched_req id)
-{
-    if (!s) return llmem__fail(LLMEM_EINVAL, "sched release: null scheduler");
+    if (!s) return llmem__fail(LLMEM_EINVAL, "sched %s: null scheduler", what);
     bool locked = lock_step(s);
     pthread_mutex_lock(&s->mu);
     size_t events = s->eb.n;
     sreq *r = llmem__sched_lookup(s, id);
     llmem_status st = LLMEM_OK;
     if (!r) {
-        st = llmem__fail(LLMEM_EINVAL, "sched release: unknown request %llx", (unsigned long long)id);
+        st = llmem__fail(LLMEM_EINVAL, "sched %s: unknown request %llx", what, (unsigned long long)id);
     } else {
         cancel_locked(s, r);
         s->eb.n = events;
-        uint32_t idx = (uint32_t)(id & 0xffffffffu) - 1;
-        s->reqs[idx] = NULL;
-        s->free_slots[s->nfree++] = idx;
-        llmem__sched_free_req(r);
+        if (release) {
+            uint32_t idx = (uint32_t)(id & 0xffffffffu) - 1;
+            s->reqs[idx] = NULL;
+            s->free_slots[s->nfree++] = idx;
+            llmem__sched_free_req(r);
+        }
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (locked) pthread_mutex_unlock(&s->step_mu);
     return st;
 }
+
+llmem_status llmem_sched_cancel(llmem_sched *s, llmem_sched_req id) { return end_request(s, id, false, "cancel"); }
+
+llmem_status llmem_sched_release(llmem_sched *s, llmem_sched_req id) { return end_request(s, id, true, "release"); }
 
 /* ---- reading ------------------------------------------------------------------------------ */
 

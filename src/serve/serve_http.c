@@ -240,147 +240,116 @@ static bool model_matches(llmem_server *s, const char *want)
     return !want || !strcmp(want, s->model_name);
 }
 
-static enum MHD_Result generate(llmem_server *s, struct MHD_Connection *c, llmem_oai_kind kind, const char *body,
-                                size_t len)
-{
-    llmem_oai_error err;
-    llmem_oai_request *q;
-    llmem_status st = llmem_oai_request_parse(kind, body, len, &q, &err);
-    if (st) return send_oai_error(s, c, &err);
-    if (!model_matches(s, q->model)) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "The model '%.200s' does not exist; this server serves '%.120s' (GET /v1/models)",
-                 q->model, s->model_name);
-        llmem_oai_request_free(q);
-        return send_error(s, c, 400, "invalid_request_error", "model", "model_not_found", msg, 0);
-    }
-    if (q->n > s->max_batch) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "'n' is %u; this server runs at most %u sequences at once (--max-batch)", q->n,
-                 s->max_batch);
-        llmem_oai_request_free(q);
-        return send_error(s, c, 400, "invalid_request_error", "n", NULL, msg, 0);
-    }
+/* What to answer instead of generating: the OpenAI error object's fields. */
+typedef struct refusal {
+    llmem_oai_error e;
+    const char *code; /* "code" of the error object; NULL = null */
+} refusal;
 
-    /* The prompt's tokens. */
+static bool refuse(refusal *f, int status, const char *type, const char *param, const char *code, const char *fmt,
+                   ...) __attribute__((format(printf, 6, 7)));
+static bool refuse(refusal *f, int status, const char *type, const char *param, const char *code, const char *fmt, ...)
+{
+    f->e.http_status = status;
+    f->e.type = type;
+    snprintf(f->e.param, sizeof f->e.param, "%s", param ? param : "");
+    f->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->e.message, sizeof f->e.message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* The request's prompt as token ids: the chat rendered with the server's
+ * template, the text encoded (BOS as the model asks), or the ids checked
+ * against the vocabulary. false with *f filled (nothing to free). */
+static bool prompt_ids(llmem_server *s, const llmem_oai_request *q, int32_t **ids_out, size_t *n_out,
+                       int32_t *extra_stop, refusal *f)
+{
     int32_t *ids = NULL;
     size_t n = 0;
-    int32_t extra_stop = -1;
-    if (kind == LLMEM_OAI_CHAT) {
-        if (!s->chat_ok) {
-            llmem_oai_request_free(q);
-            return send_error(s, c, 400, "invalid_request_error", "messages", "chat_template_unavailable",
-                              s->chat_why, 0);
-        }
-        st = llmem_chat_render(&s->chat, s->tok, q->messages, q->message_count, &ids, &n, &extra_stop, &err);
-        if (st) {
-            llmem_oai_request_free(q);
-            if (st == LLMEM_ENOMEM) return send_error(s, c, 500, "server_error", NULL, NULL, "out of memory", 0);
-            return send_oai_error(s, c, &err);
-        }
+    if (q->kind == LLMEM_OAI_CHAT) {
+        if (!s->chat_ok)
+            return refuse(f, 400, "invalid_request_error", "messages", "chat_template_unavailable", "%s", s->chat_why);
+        llmem_status st = llmem_chat_render(&s->chat, s->tok, q->messages, q->message_count, &ids, &n, extra_stop, &f->e);
+        if (st == LLMEM_ENOMEM) return refuse(f, 500, "server_error", NULL, NULL, "out of memory");
+        if (st) return false; /* f->e says why (the order of roles) */
     } else if (q->prompt) {
         size_t cap = strlen(q->prompt) + 3;
         ids = malloc(cap * sizeof *ids);
         bool bos = llmem_tokenizer_add_bos(s->tok); /* as the model asks: gpt2 vocabularies add none */
-        if (!ids || (st = llmem_tokenizer_encode(s->tok, q->prompt, bos, false, ids, cap, &n))) {
+        if (!ids || llmem_tokenizer_encode(s->tok, q->prompt, bos, false, ids, cap, &n)) {
             free(ids);
-            llmem_oai_request_free(q);
-            return send_error(s, c, 500, "server_error", NULL, NULL, "the prompt could not be tokenised", 0);
+            return refuse(f, 500, "server_error", NULL, NULL, "the prompt could not be tokenised");
         }
     } else {
         n = q->prompt_id_count;
-        ids = malloc((n ? n : 1) * sizeof *ids);
-        if (!ids) {
-            llmem_oai_request_free(q);
-            return send_error(s, c, 500, "server_error", NULL, NULL, "out of memory", 0);
-        }
+        if (!(ids = malloc((n ? n : 1) * sizeof *ids))) return refuse(f, 500, "server_error", NULL, NULL, "out of memory");
         for (size_t i = 0; i < n; i++) {
             if ((uint32_t)q->prompt_ids[i] >= s->vocab) {
-                char msg[160];
-                snprintf(msg, sizeof msg, "token id %d at prompt position %zu is outside the vocabulary (%u tokens)",
-                         q->prompt_ids[i], i, s->vocab);
                 free(ids);
-                llmem_oai_request_free(q);
-                return send_error(s, c, 400, "invalid_request_error", "prompt", NULL, msg, 0);
+                return refuse(f, 400, "invalid_request_error", "prompt", NULL,
+                              "token id %d at prompt position %zu is outside the vocabulary (%u tokens)",
+                              q->prompt_ids[i], i, s->vocab);
             }
             ids[i] = q->prompt_ids[i];
         }
     }
     if (!n) {
         free(ids);
-        llmem_oai_request_free(q);
-        return send_error(s, c, 400, "invalid_request_error", "prompt", NULL, "the prompt is empty", 0);
+        return refuse(f, 400, "invalid_request_error", "prompt", NULL, "the prompt is empty");
     }
-    /* The context: the prompt must leave room for one token at least. */
-    if (n >= s->ctx || (q->max_tokens && n + q->max_tokens > s->ctx)) {
-        char msg[320];
-        if (n >= s->ctx)
-            snprintf(msg, sizeof msg,
-                     "This model's maximum context length is %u tokens. However, your prompt has %zu tokens "
-                     "(it must leave room for at least one generated token).",
-                     s->ctx, n);
-        else
-            snprintf(msg, sizeof msg,
-                     "This model's maximum context length is %u tokens. However, you requested %zu tokens "
-                     "(%zu in the prompt, %u for the completion). Please reduce the prompt or max_tokens.",
-                     s->ctx, n + q->max_tokens, n, q->max_tokens);
-        const char *param = n >= s->ctx ? (kind == LLMEM_OAI_CHAT ? "messages" : "prompt") : "max_tokens";
-        free(ids);
-        llmem_oai_request_free(q);
-        return send_error(s, c, 400, "invalid_request_error", param, "context_length_exceeded", msg, 0);
-    }
+    *ids_out = ids;
+    *n_out = n;
+    return true;
+}
+
+/* The prompt of n tokens against the context; *max_tokens gets what the
+ * request may generate (its own, or the default clipped to the room). */
+static bool fit_context(llmem_server *s, const llmem_oai_request *q, size_t n, uint32_t *max_tokens, refusal *f)
+{
+    if (n >= s->ctx)
+        return refuse(f, 400, "invalid_request_error", q->kind == LLMEM_OAI_CHAT ? "messages" : "prompt",
+                      "context_length_exceeded",
+                      "This model's maximum context length is %u tokens. However, your prompt has %zu tokens "
+                      "(it must leave room for at least one generated token).",
+                      s->ctx, n);
+    if (q->max_tokens && n + q->max_tokens > s->ctx)
+        return refuse(f, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+                      "This model's maximum context length is %u tokens. However, you requested %zu tokens "
+                      "(%zu in the prompt, %u for the completion). Please reduce the prompt or max_tokens.",
+                      s->ctx, n + q->max_tokens, n, q->max_tokens);
     uint32_t room = s->ctx - (uint32_t)n;
-    uint32_t max_tokens = q->max_tokens;
-    if (!max_tokens) {
-        max_tokens = kind == LLMEM_OAI_CHAT ? room : (s->o.default_max_tokens ? s->o.default_max_tokens : 16);
-        if (max_tokens > room) max_tokens = room;
+    *max_tokens = q->max_tokens;
+    if (!*max_tokens) {
+        *max_tokens = q->kind == LLMEM_OAI_CHAT ? room : (s->o.default_max_tokens ? s->o.default_max_tokens : 16);
+        if (*max_tokens > room) *max_tokens = room;
     }
+    return true;
+}
 
-    srv_req *r = calloc(1, sizeof *r);
-    if (!r) {
-        free(ids);
-        llmem_oai_request_free(q);
-        return send_error(s, c, 500, "server_error", NULL, NULL, "out of memory", 0);
+/* A streamed answer: the connection reads the request's SSE bytes
+ * (stream_read) and ends the request when it is done with it. */
+static enum MHD_Result answer_stream(llmem_server *s, struct MHD_Connection *c, srv_req *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r, stream_free);
+    if (!resp) {
+        end_req(r);
+        return MHD_NO;
     }
-    r->srv = s;
-    r->q = q;
-    r->fd = -1;
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
-    llmem_sbuf_init(&r->out);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci) r->fd = ci->connect_fd;
-    st = llmem__srv_submit(s, r, ids, (uint32_t)n, max_tokens, extra_stop, &err);
-    free(ids);
-    if (st) {
-        llmem__srv_req_free(r);
-        if (!err.http_status) {
-            err.http_status = 500;
-            err.type = "server_error";
-        }
-        return send_oai_error(s, c, &err);
-    }
-    llmem__srv_inflight_add(s, r);
-    if (s->o.access_log)
-        fprintf(stderr, "llmem serve: %s %s: prompt %zu tokens, max_tokens %u, n %u%s\n", r->id_str,
-                   kind == LLMEM_OAI_CHAT ? "chat" : "completion", n, max_tokens, q->n, q->stream ? ", stream" : "");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp); /* the connection holds it; stream_free ends the request */
+    llmem__srv_count(s, 200);
+    return ret;
+}
 
-    if (q->stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r,
-                                                                      stream_free);
-        if (!resp) {
-            end_req(r);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp); /* the connection holds it; stream_free ends the request */
-        llmem__srv_count(s, 200);
-        return ret;
-    }
-
-    /* Not streaming: wait here. */
+/* A whole answer: wait here for the request (or the client going away, or
+ * the shutdown), answer, end it. */
+static enum MHD_Result answer_whole(llmem_server *s, struct MHD_Connection *c, srv_req *r)
+{
     bool gone = false, shutdown = false;
     pthread_mutex_lock(&r->mu);
     while (!r->done) {
@@ -404,7 +373,7 @@ static enum MHD_Result generate(llmem_server *s, struct MHD_Connection *c, llmem
                    : send_error(s, c, 503, "server_error", NULL, NULL,
                                 "the server is shutting down; the request was cancelled", 1);
     } else if (r->error) {
-        bool rejected = r->s[0].finish == LLMEM_SCHED_FINISH_REJECTED;
+        bool rejected = false;
         for (uint32_t i = 0; i < r->n; i++) rejected = rejected || r->s[i].finish == LLMEM_SCHED_FINISH_REJECTED;
         ret = send_error(s, c, rejected ? 400 : 500, rejected ? "invalid_request_error" : "server_error", NULL, NULL,
                          r->error_msg, 0);
@@ -416,6 +385,63 @@ static enum MHD_Result generate(llmem_server *s, struct MHD_Connection *c, llmem
     }
     end_req(r);
     return ret;
+}
+
+/* POST /v1/completions and /v1/chat/completions: parse, check, tokenise,
+ * submit, answer (streamed or whole). Every refusal is an OpenAI error
+ * object; nothing is submitted unless every check passed. */
+static enum MHD_Result generate(llmem_server *s, struct MHD_Connection *c, llmem_oai_kind kind, const char *body,
+                                size_t len)
+{
+    refusal f;
+    memset(&f, 0, sizeof f);
+    llmem_oai_request *q;
+    if (llmem_oai_request_parse(kind, body, len, &q, &f.e)) return send_oai_error(s, c, &f.e);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int32_t extra_stop = -1;
+    uint32_t max_tokens = 0;
+    bool ok = true;
+    if (!model_matches(s, q->model))
+        ok = refuse(&f, 400, "invalid_request_error", "model", "model_not_found",
+                    "The model '%.200s' does not exist; this server serves '%.120s' (GET /v1/models)", q->model,
+                    s->model_name);
+    else if (q->n > s->max_batch)
+        ok = refuse(&f, 400, "invalid_request_error", "n", NULL,
+                    "'n' is %u; this server runs at most %u sequences at once (--max-batch)", q->n, s->max_batch);
+    ok = ok && prompt_ids(s, q, &ids, &n, &extra_stop, &f) && fit_context(s, q, n, &max_tokens, &f);
+    srv_req *r = ok ? calloc(1, sizeof *r) : NULL;
+    if (ok && !r) refuse(&f, 500, "server_error", NULL, NULL, "out of memory");
+    if (!r) {
+        free(ids);
+        llmem_oai_request_free(q);
+        return send_error(s, c, f.e.http_status ? (unsigned)f.e.http_status : 400,
+                          f.e.type ? f.e.type : "invalid_request_error", f.e.param, f.code,
+                          f.e.message[0] ? f.e.message : "bad request", 0);
+    }
+    r->srv = s;
+    r->q = q;
+    r->fd = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    llmem_sbuf_init(&r->out);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) r->fd = ci->connect_fd;
+    llmem_status st = llmem__srv_submit(s, r, ids, (uint32_t)n, max_tokens, extra_stop, &f.e);
+    free(ids);
+    if (st) {
+        llmem__srv_req_free(r);
+        if (!f.e.http_status) {
+            f.e.http_status = 500;
+            f.e.type = "server_error";
+        }
+        return send_oai_error(s, c, &f.e);
+    }
+    llmem__srv_inflight_add(s, r);
+    if (s->o.access_log)
+        fprintf(stderr, "llmem serve: %s %s: prompt %zu tokens, max_tokens %u, n %u%s\n", r->id_str,
+                kind == LLMEM_OAI_CHAT ? "chat" : "completion", n, max_tokens, q->n, q->stream ? ", stream" : "");
+    return q->stream ? answer_stream(s, c, r) : answer_whole(s, c, r);
 }
 
 /* ---- the other endpoints ---------------------------------------------------- */

@@ -12,7 +12,7 @@
  * time_per_output_token_seconds, e2e_request_latency_seconds,
  * request_queue_time_seconds). Then every llmem component's stats through
  * the exporter: server, scheduler, engine, KV, pool, controller, tracking
- * resource. The engine's stats are read by the step thread only (its
+ * and fault-injecting resources. The engine's stats are read by the step thread only (its
  * snapshot, under snap_mu); the others are safe from any thread.
  *
  * Samples: after every step (and at creation) the step thread records one
@@ -23,6 +23,7 @@
  * controller's latest events, and P50/P99 of the latest requests'
  * latencies.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,105 +98,107 @@ void llmem__srv_sample(llmem_server *s, bool force)
 
 /* ---- metrics ------------------------------------------------------------------ */
 
-static void family(llmem_sbuf *b, const char *name, const char *type, const char *help)
-{
-    llmem_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
+/* vLLM's gauges and counters, named as vLLM names them (schema prefix
+ * "vllm:"), and its success counter by finished_reason. */
+typedef struct vllm_stats {
+    size_t struct_size;
+    uint64_t num_requests_running, num_requests_waiting, num_requests_swapped;
+    double kv_cache_usage_perc, gpu_cache_usage_perc;
+    uint64_t prefix_cache_queries_total, prefix_cache_hits_total, num_preemptions_total, prompt_tokens_total,
+        generation_tokens_total;
+} vllm_stats;
 
-static void sample_u(llmem_sbuf *b, const char *name, const char *model, uint64_t v)
-{
-    llmem_sbuf_printf(b, "%s{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)v);
-}
+#define F(kind, type, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_##type, offsetof(vllm_stats, name)}
+static const llmem_stat_field vllm_fields[] = {
+    F(GAUGE, U64, num_requests_running, "Number of requests in model execution batches."),
+    F(GAUGE, U64, num_requests_waiting, "Number of requests waiting to be processed."),
+    F(GAUGE, U64, num_requests_swapped, "Number of sequences swapped out to host memory."),
+    F(GAUGE, DOUBLE, kv_cache_usage_perc, "KV-cache usage. 1 means 100 percent usage."),
+    F(GAUGE, DOUBLE, gpu_cache_usage_perc, "KV-cache usage (the older name). 1 means 100 percent usage."),
+    F(COUNTER, U64, prefix_cache_queries_total, "Prefix cache queries, in tokens."),
+    F(COUNTER, U64, prefix_cache_hits_total, "Prefix cache hits, in tokens."),
+    F(COUNTER, U64, num_preemptions_total, "Cumulative number of preemptions."),
+    F(COUNTER, U64, prompt_tokens_total, "Number of prefill tokens processed."),
+    F(COUNTER, U64, generation_tokens_total, "Number of generation tokens processed."),
+};
+#undef F
+static const llmem_stats_schema vllm_schema = {"vllm", sizeof(vllm_stats), LLMEM_ARRAY_LEN(vllm_fields), vllm_fields,
+                                               "vllm:"};
 
-static void sample_d(llmem_sbuf *b, const char *name, const char *model, double v)
-{
-    llmem_sbuf_printf(b, "%s{model_name=\"%s\"} %.17g\n", name, model, v);
-}
+typedef struct vllm_success {
+    size_t struct_size;
+    uint64_t request_success_total;
+} vllm_success;
+static const llmem_stat_field success_fields[] = {
+    {"request_success_total", "Count of successfully processed samples, by reason.", LLMEM_METRIC_COUNTER,
+     LLMEM_VALUE_U64, offsetof(vllm_success, request_success_total)},
+};
+static const llmem_stats_schema success_schema = {"vllm_success", sizeof(vllm_success), 1, success_fields, "vllm:"};
 
-static void histogram(llmem_server *s, llmem_sbuf *b, llmem_sched_hist_kind k, const char *name, const char *help,
-                      const char *model)
-{
-    llmem_sched_histogram h;
-    if (llmem_sched_get_histogram(s->sched, k, &h)) return;
-    family(b, name, "histogram", help);
-    for (uint32_t i = 0; i < h.buckets; i++)
-        llmem_sbuf_printf(b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", name, model, h.le[i],
-                          (unsigned long long)h.cumulative[i]);
-    llmem_sbuf_printf(b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", name, model, (unsigned long long)h.count);
-    llmem_sbuf_printf(b, "%s_sum{model_name=\"%s\"} %.17g\n", name, model, h.sum);
-    llmem_sbuf_printf(b, "%s_count{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)h.count);
-}
+typedef struct process_stats {
+    size_t struct_size;
+    uint64_t resident_bytes;
+} process_stats;
+static const llmem_stat_field process_fields[] = {
+    {"resident_bytes", "Resident memory of the server process.", LLMEM_METRIC_GAUGE, LLMEM_VALUE_U64,
+     offsetof(process_stats, resident_bytes)},
+};
+static const llmem_stats_schema process_schema = {"process", sizeof(process_stats), 1, process_fields, NULL};
 
-/* The model name as a Prometheus label value (\\, \" and \n escaped),
- * cut to fit. */
-static void label_value(const char *in, char *out, size_t cap)
+static void add_vllm(llmem_exporter *ex, llmem_sched *sched, const llmem_sched_stats *ss, const char *model)
 {
-    size_t o = 0;
-    for (const char *p = in; *p && o + 3 < cap; p++) {
-        if (*p == '\\' || *p == '"') {
-            out[o++] = '\\';
-            out[o++] = *p;
-        } else if (*p == '\n') {
-            out[o++] = '\\';
-            out[o++] = 'n';
-        } else {
-            out[o++] = *p;
-        }
+    llmem_label lab = {"model_name", model};
+    vllm_stats v = {sizeof v,
+                    ss->requests_running,
+                    ss->requests_waiting,
+                    ss->sequences_swapped,
+                    ss->kv_usage,
+                    ss->kv_usage,
+                    ss->prefix_cache_queries_total,
+                    ss->prefix_cache_hits_total,
+                    ss->preemptions_total,
+                    ss->prompt_tokens_total,
+                    ss->generation_tokens_total};
+    llmem_exporter_add(ex, &vllm_schema, &v, &lab, 1);
+    const struct { const char *reason; uint64_t n; } why[] = {
+        {"stop", ss->samples_stop_total},
+        {"length", ss->samples_length_total + ss->samples_context_total + ss->samples_memory_total},
+        {"abort", ss->requests_cancelled_total},
+    };
+    for (size_t i = 0; i < LLMEM_ARRAY_LEN(why); i++) {
+        llmem_label l2[] = {{"model_name", model}, {"finished_reason", why[i].reason}};
+        vllm_success x = {sizeof x, why[i].n};
+        llmem_exporter_add(ex, &success_schema, &x, l2, 2);
     }
-    out[o] = 0;
+    static const struct { llmem_sched_hist_kind k; const char *name, *help; } hists[] = {
+        {LLMEM_SCHED_HIST_TTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."},
+        {LLMEM_SCHED_HIST_TPOT, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds."},
+        {LLMEM_SCHED_HIST_E2E, "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds."},
+        {LLMEM_SCHED_HIST_QUEUE, "vllm:request_queue_time_seconds",
+         "Histogram of time spent waiting in the queue in seconds."},
+    };
+    for (size_t i = 0; i < LLMEM_ARRAY_LEN(hists); i++) {
+        llmem_sched_histogram h;
+        if (llmem_sched_get_histogram(sched, hists[i].k, &h)) continue;
+        llmem_histogram_export e = {hists[i].name, hists[i].help, h.buckets, h.le, h.cumulative, h.count, h.sum};
+        llmem_exporter_add_histogram(ex, &e, &lab, 1);
+    }
 }
 
+/* Everything through the library's exporter (llmem/stats.h): vLLM's
+ * names first, then every llmem component, then the process. */
 void llmem__srv_metrics(llmem_server *s, llmem_sbuf *b)
 {
-    char model[256];
-    label_value(s->model_name, model, sizeof model);
     llmem_sched_stats ss;
     memset(&ss, 0, sizeof ss);
     ss.struct_size = sizeof ss;
     llmem_sched_get_stats(s->sched, &ss);
-
-    family(b, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
-    sample_u(b, "vllm:num_requests_running", model, ss.requests_running);
-    family(b, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
-    sample_u(b, "vllm:num_requests_waiting", model, ss.requests_waiting);
-    family(b, "vllm:num_requests_swapped", "gauge", "Number of sequences swapped out to host memory.");
-    sample_u(b, "vllm:num_requests_swapped", model, ss.sequences_swapped);
-    family(b, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
-    sample_d(b, "vllm:kv_cache_usage_perc", model, ss.kv_usage);
-    family(b, "vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage (the older name). 1 means 100 percent usage.");
-    sample_d(b, "vllm:gpu_cache_usage_perc", model, ss.kv_usage);
-    family(b, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in tokens.");
-    sample_u(b, "vllm:prefix_cache_queries_total", model, ss.prefix_cache_queries_total);
-    family(b, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens.");
-    sample_u(b, "vllm:prefix_cache_hits_total", model, ss.prefix_cache_hits_total);
-    family(b, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.");
-    sample_u(b, "vllm:num_preemptions_total", model, ss.preemptions_total);
-    family(b, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
-    sample_u(b, "vllm:prompt_tokens_total", model, ss.prompt_tokens_total);
-    family(b, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
-    sample_u(b, "vllm:generation_tokens_total", model, ss.generation_tokens_total);
-    family(b, "vllm:request_success_total", "counter", "Count of successfully processed samples, by reason.");
-    llmem_sbuf_printf(b, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"stop\"} %llu\n", model,
-                      (unsigned long long)ss.samples_stop_total);
-    llmem_sbuf_printf(b, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"length\"} %llu\n", model,
-                      (unsigned long long)(ss.samples_length_total + ss.samples_context_total +
-                                           ss.samples_memory_total));
-    llmem_sbuf_printf(b, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"abort\"} %llu\n", model,
-                      (unsigned long long)ss.requests_cancelled_total);
-    histogram(s, b, LLMEM_SCHED_HIST_TTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", model);
-    histogram(s, b, LLMEM_SCHED_HIST_TPOT, "vllm:time_per_output_token_seconds",
-              "Histogram of time per output token in seconds.", model);
-    histogram(s, b, LLMEM_SCHED_HIST_E2E, "vllm:e2e_request_latency_seconds",
-              "Histogram of end to end request latency in seconds.", model);
-    histogram(s, b, LLMEM_SCHED_HIST_QUEUE, "vllm:request_queue_time_seconds",
-              "Histogram of time spent waiting in the queue in seconds.", model);
-
-    /* Every llmem component, through the exporter. */
     llmem_exporter *ex;
     if (llmem_exporter_create(LLMEM_EXPORT_PROMETHEUS, &ex)) {
         b->failed = true;
         return;
     }
+    add_vllm(ex, s->sched, &ss, s->model_name);
     llmem_label lab = {"model_name", s->model_name};
     llmem_server_stats sv;
     memset(&sv, 0, sizeof sv);
@@ -227,18 +230,22 @@ void llmem__srv_metrics(llmem_server *s, llmem_sbuf *b)
     ts.struct_size = sizeof ts;
     if (!llmem_tracking_resource_get_stats(s->track, &ts))
         llmem_exporter_add(ex, llmem_tracking_stats_schema(), &ts, &lab, 1);
+    /* The fault-injecting resource under the pool (--fault-probability):
+     * how many of its commits it failed, so a soak can tell that faults
+     * fired. */
+    llmem_fault_stats fs;
+    memset(&fs, 0, sizeof fs);
+    fs.struct_size = sizeof fs;
+    if (!llmem_fault_resource_get_stats(s->fault, &fs)) llmem_exporter_add(ex, llmem_fault_stats_schema(), &fs, &lab, 1);
+    process_stats pr = {sizeof pr, rss_bytes()};
+    llmem_exporter_add(ex, &process_schema, &pr, NULL, 0);
     size_t len = 0;
     llmem_status st = llmem_exporter_render(ex, NULL, 0, &len);
-    if (st == LLMEM_OK || st == LLMEM_ERANGE) {
-        char *buf = malloc(len + 1);
-        if (buf && !llmem_exporter_render(ex, buf, len + 1, &len)) llmem_sbuf_puts(b, buf);
-        else b->failed = true;
-        free(buf);
-    }
+    char *buf = st == LLMEM_OK || st == LLMEM_ERANGE ? malloc(len + 1) : NULL;
+    if (buf && !llmem_exporter_render(ex, buf, len + 1, &len)) llmem_sbuf_puts(b, buf);
+    else b->failed = true;
+    free(buf);
     llmem_exporter_destroy(ex);
-    llmem_sbuf_printf(b, "# HELP llmem_process_resident_bytes Resident memory of the server process.\n"
-                         "# TYPE llmem_process_resident_bytes gauge\nllmem_process_resident_bytes %llu\n",
-                      (unsigned long long)rss_bytes());
 }
 
 /* ---- timeline JSON --------------------------------------------------------------- */

@@ -40,6 +40,7 @@ llmem_server_options llmem_server_options_default(void)
 {
     llmem_server_options o;
     memset(&o, 0, sizeof o);
+    o.kv_dtype = LLMEM_KV_F32; /* as documented and as llmem run: exact (the zero value is F16) */
     return o;
 }
 
@@ -79,6 +80,16 @@ static void token_ids_json(srv_req *r, uint32_t i, llmem_sbuf *b)
         }
         from += got;
     }
+    llmem_sbuf_putc(b, ']');
+}
+
+/* ,"prompt_token_ids":[...]: what the model was given (as vLLM's
+ * return_token_ids answers), so a client can check a chat template's
+ * rendering token by token. */
+static void prompt_ids_json(srv_req *r, llmem_sbuf *b)
+{
+    llmem_sbuf_puts(b, ",\"prompt_token_ids\":[");
+    for (uint32_t k = 0; k < r->prompt_len; k++) llmem_sbuf_printf(b, k ? ",%d" : "%d", r->prompt_ids[k]);
     llmem_sbuf_putc(b, ']');
 }
 
@@ -147,6 +158,7 @@ void llmem__srv_response_json(srv_req *r, llmem_sbuf *b)
     }
     llmem_sbuf_puts(b, "],\"usage\":");
     usage_json(r, b);
+    if (r->prompt_ids) prompt_ids_json(r, b);
     llmem_sbuf_putc(b, '}');
 }
 
@@ -194,6 +206,7 @@ static bool on_event(void *ctx, const llmem_sched_event *ev)
     switch (ev->kind) {
     case LLMEM_SCHED_EV_TOKEN:
         pthread_mutex_lock(&r->mu);
+        r->id = ev->req; /* before llmem__srv_submit has stored it, maybe */
         if (!r->done) {
             stop = llmem_textstream_push(r->s[ev->sample].ts, ev->token, &text, &len);
             sample_text(r, ev->sample, text, len, NULL);
@@ -203,6 +216,7 @@ static bool on_event(void *ctx, const llmem_sched_event *ev)
         return stop;
     case LLMEM_SCHED_EV_FINISH: {
         pthread_mutex_lock(&r->mu);
+        r->id = ev->req;
         srv_sample_out *so = &r->s[ev->sample];
         if (!r->done && !so->finished) {
             so->finished = true;
@@ -229,6 +243,7 @@ static bool on_event(void *ctx, const llmem_sched_event *ev)
                             llmem__srv_chunk_prefix(r, &r->out);
                             llmem_sbuf_puts(&r->out, ",\"choices\":[],\"usage\":");
                             usage_json(r, &r->out);
+                            if (r->prompt_ids) prompt_ids_json(r, &r->out);
                             llmem_sbuf_puts(&r->out, "}\n\n");
                         }
                         llmem_sbuf_puts(&r->out, "data: [DONE]\n\n");
@@ -302,6 +317,7 @@ void llmem__srv_req_free(srv_req *r)
         llmem_sbuf_free(&r->s[i].text);
     }
     free(r->s);
+    free(r->prompt_ids);
     llmem_sbuf_free(&r->out);
     llmem_oai_request_free(r->q);
     pthread_cond_destroy(&r->cv);
@@ -325,6 +341,11 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
     r->prompt_len = prompt_len;
     r->s = calloc(r->n, sizeof *r->s);
     if (!r->s) return llmem__fail(LLMEM_ENOMEM, "serve: out of memory");
+    if (q->return_token_ids) {
+        if (!(r->prompt_ids = malloc(prompt_len * sizeof *r->prompt_ids)))
+            return llmem__fail(LLMEM_ENOMEM, "serve: out of memory");
+        memcpy(r->prompt_ids, prompt, prompt_len * sizeof *prompt);
+    }
     for (uint32_t i = 0; i < r->n; i++) {
         llmem_sbuf_init(&r->s[i].text);
         llmem_status st = llmem_textstream_create(s->tok, prompt[prompt_len - 1], (const char *const *)q->stop,
@@ -357,9 +378,12 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
     p.stop_tokens = stops;
     p.stop_token_count = nstops;
     p.user = r;
-    llmem_status st = llmem_sched_submit(s->sched, &p, &r->id);
+    /* The step thread may run the request, and finish it, before submit
+     * returns: it learns the id from its events too (on_event). */
+    llmem_sched_req id = 0;
+    llmem_status st = llmem_sched_submit(s->sched, &p, &id);
+    if (!st) r->id = id;
     if (st) {
-        r->id = 0;
         if (err) {
             err->type = "invalid_request_error";
             err->param[0] = 0;

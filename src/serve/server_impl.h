@@ -106,9 +106,11 @@ typedef struct srv_sample_out {
 struct llmem_server_req {
     llmem_server *srv;
     llmem_oai_request *q;
-    llmem_sched_req id;
+    _Atomic llmem_sched_req id; /* written by the submitter and by the step thread's events (the
+                                  request may finish before llmem_sched_submit returns) */
     uint32_t n;
     uint32_t prompt_len;
+    int32_t *prompt_ids;      /* return_token_ids: the prompt as the model got it (chat: rendered) */
     char id_str[48];
     time_t created;
     int fd;                   /* the client's socket (disconnect polling); -1 unknown */
