@@ -43,7 +43,6 @@ static void usage(FILE *f)
             "                  --bpe says otherwise)\n"
             "  --window N      record an N-token sliding attention window (ARCH.attention.sliding_window,\n"
             "                  Mistral's key; llmem honours it, llama.cpp does not for llama or qwen2)\n"
-
             "  --chat-template F  write a tokenizer.chat_template of family F (chatml: the made-up\n"
             "                  vocabulary's last two tokens become <|im_start|> and <|im_end|>)\n");
 }
