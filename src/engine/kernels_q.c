@@ -69,7 +69,7 @@ size_t llmem__act_row_bytes(uint32_t wtype, size_t n)
 {
     if (!llmem__is_qtype(wtype)) return 0;
     if (is_k(wtype)) return round64(n + 2 * (n / 16) + 4 * (n / 256));
-    return round64(n + 8 * (n / 32));
+    return round64(n + 12 * (n / 32));
 }
 
 /* ---- activation rows ------------------------------------------------------ */
@@ -82,6 +82,7 @@ void llmem__act_quantize_ref(uint32_t wtype, const float *x, size_t n, void *row
     int8_t *qs = (int8_t *)p;
     if (!is_k(wtype)) {
         float *d = (float *)(p + n), *s = d + n / 32;
+        int32_t *xs = (int32_t *)(void *)(s + n / 32);
         for (size_t b = 0; b < n / 32; b++) {
             const float *xb = x + 32 * b;
             float amax = 0;
@@ -95,6 +96,7 @@ void llmem__act_quantize_ref(uint32_t wtype, const float *x, size_t n, void *row
             }
             d[b] = h2f(llmem__f32_to_f16(db));
             s[b] = h2f(llmem__f32_to_f16(db * (float)sum));
+            xs[b] = sum;
         }
         return;
     }
@@ -340,6 +342,7 @@ KQ_TARGET void llmem__act_quantize_avx2(uint32_t wtype, const float *x, size_t n
     uint8_t *p = row;
     int8_t *qs = (int8_t *)p;
     float *dd = (float *)(p + n), *ss = dd + n / 32;
+    int32_t *xs = (int32_t *)(void *)(ss + n / 32);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t b = 0; b < n / 32; b++) {
         const float *xb = x + 32 * b;
@@ -370,6 +373,7 @@ KQ_TARGET void llmem__act_quantize_avx2(uint32_t wtype, const float *x, size_t n
         int sum = _mm_cvtsi128_si32(s4);
         dd[b] = act_h2f((uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(db), _MM_FROUND_TO_NEAREST_INT), 0));
         ss[b] = act_h2f((uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(db * (float)sum), _MM_FROUND_TO_NEAREST_INT), 0));
+        xs[b] = sum;
     }
 }
 #else

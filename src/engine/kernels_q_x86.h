@@ -53,27 +53,38 @@ KQ_INLINE __m256i bits32(const uint8_t *p)
     return _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
 }
 
-/* The 32 weight levels of a 32-element block as int8 (signed types) or
- * uint8 (q4_1, q5_1), and its scale and minimum. */
+/* The bias the vector kernels add to a signed type's levels to make them
+ * unsigned for the u8 x s8 products (then subtract bias * the activation
+ * block's sum, xs): q4_0 and q5_0 as stored (q + 8, q + 16); q8_0 only
+ * with VNNI, whose vpdpbusd sums into int32 (with maddubs, 255 x 127 x 2
+ * would saturate int16: that path keeps the levels signed and moves their
+ * signs onto the activation). 0: unsigned already (q4_1, q5_1), or signed. */
+KQ_INLINE int w_bias(const uint32_t t)
+{
+    return t == LLMEM_DTYPE_Q4_0 ? 8 : t == LLMEM_DTYPE_Q5_0 ? 16 : t == LLMEM_DTYPE_Q8_0 && KQ_VNNI ? 128 : 0;
+}
+
+/* The 32 weight levels of a 32-element block, unsigned (q + w_bias(t);
+ * q4_1, q5_1 as stored) or, for q8_0 without VNNI, signed; and its scale
+ * and minimum. */
 KQ_INLINE __m256i w_levels32(const uint32_t t, const uint8_t *blk, float *dw, float *mw)
 {
     switch (t) {
-    case LLMEM_DTYPE_Q8_0:
+    case LLMEM_DTYPE_Q8_0: {
         *dw = kq_h2f(((const llmem__q8_0 *)(const void *)blk)->d);
-        return _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+        __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+        return KQ_VNNI ? _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)) : q;
+    }
     case LLMEM_DTYPE_Q4_0:
         *dw = kq_h2f(((const llmem__q4_0 *)(const void *)blk)->d);
-        return _mm256_sub_epi8(nibbles16(blk + 2), _mm256_set1_epi8(8));
+        return nibbles16(blk + 2);
     case LLMEM_DTYPE_Q4_1:
         *dw = kq_h2f(((const llmem__q4_1 *)(const void *)blk)->d);
         *mw = kq_h2f(((const llmem__q4_1 *)(const void *)blk)->m);
         return nibbles16(blk + 4);
-    case LLMEM_DTYPE_Q5_0: {
+    case LLMEM_DTYPE_Q5_0:
         *dw = kq_h2f(((const llmem__q5_0 *)(const void *)blk)->d);
-        /* q | 0xF0 where bit 4 is clear is q - 16 as int8; q where it is set. */
-        __m256i hb = _mm256_andnot_si256(bits32(blk + 2), _mm256_set1_epi8((char)0xF0));
-        return _mm256_or_si256(nibbles16(blk + 6), hb);
-    }
+        return _mm256_or_si256(nibbles16(blk + 6), _mm256_and_si256(bits32(blk + 2), _mm256_set1_epi8(16)));
     default: { /* q5_1 */
         *dw = kq_h2f(((const llmem__q5_1 *)(const void *)blk)->d);
         *mw = kq_h2f(((const llmem__q5_1 *)(const void *)blk)->m);
@@ -183,7 +194,8 @@ KQ_UNROLL
 /* Decode (batch 1), rows [0, rows) of y from w0: each row's block against
  * the activation block as it lies (no transpose: one load of x for the 8
  * rows), 8 int32 partial sums a row, then one horizontal reduction for the
- * 8 rows puts row i's block sum in lane i. Integer sums are exact in any
+ * 8 rows puts row i's block sum in lane i; a biased type's bias * xs is
+ * then one subtraction for the 8 rows. Integer sums are exact in any
  * order, so the floats are the tile path's and the reference's. Called
  * with rows a constant TR for whole tiles, so the row tests fold away. */
 KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_min, float *y, const uint8_t *act,
@@ -192,6 +204,8 @@ KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_mi
     a8 a = a8_view(act, n);
     __m256 acc = _mm256_setzero_ps();
     const size_t nb = n / 32;
+    const int bias = w_bias(t);
+    const bool uns = with_min || bias;
     /* The tile reads 8 rows a block at a time, 8 interleaved streams that
      * the hardware prefetcher follows worse than the one linear stream of
      * a row at a time (without this, q8_0 decode on tiny-15m ran at half
@@ -210,10 +224,11 @@ KQ_UNROLL
             }
             float dw, mw;
             __m256i q = w_levels32(t, w0 + (size_t)i * rb + k * bb, &dw, &mw);
-            p[i] = with_min ? dp_acc(_mm256_setzero_si256(), q, x)
-                            : dp_acc(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+            p[i] = uns ? dp_acc(_mm256_setzero_si256(), q, x)
+                       : dp_acc(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
         }
         __m256i sum = hsum8_epi32(p);
+        if (bias) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(bias * a.xs[k]));
         __m256 sc = _mm256_mul_ps(h8(w0, rb, k * bb, 0, rows), _mm256_set1_ps(a.d[k]));
         acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
         if (with_min) acc = _mm256_add_ps(acc, _mm256_mul_ps(h8(w0, rb, k * bb, 2, rows), _mm256_set1_ps(a.s[k])));
@@ -225,11 +240,14 @@ KQ_UNROLL
 
 /* G activation rows (stride ab) over a tile buffer of kn blocks from
  * block k0: their sums so far from y (stride d; none when k0 is 0), back
- * into y after. */
-KQ_INLINE void tile_pass(const bool with_min, const int G, float *y, size_t d, const uint8_t *act, size_t ab, size_t n,
-                         size_t k0, size_t kn, int rows, __m256i (*tq)[8], __m256i (*taq)[8],
+ * into y after. Each block's 8 dword products are summed in two chains
+ * (even and odd j) so that 2G vpdpbusd are in flight, not G. */
+KQ_INLINE void tile_pass(const uint32_t t, const bool with_min, const int G, float *y, size_t d, const uint8_t *act,
+                         size_t ab, size_t n, size_t k0, size_t kn, int rows, __m256i (*tq)[8], __m256i (*taq)[8],
                          float (*tdw)[8], float (*tmw)[8])
 {
+    const int bias = w_bias(t);
+    const bool uns = with_min || bias;
     __m256 acc[MAXB];
     a8 a[MAXB];
     float res[TR] = {0};
@@ -241,23 +259,28 @@ KQ_UNROLL
     }
     for (size_t kk = 0; kk < kn; kk++) {
         const size_t k = k0 + kk;
-        __m256i p[MAXB];
+        __m256i p[MAXB], p2[MAXB];
 KQ_UNROLL
-        for (int g = 0; g < G; g++) p[g] = _mm256_setzero_si256();
+        for (int g = 0; g < G; g++) {
+            p[g] = bias ? _mm256_set1_epi32(-bias * a[g].xs[k]) : _mm256_setzero_si256();
+            p2[g] = _mm256_setzero_si256();
+        }
 KQ_UNROLL
         for (int j = 0; j < 8; j++) {
-            const __m256i qj = tq[kk][j], aj = with_min ? qj : taq[kk][j];
+            const __m256i qj = tq[kk][j], aj = uns ? qj : taq[kk][j];
 KQ_UNROLL
             for (int g = 0; g < G; g++) {
                 __m256i xb = bcast32(a[g].qs + 32 * k + 4 * (size_t)j);
-                p[g] = with_min ? dp_acc(p[g], qj, xb) : dp_acc(p[g], aj, _mm256_sign_epi8(xb, qj));
+                __m256i *pg = j & 1 ? &p2[g] : &p[g];
+                *pg = uns ? dp_acc(*pg, qj, xb) : dp_acc(*pg, aj, _mm256_sign_epi8(xb, qj));
             }
         }
         const __m256 dwv = _mm256_loadu_ps(tdw[kk]);
 KQ_UNROLL
         for (int g = 0; g < G; g++) {
             __m256 sc = _mm256_mul_ps(dwv, _mm256_set1_ps(a[g].d[k]));
-            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(sc, _mm256_cvtepi32_ps(p[g])));
+            __m256i sum = _mm256_add_epi32(p[g], p2[g]);
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
             if (with_min) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_loadu_ps(tmw[kk]), _mm256_set1_ps(a[g].s[k])));
         }
     }
@@ -275,6 +298,7 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
     const size_t bb = t == LLMEM_DTYPE_Q8_0 ? 34 : t == LLMEM_DTYPE_Q4_0 ? 18 : t == LLMEM_DTYPE_Q4_1 ? 20
                     : t == LLMEM_DTYPE_Q5_0 ? 22 : 24;
     const bool with_min = t == LLMEM_DTYPE_Q4_1 || t == LLMEM_DTYPE_Q5_1;
+    const bool uns = with_min || w_bias(t);
     const size_t nb = n / 32;
     const uint8_t *w0 = w + r * rb;
     if (batch == 1) {
@@ -283,7 +307,7 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
         else row8_decode(t, bb, with_min, y + r, act, w0, rb, n, rows, ahead);
         return;
     }
-    /* Levels (signed types: and their magnitudes), scales and minimums of
+    /* Levels (signed q8_0: and their magnitudes), scales and minimums of
      * KC blocks; a tile's running sums live in y between buffers. */
     __m256i tq[KC][8], taq[KC][8];
     float tdw[KC][8], tmw[KC][8];
@@ -291,14 +315,21 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
         const size_t kn = nb - k0 < KC ? nb - k0 : KC;
         for (size_t kk = 0; kk < kn; kk++) {
             tile_block(t, w0, rb, bb, rows, k0 + kk, tq[kk], tdw[kk], tmw[kk]);
-            if (!with_min)
+            if (!uns)
 KQ_UNROLL
                 for (int j = 0; j < 8; j++) taq[kk][j] = _mm256_sign_epi8(tq[kk][j], tq[kk][j]);
         }
+        /* A whole tile passes rows as the constant TR, so its loads and
+         * stores of y are single vector moves, not memcpy calls. */
         for (size_t b = 0; b < batch;) {
-            if (batch - b >= MAXB) tile_pass(with_min, MAXB, y + b * d + r, d, act + b * ab, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
-            else tile_pass(with_min, 1, y + b * d + r, d, act + b * ab, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
-            b += batch - b >= MAXB ? MAXB : 1;
+            const bool four = batch - b >= MAXB;
+            float *yb = y + b * d + r;
+            const uint8_t *ax = act + b * ab;
+            if (four && rows == TR) tile_pass(t, with_min, MAXB, yb, d, ax, ab, n, k0, kn, TR, tq, taq, tdw, tmw);
+            else if (four) tile_pass(t, with_min, MAXB, yb, d, ax, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
+            else if (rows == TR) tile_pass(t, with_min, 1, yb, d, ax, ab, n, k0, kn, TR, tq, taq, tdw, tmw);
+            else tile_pass(t, with_min, 1, yb, d, ax, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
+            b += four ? MAXB : 1;
         }
     }
 }
