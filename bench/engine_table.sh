@@ -18,7 +18,8 @@
 #
 # Models are written once by llmem synth into BENCH_DIR (default
 # build-bench; yi-coder-1.5b q8_0 is 1.57 GB). Decode length: 128 positions
-# after the prompt for tiny-15m, 32 for yi-coder-1.5b. Each row is its own
+# after the prompt for tiny-15m, 32 for yi-coder-1.5b (GEN=N: N for every
+# model, to bound a run on a busy machine). Each row is its own
 # engine_bench.sh run, under flock /work/bench.lock when that file exists
 # (the machine may be shared), so no two benchmarks overlap; with
 # BENCH_LOCKED=1 the caller holds that lock for the whole table instead.
@@ -73,6 +74,7 @@ for m in $MODELS; do
     fi
     gen=128
     case $shape in yi-coder-1.5b) gen=32 ;; esac
+    gen=${GEN:-$gen}
     for p in $PROMPTS; do
         text=$SHORT
         [ "$p" = long ] && text=$LONG

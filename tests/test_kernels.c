@@ -51,10 +51,8 @@ static const uint32_t qtypes[] = {LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYP
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static uint64_t rng_next(void) { return test_rng_next(&rng_state); }
-
 /* Uniform in [-1, 1). */
-static float rng_f(void) { return (float)((double)(rng_next() >> 11) * 0x1p-52 - 1.0); }
+static float rng_f(void) { return (float)((double)(test_rng_next(&rng_state) >> 11) * 0x1p-52 - 1.0); }
 
 /* An independent f16 decoder: the value by definition. */
 static double ref_f16(uint16_t h)
@@ -106,11 +104,11 @@ static void wmat_make(wmat *m, uint32_t type, size_t n, size_t d)
             for (size_t c = 0; c < n; c++) {
                 uint16_t h;
                 if (type == F16) {
-                    h = (uint16_t)(rng_next() & 0x3bff); /* |x| < 1, sign from bit 15 below */
-                    h |= (uint16_t)(rng_next() & 0x8000);
+                    h = (uint16_t)(test_rng_next(&rng_state) & 0x3bff); /* |x| < 1, sign from bit 15 below */
+                    h |= (uint16_t)(test_rng_next(&rng_state) & 0x8000);
                     v[c] = ref_f16(h);
                 } else {
-                    h = (uint16_t)(rng_next() & 0x3f7f) | (uint16_t)(rng_next() & 0x8000);
+                    h = (uint16_t)(test_rng_next(&rng_state) & 0x3f7f) | (uint16_t)(test_rng_next(&rng_state) & 0x8000);
                     v[c] = ref_bf16(h);
                 }
                 memcpy(row + 2 * c, &h, 2);
@@ -328,12 +326,12 @@ static uint8_t *qmat_make(uint32_t t, size_t n, size_t d, size_t *row_bytes)
     for (size_t r = 0; r < d; r++) {
         uint8_t *row = w + r * rb;
         if (r % 3 == 2) {
-            for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)rng_next();
+            for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)test_rng_next(&rng_state);
             int off[3];
             scale_fields(t, off);
             for (size_t b = 0; b < rb / bs; b++)
                 for (int k = 0; k < 3 && off[k] >= 0; k++) {
-                    uint16_t h = (uint16_t)(0x1400 + rng_next() % 0x3000) | (uint16_t)(rng_next() & 0x8000);
+                    uint16_t h = (uint16_t)(0x1400 + test_rng_next(&rng_state) % 0x3000) | (uint16_t)(test_rng_next(&rng_state) & 0x8000);
                     memcpy(row + b * bs + (size_t)off[k], &h, 2);
                 }
         } else {
@@ -434,6 +432,14 @@ static void qmatmul_case(uint32_t t, size_t n, size_t d)
             check_close(yr[b * d + r], ref, scale, 2e-6, what, r);
         }
     }
+    /* Every path computes the reference's operations in its order (the
+     * integer sums exact, the floats one row a lane): the same bits. */
+    if (memcmp(y1, yr, maxb * d * sizeof(float)) != 0) {
+        size_t i = 0;
+        while (memcmp(&y1[i], &yr[i], sizeof(float)) == 0) i++;
+        fail_msg("%s n=%zu d=%zu (%s): y[%zu][%zu] = %.9g, the reference kernel gave %.9g", type_name(t), n, d,
+                 llmem__kernels_isa(), i / d, i % d, y1[i], yr[i]);
+    }
     /* On a VNNI machine the AVX2 kernels give the dispatched path's bits. */
     if (!strcmp(llmem__kernels_isa(), "avx2+vnni")) {
         llmem__qrows_avx2(y, act, w, t, n, d, maxb, 0, d);
@@ -470,12 +476,18 @@ static void qmatmul_case(uint32_t t, size_t n, size_t d)
 
 static void qmatmul_all(void)
 {
+    /* d: one row, tails of the 8-row tiles (7, 17) and whole tiles plus
+     * none (40). n: one block, two, a model's width, and (fewer rows)
+     * more blocks than a tile buffer holds (32 blocks; 4 super-blocks)
+     * and than the k-quant decode's group of 8 super-blocks, with a tail. */
     static const size_t ds[] = {1, 7, 17, 40};
     for (size_t t = 0; t < NQTYPES; t++) {
         size_t blk = llmem_dtype_block_size(qtypes[t]);
         const size_t ns[] = {blk, 2 * blk, blk == 32 ? 288 : 768};
         for (size_t i = 0; i < 3; i++)
             for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++) qmatmul_case(qtypes[t], ns[i], ds[j]);
+        qmatmul_case(qtypes[t], blk == 32 ? 32 * 41 : 256 * 9, 7);
+        qmatmul_case(qtypes[t], blk == 32 ? 32 * 65 : 256 * 17, 17);
     }
 }
 
@@ -564,9 +576,9 @@ static void test_f16_rounding(void **state)
 
     /* Random floats: the result is a nearest half, ties to even. */
     for (int i = 0; i < 300000; i++) {
-        uint32_t bits = (uint32_t)rng_next();
+        uint32_t bits = (uint32_t)test_rng_next(&rng_state);
         /* Mostly in the half range: exponents 2^-30 .. 2^17. */
-        bits = (bits & 0x807fffffu) | ((uint32_t)(97 + rng_next() % 48) << 23);
+        bits = (bits & 0x807fffffu) | ((uint32_t)(97 + test_rng_next(&rng_state) % 48) << 23);
         float f;
         memcpy(&f, &bits, 4);
         uint16_t h = llmem__f32_to_f16(f);

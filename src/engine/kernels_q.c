@@ -29,11 +29,9 @@
  * into one float, acc += (dw da) Σ, then (q4_1, q5_1) acc += mw sa, on
  * both paths (the vector path computes 8 weight rows in the 8 lanes, one
  * row a lane), so the two paths give the same bits. The k-quants: blocks
- * in increasing order into one 8-lane accumulator (vector path) or one
- * float (reference), the minimum terms into a separate float, lanes
- * reduced as kernels.c reduces them; the two paths agree within float
- * rounding (their integer sums are identical; their float sums differ in
- * order).
+ * in increasing order into one float, acc += (d da) Σ, then (q2_k, q4_k,
+ * q5_k) acc -= (dmin da) Σ_m, on both paths (the vector path again one row
+ * a lane), so the two paths give the same bits here too.
  *
  * Nothing here allocates.
  */
@@ -69,7 +67,7 @@ size_t llmem__act_row_bytes(uint32_t wtype, size_t n)
 {
     if (!llmem__is_qtype(wtype)) return 0;
     if (is_k(wtype)) return round64(n + 2 * (n / 16) + 4 * (n / 256));
-    return round64(n + 8 * (n / 32));
+    return round64(n + 12 * (n / 32));
 }
 
 /* ---- activation rows ------------------------------------------------------ */
@@ -82,6 +80,7 @@ void llmem__act_quantize_ref(uint32_t wtype, const float *x, size_t n, void *row
     int8_t *qs = (int8_t *)p;
     if (!is_k(wtype)) {
         float *d = (float *)(p + n), *s = d + n / 32;
+        int32_t *xs = (int32_t *)(void *)(s + n / 32);
         for (size_t b = 0; b < n / 32; b++) {
             const float *xb = x + 32 * b;
             float amax = 0;
@@ -95,6 +94,7 @@ void llmem__act_quantize_ref(uint32_t wtype, const float *x, size_t n, void *row
             }
             d[b] = h2f(llmem__f32_to_f16(db));
             s[b] = h2f(llmem__f32_to_f16(db * (float)sum));
+            xs[b] = sum;
         }
         return;
     }
@@ -236,11 +236,11 @@ static void kblock_read(uint32_t t, const uint8_t *blk, kblock *k)
         k->gsize = 32;
         k->d = h2f(dh);
         k->dmin = h2f(mh);
+        uint8_t s[8], m[8];
+        llmem__k4_scales_mins(scales, s, m);
         for (int g = 0; g < 8; g++) {
-            uint8_t s, m;
-            llmem__k4_scale_min(scales, g, &s, &m);
-            k->sc[g] = s;
-            k->m[g] = m;
+            k->sc[g] = s[g];
+            k->m[g] = m[g];
         }
         for (int e = 0; e < 256; e++) {
             int g = e / 32, l = e % 32;
@@ -270,7 +270,8 @@ float llmem__qdot_ref(uint32_t t, const void *w, const void *act, size_t n)
 {
     const uint8_t *wb = w;
     size_t bb = block_bytes(t);
-    float acc = 0, macc = 0;
+    float acc = 0;
+    const bool mins = t == LLMEM_DTYPE_Q2_K || t == LLMEM_DTYPE_Q4_K || t == LLMEM_DTYPE_Q5_K;
     if (!is_k(t)) {
         a8 a = a8_view(act, n);
         for (size_t b = 0; b < n / 32; b++) {
@@ -299,9 +300,9 @@ float llmem__qdot_ref(uint32_t t, const void *w, const void *act, size_t n)
             summ += k.m[g] * sa;
         }
         acc += (k.d * a.d[b]) * (float)sumi;
-        macc -= (k.dmin * a.d[b]) * (float)summ;
+        if (mins) acc -= (k.dmin * a.d[b]) * (float)summ;
     }
-    return acc + macc;
+    return acc;
 }
 
 void llmem__qrows_ref(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d, size_t batch,
@@ -340,6 +341,7 @@ KQ_TARGET void llmem__act_quantize_avx2(uint32_t wtype, const float *x, size_t n
     uint8_t *p = row;
     int8_t *qs = (int8_t *)p;
     float *dd = (float *)(p + n), *ss = dd + n / 32;
+    int32_t *xs = (int32_t *)(void *)(ss + n / 32);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t b = 0; b < n / 32; b++) {
         const float *xb = x + 32 * b;
@@ -370,6 +372,7 @@ KQ_TARGET void llmem__act_quantize_avx2(uint32_t wtype, const float *x, size_t n
         int sum = _mm_cvtsi128_si32(s4);
         dd[b] = act_h2f((uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(db), _MM_FROUND_TO_NEAREST_INT), 0));
         ss[b] = act_h2f((uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(db * (float)sum), _MM_FROUND_TO_NEAREST_INT), 0));
+        xs[b] = sum;
     }
 }
 #else

@@ -10,7 +10,10 @@
  *   A8   (for q4_0, q4_1, q5_0, q5_1, q8_0): int8 qs[n], then float d[n/32]
  *        (the block's scale amax/127, rounded to f16 as a Q8_0 scale
  *        is), float s[n/32] (d * the block's sum of qs, before d's
- *        rounding, itself rounded to f16: the minimum's term of q4_1/q5_1)
+ *        rounding, itself rounded to f16: the minimum's term of q4_1/q5_1),
+ *        int32 xs[n/32] (the block's exact sum of qs: the vector kernels
+ *        take the signed types' levels unsigned, q + bias, and subtract
+ *        bias * xs)
  *   A8K  (for the k-quants): int8 qs[n], then int16 bsums[n/16] (sums of
  *        16 qs), float d[n/256] (1 / the inverse scale -127 / the signed
  *        value of largest magnitude, in full precision)

@@ -22,6 +22,7 @@ static inline size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 typedef struct a8 {
     const int8_t *qs;
     const float *d, *s;
+    const int32_t *xs; /* the integer sum of each block's 32 qs */
 } a8;
 
 typedef struct a8k {
@@ -33,7 +34,8 @@ typedef struct a8k {
 static inline a8 a8_view(const void *row, size_t n)
 {
     const uint8_t *p = row;
-    a8 v = {(const int8_t *)p, (const float *)(p + n), (const float *)(p + n) + n / 32};
+    a8 v = {(const int8_t *)p, (const float *)(p + n), (const float *)(p + n) + n / 32,
+            (const int32_t *)(const void *)(p + n + 8 * (n / 32))};
     return v;
 }
 

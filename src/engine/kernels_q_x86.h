@@ -23,14 +23,6 @@
 #endif
 #define MAXB 4 /* activation rows per pass over a weight row */
 
-KQ_INLINE float kq_hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 KQ_INLINE float kq_h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
 /* 32 nibbles of 16 bytes: low nibbles in bytes 0..15, high nibbles in 16..31. */
@@ -53,27 +45,38 @@ KQ_INLINE __m256i bits32(const uint8_t *p)
     return _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
 }
 
-/* The 32 weight levels of a 32-element block as int8 (signed types) or
- * uint8 (q4_1, q5_1), and its scale and minimum. */
+/* The bias the vector kernels add to a signed type's levels to make them
+ * unsigned for the u8 x s8 products (then subtract bias * the activation
+ * block's sum, xs): q4_0 and q5_0 as stored (q + 8, q + 16); q8_0 only
+ * with VNNI, whose vpdpbusd sums into int32 (with maddubs, 255 x 127 x 2
+ * would saturate int16: that path keeps the levels signed and moves their
+ * signs onto the activation). 0: unsigned already (q4_1, q5_1), or signed. */
+KQ_INLINE int w_bias(const uint32_t t)
+{
+    return t == LLMEM_DTYPE_Q4_0 ? 8 : t == LLMEM_DTYPE_Q5_0 ? 16 : t == LLMEM_DTYPE_Q8_0 && KQ_VNNI ? 128 : 0;
+}
+
+/* The 32 weight levels of a 32-element block, unsigned (q + w_bias(t);
+ * q4_1, q5_1 as stored) or, for q8_0 without VNNI, signed; and its scale
+ * and minimum. */
 KQ_INLINE __m256i w_levels32(const uint32_t t, const uint8_t *blk, float *dw, float *mw)
 {
     switch (t) {
-    case LLMEM_DTYPE_Q8_0:
+    case LLMEM_DTYPE_Q8_0: {
         *dw = kq_h2f(((const llmem__q8_0 *)(const void *)blk)->d);
-        return _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+        __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+        return KQ_VNNI ? _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)) : q;
+    }
     case LLMEM_DTYPE_Q4_0:
         *dw = kq_h2f(((const llmem__q4_0 *)(const void *)blk)->d);
-        return _mm256_sub_epi8(nibbles16(blk + 2), _mm256_set1_epi8(8));
+        return nibbles16(blk + 2);
     case LLMEM_DTYPE_Q4_1:
         *dw = kq_h2f(((const llmem__q4_1 *)(const void *)blk)->d);
         *mw = kq_h2f(((const llmem__q4_1 *)(const void *)blk)->m);
         return nibbles16(blk + 4);
-    case LLMEM_DTYPE_Q5_0: {
+    case LLMEM_DTYPE_Q5_0:
         *dw = kq_h2f(((const llmem__q5_0 *)(const void *)blk)->d);
-        /* q | 0xF0 where bit 4 is clear is q - 16 as int8; q where it is set. */
-        __m256i hb = _mm256_andnot_si256(bits32(blk + 2), _mm256_set1_epi8((char)0xF0));
-        return _mm256_or_si256(nibbles16(blk + 6), hb);
-    }
+        return _mm256_or_si256(nibbles16(blk + 6), _mm256_and_si256(bits32(blk + 2), _mm256_set1_epi8(16)));
     default: { /* q5_1 */
         *dw = kq_h2f(((const llmem__q5_1 *)(const void *)blk)->d);
         *mw = kq_h2f(((const llmem__q5_1 *)(const void *)blk)->m);
@@ -183,7 +186,8 @@ KQ_UNROLL
 /* Decode (batch 1), rows [0, rows) of y from w0: each row's block against
  * the activation block as it lies (no transpose: one load of x for the 8
  * rows), 8 int32 partial sums a row, then one horizontal reduction for the
- * 8 rows puts row i's block sum in lane i. Integer sums are exact in any
+ * 8 rows puts row i's block sum in lane i; a biased type's bias * xs is
+ * then one subtraction for the 8 rows. Integer sums are exact in any
  * order, so the floats are the tile path's and the reference's. Called
  * with rows a constant TR for whole tiles, so the row tests fold away. */
 KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_min, float *y, const uint8_t *act,
@@ -192,6 +196,8 @@ KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_mi
     a8 a = a8_view(act, n);
     __m256 acc = _mm256_setzero_ps();
     const size_t nb = n / 32;
+    const int bias = w_bias(t);
+    const bool uns = with_min || bias;
     /* The tile reads 8 rows a block at a time, 8 interleaved streams that
      * the hardware prefetcher follows worse than the one linear stream of
      * a row at a time (without this, q8_0 decode on tiny-15m ran at half
@@ -210,10 +216,11 @@ KQ_UNROLL
             }
             float dw, mw;
             __m256i q = w_levels32(t, w0 + (size_t)i * rb + k * bb, &dw, &mw);
-            p[i] = with_min ? dp_acc(_mm256_setzero_si256(), q, x)
-                            : dp_acc(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+            p[i] = uns ? dp_acc(_mm256_setzero_si256(), q, x)
+                       : dp_acc(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
         }
         __m256i sum = hsum8_epi32(p);
+        if (bias) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(bias * a.xs[k]));
         __m256 sc = _mm256_mul_ps(h8(w0, rb, k * bb, 0, rows), _mm256_set1_ps(a.d[k]));
         acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
         if (with_min) acc = _mm256_add_ps(acc, _mm256_mul_ps(h8(w0, rb, k * bb, 2, rows), _mm256_set1_ps(a.s[k])));
@@ -225,11 +232,14 @@ KQ_UNROLL
 
 /* G activation rows (stride ab) over a tile buffer of kn blocks from
  * block k0: their sums so far from y (stride d; none when k0 is 0), back
- * into y after. */
-KQ_INLINE void tile_pass(const bool with_min, const int G, float *y, size_t d, const uint8_t *act, size_t ab, size_t n,
-                         size_t k0, size_t kn, int rows, __m256i (*tq)[8], __m256i (*taq)[8],
+ * into y after. Each block's 8 dword products are summed in two chains
+ * (even and odd j) so that 2G vpdpbusd are in flight, not G. */
+KQ_INLINE void tile_pass(const uint32_t t, const bool with_min, const int G, float *y, size_t d, const uint8_t *act,
+                         size_t ab, size_t n, size_t k0, size_t kn, int rows, __m256i (*tq)[8], __m256i (*taq)[8],
                          float (*tdw)[8], float (*tmw)[8])
 {
+    const int bias = w_bias(t);
+    const bool uns = with_min || bias;
     __m256 acc[MAXB];
     a8 a[MAXB];
     float res[TR] = {0};
@@ -241,23 +251,28 @@ KQ_UNROLL
     }
     for (size_t kk = 0; kk < kn; kk++) {
         const size_t k = k0 + kk;
-        __m256i p[MAXB];
+        __m256i p[MAXB], p2[MAXB];
 KQ_UNROLL
-        for (int g = 0; g < G; g++) p[g] = _mm256_setzero_si256();
+        for (int g = 0; g < G; g++) {
+            p[g] = bias ? _mm256_set1_epi32(-bias * a[g].xs[k]) : _mm256_setzero_si256();
+            p2[g] = _mm256_setzero_si256();
+        }
 KQ_UNROLL
         for (int j = 0; j < 8; j++) {
-            const __m256i qj = tq[kk][j], aj = with_min ? qj : taq[kk][j];
+            const __m256i qj = tq[kk][j], aj = uns ? qj : taq[kk][j];
 KQ_UNROLL
             for (int g = 0; g < G; g++) {
                 __m256i xb = bcast32(a[g].qs + 32 * k + 4 * (size_t)j);
-                p[g] = with_min ? dp_acc(p[g], qj, xb) : dp_acc(p[g], aj, _mm256_sign_epi8(xb, qj));
+                __m256i *pg = j & 1 ? &p2[g] : &p[g];
+                *pg = uns ? dp_acc(*pg, qj, xb) : dp_acc(*pg, aj, _mm256_sign_epi8(xb, qj));
             }
         }
         const __m256 dwv = _mm256_loadu_ps(tdw[kk]);
 KQ_UNROLL
         for (int g = 0; g < G; g++) {
             __m256 sc = _mm256_mul_ps(dwv, _mm256_set1_ps(a[g].d[k]));
-            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(sc, _mm256_cvtepi32_ps(p[g])));
+            __m256i sum = _mm256_add_epi32(p[g], p2[g]);
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
             if (with_min) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_loadu_ps(tmw[kk]), _mm256_set1_ps(a[g].s[k])));
         }
     }
@@ -275,6 +290,7 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
     const size_t bb = t == LLMEM_DTYPE_Q8_0 ? 34 : t == LLMEM_DTYPE_Q4_0 ? 18 : t == LLMEM_DTYPE_Q4_1 ? 20
                     : t == LLMEM_DTYPE_Q5_0 ? 22 : 24;
     const bool with_min = t == LLMEM_DTYPE_Q4_1 || t == LLMEM_DTYPE_Q5_1;
+    const bool uns = with_min || w_bias(t);
     const size_t nb = n / 32;
     const uint8_t *w0 = w + r * rb;
     if (batch == 1) {
@@ -283,7 +299,7 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
         else row8_decode(t, bb, with_min, y + r, act, w0, rb, n, rows, ahead);
         return;
     }
-    /* Levels (signed types: and their magnitudes), scales and minimums of
+    /* Levels (signed q8_0: and their magnitudes), scales and minimums of
      * KC blocks; a tile's running sums live in y between buffers. */
     __m256i tq[KC][8], taq[KC][8];
     float tdw[KC][8], tmw[KC][8];
@@ -291,191 +307,357 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
         const size_t kn = nb - k0 < KC ? nb - k0 : KC;
         for (size_t kk = 0; kk < kn; kk++) {
             tile_block(t, w0, rb, bb, rows, k0 + kk, tq[kk], tdw[kk], tmw[kk]);
-            if (!with_min)
+            if (!uns)
 KQ_UNROLL
                 for (int j = 0; j < 8; j++) taq[kk][j] = _mm256_sign_epi8(tq[kk][j], tq[kk][j]);
         }
+        /* A whole tile passes rows as the constant TR, so its loads and
+         * stores of y are single vector moves, not memcpy calls. */
         for (size_t b = 0; b < batch;) {
-            if (batch - b >= MAXB) tile_pass(with_min, MAXB, y + b * d + r, d, act + b * ab, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
-            else tile_pass(with_min, 1, y + b * d + r, d, act + b * ab, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
-            b += batch - b >= MAXB ? MAXB : 1;
+            const bool four = batch - b >= MAXB;
+            float *yb = y + b * d + r;
+            const uint8_t *ax = act + b * ab;
+            if (four && rows == TR) tile_pass(t, with_min, MAXB, yb, d, ax, ab, n, k0, kn, TR, tq, taq, tdw, tmw);
+            else if (four) tile_pass(t, with_min, MAXB, yb, d, ax, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
+            else if (rows == TR) tile_pass(t, with_min, 1, yb, d, ax, ab, n, k0, kn, TR, tq, taq, tdw, tmw);
+            else tile_pass(t, with_min, 1, yb, d, ax, ab, n, k0, kn, rows, tq, taq, tdw, tmw);
+            b += four ? MAXB : 1;
         }
     }
 }
 
-/* Two int16 scales as a vector: s0 for lanes 0..7 (elements 0..15 of a
- * 32-chunk after maddubs), s1 for lanes 8..15. */
-KQ_INLINE __m256i scales2(int s0, int s1)
-{
-    return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
-}
+/* ---- the k-quants: eight weight rows a pass as well ----
+ *
+ * A super-block of one row unpacked (k_unpack): its 256 levels as stored
+ * (unsigned) in element order, 8 chunks of 32; its 16 group scales as
+ * int16 (a q4_k/q5_k group of 32 gives its scale to both its 16s), its
+ * mins likewise (zero for q3_k, q6_k). Then, with bs the activation's
+ * sums of 16 and off the stored offset (q3_k 4, q6_k 32),
+ *   sumi = Σ_h sc_h Σ_{e in h} q_e x_e - off Σ_h sc_h bs_h
+ *   summ = Σ_h m_h bs_h
+ * exact integers, and per super-block acc += (d da) sumi, then acc -=
+ * (dmin da) summ: the reference's order, so every path gives its bits.
+ *
+ * Decode (batch 1) sums each row's chunks in 8 int32 lanes (maddubs, then
+ * madd by the chunk's two group scales) and reduces 8 rows at once
+ * (hsum8_epi32); batches unpack a tile of 8 rows x KCK super-blocks once,
+ * transposed as the 32-element tiles are (lane i = row i), and run every
+ * activation row over it, 4 at a time. */
+#define KCK 4 /* super-blocks a k-quant tile buffer holds */
 
-/* Σ_g sc_g * bsum_g over the 16 groups of 16 (sc as int16 in a vector of 16). */
-KQ_INLINE int bsum_dot16(const int16_t *bs, __m256i sc16)
+KQ_INLINE size_t k_bb(const uint32_t t)
 {
-    __m256i p = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bs), sc16);
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
+    return t == LLMEM_DTYPE_Q2_K ? 84 : t == LLMEM_DTYPE_Q3_K ? 110 : t == LLMEM_DTYPE_Q4_K ? 144
+         : t == LLMEM_DTYPE_Q5_K ? 176 : 210;
 }
-
-/* One weight row of a k-quant type against B activation rows. */
-KQ_INLINE void dotk_rows(const uint32_t t, const int B, const uint8_t *w, const uint8_t *act, size_t astride,
-                         size_t n, float *out)
+KQ_INLINE int k_off_shift(const uint32_t t) { return t == LLMEM_DTYPE_Q3_K ? 2 : t == LLMEM_DTYPE_Q6_K ? 5 : 0; }
+KQ_INLINE bool k_has_min(const uint32_t t)
 {
-    const size_t bb = t == LLMEM_DTYPE_Q2_K ? 84 : t == LLMEM_DTYPE_Q3_K ? 110 : t == LLMEM_DTYPE_Q4_K ? 144
-                    : t == LLMEM_DTYPE_Q5_K ? 176 : 210;
-    __m256 acc[MAXB];
-    float macc[MAXB];
-    a8k a[MAXB];
+    return t == LLMEM_DTYPE_Q2_K || t == LLMEM_DTYPE_Q4_K || t == LLMEM_DTYPE_Q5_K;
+}
+/* Offsets of the f16 d and dmin in the block. */
+KQ_INLINE size_t k_doff(const uint32_t t)
+{
+    return t == LLMEM_DTYPE_Q2_K ? 80 : t == LLMEM_DTYPE_Q3_K ? 108 : t == LLMEM_DTYPE_Q6_K ? 208 : 0;
+}
+KQ_INLINE size_t k_moff(const uint32_t t) { return t == LLMEM_DTYPE_Q2_K ? 82 : 2; }
+
+KQ_INLINE void k_unpack(const uint32_t t, const uint8_t *blk, __m256i q[8], __m256i *sc, __m256i *mn)
+{
     const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    *mn = _mm256_setzero_si256();
+    if (t == LLMEM_DTYPE_Q4_K || t == LLMEM_DTYPE_Q5_K) {
+        const bool five = t == LLMEM_DTYPE_Q5_K;
+        const llmem__q4_k *b4 = (const void *)blk;
+        const llmem__q5_k *b5 = (const void *)blk;
+        const uint8_t *qs = five ? b5->qs : b4->qs;
+        uint8_t s8[16], m8[16];
+        llmem__k4_scales_mins(five ? b5->scales : b4->scales, s8, m8);
+        __m128i sv = _mm_loadl_epi64((const __m128i *)(const void *)s8);
+        __m128i mv = _mm_loadl_epi64((const __m128i *)(const void *)m8);
+        *sc = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sv, sv));
+        *mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv));
+        __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(const void *)b5->qh) : _mm256_setzero_si256();
 KQ_UNROLL
-    for (int b = 0; b < B; b++) {
-        acc[b] = _mm256_setzero_ps();
-        macc[b] = 0;
-        a[b] = a8k_view(act + (size_t)b * astride, n);
+        for (int c = 0; c < 4; c++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(raw, m15), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m15);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
+            q[2 * c] = lo;
+            q[2 * c + 1] = hi;
+        }
+    } else if (t == LLMEM_DTYPE_Q6_K) {
+        const llmem__q6_k *b6 = (const void *)blk;
+        *sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)b6->scales));
+KQ_UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(b6->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(b6->ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(b6->qh + 32 * h));
+            q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m15), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m15),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m15),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        }
+    } else if (t == LLMEM_DTYPE_Q3_K) {
+        const llmem__q3_k *b3 = (const void *)blk;
+        uint8_t su[16];
+        llmem__k3_scales(b3->scales, su);
+        *sc = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)su)),
+                               _mm256_set1_epi16(32));
+        __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)b3->hmask);
+KQ_UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(b3->qs + 32 * h));
+KQ_UNROLL
+            for (int j = 0; j < 4; j++)
+                q[4 * h + j] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
+        }
+    } else { /* q2_k */
+        const llmem__q2_k *b2 = (const void *)blk;
+        __m128i sb = _mm_loadu_si128((const __m128i *)(const void *)b2->scales);
+        *sc = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(15)));
+        *mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(15)));
+KQ_UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(b2->qs + 32 * h));
+KQ_UNROLL
+            for (int j = 0; j < 4; j++) q[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+        }
     }
-    for (size_t k = 0; k < n / 256; k++) {
-        const uint8_t *blk = w + k * bb;
+}
+
+/* Chunk c's two group scales (16-groups 2c, 2c+1) as int16 lanes 0..7
+ * and 8..15, from lo, hi = unpacklo/hi_epi16(sc, sc) (dwords: lo = s0..s3,
+ * s8..s11; hi = s4..s7, s12..s15). */
+KQ_INLINE __m256i k_chunk_scales(__m256i lo, __m256i hi, const int c)
+{
+    const int base = (c / 4) * 4 + (c % 2) * 2;
+    const __m256i idx = _mm256_setr_epi32(base, base, base, base, base + 1, base + 1, base + 1, base + 1);
+    return _mm256_permutevar8x32_epi32((c / 2) % 2 ? hi : lo, idx);
+}
+
+/* Decode: row w of y (one float), super-blocks in groups of 8 read
+ * linearly (one stream a row: a row-interleaved tile made yi-coder's
+ * q4_k decode slower, by the memory streams); each super-block's exact
+ * sums in 8 lanes, then one reduction for 8 super-blocks puts block k's
+ * sums in lane k, and the float epilogue runs per lane, then the adds in
+ * increasing k: the tile path's and the reference's operations. */
+KQ_INLINE float k_row_decode(const uint32_t t, const a8k a, const uint8_t *wr, size_t n)
+{
+    const size_t bb = k_bb(t), nb = n / 256;
+    const int sh = k_off_shift(t);
+    const bool mins = k_has_min(t);
+    float acc = 0;
+    for (size_t k0 = 0; k0 < nb; k0 += 8) {
+        const int cnt = nb - k0 < 8 ? (int)(nb - k0) : 8;
+        __m256i P[8], M[8];
+KQ_UNROLL
+        for (int j = 0; j < 8; j++) {
+            P[j] = M[j] = _mm256_setzero_si256();
+            if (j >= cnt) continue;
+            const size_t k = k0 + (size_t)j;
+            const __m256i bsv = _mm256_loadu_si256((const __m256i *)(const void *)(a.bs + 16 * k));
+            const int8_t *xk = a.qs + 256 * k;
+            __m256i q[8], sc, mn;
+            k_unpack(t, wr + k * bb, q, &sc, &mn);
+            const __m256i lo = _mm256_unpacklo_epi16(sc, sc), hi = _mm256_unpackhi_epi16(sc, sc);
+            __m256i s = _mm256_setzero_si256();
+KQ_UNROLL
+            for (int c = 0; c < 8; c++) {
+                __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(xk + 32 * c));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q[c], x), k_chunk_scales(lo, hi, c)));
+            }
+            if (sh) s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bsv, sc), sh));
+            P[j] = s;
+            if (mins) M[j] = _mm256_madd_epi16(bsv, mn);
+        }
+        float dab[8] = {0}, f[8], m[8];
+        memcpy(dab, a.d + k0, (size_t)cnt * sizeof(float));
+        const __m256 da = _mm256_loadu_ps(dab);
+        _mm256_storeu_ps(f, _mm256_mul_ps(_mm256_mul_ps(h8(wr, bb, k0 * bb, k_doff(t), cnt), da),
+                                          _mm256_cvtepi32_ps(hsum8_epi32(P))));
+        if (mins)
+            _mm256_storeu_ps(m, _mm256_mul_ps(_mm256_mul_ps(h8(wr, bb, k0 * bb, k_moff(t), cnt), da),
+                                              _mm256_cvtepi32_ps(hsum8_epi32(M))));
+        for (int j = 0; j < cnt; j++) {
+            acc += f[j];
+            if (mins) acc -= m[j];
+        }
+    }
+    return acc;
+}
+
+/* One super-block of a k-quant tile: T[j] lane i = dword j of row i's
+ * levels; S[h] lane i = row i's scale of group h (int32 for VNNI's
+ * vpmulld; int16 twice for AVX2's madd); SP[m], MP[m] lane i = row i's
+ * scales, mins of groups 2m, 2m+1 as an int16 pair; d, dmin per row. */
+typedef struct ktile {
+    __m256i T[64], S[16], SP[8], MP[8];
+    float d[8], dm[8];
+} ktile;
+
+KQ_INLINE void k_tile_fill(const uint32_t t, ktile *kt, const uint8_t *w0, size_t rb, size_t kb, int rows)
+{
+    __m256i sc[TR], mn[TR];
+    const bool mins = k_has_min(t);
+KQ_UNROLL
+    for (int i = 0; i < TR; i++) {
+        kt->d[i] = kt->dm[i] = 0;
+        if (i < rows) {
+            __m256i q[8];
+            const uint8_t *blk = w0 + (size_t)i * rb + kb;
+            k_unpack(t, blk, q, &sc[i], &mn[i]);
+KQ_UNROLL
+            for (int c = 0; c < 8; c++) kt->T[8 * c + i] = q[c];
+            uint16_t h;
+            memcpy(&h, blk + k_doff(t), 2);
+            kt->d[i] = kq_h2f(h);
+            if (mins) {
+                memcpy(&h, blk + k_moff(t), 2);
+                kt->dm[i] = kq_h2f(h);
+            }
+        } else {
+KQ_UNROLL
+            for (int c = 0; c < 8; c++) kt->T[8 * c + i] = _mm256_setzero_si256();
+            sc[i] = mn[i] = _mm256_setzero_si256();
+        }
+    }
+KQ_UNROLL
+    for (int c = 0; c < 8; c++) transpose8_epi32(&kt->T[8 * c]);
+    __m256i A[TR], B[TR];
+KQ_UNROLL
+    for (int i = 0; i < TR; i++) {
+        kt->SP[i] = sc[i];
+        kt->MP[i] = mn[i];
+        A[i] = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc[i]));
+        B[i] = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc[i], 1));
+    }
+    transpose8_epi32(kt->SP);
+    if (mins) transpose8_epi32(kt->MP);
+    transpose8_epi32(A);
+    transpose8_epi32(B);
+KQ_UNROLL
+    for (int h = 0; h < 8; h++) {
+#if KQ_VNNI
+        kt->S[h] = A[h];
+        kt->S[h + 8] = B[h];
+#else
+        kt->S[h] = _mm256_or_si256(_mm256_and_si256(A[h], _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(A[h], 16));
+        kt->S[h + 8] = _mm256_or_si256(_mm256_and_si256(B[h], _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(B[h], 16));
+#endif
+    }
+}
+
+/* G activation rows over kn tile super-blocks from k0; running sums in y
+ * as tile_pass keeps them. */
+KQ_INLINE void k_tile_pass(const uint32_t t, const int G, float *y, size_t d, const uint8_t *act, size_t ab, size_t n,
+                           size_t k0, size_t kn, int rows, const ktile *kt)
+{
+    const int sh = k_off_shift(t);
+    const bool mins = k_has_min(t);
+    __m256 acc[MAXB];
+    a8k a[MAXB];
+    float res[TR] = {0};
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8k_view(act + (size_t)g * ab, n);
+        if (k0) memcpy(res, y + (size_t)g * d, (size_t)rows * sizeof(float));
+        acc[g] = _mm256_loadu_ps(res);
+    }
+    for (size_t kk = 0; kk < kn; kk++) {
+        const size_t k = k0 + kk;
+        const ktile *tb = kt + kk;
         __m256i sumi[MAXB];
-        int summ[MAXB], soff[MAXB];
 KQ_UNROLL
-        for (int b = 0; b < B; b++) {
-            sumi[b] = _mm256_setzero_si256();
-            summ[b] = 0;
-            soff[b] = 0;
+        for (int g = 0; g < G; g++) sumi[g] = _mm256_setzero_si256();
+        for (int h = 0; h < 16; h++) {
+#if KQ_VNNI
+            __m256i p[MAXB];
+KQ_UNROLL
+            for (int g = 0; g < G; g++) p[g] = _mm256_setzero_si256();
+KQ_UNROLL
+            for (int jj = 0; jj < 4; jj++) {
+                const __m256i T = tb->T[4 * h + jj];
+KQ_UNROLL
+                for (int g = 0; g < G; g++)
+                    p[g] = _mm256_dpbusd_avx_epi32(p[g], T, bcast32(a[g].qs + 256 * k + 16 * (size_t)h + 4 * (size_t)jj));
+            }
+KQ_UNROLL
+            for (int g = 0; g < G; g++) sumi[g] = _mm256_add_epi32(sumi[g], _mm256_mullo_epi32(p[g], tb->S[h]));
+#else
+            const __m256i S = tb->S[h];
+KQ_UNROLL
+            for (int jj = 0; jj < 4; jj++) {
+                const __m256i T = tb->T[4 * h + jj];
+KQ_UNROLL
+                for (int g = 0; g < G; g++) {
+                    __m256i xb = bcast32(a[g].qs + 256 * k + 16 * (size_t)h + 4 * (size_t)jj);
+                    sumi[g] = _mm256_add_epi32(sumi[g], _mm256_madd_epi16(_mm256_maddubs_epi16(T, xb), S));
+                }
+            }
+#endif
         }
-        float d, dmin = 0;
-        if (t == LLMEM_DTYPE_Q4_K || t == LLMEM_DTYPE_Q5_K) {
-            const bool five = t == LLMEM_DTYPE_Q5_K;
-            const llmem__q4_k *b4 = (const void *)blk;
-            const llmem__q5_k *b5 = (const void *)blk;
-            const uint8_t *scales = five ? b5->scales : b4->scales, *qs = five ? b5->qs : b4->qs;
-            d = kq_h2f(five ? b5->d : b4->d);
-            dmin = kq_h2f(five ? b5->dmin : b4->dmin);
-            uint8_t sc[8], mn[8];
-            llmem__k4_scales_mins(scales, sc, mn);
-            __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(const void *)b5->qh) : _mm256_setzero_si256();
+        const __m256 dwv = _mm256_loadu_ps(tb->d), dmv = _mm256_loadu_ps(tb->dm);
 KQ_UNROLL
-            for (int c = 0; c < 4; c++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
-                __m256i lo = _mm256_and_si256(raw, m15), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m15);
-                if (five) {
-                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-                    hi = _mm256_or_si256(hi,
-                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
-                }
-                __m256i slo = _mm256_set1_epi16((short)sc[2 * c]), shi = _mm256_set1_epi16((short)sc[2 * c + 1]);
+        for (int g = 0; g < G; g++) {
+            const int16_t *bs = a[g].bs + 16 * k;
+            __m256i so = _mm256_setzero_si256(), sm = _mm256_setzero_si256();
 KQ_UNROLL
-                for (int b = 0; b < B; b++) {
-                    const int8_t *x = a[b].qs + 256 * k + 64 * c;
-                    __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)x);
-                    __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(x + 32));
-                    __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), slo);
-                    __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), shi);
-                    sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(p0, p1));
-                }
+            for (int m = 0; m < 8; m++) {
+                int32_t v;
+                memcpy(&v, bs + 2 * m, 4);
+                const __m256i b2 = _mm256_set1_epi32(v);
+                if (sh) so = _mm256_add_epi32(so, _mm256_madd_epi16(tb->SP[m], b2));
+                if (mins) sm = _mm256_add_epi32(sm, _mm256_madd_epi16(tb->MP[m], b2));
             }
-            /* Each min twice, for the two 16-sums of its group. */
-            __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)mn));
-            __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
-KQ_UNROLL
-            for (int b = 0; b < B; b++) summ[b] = bsum_dot16(a[b].bs + 16 * k, mv);
-        } else if (t == LLMEM_DTYPE_Q6_K) {
-            const llmem__q6_k *b6 = (const void *)blk;
-            d = kq_h2f(b6->d);
-            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)b6->scales));
-KQ_UNROLL
-            for (int h = 0; h < 2; h++) {
-                __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(b6->ql + 64 * h));
-                __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(b6->ql + 64 * h + 32));
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(b6->qh + 32 * h));
-                __m256i q[4];
-                q[0] = _mm256_or_si256(_mm256_and_si256(l0, m15), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-                q[1] = _mm256_or_si256(_mm256_and_si256(l1, m15),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m15),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
-KQ_UNROLL
-                for (int kk = 0; kk < 4; kk++) {
-                    int g = 8 * h + 2 * kk;
-                    __m256i s = scales2(b6->scales[g], b6->scales[g + 1]);
-KQ_UNROLL
-                    for (int b = 0; b < B; b++) {
-                        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[b].qs + 256 * k + 128 * h + 32 * kk));
-                        sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(_mm256_maddubs_epi16(q[kk], x), s));
-                    }
-                }
-            }
-KQ_UNROLL
-            for (int b = 0; b < B; b++) soff[b] = 32 * bsum_dot16(a[b].bs + 16 * k, sc16);
-        } else if (t == LLMEM_DTYPE_Q3_K) {
-            const llmem__q3_k *b3 = (const void *)blk;
-            d = kq_h2f(b3->d);
-            uint8_t su[16];
-            llmem__k3_scales(b3->scales, su);
-            __m256i sc16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)su)),
-                                            _mm256_set1_epi16(32));
-            short s16[16];
-            _mm256_storeu_si256((__m256i *)(void *)s16, sc16);
-            __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)b3->hmask);
-KQ_UNROLL
-            for (int h = 0; h < 2; h++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(b3->qs + 32 * h));
-KQ_UNROLL
-                for (int j = 0; j < 4; j++) {
-                    __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
-                    q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
-                    int g = 8 * h + 2 * j;
-                    __m256i s = scales2(s16[g], s16[g + 1]);
-KQ_UNROLL
-                    for (int b = 0; b < B; b++) {
-                        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[b].qs + 256 * k + 128 * h + 32 * j));
-                        sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), s));
-                    }
-                }
-            }
-KQ_UNROLL
-            for (int b = 0; b < B; b++) soff[b] = 4 * bsum_dot16(a[b].bs + 16 * k, sc16);
-        } else { /* q2_k */
-            const llmem__q2_k *b2 = (const void *)blk;
-            d = kq_h2f(b2->d);
-            dmin = kq_h2f(b2->dmin);
-            __m128i sb = _mm_loadu_si128((const __m128i *)(const void *)b2->scales);
-            __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(15)));
-            __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(15)));
-KQ_UNROLL
-            for (int h = 0; h < 2; h++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(b2->qs + 32 * h));
-KQ_UNROLL
-                for (int j = 0; j < 4; j++) {
-                    __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
-                    int g = 8 * h + 2 * j;
-                    __m256i s = scales2(b2->scales[g] & 15, b2->scales[g + 1] & 15);
-KQ_UNROLL
-                    for (int b = 0; b < B; b++) {
-                        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[b].qs + 256 * k + 128 * h + 32 * j));
-                        sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), s));
-                    }
-                }
-            }
-            (void)sc16;
-KQ_UNROLL
-            for (int b = 0; b < B; b++) summ[b] = bsum_dot16(a[b].bs + 16 * k, mn16);
-        }
-KQ_UNROLL
-        for (int b = 0; b < B; b++) {
-            __m256i si = soff[b] ? _mm256_sub_epi32(sumi[b], _mm256_setr_epi32(soff[b], 0, 0, 0, 0, 0, 0, 0)) : sumi[b];
-            float da = a[b].d[k];
-            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * da), acc[b]);
-            if (summ[b]) macc[b] -= (dmin * da) * (float)summ[b];
+            __m256i si = sh ? _mm256_sub_epi32(sumi[g], _mm256_slli_epi32(so, sh)) : sumi[g];
+            const __m256 da = _mm256_set1_ps(a[g].d[k]);
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_mul_ps(dwv, da), _mm256_cvtepi32_ps(si)));
+            if (mins) acc[g] = _mm256_sub_ps(acc[g], _mm256_mul_ps(_mm256_mul_ps(dmv, da), _mm256_cvtepi32_ps(sm)));
         }
     }
 KQ_UNROLL
-    for (int b = 0; b < B; b++) out[b] = kq_hsum(acc[b]) + macc[b];
+    for (int g = 0; g < G; g++) {
+        _mm256_storeu_ps(res, acc[g]);
+        memcpy(y + (size_t)g * d, res, (size_t)rows * sizeof(float));
+    }
+}
+
+/* Rows [r, r + rows) (rows <= 8) of y for activation rows [0, batch). */
+KQ_INLINE void k_tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t ab, const uint8_t *w, size_t rb,
+                           size_t n, size_t d, size_t batch, size_t r, int rows)
+{
+    const size_t nb = n / 256, bb = k_bb(t);
+    const uint8_t *w0 = w + r * rb;
+    if (batch == 1) {
+        const a8k a = a8k_view(act, n);
+        for (int i = 0; i < rows; i++) y[r + (size_t)i] = k_row_decode(t, a, w0 + (size_t)i * rb, n);
+        return;
+    }
+    ktile kt[KCK];
+    for (size_t k0 = 0; k0 < nb; k0 += KCK) {
+        const size_t kn = nb - k0 < KCK ? nb - k0 : KCK;
+        for (size_t kk = 0; kk < kn; kk++) k_tile_fill(t, &kt[kk], w0, rb, (k0 + kk) * bb, rows);
+        for (size_t b = 0; b < batch;) {
+            const bool four = batch - b >= MAXB;
+            float *yb = y + b * d + r;
+            const uint8_t *ax = act + b * ab;
+            if (four && rows == TR) k_tile_pass(t, MAXB, yb, d, ax, ab, n, k0, kn, TR, kt);
+            else if (four) k_tile_pass(t, MAXB, yb, d, ax, ab, n, k0, kn, rows, kt);
+            else if (rows == TR) k_tile_pass(t, 1, yb, d, ax, ab, n, k0, kn, TR, kt);
+            else k_tile_pass(t, 1, yb, d, ax, ab, n, k0, kn, rows, kt);
+            b += four ? MAXB : 1;
+        }
+    }
 }
 
 KQ_INLINE void qrows_t(const uint32_t t, float *y, const uint8_t *act, const uint8_t *w, size_t n, size_t d,
@@ -487,19 +669,7 @@ KQ_INLINE void qrows_t(const uint32_t t, float *y, const uint8_t *act, const uin
         for (size_t r = r0; r < r1; r += TR) tile_rows(t, y, act, ab, w, rb, n, d, batch, r, r1 - r < TR ? (int)(r1 - r) : TR);
         return;
     }
-    for (size_t r = r0; r < r1; r++) {
-        const uint8_t *wr = w + r * rb;
-        size_t b = 0;
-        float out[MAXB];
-        for (; b + MAXB <= batch; b += MAXB) {
-            dotk_rows(t, MAXB, wr, act + b * ab, ab, n, out);
-            for (int i = 0; i < MAXB; i++) y[(b + (size_t)i) * d + r] = out[i];
-        }
-        for (; b < batch; b++) {
-            dotk_rows(t, 1, wr, act + b * ab, ab, n, out);
-            y[b * d + r] = out[0];
-        }
-    }
+    for (size_t r = r0; r < r1; r += TR) k_tile_rows(t, y, act, ab, w, rb, n, d, batch, r, r1 - r < TR ? (int)(r1 - r) : TR);
 }
 
 KQ_TARGET void KQ_EXPORT(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d,

@@ -179,37 +179,32 @@ static void dq_q3_k(const llmem__q3_k *b, float *y, size_t nb)
     }
 }
 
-static void dq_q4_k(const llmem__q4_k *b, float *y, size_t nb)
+/* q4_k and q5_k (qh: the fifth bits, NULL for q4_k): one super-block. */
+static void dq_k45(uint16_t dh, uint16_t mh, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float *y)
 {
-    for (size_t i = 0; i < nb; i++, y += 256) {
-        float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-        for (int g = 0; g < 8; g++) {
-            uint8_t sc, m;
-            llmem__k4_scale_min(b[i].scales, g, &sc, &m);
-            float d1 = d * (float)sc, m1 = dmin * (float)m;
-            const uint8_t *q = b[i].qs + 32 * (g / 2);
-            int shift = 4 * (g % 2);
-            for (int l = 0; l < 32; l++) y[32 * g + l] = d1 * (float)((q[l] >> shift) & 15) - m1;
+    float d = h2f(dh), dmin = h2f(mh);
+    uint8_t sc[8], m[8];
+    llmem__k4_scales_mins(scales, sc, m);
+    for (int g = 0; g < 8; g++) {
+        float d1 = d * (float)sc[g], m1 = dmin * (float)m[g];
+        const uint8_t *q = qs + 32 * (g / 2);
+        int shift = 4 * (g % 2);
+        for (int l = 0; l < 32; l++) {
+            int v = (q[l] >> shift) & 15;
+            if (qh) v |= ((qh[l] >> g) & 1) << 4;
+            y[32 * g + l] = d1 * (float)v - m1;
         }
     }
 }
 
+static void dq_q4_k(const llmem__q4_k *b, float *y, size_t nb)
+{
+    for (size_t i = 0; i < nb; i++, y += 256) dq_k45(b[i].d, b[i].dmin, b[i].scales, b[i].qs, NULL, y);
+}
+
 static void dq_q5_k(const llmem__q5_k *b, float *y, size_t nb)
 {
-    for (size_t i = 0; i < nb; i++, y += 256) {
-        float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-        for (int g = 0; g < 8; g++) {
-            uint8_t sc, m;
-            llmem__k4_scale_min(b[i].scales, g, &sc, &m);
-            float d1 = d * (float)sc, m1 = dmin * (float)m;
-            const uint8_t *q = b[i].qs + 32 * (g / 2);
-            int shift = 4 * (g % 2);
-            for (int l = 0; l < 32; l++) {
-                int v = ((q[l] >> shift) & 15) | (((b[i].qh[l] >> g) & 1) << 4);
-                y[32 * g + l] = d1 * (float)v - m1;
-            }
-        }
-    }
+    for (size_t i = 0; i < nb; i++, y += 256) dq_k45(b[i].d, b[i].dmin, b[i].scales, b[i].qs, b[i].qh, y);
 }
 
 static void dq_q6_k(const llmem__q6_k *b, float *y, size_t nb)

@@ -100,20 +100,9 @@ _Static_assert(sizeof(llmem__q4_k) == 144, "q4_k block");
 _Static_assert(sizeof(llmem__q5_k) == 176, "q5_k block");
 _Static_assert(sizeof(llmem__q6_k) == 210, "q6_k block");
 
-/* The 6-bit scale and min of group g (0..7) of a q4_k/q5_k block. */
-static inline void llmem__k4_scale_min(const uint8_t *s, int g, uint8_t *sc, uint8_t *m)
-{
-    if (g < 4) {
-        *sc = s[g] & 63;
-        *m = s[g + 4] & 63;
-    } else {
-        *sc = (uint8_t)((s[g + 4] & 15) | ((s[g - 4] >> 6) << 4));
-        *m = (uint8_t)((s[g + 4] >> 4) | ((s[g] >> 6) << 4));
-    }
-}
-
-/* All 8 scales and mins of a q4_k/q5_k block at once, four per 32-bit
- * word (the same values as llmem__k4_scale_min, without a branch). */
+/* The 8 6-bit scales and mins of a q4_k/q5_k block (the layout of
+ * llmem__q4_k's scales), four per 32-bit word without a branch: the one
+ * unpacking of them that the dequantiser and every kernel use. */
 static inline void llmem__k4_scales_mins(const uint8_t *s, uint8_t sc[8], uint8_t m[8])
 {
     uint32_t u0, u1, u2, lo, hi;
