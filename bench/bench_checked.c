@@ -146,9 +146,9 @@ static double time_run(const workload *w, bool checked, uint64_t ops, uint64_t *
     subject s;
     make_subject(w, checked, &s);
     w->fn(&s, ops / 20 + 1);
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = tool_now_ns();
     *done = w->fn(&s, ops);
-    uint64_t t1 = bench_now_ns();
+    uint64_t t1 = tool_now_ns();
     uint64_t corrupt = 0;
     if (s.pool) {
         llmem_pool_stats ps;

@@ -54,7 +54,7 @@ static const uint32_t wtypes[] = {F32,
 static const char *type_name(uint32_t t) { return llmem_dtype_name(t); }
 static void *scratch; /* the block types' quantised activation rows */
 
-static double now_s(void) { return (double)bench_now_ns() * 1e-9; }
+static double now_s(void) { return (double)tool_now_ns() * 1e-9; }
 
 static float rnd_f(uint64_t *s) { return (float)((double)(bench_rand(s) >> 11) * 0x1p-52 - 1.0); }
 
@@ -159,10 +159,10 @@ static int bench_threads(bool json)
         for (unsigned r = 0; r < 100; r++) llmem__threads_run(t, noop_fn, NULL); /* warm */
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        uint64_t t0 = bench_now_ns();
+        uint64_t t0 = tool_now_ns();
         unsigned done = 0;
         /* At most 50000 runs, and at most half a second on a busy machine. */
-        while (done < 50000 && (done % 256 || bench_now_ns() - t0 < 500000000ull)) {
+        while (done < 50000 && (done % 256 || tool_now_ns() - t0 < 500000000ull)) {
             llmem__threads_run(t, noop_fn, NULL);
             done++;
         }

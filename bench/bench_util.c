@@ -12,12 +12,6 @@
 
 volatile uint64_t bench_sink;
 
-uint64_t bench_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -102,7 +102,7 @@ static void verify(llmem_kv *kv, shadow *seqs)
                 /* The table agrees: block j covers positions from the first held block on. */
                 size_t j = pos / BT - s->first / BT;
                 if (j >= nb) fail();
-                size_t off = (pos % BT) * (size_t)llmem_kv_token_bytes(kv);
+                size_t off = (pos % BT) * (size_t)llmem_kv_token_layer_bytes(kv);
                 if ((char *)kt[j] + off != (char *)k || (char *)vt[j] + off != (char *)v) fail();
             }
         }

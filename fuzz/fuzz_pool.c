@@ -417,7 +417,7 @@ static void op_absurd(model *m, fz_in *in)
      * asked, so not counted as refused allocations */
     if (m->host) FZ_CHECK(!llmem_pool_calloc(m->pool, SIZE_MAX / 2, 3 + how % 5, &st) && st == LLMEM_EOVERFLOW);
     llmem_handle h = 1;
-    FZ_CHECK(llmem_pool_halloc(m->pool, how & 1 ? 0 : SIZE_MAX - how, &h) == (how & 1 ? LLMEM_EINVAL : LLMEM_EOVERFLOW));
+    FZ_CHECK(llmem_pool_handle_alloc(m->pool, how & 1 ? 0 : SIZE_MAX - how, &h) == (how & 1 ? LLMEM_EINVAL : LLMEM_EOVERFLOW));
     FZ_CHECK(h == LLMEM_HANDLE_NULL);
 }
 
@@ -432,7 +432,7 @@ static void op_handle(model *m, fz_in *in)
         if (m->nh == MAXH) return;
         llmem_handle x;
         bool must = must_fail(m, n);
-        st = llmem_pool_halloc(m->pool, n, &x);
+        st = llmem_pool_handle_alloc(m->pool, n, &x);
         if (st) {
             check_nomem(m, st);
             FZ_CHECK(x == LLMEM_HANDLE_NULL);
@@ -440,7 +440,7 @@ static void op_handle(model *m, fz_in *in)
             return;
         }
         FZ_CHECK(!must);
-        FZ_CHECK(llmem_pool_hsize(m->pool, x) == n);
+        FZ_CHECK(llmem_pool_handle_size(m->pool, x) == n);
         void *p = llmem_pool_pin(m->pool, x, &st);
         FZ_CHECK(st == LLMEM_OK);
         check_new(m, p, n, m->unit, -1);
@@ -469,7 +469,7 @@ static void op_handle(model *m, fz_in *in)
         break;
     case 3: /* free: refused while pinned */
         if (!h) return;
-        st = llmem_pool_hfree(m->pool, h->h);
+        st = llmem_pool_handle_free(m->pool, h->h);
         if (h->pins) {
             FZ_CHECK(st == LLMEM_EBUSY);
             return;
@@ -483,8 +483,8 @@ static void op_handle(model *m, fz_in *in)
         llmem_handle x = m->stale[which % (m->nstale < MAXSTALE ? m->nstale : MAXSTALE)];
         FZ_CHECK(!llmem_pool_pin(m->pool, x, &st) && st == LLMEM_EINVAL);
         FZ_CHECK(llmem_pool_unpin(m->pool, x) == LLMEM_EINVAL);
-        FZ_CHECK(llmem_pool_hfree(m->pool, x) == LLMEM_EINVAL);
-        FZ_CHECK(llmem_pool_hsize(m->pool, x) == 0);
+        FZ_CHECK(llmem_pool_handle_free(m->pool, x) == LLMEM_EINVAL);
+        FZ_CHECK(llmem_pool_handle_size(m->pool, x) == 0);
         break;
     }
     default: { /* compact: unpinned blocks may move, and keep their bytes */
@@ -759,7 +759,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (size_t i = 0; i < m.nh; i++) {
         while (m.h[i].pins--) FZ_CHECK(llmem_pool_unpin(m.pool, m.h[i].h) == LLMEM_OK);
-        FZ_CHECK(llmem_pool_hfree(m.pool, m.h[i].h) == LLMEM_OK);
+        FZ_CHECK(llmem_pool_handle_free(m.pool, m.h[i].h) == LLMEM_OK);
     }
     m.nh = 0;
     llmem_pool_drain_fenced(m.pool);

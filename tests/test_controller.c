@@ -97,9 +97,9 @@ static uint64_t resource_calls(const llmem_resource *r)
 
 /* The events of one action (up to cap of them, oldest first); returns how
  * many there are. */
-static size_t events_of(const llmem_controller *c, llmem_ctl_action a, llmem_ctl_event *out, size_t cap)
+static size_t events_of(const llmem_controller *c, llmem_controller_action a, llmem_controller_event *out, size_t cap)
 {
-    static llmem_ctl_event all[4096];
+    static llmem_controller_event all[4096];
     size_t n = llmem_controller_events(c, all, ARRAY_LEN(all)), k = 0;
     for (size_t i = 0; i < n; i++)
         if (all[i].action == a) {
@@ -140,8 +140,8 @@ static void reserve_before_prefill(void **state)
     clk.ns += MS;
     stage(c, LLMEM_STAGE_PREFILL, 2, 512);
     uint64_t asked = (uint64_t)ceil(512.0 * 64 * KIB * 1.2);
-    llmem_ctl_event ev[4];
-    assert_int_equal(events_of(c, LLMEM_CTL_RESERVE, ev, 4), 1);
+    llmem_controller_event ev[4];
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_RESERVE, ev, 4), 1);
     assert_int_equal(ev[0].detail, asked);
     assert_int_equal(ev[0].stage, LLMEM_STAGE_PREFILL);
     assert_int_equal(ev[0].time_ns, 6 * MS);
@@ -192,7 +192,7 @@ static void no_hint_no_reserve(void **state)
     llmem_controller *c = make_ctl(&o);
     stage(c, LLMEM_STAGE_PREFILL, 4, 4096);
     assert_int_equal(cstats(c).reserves_total, 0);
-    assert_int_equal(events_of(c, LLMEM_CTL_STAGE, NULL, 0), 1);
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_STAGE, NULL, 0), 1);
     assert_int_equal(resource_calls(r), 0);
     assert_int_equal(cstats(c).prefill_steps_total, 1);
     llmem_controller_destroy(c);
@@ -233,8 +233,8 @@ static void predictor_sizes_reserve(void **state)
         uint64_t asked = want.reserve_bytes;
         uint64_t committed0 = pstats(p).committed_bytes;
         stage(c, LLMEM_STAGE_PREFILL, steps[i].batch, steps[i].tokens);
-        llmem_ctl_event ev[8];
-        size_t n = events_of(c, LLMEM_CTL_RESERVE, ev, 8);
+        llmem_controller_event ev[8];
+        size_t n = events_of(c, LLMEM_CONTROLLER_RESERVE, ev, 8);
         assert_int_equal(n, i + 1);
         assert_int_equal(ev[i].detail, asked);
         assert_int_equal(ev[i].bytes_before, committed0);
@@ -285,8 +285,8 @@ static void corrector_sizes_reserve(void **state)
     assert_ok(llmem_predictor_predict(pr, LLMEM_STAGE_PREFILL, 2, 64, 0, &want));
     assert_true(want.corrected_reserve_bytes > want.reserve_bytes);
     stage(c, LLMEM_STAGE_PREFILL, 2, 128);
-    llmem_ctl_event ev[2];
-    assert_int_equal(events_of(c, LLMEM_CTL_RESERVE, ev, 2), 1);
+    llmem_controller_event ev[2];
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_RESERVE, ev, 2), 1);
     assert_int_equal(ev[0].detail, want.corrected_reserve_bytes);
     assert_non_null(strstr(ev[0].reason, "corrected"));
     assert_true(pstats(p).largest_free_bytes >= want.corrected_reserve_bytes);
@@ -330,14 +330,14 @@ static void idle_shrink_after_decay(void **state)
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
     clk.ns += 999 * MS;
     llmem_controller_tick(c);
-    assert_int_equal(events_of(c, LLMEM_CTL_SHRINK, NULL, 0), 0);
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_SHRINK, NULL, 0), 0);
     assert_int_equal(pstats(p).committed_bytes, 16 * MIB);
     stage(c, LLMEM_STAGE_IDLE, 0, 0); /* a repeated IDLE does not restart the delay */
     clk.ns += 2 * MS;
     llmem_controller_tick(c);
 
-    llmem_ctl_event ev[4];
-    assert_int_equal(events_of(c, LLMEM_CTL_SHRINK, ev, 4), 1);
+    llmem_controller_event ev[4];
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_SHRINK, ev, 4), 1);
     uint64_t target = (uint64_t)ceil((double)s0.used_bytes / 0.30);
     llmem_pool_stats s1 = pstats(p);
     assert_int_equal(ev[0].detail, target);
@@ -417,11 +417,11 @@ static void hysteresis_under_alternating_load(void **state)
         assert_true(committed >= last_committed);
         last_committed = committed;
     }
-    llmem_ctl_event g[16];
-    size_t grows = events_of(c, LLMEM_CTL_GROW, g, 16);
+    llmem_controller_event g[16];
+    size_t grows = events_of(c, LLMEM_CONTROLLER_GROW, g, 16);
     assert_true(grows >= 3);
     assert_true(grows <= 6);
-    assert_int_equal(events_of(c, LLMEM_CTL_SHRINK, NULL, 0), 0);
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_SHRINK, NULL, 0), 0);
     assert_int_equal(cstats(c).shrinks_total, 0);
     size_t step = MIB;
     for (size_t i = 0; i < grows; i++) {
@@ -540,13 +540,13 @@ static void idle_compaction(void **state)
     enum { N = 64 };
     llmem_handle h[N];
     for (int i = 0; i < N; i++) {
-        assert_ok(llmem_pool_halloc(p, 64 * KIB, &h[i]));
+        assert_ok(llmem_pool_handle_alloc(p, 64 * KIB, &h[i]));
         unsigned char *x = llmem_pool_pin(p, h[i], NULL);
         assert_non_null(x);
         fill(x, 64 * KIB, (unsigned)(i * 7 + 1));
         assert_ok(llmem_pool_unpin(p, h[i]));
     }
-    for (int i = 1; i < N; i += 2) assert_ok(llmem_pool_hfree(p, h[i]));
+    for (int i = 1; i < N; i += 2) assert_ok(llmem_pool_handle_free(p, h[i]));
     llmem_pool_stats s0 = pstats(p);
     assert_true(s0.fragmentation > 0.40);
     assert_int_equal(s0.committed_bytes, 4 * MIB);
@@ -556,8 +556,8 @@ static void idle_compaction(void **state)
     clk.ns += 1001 * MS;
     llmem_controller_tick(c);
 
-    llmem_ctl_event ev[4];
-    assert_int_equal(events_of(c, LLMEM_CTL_COMPACT, ev, 4), 1);
+    llmem_controller_event ev[4];
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_COMPACT, ev, 4), 1);
     llmem_pool_stats s1 = pstats(p);
     assert_true(ev[0].detail > 0);
     assert_int_equal(ev[0].bytes_before, 4 * MIB);
@@ -577,7 +577,7 @@ static void idle_compaction(void **state)
         assert_ok(llmem_pool_unpin(p, h[i]));
     }
     assert_ok(llmem_pool_check(p));
-    for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_hfree(p, h[i]));
+    for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_handle_free(p, h[i]));
     llmem_controller_destroy(c);
     release_pool(p, r);
 }
@@ -629,13 +629,13 @@ static void events_ring_and_json(void **state)
     assert_int_equal(cs.events_total, 60);
     assert_int_equal(cs.events_dropped, 52);
     assert_int_equal(cs.reserves_total, 20);
-    llmem_ctl_event ev[16];
+    llmem_controller_event ev[16];
     assert_int_equal(llmem_controller_events(c, ev, 16), 8);
     for (int i = 1; i < 8; i++) assert_true(ev[i].time_ns >= ev[i - 1].time_ns);
-    assert_int_equal(ev[7].action, LLMEM_CTL_STAGE);
+    assert_int_equal(ev[7].action, LLMEM_CONTROLLER_STAGE);
     assert_int_equal(ev[7].stage, LLMEM_STAGE_DECODE);
     assert_int_equal(ev[7].time_ns, clk.ns);
-    assert_int_equal(ev[6].action, LLMEM_CTL_RESERVE);
+    assert_int_equal(ev[6].action, LLMEM_CONTROLLER_RESERVE);
     assert_int_equal(ev[6].detail, (uint64_t)ceil(16 * 4096 * 1.2));
     assert_int_equal(llmem_controller_events(c, ev, 3), 3); /* the oldest three */
     assert_int_equal(ev[0].time_ns, clk.ns - 5 * MS);
@@ -696,8 +696,8 @@ static void events_ring_and_json(void **state)
     assert_int_equal(small.events_total, 60);
     assert_int_equal(small.events_dropped, 12345);
 
-    assert_string_equal(llmem_ctl_action_name(LLMEM_CTL_COMPACT), "compact");
-    assert_string_equal(llmem_ctl_action_name((llmem_ctl_action)99), "?");
+    assert_string_equal(llmem_controller_action_name(LLMEM_CONTROLLER_COMPACT), "compact");
+    assert_string_equal(llmem_controller_action_name((llmem_controller_action)99), "?");
     llmem_controller_destroy(c);
     release_pool(p, r);
 }
@@ -773,7 +773,7 @@ static void bad_input(void **state)
     assert_status(llmem_controller_get_stats(c, NULL), LLMEM_EINVAL);
     assert_status(llmem_controller_write_events(NULL, stdout), LLMEM_EINVAL);
     assert_status(llmem_controller_write_events(c, NULL), LLMEM_EINVAL);
-    llmem_ctl_event e[2];
+    llmem_controller_event e[2];
     assert_int_equal(llmem_controller_events(NULL, e, 2), 0);
     assert_int_equal(llmem_controller_events(c, e, 2), 0);
     llmem_controller_destroy(c);
@@ -797,8 +797,8 @@ static void refused_reserve_is_an_event(void **state)
     o.bytes_per_token_hint = MIB;
     llmem_controller *c = make_ctl(&o);
     stage(c, LLMEM_STAGE_PREFILL, 1, 64); /* 76.8 MiB: past max_bytes */
-    llmem_ctl_event ev[2];
-    assert_int_equal(events_of(c, LLMEM_CTL_FAIL, ev, 2), 1);
+    llmem_controller_event ev[2];
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_FAIL, ev, 2), 1);
     assert_int_equal(ev[0].detail, (uint64_t)ceil(64.0 * MIB * 1.2));
     assert_int_equal(ev[0].stage, LLMEM_STAGE_PREFILL);
     llmem_controller_stats cs = cstats(c);
@@ -872,8 +872,8 @@ static void engine_prefill_makes_no_resource_call(void **state)
      * may map a chunk: that is not the pool's, and not what a reserve
      * covers. */
     assert_int_equal(pstats(p).resource_calls_total, l.pool_calls_after_notice);
-    llmem_ctl_event ev[2];
-    assert_int_equal(events_of(c, LLMEM_CTL_RESERVE, ev, 2), 1);
+    llmem_controller_event ev[2];
+    assert_int_equal(events_of(c, LLMEM_CONTROLLER_RESERVE, ev, 2), 1);
     assert_true(ev[0].bytes_after >= ev[0].detail);
     /* The engine's stage reports reached the controller once each, and
      * both count the same steps. */

@@ -50,7 +50,7 @@ static void *engine_thread(void *arg)
 static void *housekeeping_thread(void *arg)
 {
     shared *sh = arg;
-    llmem_ctl_event ev[32];
+    llmem_controller_event ev[32];
     while (!__atomic_load_n(&sh->done, __ATOMIC_ACQUIRE)) {
         llmem_controller_tick(sh->ctl);
         llmem_controller_stats s = {0};

@@ -558,7 +558,7 @@ static void vmm_kv_contiguous(void **state)
     assert_ok(llmem_kv_create(&ko, &kv));
     llmem_kv_seq s;
     assert_ok(llmem_kv_seq_create(kv, 0, &s));
-    size_t tb = llmem_kv_token_bytes(kv);
+    size_t tb = llmem_kv_token_layer_bytes(kv);
     unsigned char *host = malloc(tb), *back = malloc(tb);
     void *k0 = NULL, *v0 = NULL;
     for (size_t t = 0; t < 3000; t++) {
@@ -582,7 +582,7 @@ static void vmm_kv_contiguous(void **state)
     }
     llmem_kv_stats ks = {sizeof ks};
     assert_ok(llmem_kv_get_stats(kv, &ks));
-    assert_true(ks.bytes_reserved < (size_t)8192 * llmem_kv_bytes_per_token(kv)); /* not the whole reservation */
+    assert_true(ks.bytes_reserved < (size_t)8192 * llmem_kv_token_total_bytes(kv)); /* not the whole reservation */
     assert_ok(llmem_kv_check(kv));
     assert_ok(llmem_kv_seq_free(kv, s));
     llmem_kv_destroy(kv);
@@ -615,7 +615,7 @@ static void kv_swap_round_trip_to_pinned(void **state)
     assert_ok(llmem_kv_seq_create(kv, 0, &other));
     const size_t n = 700;
     assert_ok(llmem_kv_seq_append(kv, s, n, NULL, NULL));
-    size_t tb = llmem_kv_token_bytes(kv);
+    size_t tb = llmem_kv_token_layer_bytes(kv);
     unsigned char *host = malloc(tb), *back = malloc(tb);
     for (uint32_t l = 0; l < ko.layers; l++)
         for (size_t t = 0; t < n; t++) {
@@ -646,7 +646,7 @@ static void kv_swap_round_trip_to_pinned(void **state)
     assert_ok(llmem_kv_get_stats(kv, &ks));
     assert_int_equal(ks.swap_out_total, 1);
     assert_int_equal(ks.swap_in_total, 1);
-    assert_true(ks.bytes_swapped_out_total >= n * llmem_kv_bytes_per_token(kv));
+    assert_true(ks.bytes_swapped_out_total >= n * llmem_kv_token_total_bytes(kv));
     printf("swap: %llu bytes out and in, %.3f ms in copies\n", (unsigned long long)ks.bytes_swapped_out_total,
            ks.swap_seconds_total * 1e3);
     assert_ok(llmem_kv_check(kv));

@@ -123,7 +123,7 @@ static size_t greedy(llmem_engine *e, llmem_tokenizer *tok, const char *prompt, 
     size_t forwarded = n;
     uint32_t vocab = llmem_tokenizer_vocab_size(tok);
     for (;;) {
-        int32_t next = llmem_argmax(llmem_engine_logits(e, 0), vocab);
+        int32_t next = llmem_logits_argmax(llmem_engine_logits(e, 0), vocab);
         if (next == llmem_tokenizer_bos(tok)) break;
         ids[n++] = next;
         if (forwarded == steps) break;
@@ -287,7 +287,7 @@ static void sequences_batched_together_match_alone(void **state)
         for (int k = 0; k < 9; k++) {
             assert_ok(llmem_engine_step(e, &it, 1));
             memcpy(alone[i][k], llmem_engine_logits(e, 0), sizeof alone[i][k]);
-            next[i][k] = llmem_argmax(alone[i][k], vocab);
+            next[i][k] = llmem_logits_argmax(alone[i][k], vocab);
             it = (llmem_engine_batch_item){s, &next[i][k], 1};
         }
         assert_ok(llmem_engine_seq_free(e, s));
@@ -334,7 +334,7 @@ static unsigned long decode_mallocs(llmem_model *m, llmem_engine_alloc alloc, si
     llmem_status st = LLMEM_OK;
     count_start();
     for (size_t i = 0; i < steps && !st; i++) {
-        tok[i] = llmem_argmax(llmem_engine_logits(e, 0), vocab);
+        tok[i] = llmem_logits_argmax(llmem_engine_logits(e, 0), vocab);
         it = (llmem_engine_batch_item){s, &tok[i], 1};
         st = llmem_engine_step(e, &it, 1);
     }
@@ -670,7 +670,7 @@ static void synth_logits(const char *path, float *out, const int32_t *picked)
         const float *lg = llmem_engine_logits(e, 0);
         for (uint32_t i = 0; i < vocab; i++) assert_true(isfinite(lg[i]));
         memcpy(out + (size_t)k * vocab, lg, vocab * sizeof *out);
-        fed[k] = picked ? picked[k] : llmem_argmax(lg, vocab);
+        fed[k] = picked ? picked[k] : llmem_logits_argmax(lg, vocab);
         it = (llmem_engine_batch_item){s, &fed[k], 1};
     }
     llmem_engine_destroy(e);
@@ -691,7 +691,7 @@ static void weight_types_agree_with_f32(void **state)
     int32_t picks[K];
     test_synth_write(&sm, path);
     synth_logits(path, f32, NULL);
-    for (int k = 0; k < K; k++) picks[k] = llmem_argmax(f32 + k * V, V); /* what it fed itself */
+    for (int k = 0; k < K; k++) picks[k] = llmem_logits_argmax(f32 + k * V, V); /* what it fed itself */
     static const struct {
         uint32_t type;
         float tol;

@@ -360,7 +360,7 @@ static void window_kv_stays_bounded(void **state)
         for (size_t i = 0; i < 250; i++) {
             llmem_engine_batch_item it = {s, &tok, 1};
             assert_ok(llmem_engine_step(e, &it, 1));
-            tok = llmem_argmax(llmem_engine_logits(e, 0), llmem_model_get_config(m)->shape.vocab);
+            tok = llmem_logits_argmax(llmem_engine_logits(e, 0), llmem_model_get_config(m)->shape.vocab);
             if (i == 49 || i == 149 || i == 249) {
                 llmem_engine_stats st = {sizeof st};
                 assert_ok(llmem_engine_get_stats(e, &st));

@@ -241,7 +241,7 @@ static uint64_t kv_sum(llmem_engine *e, llmem_engine_seq s, size_t n)
     llmem_kv *kv = llmem_engine_kv(e);
     llmem_kv_seq ks = llmem_engine_seq_kv(e, s);
     assert_true(ks != 0);
-    size_t tb = llmem_kv_token_bytes(kv), B = 16;
+    size_t tb = llmem_kv_token_layer_bytes(kv), B = 16;
     assert_int_equal(tb % 8, 0);
     uint64_t h = 0xcbf29ce484222325ull;
     for (uint32_t l = 0; l < M_LAYERS; l++) {
@@ -401,7 +401,7 @@ static void engine_scenario(stack *s, policy pol, bool forever, uint64_t k, cons
                 fail_msg("request %u: KV of old positions changed", who[i]);
             q->fed = q->ntok;
             assert_true(q->ntok < MAXTOK);
-            q->toks[q->ntok++] = llmem_argmax(llmem_engine_logits(e, i), M_VOCAB);
+            q->toks[q->ntok++] = llmem_logits_argmax(llmem_engine_logits(e, i), M_VOCAB);
             if (q->ntok - REQS[who[i]].prompt == REQS[who[i]].gen) {
                 run->final_sum[who[i]] = kv_sum(e, q->seq, q->fed);
                 assert_ok(llmem_engine_seq_free(e, q->seq));

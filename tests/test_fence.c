@@ -304,12 +304,12 @@ static void refusals_drop_the_fence(void **state)
     assert_error_mentions("fenced free is pending");
     /* A handle block is freed with hfree, fenced or not. */
     llmem_handle hd;
-    assert_ok(llmem_pool_halloc(e.pool, 64 * KiB, &hd));
+    assert_ok(llmem_pool_handle_alloc(e.pool, 64 * KiB, &hd));
     void *hp = llmem_pool_pin(e.pool, hd, NULL);
     assert_status(llmem_pool_free_fenced(e.pool, hp, &fk), LLMEM_EINVAL);
     assert_int_equal(k.drops, 1);
     llmem_pool_unpin(e.pool, hd);
-    assert_ok(llmem_pool_hfree(e.pool, hd));
+    assert_ok(llmem_pool_handle_free(e.pool, hd));
     /* Destroy with a fence pending drops it without waiting. */
     assert_ok(llmem_pool_check(e.pool));
     llmem_pool_destroy(e.pool);

@@ -121,7 +121,7 @@ static void m_open(model *m, const llmem_kv_options *o, llmem_resource *dev)
     m->vstride = (m->max_len + m->B - 1) / m->B * m->bb;
     m->vstride = (m->vstride + m->gran - 1) / m->gran * m->gran;
     assert_ok(llmem_kv_create(&m->o, &m->kv));
-    assert_int_equal(llmem_kv_token_bytes(m->kv), m->tb);
+    assert_int_equal(llmem_kv_token_layer_bytes(m->kv), m->tb);
     assert_int_equal(llmem_kv_block_bytes(m->kv), m->bb);
 }
 
@@ -592,9 +592,9 @@ static void geometry(void **state)
         llmem_kv *kv;
         assert_ok(llmem_kv_create(&o, &kv));
         size_t tb = (size_t)cases[c].heads * cases[c].dim * cases[c].elem;
-        assert_int_equal(llmem_kv_token_bytes(kv), tb);
+        assert_int_equal(llmem_kv_token_layer_bytes(kv), tb);
         assert_int_equal(llmem_kv_block_bytes(kv), 2 * tb * cases[c].B);
-        assert_int_equal(llmem_kv_bytes_per_token(kv), 2 * tb * cases[c].layers);
+        assert_int_equal(llmem_kv_token_total_bytes(kv), 2 * tb * cases[c].layers);
         llmem_kv_stats st = kstats(kv);
         assert_int_equal(st.bytes_reserved, 0); /* nothing taken before the first token */
         assert_int_equal(st.blocks_total, 0);
@@ -608,17 +608,17 @@ static void geometry(void **state)
     o.max_seq_len = 4096;
     llmem_kv *kv;
     assert_ok(llmem_kv_create(&o, &kv));
-    assert_int_equal(llmem_kv_bytes_per_token(kv), 512 * 1024);
+    assert_int_equal(llmem_kv_token_total_bytes(kv), 512 * 1024);
     assert_int_equal(llmem_kv_block_bytes(kv), 16 * 2 * 8192); /* default 16 tokens per block */
     llmem_kv_destroy(kv);
     o.kv_heads = 8;
     assert_ok(llmem_kv_create(&o, &kv));
-    assert_int_equal(llmem_kv_bytes_per_token(kv), 128 * 1024);
+    assert_int_equal(llmem_kv_token_total_bytes(kv), 128 * 1024);
     llmem_kv_destroy(kv);
     /* NULL asks nothing. */
-    assert_int_equal(llmem_kv_token_bytes(NULL), 0);
+    assert_int_equal(llmem_kv_token_layer_bytes(NULL), 0);
     assert_int_equal(llmem_kv_block_bytes(NULL), 0);
-    assert_int_equal(llmem_kv_bytes_per_token(NULL), 0);
+    assert_int_equal(llmem_kv_token_total_bytes(NULL), 0);
     /* Defaults. */
     llmem_kv_options d = llmem_kv_options_default();
     assert_int_equal(d.strategy, LLMEM_KV_PAGED);
@@ -1637,7 +1637,7 @@ static void contiguous_positions_stay_put(void **state)
     o.resource = track;
     llmem_kv *kv = NULL;
     assert_ok(llmem_kv_create(&o, &kv));
-    size_t bpt = llmem_kv_bytes_per_token(kv), page = llmem_resource_granularity(track);
+    size_t bpt = llmem_kv_token_total_bytes(kv), page = llmem_resource_granularity(track);
     llmem_kv_seq a, b;
     assert_ok(llmem_kv_seq_create(kv, 0, &a));
     assert_ok(llmem_kv_seq_create(kv, 0, &b));
@@ -1647,7 +1647,7 @@ static void contiguous_positions_stay_put(void **state)
         assert_ok(llmem_kv_seq_append(kv, a, 1, NULL, NULL));
         void *k, *v;
         assert_ok(llmem_kv_seq_token(kv, a, 1, t, &k, &v));
-        memset(k, (int)(t & 0xff), llmem_kv_token_bytes(kv));
+        memset(k, (int)(t & 0xff), llmem_kv_token_layer_bytes(kv));
         if (!t) k0 = k, v0 = v;
         /* Committed: the granules the tokens need, in every layer. */
         size_t need = (t + 1 + 15) / 16 * llmem_kv_block_bytes(kv);
@@ -2156,7 +2156,7 @@ static void sw_open(swfix *f, llmem_kv_options o, bool fault)
     o.resource = f->dev;
     if (!o.swap_resource) o.swap_resource = f->swap;
     assert_ok(llmem_kv_create(&o, &f->kv));
-    f->tb = llmem_kv_token_bytes(f->kv);
+    f->tb = llmem_kv_token_layer_bytes(f->kv);
     f->B = o.block_tokens;
     f->layers = o.layers;
 }

@@ -208,7 +208,7 @@ static void run(llmem_resource *dev, int rounds)
     o.slab_bytes = 8 * 2 * TB * B; /* 8 blocks per slab: slabs come and go */
     o.resource = dev;
     assert_ok(llmem_kv_create(&o, &sh->kv));
-    assert_int_equal(llmem_kv_token_bytes(sh->kv), TB);
+    assert_int_equal(llmem_kv_token_layer_bytes(sh->kv), TB);
 
     /* The shared prompts, written before any worker runs, then cached. */
     uint64_t r = 42;

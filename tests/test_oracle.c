@@ -304,7 +304,7 @@ static void engine_greedy(const char *path, const int32_t *prompt, size_t np, si
     assert_ok(llmem_engine_step(e, &it, 1));
     for (size_t i = 0; i < steps; i++) {
         const float *lg = llmem_engine_logits(e, 0);
-        out[i] = llmem_argmax(lg, vocab);
+        out[i] = llmem_logits_argmax(lg, vocab);
         float second = -INFINITY;
         for (uint32_t v = 0; v < vocab; v++)
             if ((int32_t)v != out[i] && lg[v] > second) second = lg[v];
@@ -390,7 +390,7 @@ static double rel_diff(const float *a, const float *b, size_t count)
 
 static double top2_margin(const float *v, uint32_t n)
 {
-    int32_t best = llmem_argmax(v, n);
+    int32_t best = llmem_logits_argmax(v, n);
     double second = -INFINITY;
     for (uint32_t i = 0; i < n; i++)
         if ((int32_t)i != best && v[i] > second) second = v[i];
@@ -465,20 +465,20 @@ static bool greedy_matches(const char *path, const char *label, const int32_t *p
     bool ok = true;
     for (size_t i = np - 1; i < L; i++) {
         const float *ref = a + i * vocab;
-        bool same = llmem_argmax(me + i * vocab, vocab) == llmem_argmax(ref, vocab);
+        bool same = llmem_logits_argmax(me + i * vocab, vocab) == llmem_logits_argmax(ref, vocab);
         agree += same;
         /* The lower of the two self-agreements: a near-tie either engine's
          * other order decides otherwise is not a disagreement of llmem's. */
-        bool s1 = llmem_argmax(b + i * vocab, vocab) == llmem_argmax(ref, vocab);
-        bool s2 = llmem_argmax(mp + i * vocab, vocab) == llmem_argmax(me + i * vocab, vocab) &&
-                  llmem_argmax(mk + i * vocab, vocab) == llmem_argmax(me + i * vocab, vocab);
+        bool s1 = llmem_logits_argmax(b + i * vocab, vocab) == llmem_logits_argmax(ref, vocab);
+        bool s2 = llmem_logits_argmax(mp + i * vocab, vocab) == llmem_logits_argmax(me + i * vocab, vocab) &&
+                  llmem_logits_argmax(mk + i * vocab, vocab) == llmem_logits_argmax(me + i * vocab, vocab);
         self_agree += s1 && s2;
         if (top2_margin(ref, vocab) > tol * scale) {
             decided++;
             decided_agree += same;
             if (!same) {
                 print_message("%s: FAILED: position %zu: llmem's top-1 %d, llama.cpp's %d by a margin of %g (noise %g)\n",
-                              label, i, llmem_argmax(me + i * vocab, vocab), llmem_argmax(ref, vocab),
+                              label, i, llmem_logits_argmax(me + i * vocab, vocab), llmem_logits_argmax(ref, vocab),
                               top2_margin(ref, vocab), tol * scale);
                 ok = false;
             }
@@ -569,9 +569,9 @@ static int forced_arch(const char *arch)
         double scale = max_abs(a, N * V);
         size_t agree = 0, decided = 0, decided_agree = 0, self_agree = 0;
         for (size_t i = 0; i < N; i++) {
-            bool same = llmem_argmax(mine + i * V, V) == llmem_argmax(a + i * V, V);
+            bool same = llmem_logits_argmax(mine + i * V, V) == llmem_logits_argmax(a + i * V, V);
             agree += same;
-            self_agree += llmem_argmax(b + i * V, V) == llmem_argmax(a + i * V, V);
+            self_agree += llmem_logits_argmax(b + i * V, V) == llmem_logits_argmax(a + i * V, V);
             if (top2_margin(a + i * V, V) > tol * scale) {
                 decided++;
                 decided_agree += same;

@@ -617,40 +617,40 @@ static void handles_misuse_is_refused(void **state)
     (void)state;
     llmem_pool *p = new_pool(NULL, false);
     llmem_handle h;
-    assert_status(llmem_pool_halloc(p, 0, &h), LLMEM_EINVAL);
+    assert_status(llmem_pool_handle_alloc(p, 0, &h), LLMEM_EINVAL);
     assert_int_equal(h, LLMEM_HANDLE_NULL);
-    assert_status(llmem_pool_halloc(p, SIZE_MAX, &h), LLMEM_EOVERFLOW);
-    assert_status(llmem_pool_halloc(NULL, 10, &h), LLMEM_EINVAL);
-    assert_ok(llmem_pool_halloc(p, 10000, &h));
-    assert_int_equal(llmem_pool_hsize(p, h), 10000);
+    assert_status(llmem_pool_handle_alloc(p, SIZE_MAX, &h), LLMEM_EOVERFLOW);
+    assert_status(llmem_pool_handle_alloc(NULL, 10, &h), LLMEM_EINVAL);
+    assert_ok(llmem_pool_handle_alloc(p, 10000, &h));
+    assert_int_equal(llmem_pool_handle_size(p, h), 10000);
     char *a = llmem_pool_pin(p, h, NULL);
     assert_non_null(a);
     memset(a, 3, 10000);
     assert_true(llmem_pool_owns(p, a));
     assert_status(llmem_pool_free(p, a), LLMEM_EINVAL);
-    assert_error_mentions("hfree");
+    assert_error_mentions("llmem_pool_handle_free");
     llmem_status st;
     assert_null(llmem_pool_realloc(p, a, 20000, &st));
     assert_int_equal(st, LLMEM_EINVAL);
-    assert_status(llmem_pool_hfree(p, h), LLMEM_EBUSY);
+    assert_status(llmem_pool_handle_free(p, h), LLMEM_EBUSY);
     char *b = llmem_pool_pin(p, h, NULL); /* pins nest */
     assert_ptr_equal(a, b);
     assert_ok(llmem_pool_unpin(p, h));
     assert_ok(llmem_pool_unpin(p, h));
     assert_status(llmem_pool_unpin(p, h), LLMEM_ESTATE);
-    assert_ok(llmem_pool_hfree(p, h));
+    assert_ok(llmem_pool_handle_free(p, h));
     /* Stale now, even once its entry is reused. */
-    assert_status(llmem_pool_hfree(p, h), LLMEM_EINVAL);
+    assert_status(llmem_pool_handle_free(p, h), LLMEM_EINVAL);
     assert_null(llmem_pool_pin(p, h, &st));
     assert_int_equal(st, LLMEM_EINVAL);
     llmem_handle h2;
-    assert_ok(llmem_pool_halloc(p, 100, &h2));
+    assert_ok(llmem_pool_handle_alloc(p, 100, &h2));
     assert_true(h2 != h);
     assert_status(llmem_pool_unpin(p, h), LLMEM_EINVAL);
-    assert_int_equal(llmem_pool_hsize(p, h), 0);
+    assert_int_equal(llmem_pool_handle_size(p, h), 0);
     assert_status(llmem_pool_unpin(p, 12345), LLMEM_EINVAL);
-    assert_ok(llmem_pool_hfree(p, LLMEM_HANDLE_NULL));
-    assert_ok(llmem_pool_hfree(p, h2));
+    assert_ok(llmem_pool_handle_free(p, LLMEM_HANDLE_NULL));
+    assert_ok(llmem_pool_handle_free(p, h2));
     assert_int_equal(pstats(p).handles, 0);
     assert_int_equal(pstats(p).live_allocations, 0);
     assert_ok(llmem_pool_check(p));
@@ -693,7 +693,7 @@ static void compaction_run(llmem_resource *res, size_t budget)
     assert_non_null(raw);
     fill(dev, raw, 50000, 99);
     for (int i = 0; i < N; i++) {
-        assert_ok(llmem_pool_halloc(p, hs, &h[i]));
+        assert_ok(llmem_pool_handle_alloc(p, hs, &h[i]));
         fill_h(dev, p, h[i], hs, (unsigned char)i);
     }
     /* Pin two, free three quarters of the rest, scattered. */
@@ -702,7 +702,7 @@ static void compaction_run(llmem_resource *res, size_t budget)
     for (int i = 0; i < N; i++) {
         alive[i] = i % 4 == 0 || i == 5 || i == 50;
         if (!alive[i]) {
-            assert_ok(llmem_pool_hfree(p, h[i]));
+            assert_ok(llmem_pool_handle_free(p, h[i]));
             h[i] = LLMEM_HANDLE_NULL;
         }
     }
@@ -730,7 +730,7 @@ static void compaction_run(llmem_resource *res, size_t budget)
         assert_ok(llmem_pool_unpin(p, h[5]));
         assert_ok(llmem_pool_unpin(p, h[50]));
     }
-    for (int i = 0; i < N; i++) assert_ok(llmem_pool_hfree(p, h[i]));
+    for (int i = 0; i < N; i++) assert_ok(llmem_pool_handle_free(p, h[i]));
     assert_ok(llmem_pool_free(p, raw));
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);

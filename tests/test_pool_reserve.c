@@ -183,8 +183,8 @@ static void compaction_keeps_the_range(void **state)
     env e;
     env_make(&e, false, 64 * MiB, 0);
     llmem_handle h[24];
-    for (int i = 0; i < 24; i++) assert_ok(llmem_pool_halloc(e.pool, 2 * MiB, &h[i]));
-    for (int i = 0; i < 24; i += 3) assert_ok(llmem_pool_hfree(e.pool, h[i]));
+    for (int i = 0; i < 24; i++) assert_ok(llmem_pool_handle_alloc(e.pool, 2 * MiB, &h[i]));
+    for (int i = 0; i < 24; i += 3) assert_ok(llmem_pool_handle_free(e.pool, h[i]));
     llmem_pool_compact_report r;
     memset(&r, 0, sizeof r);
     assert_ok(llmem_pool_compact(e.pool, 0, &r));
@@ -192,7 +192,7 @@ static void compaction_keeps_the_range(void **state)
     assert_int_equal(s.superblocks, 1);
     assert_int_equal(s.reserved_bytes, 64 * MiB);
     for (int i = 0; i < 24; i++)
-        if (i % 3) assert_ok(llmem_pool_hfree(e.pool, h[i]));
+        if (i % 3) assert_ok(llmem_pool_handle_free(e.pool, h[i]));
     env_free(&e);
 }
 

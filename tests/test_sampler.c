@@ -158,12 +158,12 @@ static void argmax_takes_the_first_maximum(void **state)
 {
     (void)state;
     float v[] = {1, 3, -INFINITY, 3, 2, 3};
-    assert_int_equal(llmem_argmax(v, 6), 1);
-    assert_int_equal(llmem_argmax(v, 1), 0);
-    assert_int_equal(llmem_argmax(v + 2, 1), 0);
-    assert_int_equal(llmem_argmax(v + 2, 2), 1);
-    assert_int_equal(llmem_argmax(NULL, 3), -1);
-    assert_int_equal(llmem_argmax(v, 0), -1);
+    assert_int_equal(llmem_logits_argmax(v, 6), 1);
+    assert_int_equal(llmem_logits_argmax(v, 1), 0);
+    assert_int_equal(llmem_logits_argmax(v + 2, 1), 0);
+    assert_int_equal(llmem_logits_argmax(v + 2, 2), 1);
+    assert_int_equal(llmem_logits_argmax(NULL, 3), -1);
+    assert_int_equal(llmem_logits_argmax(v, 0), -1);
     /* Temperature 0: the argmax, logits untouched. */
     llmem_sampler *s = make(6, 0, 0.9f, 1);
     float w[] = {1, 3, -INFINITY, 3, 2, 3};

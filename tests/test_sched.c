@@ -152,7 +152,7 @@ static void alone_matches_a_plain_engine_loop(void **state)
     llmem_engine_batch_item it = {q, j[0].prompt, j[0].prompt_len, 0};
     assert_ok(llmem_engine_step(e, &it, 1));
     for (uint32_t i = 0; i < j[0].max_tokens; i++) {
-        int32_t t = llmem_argmax(llmem_engine_logits(e, 0), 512);
+        int32_t t = llmem_logits_argmax(llmem_engine_logits(e, 0), 512);
         assert_int_equal(t, j[0].out[0][i]);
         it = (llmem_engine_batch_item){q, &t, 1, 0};
         if (i + 1 < j[0].max_tokens) assert_ok(llmem_engine_step(e, &it, 1));

@@ -194,7 +194,7 @@ static void release(shared *sh, item *it)
         if (!p) fail_msg("pin: %s", llmem_last_error());
         if (!intact(p, it->n, it->seed)) fail_msg("handle 0x%llx corrupted", (unsigned long long)it->h);
         assert_ok(llmem_pool_unpin(sh->pool, it->h));
-        assert_ok(llmem_pool_hfree(sh->pool, it->h));
+        assert_ok(llmem_pool_handle_free(sh->pool, it->h));
         break;
     }
     case K_FIXED:
@@ -280,7 +280,7 @@ static void op_handle(worker *w)
     if (r < 2 && w->nhandles < MAX_HANDLES) {
         size_t n = 1 + test_rng_next(&w->s) % (test_rng_next(&w->s) % 4 ? (64 << 10) : (1 << 20));
         llmem_handle h;
-        assert_ok(llmem_pool_halloc(w->sh->pool, n, &h));
+        assert_ok(llmem_pool_handle_alloc(w->sh->pool, n, &h));
         unsigned char *p = llmem_pool_pin(w->sh->pool, h, NULL);
         if (!p) fail_msg("pin: %s", llmem_last_error());
         uint64_t seed = test_rng_next(&w->s);
@@ -295,7 +295,7 @@ static void op_handle(worker *w)
             unsigned char *p = llmem_pool_pin(w->sh->pool, it.h, NULL);
             if (!p) fail_msg("pin: %s", llmem_last_error());
             if (!intact(p, it.n, it.seed)) fail_msg("handle 0x%llx corrupted", (unsigned long long)it.h);
-            assert_int_equal(llmem_pool_hsize(w->sh->pool, it.h), it.n);
+            assert_int_equal(llmem_pool_handle_size(w->sh->pool, it.h), it.n);
             assert_ok(llmem_pool_unpin(w->sh->pool, it.h));
             return;
         }
@@ -547,7 +547,7 @@ static void stress(void **state)
     ko.budget_bytes = 1 << 20; /* below what the threads ask for: refusals happen */
     ko.pool = sh->pool;
     assert_ok(llmem_kv_create(&ko, &sh->kv));
-    assert_int_equal(llmem_kv_token_bytes(sh->kv), KV_TOKEN);
+    assert_int_equal(llmem_kv_token_layer_bytes(sh->kv), KV_TOKEN);
 
     for (int i = 0; i < THREADS; i++) pthread_mutex_init(&sh->boxes[i].lock, NULL);
     pthread_barrier_init(&sh->produced, NULL, THREADS);

@@ -1,183 +1,417 @@
 /*
- * cmd_demo.c - `llmem demo --tour`: a guided tour of the foundation layers
- * (the serving demo is cmd_serve_demo.c), with figures read from the
- * library itself:
- *  1. per-request scratch in an arena: the first request maps chunks, the
- *     following ones reuse them with no resource call;
- *  2. KV-sized blocks in a fixed pool over a simulated GPU behind a byte
- *     cap: the pool fills the cap, gets a clear out-of-memory status, and
- *     data moves only through copy();
- *  3. an injected failure on the third map call and how the pool reports it;
- *  4. every component's stats through the one exporter.
+ * cmd_demo.c - `llmem demo`: llmem serving bursts of requests, and
+ * the story of its memory.
+ *
+ * Without --model, a small llama (4 layers, 256 wide, grouped-query
+ * attention, synthetic weights) is written to a temporary file. Then:
+ * a burst of concurrent requests whose prompt and output lengths follow the
+ * Azure code trace in ../shared/traces (its quantiles are embedded below,
+ * prompts scaled to the model's context), served by the library's
+ * continuous-batching scheduler (llmem/sched.h: up to 8 sequences a step,
+ * new prompts prefilled in the same steps as the others decode); an idle
+ * pause; a second burst; another pause. The engine
+ * reports its stages to the stage-aware controller, which reserves before
+ * each prefill, grows past the high watermark and gives memory back after
+ * the idle decay. The demo prints what each phase reserved, used, grew and
+ * gave back, the KV utilisation, the same workload under the static and
+ * bucket KV strategies for contrast, and writes the timeline page.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "commands.h"
+#include "tool_util.h"
 #include "llmem/llmem.h"
 
-#define CHECK(expr)                                                                  \
-    do {                                                                             \
-        llmem_status st_ = (expr);                                                   \
-        if (st_) {                                                                   \
-            fprintf(stderr, "llmem demo: %s failed: %s\n", #expr, llmem_last_error()); \
-            return 1;                                                                \
-        }                                                                            \
-    } while (0)
+/* The Azure LLM inference trace (code, 8,819 requests): the 0/16 .. 16/16
+ * quantiles of prompt (context) and generated tokens. */
+static const uint32_t trace_prompt_q[17] = {3,    90,   185,  348,  578,  825,  1016, 1196, 1469,
+                                            1734, 2048, 2375, 2745, 3330, 4434, 6499, 7437};
+static const uint32_t trace_gen_q[17] = {6, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16, 19, 24, 31, 46, 77, 1899};
 
-static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+#define DEMO_SEQS 8
+#define DEMO_BURST 16
+#define DEMO_MAX_GEN 48
+#define DEMO_STEP_TOKENS 512
 
-static int demo_arena(llmem_exporter *ex)
+typedef struct request {
+    uint32_t prompt, gen;
+    int32_t *tokens;
+} request;
+
+typedef struct phase_figures {
+    const char *name;
+    double seconds;
+    uint64_t reserved_start, reserved_end, reserved_peak, used_peak;
+    uint64_t grown, released, reserved_ahead;
+    uint64_t tokens;
+    double kv_util_weighted, kv_util_time;
+    uint64_t kv_peak;
+} phase_figures;
+
+typedef struct demo_run {
+    llmem_kv_strategy strategy;
+    bool controlled;
+    llmem_engine *e;
+    llmem_sched *sched;
+    llmem_pool *pool;
+    llmem_controller *ctl;
+    llmem_timeline *tl;
+    uint32_t vocab;
+    phase_figures ph[4];
+    uint64_t resource_calls;
+    double seconds;
+} demo_run;
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double rnd(void)
 {
-    printf("1. Per-request scratch: an arena over the os resource (with tracking)\n");
-    llmem_resource *track;
-    CHECK(llmem_tracking_resource_create(llmem_resource_default(), &track));
-    llmem_arena_options o = llmem_arena_options_default();
-    o.name = "request";
-    o.resource = track;
-    o.chunk_bytes = 256 << 10;
-    llmem_arena *a;
-    CHECK(llmem_arena_create(&o, &a));
-    /* A toy forward pass: per layer, activations of dim x tokens floats,
-     * dropped after the layer with a mark. */
-    const size_t dim = 512, layers = 8;
-    const size_t prompts[] = {100, 37, 120, 64};
-    for (size_t r = 0; r < sizeof prompts / sizeof prompts[0]; r++) {
-        llmem_resource_stats before = {0}, after = {0};
-        llmem_resource_get_stats(track, &before);
-        size_t tokens = prompts[r];
-        float *x = llmem_arena_alloc(a, tokens * dim * sizeof(float), 0, NULL);
-        if (!x) return fprintf(stderr, "demo: %s\n", llmem_last_error()), 1;
-        for (size_t l = 0; l < layers; l++) {
-            llmem_arena_mark m = llmem_arena_save(a);
-            float *q = llmem_arena_alloc(a, tokens * dim * sizeof(float), 0, NULL);
-            float *att = llmem_arena_alloc(a, tokens * tokens * sizeof(float), 0, NULL);
-            if (!q || !att) return fprintf(stderr, "demo: %s\n", llmem_last_error()), 1;
-            memset(q, 0, tokens * dim * sizeof(float));
-            memset(att, 0, tokens * tokens * sizeof(float));
-            CHECK(llmem_arena_rollback(a, m));
-        }
-        llmem_arena_stats s = {0};
-        llmem_arena_get_stats(a, &s);
-        llmem_resource_get_stats(track, &after);
-        printf("   request %zu (%3zu tokens): peak %6.2f MiB, arena holds %5.2f MiB in %llu chunk(s), "
-               "map calls this request: %llu\n",
-               r + 1, tokens, mib(s.used_peak_bytes), mib(s.reserved_bytes), (unsigned long long)s.chunks,
-               (unsigned long long)(after.map_calls_total - before.map_calls_total));
-        llmem_arena_reset(a);
-    }
-    llmem_arena_stats s = {0};
-    llmem_arena_get_stats(a, &s);
-    llmem_label lb[] = {{"arena", "request"}};
-    CHECK(llmem_exporter_add(ex, llmem_arena_stats_schema(), &s, lb, 1));
-    size_t released = llmem_arena_trim(a);
-    printf("   idle: trim gave back %.2f MiB\n", mib(released));
-    llmem_arena_destroy(a);
-    size_t leaks = 0;
-    llmem_tracking_stats ts = {0};
-    llmem_tracking_resource_get_stats(track, &ts);
-    leaks = (size_t)ts.live_mappings;
-    printf("   after destroy: %zu live mapping(s) (tracking resource)\n\n", leaks);
-    llmem_resource_destroy(track);
-    return leaks != 0;
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
 }
 
-static int demo_device(llmem_exporter *ex)
+static uint32_t from_quantiles(const uint32_t q[17], double u)
 {
-    printf("2. KV-sized blocks on a simulated GPU behind a 4 MiB cap\n");
-    /* One KV block: 16 tokens x K and V x 4 heads x 64 dims x f16. */
-    const size_t block = 16 * 2 * 4 * 64 * 2;
-    llmem_sim_options so = llmem_sim_options_default();
-    so.capacity = 64 << 20;
-    so.map_cost_ns = 20000; /* 20 us per map: cudaMalloc is slow */
-    llmem_resource *gpu, *cap;
-    CHECK(llmem_sim_resource_create(&so, &gpu));
-    llmem_limit_options lo = llmem_limit_options_default();
-    lo.limit_bytes = 4 << 20;
-    CHECK(llmem_limit_resource_create(gpu, &lo, &cap));
-    llmem_fixed_options fo = llmem_fixed_options_default();
-    fo.name = "kv-blocks";
-    fo.resource = cap;
-    fo.block_size = block;
-    fo.checked = true;
-    llmem_fixed *kv;
-    CHECK(llmem_fixed_create(&fo, &kv));
-    void *blocks[1024];
-    size_t n = 0;
-    llmem_status st = LLMEM_OK;
-    while (n < 1024 && (blocks[n] = llmem_fixed_alloc(kv, &st)) != NULL) n++;
-    printf("   %zu blocks of %zu KiB fit; the next one: %s\n   (%s)\n", n, block / 1024, llmem_status_name(st),
-           llmem_last_error());
-    /* Data goes in and out through copy() only: the pool never touches it. */
-    static unsigned char host[16 * 2 * 4 * 64 * 2], back[sizeof host];
-    for (size_t i = 0; i < sizeof host; i++) host[i] = (unsigned char)(i * 31);
-    CHECK(llmem_resource_copy(cap, blocks[0], host, block));
-    CHECK(llmem_resource_copy(cap, back, blocks[0], block));
-    printf("   host -> device -> host round trip: %s\n", memcmp(host, back, block) ? "MISMATCH" : "identical");
-    st = llmem_fixed_free(kv, blocks[0]);
-    st = llmem_fixed_free(kv, blocks[0]);
-    printf("   freeing block 0 twice: %s\n   (%s)\n", llmem_status_name(st), llmem_last_error());
-    for (size_t i = 1; i < n; i++) llmem_fixed_free(kv, blocks[i]);
-    llmem_fixed_stats fs = {0};
-    llmem_fixed_get_stats(kv, &fs);
-    llmem_sim_stats ss = {0};
-    llmem_sim_resource_get_stats(gpu, &ss);
-    printf("   pool: %llu chunks, %.2f MiB reserved; device: peak %.2f MiB of %.0f MiB, %.1f ms charged to maps\n\n",
-           (unsigned long long)fs.chunks, mib(fs.reserved_bytes), mib(ss.used_peak_bytes), mib(ss.capacity_bytes),
-           (double)ss.cost_ns_total / 1e6);
-    llmem_label lb[] = {{"pool", "kv-blocks"}};
-    CHECK(llmem_exporter_add(ex, llmem_fixed_stats_schema(), &fs, lb, 1));
-    llmem_label dl[] = {{"device", "sim0"}};
-    CHECK(llmem_exporter_add(ex, llmem_sim_stats_schema(), &ss, dl, 1));
-    llmem_fixed_destroy(kv);
-    llmem_resource_destroy(cap);
-    llmem_resource_destroy(gpu);
+    double x = u * 16;
+    int i = (int)x;
+    if (i >= 16) return q[16];
+    return (uint32_t)lround(q[i] + (x - i) * (q[i + 1] - q[i]));
+}
+
+static double mb(uint64_t b) { return (double)b / 1e6; }
+
+static void sample(demo_run *r, phase_figures *ph, llmem_stage stage, double dt)
+{
+    llmem_pool_stats ps = {sizeof ps};
+    llmem_engine_stats es = {sizeof es};
+    llmem_pool_get_stats(r->pool, &ps);
+    llmem_engine_get_stats(r->e, &es);
+    double util = es.kv_bytes ? (double)es.kv_used_bytes / (double)es.kv_bytes : -1;
+    if (r->tl) {
+        llmem_timeline_sample s = {tool_now_ns(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes, util};
+        llmem_timeline_record(r->tl, &s);
+    }
+    if (ps.reserved_bytes > ph->reserved_peak) ph->reserved_peak = ps.reserved_bytes;
+    if (ps.used_bytes > ph->used_peak) ph->used_peak = ps.used_bytes;
+    if (es.kv_bytes > ph->kv_peak) ph->kv_peak = es.kv_bytes;
+    if (util >= 0 && dt > 0) {
+        ph->kv_util_weighted += util * dt;
+        ph->kv_util_time += dt;
+    }
+}
+
+static uint64_t reserved(const demo_run *r)
+{
+    llmem_pool_stats ps = {sizeof ps};
+    llmem_pool_get_stats(r->pool, &ps);
+    return ps.reserved_bytes;
+}
+
+/* Serve a burst to the end: the scheduler's steps, greedy tokens. */
+static int serve(demo_run *r, request *reqs, size_t n, phase_figures *ph)
+{
+    llmem_sched_req ids[DEMO_BURST];
+    for (size_t i = 0; i < n; i++) {
+        llmem_sched_params p = llmem_sched_params_default();
+        p.prompt = reqs[i].tokens;
+        p.prompt_len = reqs[i].prompt;
+        p.max_tokens = reqs[i].gen;
+        if (llmem_sched_submit(r->sched, &p, &ids[i])) {
+            fprintf(stderr, "llmem demo: submitting a request: %s\n", llmem_last_error());
+            return 1;
+        }
+    }
+    uint64_t t_prev = tool_now_ns();
+    while (llmem_sched_pending(r->sched)) {
+        llmem_sched_step_report rep;
+        if (llmem_sched_step(r->sched, &rep)) {
+            fprintf(stderr, "llmem demo: step: %s\n", llmem_last_error());
+            return 1;
+        }
+        ph->tokens += rep.prefill_tokens + rep.decode_tokens;
+        uint64_t t = tool_now_ns();
+        sample(r, ph, rep.prefill_tokens ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE, (double)(t - t_prev) * 1e-9);
+        t_prev = t;
+    }
+    for (size_t i = 0; i < n; i++) llmem_sched_release(r->sched, ids[i]);
     return 0;
 }
 
-static int demo_fault(void)
+/* Idle: the scheduler reports IDLE and ticks the controller on each empty
+ * step, as a server's loop would. */
+static void idle(demo_run *r, phase_figures *ph, uint32_t ms)
 {
-    printf("3. Fault injection: the 3rd map call fails\n");
-    llmem_fault_options fo = llmem_fault_options_default();
-    fo.fail_nth = 3;
-    llmem_resource *f;
-    CHECK(llmem_fault_resource_create(llmem_resource_default(), &fo, &f));
-    llmem_fixed_options po = llmem_fixed_options_default();
-    po.name = "objects";
-    po.resource = f;
-    po.block_size = 4096;
-    po.chunk_bytes = 64 << 10;
-    po.max_chunk_bytes = 64 << 10;
-    llmem_fixed *p;
-    CHECK(llmem_fixed_create(&po, &p));
-    size_t got = 0;
-    llmem_status st = LLMEM_OK;
-    void *b[64];
-    while (got < 64 && (b[got] = llmem_fixed_alloc(p, &st)) != NULL) got++;
-    printf("   %zu blocks, then %s: %s\n", got, llmem_status_name(st), llmem_last_error());
-    void *again = llmem_fixed_alloc(p, &st);
-    printf("   the next call maps again and succeeds: %s\n\n", again ? "yes" : "no");
-    if (again) llmem_fixed_free(p, again);
-    for (size_t i = 0; i < got; i++) llmem_fixed_free(p, b[i]);
-    llmem_fixed_destroy(p);
-    llmem_resource_destroy(f);
-    return again ? 0 : 1;
+    uint64_t end = tool_now_ns() + (uint64_t)ms * 1000000ull;
+    while (tool_now_ns() < end) {
+        llmem_sched_step(r->sched, NULL);
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        sample(r, ph, LLMEM_STAGE_IDLE, 0.02);
+    }
 }
 
-int llmem_demo_tour(bool json)
+static void controller_totals(const demo_run *r, uint64_t *grown, uint64_t *released, uint64_t *ahead)
 {
-    printf("llmem %s: a tour of the foundation layers (resources, arena, fixed pool)\n\n", llmem_version());
-    llmem_log_set(NULL, NULL, LLMEM_LOG_OFF); /* the tour prints the messages itself */
-    llmem_exporter *ex;
-    CHECK(llmem_exporter_create(json ? LLMEM_EXPORT_JSON : LLMEM_EXPORT_PROMETHEUS, &ex));
-    int rc = demo_arena(ex);
-    if (!rc) rc = demo_device(ex);
-    if (!rc) rc = demo_fault();
-    if (!rc) {
-        printf("4. The stats above, as %s:\n\n", json ? "JSON" : "Prometheus text");
-        CHECK(llmem_exporter_write(ex, stdout));
+    *grown = *released = *ahead = 0;
+    if (!r->ctl) return;
+    llmem_controller_stats cs = {sizeof cs};
+    llmem_controller_get_stats(r->ctl, &cs);
+    *grown = cs.bytes_grown_total;
+    *released = cs.bytes_released_total;
+    *ahead = cs.bytes_reserved_ahead_total;
+}
+
+static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const char *timeline_path,
+                        uint32_t idle_ms)
+{
+    const llmem_model_config *c = llmem_model_get_config(m);
+    llmem_engine_options eo = llmem_engine_options_default();
+    eo.max_seqs = DEMO_SEQS;
+    eo.max_step_tokens = DEMO_STEP_TOKENS + DEMO_SEQS;
+    eo.kv_strategy = r->strategy;
+    llmem_memctl *mc = NULL;
+    if (r->controlled) {
+        /* Pool, predictor and controller for this engine; eo gets its pool
+         * and stage listener. */
+        llmem_memctl_options mo = llmem_memctl_options_default();
+        mo.name = "demo";
+        mo.controller.idle_decay_ms = idle_ms / 2;
+        if (llmem_memctl_create_for_engine(m, &eo, &mo, &mc)) {
+            fprintf(stderr, "llmem demo: controller: %s\n", llmem_last_error());
+            return 1;
+        }
+        r->pool = llmem_memctl_pool(mc);
+        r->ctl = llmem_memctl_controller(mc);
+        if (timeline_path && llmem_timeline_create(0, &r->tl)) {
+            llmem_memctl_destroy(mc);
+            return 1;
+        }
+    } else {
+        llmem_pool_options po = llmem_pool_options_default();
+        po.name = "demo";
+        po.resource = llmem_resource_default();
+        po.first_superblock_bytes = 1u << 20;
+        if (llmem_pool_create(&po, &r->pool)) return 1;
+        eo.pool = r->pool;
     }
-    llmem_exporter_destroy(ex);
+    llmem_sched_options so = llmem_sched_options_default();
+    so.controller = r->ctl;
+    if (llmem_engine_create(m, &eo, &r->e) || llmem_sched_create_engine(r->e, &so, &r->sched)) {
+        fprintf(stderr, "llmem demo: engine: %s\n", llmem_last_error());
+        llmem_engine_destroy(r->e);
+        llmem_timeline_destroy(r->tl);
+        if (mc) llmem_memctl_destroy(mc);
+        else llmem_pool_destroy(r->pool);
+        return 1;
+    }
+    r->vocab = c->shape.vocab;
+    static const char *names[4] = {"burst 1", "idle", "burst 2", "idle"};
+    uint64_t t0 = tool_now_ns();
+    sample(r, &r->ph[0], LLMEM_STAGE_IDLE, 0); /* the chart starts before the first decision */
+    int rc = 0;
+    for (int p = 0; p < 4 && !rc; p++) {
+        phase_figures *ph = &r->ph[p];
+        ph->name = names[p];
+        ph->reserved_start = reserved(r);
+        uint64_t g0, r0, a0, g1, r1, a1, ts = tool_now_ns();
+        controller_totals(r, &g0, &r0, &a0);
+        if (p % 2 == 0) rc = serve(r, reqs + (size_t)(p / 2) * DEMO_BURST, DEMO_BURST, ph);
+        else idle(r, ph, idle_ms);
+        controller_totals(r, &g1, &r1, &a1);
+        ph->grown = g1 - g0;
+        ph->released = r1 - r0;
+        ph->reserved_ahead = a1 - a0;
+        ph->reserved_end = reserved(r);
+        ph->seconds = (double)(tool_now_ns() - ts) * 1e-9;
+    }
+    r->seconds = (double)(tool_now_ns() - t0) * 1e-9;
+    llmem_pool_stats ps = {sizeof ps};
+    llmem_pool_get_stats(r->pool, &ps);
+    r->resource_calls = ps.resource_calls_total;
+    if (!rc && r->tl) {
+        llmem_memctl_add_decisions(r->ctl, r->tl);
+        if (llmem_timeline_write_html(r->tl, timeline_path, "llmem demo: two bursts of requests, and idle")) {
+            fprintf(stderr, "llmem demo: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+            rc = 1;
+        }
+    }
+    llmem_sched_destroy(r->sched);
+    r->sched = NULL;
+    llmem_engine_destroy(r->e);
+    r->e = NULL;
+    llmem_timeline_destroy(r->tl);
+    r->tl = NULL;
+    if (mc) llmem_memctl_destroy(mc);
+    else llmem_pool_destroy(r->pool);
+    r->ctl = NULL;
+    r->pool = NULL;
+    return rc;
+}
+
+static double util(const phase_figures *ph) { return ph->kv_util_time > 0 ? ph->kv_util_weighted / ph->kv_util_time : 0; }
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: llmem demo [--model FILE] [--timeline FILE.html] [--seed N] [--tour [--json]]\n"
+            "\n"
+            "Serves two bursts of requests (lengths from the Azure code trace) with an idle pause after\n"
+            "each, on a small synthetic llama or on --model, and tells what the memory did. --tour: the\n"
+            "older walk through the foundation layers (resources, arena, fixed pool).\n");
+}
+
+int llmem_cmd_demo(int argc, char **argv)
+{
+    const char *model_path = NULL, *timeline = NULL;
+    bool tour = false, json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--tour")) tour = true;
+        else if (!strcmp(o, "--json")) json = true;
+        else if (!strcmp(o, "--model") && v) model_path = argv[++i];
+        else if (!strcmp(o, "--timeline") && v) timeline = argv[++i];
+        else if (!strcmp(o, "--seed") && v) {
+            char *end;
+            errno = 0;
+            rng_state = strtoull(argv[++i], &end, 10) | 1;
+            if (errno || *end) {
+                fprintf(stderr, "llmem demo: bad seed\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "llmem demo: unknown or incomplete option '%s'\n", o);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (tour) return llmem_demo_tour(json);
+    llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
+
+    char tmp_model[64] = "";
+    if (!model_path) {
+        llmem_shape s = {"demo-llama", 4, 256, 8, 2, 32, 688, 2048, 512, 10000.0, 0};
+        snprintf(tmp_model, sizeof tmp_model, "/tmp/llmem-demo-XXXXXX");
+        int fd = mkstemp(tmp_model);
+        if (fd < 0) {
+            fprintf(stderr, "llmem demo: no temporary file: %s\n", strerror(errno));
+            return 1;
+        }
+        close(fd);
+        printf("llmem %s demo. A small llama (4 layers, 256 wide, 8 query / 2 KV heads, context 512) with\n"
+               "synthetic weights: its text is noise, its memory is real.\n\n",
+               llmem_version());
+        if (llmem_tool_synth_gguf(&s, LLMEM_DTYPE_F32, 7, tmp_model)) {
+            fprintf(stderr, "llmem demo: writing the model: %s\n", llmem_last_error());
+            unlink(tmp_model);
+            return 1;
+        }
+        model_path = tmp_model;
+    } else {
+        printf("llmem %s demo on %s\n\n", llmem_version(), model_path);
+    }
+    /* No --timeline: a new private folder (mkdtemp, mode 0700) in the
+     * temporary folder, never a fixed name there that another user could
+     * have planted a link at. */
+    char default_timeline[4096];
+    if (!timeline) {
+        const char *dir = getenv("TMPDIR");
+        char folder[4000];
+        snprintf(folder, sizeof folder, "%s/llmem-demo-XXXXXX", dir && *dir ? dir : "/tmp");
+        if (!mkdtemp(folder)) {
+            fprintf(stderr, "llmem demo: no folder for the timeline in %s: %s (give --timeline FILE)\n",
+                    dir && *dir ? dir : "/tmp", strerror(errno));
+            if (*tmp_model) unlink(tmp_model);
+            return 1;
+        }
+        snprintf(default_timeline, sizeof default_timeline, "%s/timeline.html", folder);
+        timeline = default_timeline;
+    }
+    /* Refuse a timeline path that cannot be written now, not after the run. */
+    llmem_outfile *probe;
+    if (llmem_outfile_open(timeline, &probe)) {
+        fprintf(stderr, "llmem demo: timeline: %s\n", llmem_last_error());
+        if (*tmp_model) unlink(tmp_model);
+        return 1;
+    }
+    llmem_outfile_abort(probe);
+    llmem_model *m;
+    if (llmem_model_open(model_path, NULL, &m)) {
+        fprintf(stderr, "llmem demo: %s: %s\n", model_path, llmem_last_error());
+        if (*tmp_model) unlink(tmp_model);
+        return 1;
+    }
+    const llmem_model_config *c = llmem_model_get_config(m);
+    uint32_t ctx = c->shape.max_ctx < 4096 ? c->shape.max_ctx : 4096;
+    double scale = (double)(ctx > DEMO_MAX_GEN + 16 ? ctx - DEMO_MAX_GEN - 16 : ctx / 2) / trace_prompt_q[16];
+    if (scale > 1) scale = 1;
+    request reqs[2 * DEMO_BURST];
+    uint64_t prompt_sum = 0, gen_sum = 0;
+    for (int i = 0; i < 2 * DEMO_BURST; i++) {
+        uint32_t p = (uint32_t)lround(from_quantiles(trace_prompt_q, rnd()) * scale);
+        uint32_t g = from_quantiles(trace_gen_q, rnd());
+        reqs[i].prompt = p < 1 ? 1 : p > DEMO_STEP_TOKENS ? DEMO_STEP_TOKENS : p;
+        reqs[i].gen = g > DEMO_MAX_GEN ? DEMO_MAX_GEN : g;
+        reqs[i].tokens = malloc(reqs[i].prompt * sizeof(int32_t));
+        if (!reqs[i].tokens) return 1;
+        reqs[i].tokens[0] = 1;
+        for (uint32_t k = 1; k < reqs[i].prompt; k++) reqs[i].tokens[k] = 3 + (int32_t)(rnd() * (c->shape.vocab - 3));
+        prompt_sum += reqs[i].prompt;
+        gen_sum += reqs[i].gen;
+    }
+    printf("Workload: 2 bursts of %d requests, at most %d at once; prompt and output lengths drawn from the\n"
+           "Azure code trace (prompts scaled by %.3f to the context): %.0f prompt and %.0f output tokens on average.\n\n",
+           DEMO_BURST, DEMO_SEQS, scale, (double)prompt_sum / (2 * DEMO_BURST), (double)gen_sum / (2 * DEMO_BURST));
+
+    demo_run runs[3] = {{LLMEM_KV_PAGED, true, 0}, {LLMEM_KV_STATIC, true, 0}, {LLMEM_KV_BUCKETS, true, 0}};
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) rc = run_workload(&runs[k], m, reqs, k == 0 ? timeline : NULL, 400);
+    if (!rc) {
+        demo_run *r = &runs[0];
+        printf("Paged KV with the stage-aware controller (reserve before prefill, grow past 85%% used,\n"
+               "give back after %u ms idle):\n\n",
+               200);
+        printf("  %-8s %7s %14s %14s %10s %10s %10s %9s\n", "phase", "time", "reserved MB", "peak used MB",
+               "ahead MB", "grown MB", "freed MB", "KV util");
+        for (int p = 0; p < 4; p++) {
+            phase_figures *ph = &r->ph[p];
+            char kvu[16] = "-";
+            if (p % 2 == 0) snprintf(kvu, sizeof kvu, "%.0f%%", 100 * util(ph));
+            printf("  %-8s %6.2fs %6.1f -> %-6.1f %14.1f %10.1f %10.1f %10.1f %9s\n", ph->name, ph->seconds,
+                   mb(ph->reserved_start), mb(ph->reserved_end), mb(ph->used_peak), mb(ph->reserved_ahead),
+                   mb(ph->grown), mb(ph->released), kvu);
+        }
+        printf("\n  %llu resource calls in all; each burst's memory was reserved ahead of its prefills and given\n"
+               "  back in the idle pause after it.\n\n",
+               (unsigned long long)r->resource_calls);
+        printf("The same workload, KV strategies side by side (KV storage held at the busiest moment):\n\n");
+        printf("  %-8s %14s %14s %12s\n", "strategy", "peak KV MB", "pool peak MB", "KV util");
+        static const char *sn[3] = {"paged", "static", "buckets"};
+        for (int k = 0; k < 3; k++) {
+            uint64_t kv = 0, peak = 0;
+            double w = 0, t = 0;
+            for (int p = 0; p < 4; p += 2) {
+                if (runs[k].ph[p].kv_peak > kv) kv = runs[k].ph[p].kv_peak;
+                if (runs[k].ph[p].reserved_peak > peak) peak = runs[k].ph[p].reserved_peak;
+                w += runs[k].ph[p].kv_util_weighted;
+                t += runs[k].ph[p].kv_util_time;
+            }
+            printf("  %-8s %14.2f %14.2f %11.0f%%\n", sn[k], mb(kv), mb(peak), t > 0 ? 100 * w / t : 0);
+        }
+        printf("\n  (static reserves the whole context per request, as llama2.c does; buckets grow by copying.)\n\n");
+        printf("Timeline: %s (open it in a browser).\n", timeline);
+    }
+    for (int i = 0; i < 2 * DEMO_BURST; i++) free(reqs[i].tokens);
+    llmem_model_close(m);
+    if (*tmp_model) unlink(tmp_model);
     return rc;
 }

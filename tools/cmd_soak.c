@@ -388,8 +388,8 @@ static void take_extras(soak *k, live_req *l)
 {
     l->scratch_bytes = ((size_t)l->req.prompt * SOAK_SCRATCH_PER_TOKEN + 4095) & ~(size_t)4095;
     l->scratch_seed = mix(l->req.id ^ 0xabcdefull);
-    if (llmem_pool_halloc(k->pool, l->scratch_bytes, &l->scratch)) {
-        fatal(k, "halloc");
+    if (llmem_pool_handle_alloc(k->pool, l->scratch_bytes, &l->scratch)) {
+        fatal(k, "handle_alloc");
         return;
     }
     if (!handle_write(k, l->scratch, l->scratch_bytes, l->scratch_seed)) return;
@@ -408,7 +408,7 @@ static void drop_extras(soak *k, live_req *l)
 {
     if (l->scratch) {
         handle_verify(k, l->scratch, l->scratch_bytes, l->scratch_seed, l->req.id);
-        if (llmem_pool_hfree(k->pool, l->scratch)) fatal(k, "hfree");
+        if (llmem_pool_handle_free(k->pool, l->scratch)) fatal(k, "handle_free");
         l->scratch = LLMEM_HANDLE_NULL;
     }
     if (l->obj) {
@@ -494,12 +494,12 @@ static void churn_adapter(soak *k, adapter *a)
 {
     if (a->h) {
         handle_verify(k, a->h, a->bytes, a->seed, 0);
-        if (llmem_pool_hfree(k->pool, a->h)) fatal(k, "hfree");
+        if (llmem_pool_handle_free(k->pool, a->h)) fatal(k, "handle_free");
         a->h = LLMEM_HANDLE_NULL;
     }
     a->seed = rng_next(&k->rng);
-    if (llmem_pool_halloc(k->pool, a->bytes, &a->h)) {
-        fatal(k, "halloc");
+    if (llmem_pool_handle_alloc(k->pool, a->bytes, &a->h)) {
+        fatal(k, "handle_alloc");
         return;
     }
     handle_write(k, a->h, a->bytes, a->seed);
@@ -686,7 +686,7 @@ static void teardown(soak *k, uint64_t *pool_live, size_t *mappings, uint64_t *p
     for (int i = 0; i < SOAK_ADAPTERS; i++)
         if (k->ad[i].h) {
             handle_verify(k, k->ad[i].h, k->ad[i].bytes, k->ad[i].seed, 0);
-            llmem_pool_hfree(k->pool, k->ad[i].h);
+            llmem_pool_handle_free(k->pool, k->ad[i].h);
             k->ad[i].h = LLMEM_HANDLE_NULL;
         }
     if (k->kv && llmem_kv_check(k->kv)) (*pool_check_failed)++;

@@ -18,7 +18,7 @@ int llmem_cmd_plan(int argc, char **argv);
 int llmem_cmd_soak(int argc, char **argv);
 int llmem_cmd_serve(int argc, char **argv);
 
-/* The foundation tour (cmd_demo.c), behind llmem demo --tour. */
+/* The foundation tour (demo_tour.c), behind llmem demo --tour. */
 int llmem_demo_tour(bool json);
 int llmem_bench_alloc(int argc, char **argv);
 int llmem_bench_waste(int argc, char **argv);

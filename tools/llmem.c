@@ -26,7 +26,7 @@ static int cmd_help(int argc, char **argv);
 static const command commands[] = {
     {"version", cmd_version, "print the version and how the library was built"},
     {"info", llmem_cmd_info, "what this machine offers: page sizes, huge pages, NUMA, resources"},
-    {"demo", llmem_cmd_demo, "a guided tour of the memory layers, with their stats"},
+    {"demo", llmem_cmd_demo, "llmem serving bursts of requests, and the story of its memory (--tour: the layers one by one)"},
     {"bench", llmem_cmd_bench, "benchmarks against glibc (llmem bench --help)"},
     {"run", llmem_cmd_run, "generate text with a llama model (llama2.c .bin or GGUF), memory from llmem"},
     {"plan", llmem_cmd_plan, "the memory a workload needs: weights, KV, activations, reserve, what fits"},

@@ -76,29 +76,29 @@ extern "C" {
 
 typedef struct llmem_controller llmem_controller;
 
-typedef enum llmem_ctl_action {
-    LLMEM_CTL_STAGE = 0,   /* the stage changed; detail: the event's tokens (bytes mapped for LOAD) */
-    LLMEM_CTL_RESERVE = 1, /* reserved before a prefill; detail: bytes asked */
-    LLMEM_CTL_GROW = 2,    /* grew during decode; detail: bytes asked (the grow step) */
-    LLMEM_CTL_SHRINK = 3,  /* gave memory back when idle; detail: the committed-bytes target */
-    LLMEM_CTL_COMPACT = 4, /* compacted handle blocks when idle; detail: bytes moved */
-    LLMEM_CTL_FAIL = 5,    /* a reserve, grow or compaction the pool refused; detail: bytes asked */
-    LLMEM_CTL_ACTION_COUNT_
-} llmem_ctl_action;
+typedef enum llmem_controller_action {
+    LLMEM_CONTROLLER_STAGE = 0,   /* the stage changed; detail: the event's tokens (bytes mapped for LOAD) */
+    LLMEM_CONTROLLER_RESERVE = 1, /* reserved before a prefill; detail: bytes asked */
+    LLMEM_CONTROLLER_GROW = 2,    /* grew during decode; detail: bytes asked (the grow step) */
+    LLMEM_CONTROLLER_SHRINK = 3,  /* gave memory back when idle; detail: the committed-bytes target */
+    LLMEM_CONTROLLER_COMPACT = 4, /* compacted handle blocks when idle; detail: bytes moved */
+    LLMEM_CONTROLLER_FAIL = 5,    /* a reserve, grow or compaction the pool refused; detail: bytes asked */
+    LLMEM_CONTROLLER_ACTION_COUNT_
+} llmem_controller_action;
 
 /* "stage", "reserve", "grow", "shrink", "compact", "fail"; "?" otherwise. */
-LLMEM_API const char *llmem_ctl_action_name(llmem_ctl_action a);
+LLMEM_API const char *llmem_controller_action_name(llmem_controller_action a);
 
 /* One decision. */
-typedef struct llmem_ctl_event {
+typedef struct llmem_controller_event {
     uint64_t time_ns;      /* the controller's clock */
     llmem_stage stage;     /* the stage it was taken in */
-    llmem_ctl_action action;
+    llmem_controller_action action;
     uint64_t bytes_before; /* the pool's committed bytes before the action */
     uint64_t bytes_after;  /* and after it */
     const char *reason;    /* static text */
-    uint64_t detail;       /* see llmem_ctl_action */
-} llmem_ctl_event;
+    uint64_t detail;       /* see llmem_controller_action */
+} llmem_controller_event;
 
 /* A clock in nanoseconds (monotonic); tests pass a fake one. */
 typedef uint64_t (*llmem_clock_fn)(void *ctx);
@@ -158,7 +158,7 @@ LLMEM_API void llmem_controller_tick(llmem_controller *c);
 
 /* Copy up to cap of the kept events, oldest first; returns how many were
  * copied (0 for NULL c, or NULL out with cap > 0). */
-LLMEM_API size_t llmem_controller_events(const llmem_controller *c, llmem_ctl_event *out, size_t cap);
+LLMEM_API size_t llmem_controller_events(const llmem_controller *c, llmem_controller_event *out, size_t cap);
 
 /* The kept events as JSON lines, oldest first:
  *   {"t_ms":12.345,"stage":"prefill","action":"reserve","before":0,"after":41943040,

@@ -37,7 +37,7 @@
  *     llmem_engine_seq_create(e, &s);
  *     llmem_engine_batch_item it = {s, prompt, n};
  *     llmem_engine_step(e, &it, 1);                 // prefill
- *     int32_t tok = llmem_argmax(llmem_engine_logits(e, 0), vocab);
+ *     int32_t tok = llmem_logits_argmax(llmem_engine_logits(e, 0), vocab);
  *     for (...) { it.tokens = &tok; it.n = 1; llmem_engine_step(e, &it, 1); ... }
  *     llmem_engine_seq_free(e, s);
  *

@@ -267,9 +267,9 @@ LLMEM_API llmem_status llmem_kv_seq_swap_in(llmem_kv *kv, llmem_kv_seq s);
 
 /* Bytes of one token's K (or V) in one layer, of a block in one layer (K and
  * V), and per token over all layers (K and V). */
-LLMEM_API size_t llmem_kv_token_bytes(const llmem_kv *kv);
+LLMEM_API size_t llmem_kv_token_layer_bytes(const llmem_kv *kv);
 LLMEM_API size_t llmem_kv_block_bytes(const llmem_kv *kv);
-LLMEM_API size_t llmem_kv_bytes_per_token(const llmem_kv *kv);
+LLMEM_API size_t llmem_kv_token_total_bytes(const llmem_kv *kv);
 
 /* Room left, for admission control: cheap (no walk over the blocks). */
 typedef struct llmem_kv_room {

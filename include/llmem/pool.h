@@ -295,11 +295,11 @@ LLMEM_API size_t llmem_pool_drain_fenced(llmem_pool *p);
  * 64 KiB device): use them for tensors and KV slabs, not small objects.
  *
  *     llmem_handle h;
- *     llmem_pool_halloc(p, bytes, &h);
+ *     llmem_pool_handle_alloc(p, bytes, &h);
  *     float *x = llmem_pool_pin(p, h, NULL);  ... use x ...
  *     llmem_pool_unpin(p, h);                  // x may move from now on
  *     llmem_pool_compact(p, 0, &report);       // when idle
- *     llmem_pool_hfree(p, h);
+ *     llmem_pool_handle_free(p, h);
  */
 typedef uint64_t llmem_handle;
 #define LLMEM_HANDLE_NULL ((llmem_handle)0)
@@ -316,7 +316,7 @@ typedef struct llmem_pool_compact_report {
 
 /* A movable allocation of size bytes. LLMEM_EINVAL, LLMEM_EOVERFLOW,
  * LLMEM_ENOMEM. */
-LLMEM_API llmem_status llmem_pool_halloc(llmem_pool *p, size_t size, llmem_handle *out);
+LLMEM_API llmem_status llmem_pool_handle_alloc(llmem_pool *p, size_t size, llmem_handle *out);
 
 /* Its address, which stays valid until the matching unpin. Pins nest.
  * NULL with LLMEM_EINVAL for a stale or foreign handle. */
@@ -328,10 +328,10 @@ LLMEM_API llmem_status llmem_pool_unpin(llmem_pool *p, llmem_handle h);
 /* Free it. LLMEM_EBUSY while pinned; LLMEM_EINVAL for a stale handle;
  * LLMEM_HANDLE_NULL is a no-op. (llmem_pool_free on its address is
  * refused with LLMEM_EINVAL.) */
-LLMEM_API llmem_status llmem_pool_hfree(llmem_pool *p, llmem_handle h);
+LLMEM_API llmem_status llmem_pool_handle_free(llmem_pool *p, llmem_handle h);
 
 /* The size it was allocated with, 0 for a stale handle. */
-LLMEM_API size_t llmem_pool_hsize(const llmem_pool *p, llmem_handle h);
+LLMEM_API size_t llmem_pool_handle_size(const llmem_pool *p, llmem_handle h);
 
 /* Move unpinned handle blocks, until budget_bytes have moved (0 = no
  * limit; the block that crosses the budget still moves whole): empty

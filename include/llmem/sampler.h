@@ -42,7 +42,7 @@ LLMEM_API void llmem_sampler_destroy(llmem_sampler *s);
 LLMEM_API int32_t llmem_sampler_sample(llmem_sampler *s, float *logits);
 
 /* The argmax alone (no sampler needed). */
-LLMEM_API int32_t llmem_argmax(const float *v, size_t n);
+LLMEM_API int32_t llmem_logits_argmax(const float *v, size_t n);
 
 #ifdef __cplusplus
 }

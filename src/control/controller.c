@@ -37,15 +37,15 @@ struct llmem_controller {
     size_t last_step;            /* the last grow's size */
     uint64_t used_at_grow;       /* used bytes when it happened */
     bool armed;                  /* a grow may happen */
-    llmem_ctl_event *ring;
+    llmem_controller_event *ring;
     size_t cap;
     llmem_controller_stats st;   /* events_total counts the ring's writes */
 };
 
-const char *llmem_ctl_action_name(llmem_ctl_action a)
+const char *llmem_controller_action_name(llmem_controller_action a)
 {
     static const char *const names[] = {"stage", "reserve", "grow", "shrink", "compact", "fail"};
-    return (unsigned)a < LLMEM_CTL_ACTION_COUNT_ ? names[a] : "?";
+    return (unsigned)a < LLMEM_CONTROLLER_ACTION_COUNT_ ? names[a] : "?";
 }
 
 static uint64_t default_clock(void *ctx)
@@ -121,10 +121,10 @@ llmem_status llmem_controller_create(const llmem_controller_options *opts, llmem
     llmem_status st = check_options(&o);
     if (st) return st;
     size_t ring_bytes;
-    if (!llmem__mul_ok(o.event_capacity, sizeof(llmem_ctl_event), &ring_bytes))
+    if (!llmem__mul_ok(o.event_capacity, sizeof(llmem_controller_event), &ring_bytes))
         return llmem__fail(LLMEM_EOVERFLOW, "controller: an event ring of %zu events overflows", o.event_capacity);
     llmem_controller *c = calloc(1, sizeof *c);
-    llmem_ctl_event *ring = c ? malloc(ring_bytes) : NULL;
+    llmem_controller_event *ring = c ? malloc(ring_bytes) : NULL;
     if (!c || !ring) {
         free(c);
         return llmem__fail(LLMEM_ENOMEM, "controller: out of memory for %zu events", o.event_capacity);
@@ -161,17 +161,17 @@ void llmem_controller_destroy(llmem_controller *c)
 /* ---- events ------------------------------------------------------------------ */
 
 /* Lock held. */
-static void record(llmem_controller *c, uint64_t now, llmem_ctl_action a, uint64_t before, uint64_t after,
+static void record(llmem_controller *c, uint64_t now, llmem_controller_action a, uint64_t before, uint64_t after,
                    const char *reason, uint64_t detail)
 {
-    c->ring[c->st.events_total % c->cap] = (llmem_ctl_event){now, c->stage, a, before, after, reason, detail};
+    c->ring[c->st.events_total % c->cap] = (llmem_controller_event){now, c->stage, a, before, after, reason, detail};
     c->st.events_total++;
     if (c->st.events_total > c->cap) c->st.events_dropped = c->st.events_total - c->cap;
 }
 
 /* Copy up to cap events numbered from *from on (moved forward past any that
  * were dropped); returns how many. Takes the lock. */
-static size_t copy_events(const llmem_controller *cc, uint64_t *from, llmem_ctl_event *out, size_t cap)
+static size_t copy_events(const llmem_controller *cc, uint64_t *from, llmem_controller_event *out, size_t cap)
 {
     llmem_controller *c = (llmem_controller *)(uintptr_t)cc;
     pthread_mutex_lock(&c->lock);
@@ -183,7 +183,7 @@ static size_t copy_events(const llmem_controller *cc, uint64_t *from, llmem_ctl_
     return n;
 }
 
-size_t llmem_controller_events(const llmem_controller *c, llmem_ctl_event *out, size_t cap)
+size_t llmem_controller_events(const llmem_controller *c, llmem_controller_event *out, size_t cap)
 {
     if (!c || (cap && !out)) return 0;
     uint64_t from = 0;
@@ -193,16 +193,16 @@ size_t llmem_controller_events(const llmem_controller *c, llmem_ctl_event *out, 
 llmem_status llmem_controller_write_events(const llmem_controller *c, FILE *f)
 {
     if (!c || !f) return llmem__fail(LLMEM_EINVAL, "controller write events: null %s", c ? "stream" : "controller");
-    llmem_ctl_event batch[64];
+    llmem_controller_event batch[64];
     uint64_t from = 0;
     for (size_t n; (n = copy_events(c, &from, batch, LLMEM_ARRAY_LEN(batch))) > 0; from += n) {
         for (size_t i = 0; i < n; i++) {
-            const llmem_ctl_event *e = &batch[i];
+            const llmem_controller_event *e = &batch[i];
             double t_ms = e->time_ns > c->created_ns ? (double)(e->time_ns - c->created_ns) / 1e6 : 0.0;
             fprintf(f,
                     "{\"t_ms\":%.3f,\"stage\":\"%s\",\"action\":\"%s\",\"before\":%llu,\"after\":%llu,"
                     "\"reason\":\"%s\",\"detail\":%llu}\n",
-                    t_ms, llmem_stage_name(e->stage), llmem_ctl_action_name(e->action),
+                    t_ms, llmem_stage_name(e->stage), llmem_controller_action_name(e->action),
                     (unsigned long long)e->bytes_before, (unsigned long long)e->bytes_after,
                     e->reason ? e->reason : "", (unsigned long long)e->detail);
         }
@@ -240,7 +240,7 @@ static void prefill(llmem_controller *c, uint64_t now, const llmem_stage_event *
         if (per_seq > UINT32_MAX ||
             llmem_predictor_predict(c->o.predictor, LLMEM_STAGE_PREFILL, batch, (uint32_t)per_seq, 0, &pr)) {
             c->st.failures_total++;
-            record(c, now, LLMEM_CTL_FAIL, 0, 0, "prefill: the predictor refused the step", ev->tokens);
+            record(c, now, LLMEM_CONTROLLER_FAIL, 0, 0, "prefill: the predictor refused the step", ev->tokens);
             return;
         }
         /* The predictor's reserve carries the safety factor already (on
@@ -264,12 +264,12 @@ static void prefill(llmem_controller *c, uint64_t now, const llmem_stage_event *
     pool_figures(c, &s);
     if (st) {
         c->st.failures_total++;
-        record(c, now, LLMEM_CTL_FAIL, before, s.committed_bytes, "prefill: the pool refused the reserve", bytes);
+        record(c, now, LLMEM_CONTROLLER_FAIL, before, s.committed_bytes, "prefill: the pool refused the reserve", bytes);
         return;
     }
     c->st.reserves_total++;
     if (s.committed_bytes > before) c->st.bytes_reserved_ahead_total += s.committed_bytes - before;
-    record(c, now, LLMEM_CTL_RESERVE, before, s.committed_bytes, reason, bytes);
+    record(c, now, LLMEM_CONTROLLER_RESERVE, before, s.committed_bytes, reason, bytes);
 }
 
 /* Lock held. */
@@ -298,12 +298,12 @@ static void decode(llmem_controller *c, uint64_t now)
     c->last_step = step;
     if (st) {
         c->st.failures_total++;
-        record(c, now, LLMEM_CTL_FAIL, before, s.committed_bytes, "decode: the pool refused to grow", step);
+        record(c, now, LLMEM_CONTROLLER_FAIL, before, s.committed_bytes, "decode: the pool refused to grow", step);
         return;
     }
     c->st.grows_total++;
     if (s.committed_bytes > before) c->st.bytes_grown_total += s.committed_bytes - before;
-    record(c, now, LLMEM_CTL_GROW, before, s.committed_bytes, "decode: used/committed above the high watermark",
+    record(c, now, LLMEM_CONTROLLER_GROW, before, s.committed_bytes, "decode: used/committed above the high watermark",
            step);
     double next = (double)step * c->o.grow_factor;
     c->grow_step = next >= (double)c->o.grow_max_bytes ? c->o.grow_max_bytes : (size_t)next;
@@ -322,7 +322,7 @@ static void shrink(llmem_controller *c, uint64_t now, const char *reason)
     pool_figures(c, &s);
     c->st.shrinks_total++;
     c->st.bytes_released_total += released;
-    record(c, now, LLMEM_CTL_SHRINK, before, s.committed_bytes, reason, target);
+    record(c, now, LLMEM_CONTROLLER_SHRINK, before, s.committed_bytes, reason, target);
     c->grow_step = c->o.grow_min_bytes;
     c->st.grow_step_bytes = c->grow_step;
     c->armed = true;
@@ -343,14 +343,14 @@ static void housekeep(llmem_controller *c, uint64_t now)
     pool_figures(c, &s);
     if (st) {
         c->st.failures_total++;
-        record(c, now, LLMEM_CTL_FAIL, before, s.committed_bytes, "idle: the pool refused to compact",
+        record(c, now, LLMEM_CONTROLLER_FAIL, before, s.committed_bytes, "idle: the pool refused to compact",
                c->o.compact_budget_bytes);
         return;
     }
     c->st.compactions_total++;
     c->st.bytes_compacted_total += r.bytes_moved;
     c->st.bytes_released_total += r.bytes_released;
-    record(c, now, LLMEM_CTL_COMPACT, before, s.committed_bytes, "idle: fragmentation above the threshold",
+    record(c, now, LLMEM_CONTROLLER_COMPACT, before, s.committed_bytes, "idle: fragmentation above the threshold",
            r.bytes_moved);
     shrink(c, now, "after compaction: down to the low watermark");
 }
@@ -384,7 +384,7 @@ void llmem_controller_on_stage(void *controller, const llmem_stage_event *ev)
         }
         llmem_pool_stats s;
         pool_figures(c, &s);
-        record(c, now, LLMEM_CTL_STAGE, s.committed_bytes, s.committed_bytes, "stage reported", ev->tokens);
+        record(c, now, LLMEM_CONTROLLER_STAGE, s.committed_bytes, s.committed_bytes, "stage reported", ev->tokens);
     }
     if (ev->stage == LLMEM_STAGE_PREFILL) prefill(c, now, ev);
     else if (ev->stage == LLMEM_STAGE_DECODE) decode(c, now);

@@ -110,12 +110,12 @@ llmem_status llmem_memctl_add_decisions(const llmem_controller *ctl, llmem_timel
     if (!tl || !ctl || llmem_controller_get_stats(ctl, &cs)) return LLMEM_OK;
     size_t cap = (size_t)(cs.events_total - cs.events_dropped);
     if (!cap) return LLMEM_OK;
-    llmem_ctl_event *ev = malloc(cap * sizeof *ev);
+    llmem_controller_event *ev = malloc(cap * sizeof *ev);
     if (!ev) return llmem__fail(LLMEM_ENOMEM, "memctl: no memory to copy %zu controller events", cap);
     size_t n = llmem_controller_events(ctl, ev, cap);
     for (size_t i = 0; i < n; i++) /* best effort: a full timeline keeps what it has */
-        if (ev[i].action != LLMEM_CTL_STAGE && ev[i].bytes_before != ev[i].bytes_after)
-            llmem_timeline_event(tl, ev[i].time_ns, ev[i].stage, llmem_ctl_action_name(ev[i].action), ev[i].reason,
+        if (ev[i].action != LLMEM_CONTROLLER_STAGE && ev[i].bytes_before != ev[i].bytes_after)
+            llmem_timeline_event(tl, ev[i].time_ns, ev[i].stage, llmem_controller_action_name(ev[i].action), ev[i].reason,
                                  ev[i].bytes_before, ev[i].bytes_after);
     free(ev);
     return LLMEM_OK;

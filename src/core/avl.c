@@ -11,12 +11,12 @@
 
 #include <stdbool.h>
 
-static inline int h(const llmem_avl_node *n) { return n ? n->height : 0; }
+static inline int h(const llmem__avl_node *n) { return n ? n->height : 0; }
 static inline int max2(int a, int b) { return a > b ? a : b; }
-static inline void fix_height(llmem_avl_node *n) { n->height = 1 + max2(h(n->left), h(n->right)); }
+static inline void fix_height(llmem__avl_node *n) { n->height = 1 + max2(h(n->left), h(n->right)); }
 
 /* Point whatever pointed at old (parent's child or the root) at new. */
-static void replace_child(llmem_avl *t, llmem_avl_node *parent, llmem_avl_node *old, llmem_avl_node *new_)
+static void replace_child(llmem_avl *t, llmem__avl_node *parent, llmem__avl_node *old, llmem__avl_node *new_)
 {
     if (!parent) t->root = new_;
     else if (parent->left == old) parent->left = new_;
@@ -24,9 +24,9 @@ static void replace_child(llmem_avl *t, llmem_avl_node *parent, llmem_avl_node *
     if (new_) new_->parent = parent;
 }
 
-static llmem_avl_node *rotate_left(llmem_avl *t, llmem_avl_node *x)
+static llmem__avl_node *rotate_left(llmem_avl *t, llmem__avl_node *x)
 {
-    llmem_avl_node *y = x->right;
+    llmem__avl_node *y = x->right;
     replace_child(t, x->parent, x, y);
     x->right = y->left;
     if (y->left) y->left->parent = x;
@@ -37,9 +37,9 @@ static llmem_avl_node *rotate_left(llmem_avl *t, llmem_avl_node *x)
     return y;
 }
 
-static llmem_avl_node *rotate_right(llmem_avl *t, llmem_avl_node *x)
+static llmem__avl_node *rotate_right(llmem_avl *t, llmem__avl_node *x)
 {
-    llmem_avl_node *y = x->left;
+    llmem__avl_node *y = x->left;
     replace_child(t, x->parent, x, y);
     x->left = y->right;
     if (y->right) y->right->parent = x;
@@ -51,7 +51,7 @@ static llmem_avl_node *rotate_right(llmem_avl *t, llmem_avl_node *x)
 }
 
 /* Restore balance from n up to the root. */
-static void rebalance(llmem_avl *t, llmem_avl_node *n)
+static void rebalance(llmem_avl *t, llmem__avl_node *n)
 {
     while (n) {
         fix_height(n);
@@ -67,11 +67,11 @@ static void rebalance(llmem_avl *t, llmem_avl_node *n)
     }
 }
 
-void llmem__avl_insert(llmem_avl *t, llmem_avl_node *n, llmem_avl_cmp cmp)
+void llmem__avl_insert(llmem_avl *t, llmem__avl_node *n, llmem__avl_cmp cmp)
 {
     n->left = n->right = NULL;
     n->height = 1;
-    llmem_avl_node *parent = NULL, **link = &t->root;
+    llmem__avl_node *parent = NULL, **link = &t->root;
     while (*link) {
         parent = *link;
         link = cmp(n, parent) < 0 ? &parent->left : &parent->right;
@@ -82,15 +82,15 @@ void llmem__avl_insert(llmem_avl *t, llmem_avl_node *n, llmem_avl_cmp cmp)
     rebalance(t, parent);
 }
 
-void llmem__avl_remove(llmem_avl *t, llmem_avl_node *n)
+void llmem__avl_remove(llmem_avl *t, llmem__avl_node *n)
 {
-    llmem_avl_node *fix;
+    llmem__avl_node *fix;
     if (n->left && n->right) {
         /* Put the successor s (leftmost of the right subtree, no left
          * child) in n's place, then n is gone from the shape. */
-        llmem_avl_node *s = n->right;
+        llmem__avl_node *s = n->right;
         while (s->left) s = s->left;
-        llmem_avl_node *s_parent = s->parent, *s_right = s->right;
+        llmem__avl_node *s_parent = s->parent, *s_right = s->right;
         if (s_parent != n) {
             s_parent->left = s_right;
             if (s_right) s_right->parent = s_parent;
@@ -105,7 +105,7 @@ void llmem__avl_remove(llmem_avl *t, llmem_avl_node *n)
         replace_child(t, n->parent, n, s);
         s->height = n->height;
     } else {
-        llmem_avl_node *child = n->left ? n->left : n->right;
+        llmem__avl_node *child = n->left ? n->left : n->right;
         fix = n->parent;
         replace_child(t, n->parent, n, child);
     }
@@ -114,9 +114,9 @@ void llmem__avl_remove(llmem_avl *t, llmem_avl_node *n)
     rebalance(t, fix);
 }
 
-llmem_avl_node *llmem__avl_lower_bound(const llmem_avl *t, const void *key, llmem_avl_key_cmp cmp)
+llmem__avl_node *llmem__avl_lower_bound(const llmem_avl *t, const void *key, llmem__avl_key_cmp cmp)
 {
-    llmem_avl_node *n = t->root, *best = NULL;
+    llmem__avl_node *n = t->root, *best = NULL;
     while (n) {
         if (cmp(key, n) <= 0) {
             best = n;
@@ -128,43 +128,43 @@ llmem_avl_node *llmem__avl_lower_bound(const llmem_avl *t, const void *key, llme
     return best;
 }
 
-llmem_avl_node *llmem__avl_first(const llmem_avl *t)
+llmem__avl_node *llmem__avl_first(const llmem_avl *t)
 {
-    llmem_avl_node *n = t->root;
+    llmem__avl_node *n = t->root;
     while (n && n->left) n = n->left;
     return n;
 }
 
-llmem_avl_node *llmem__avl_last(const llmem_avl *t)
+llmem__avl_node *llmem__avl_last(const llmem_avl *t)
 {
-    llmem_avl_node *n = t->root;
+    llmem__avl_node *n = t->root;
     while (n && n->right) n = n->right;
     return n;
 }
 
-llmem_avl_node *llmem__avl_next(const llmem_avl_node *n)
+llmem__avl_node *llmem__avl_next(const llmem__avl_node *n)
 {
     if (n->right) {
         n = n->right;
         while (n->left) n = n->left;
-        return (llmem_avl_node *)n;
+        return (llmem__avl_node *)n;
     }
     while (n->parent && n->parent->right == n) n = n->parent;
     return n->parent;
 }
 
-llmem_avl_node *llmem__avl_prev(const llmem_avl_node *n)
+llmem__avl_node *llmem__avl_prev(const llmem__avl_node *n)
 {
     if (n->left) {
         n = n->left;
         while (n->right) n = n->right;
-        return (llmem_avl_node *)n;
+        return (llmem__avl_node *)n;
     }
     while (n->parent && n->parent->left == n) n = n->parent;
     return n->parent;
 }
 
-static long check(const llmem_avl_node *n, const llmem_avl_node *parent, llmem_avl_cmp cmp, int *height)
+static long check(const llmem__avl_node *n, const llmem__avl_node *parent, llmem__avl_cmp cmp, int *height)
 {
     if (!n) {
         *height = 0;
@@ -181,14 +181,14 @@ static long check(const llmem_avl_node *n, const llmem_avl_node *parent, llmem_a
     return cl + cr + 1;
 }
 
-long llmem__avl_check(const llmem_avl *t, llmem_avl_cmp cmp)
+long llmem__avl_check(const llmem_avl *t, llmem__avl_cmp cmp)
 {
     int height;
     long n = check(t->root, NULL, cmp, &height);
     if (n < 0 || (size_t)n != t->count) return -1;
     /* In-order walk must be sorted (catches cross-subtree disorder). */
-    const llmem_avl_node *prev = NULL;
-    for (const llmem_avl_node *c = llmem__avl_first(t); c; c = llmem__avl_next(c)) {
+    const llmem__avl_node *prev = NULL;
+    for (const llmem__avl_node *c = llmem__avl_first(t); c; c = llmem__avl_next(c)) {
         if (prev && cmp(prev, c) > 0) return -1;
         prev = c;
     }

@@ -9,16 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void llmem_sbuf_init(llmem_sbuf *b) { *b = (llmem_sbuf){0}; }
+void llmem__sbuf_init(llmem__sbuf *b) { *b = (llmem__sbuf){0}; }
 
-void llmem_sbuf_free(llmem_sbuf *b)
+void llmem__sbuf_free(llmem__sbuf *b)
 {
     free(b->data);
-    *b = (llmem_sbuf){0};
+    *b = (llmem__sbuf){0};
 }
 
 /* Make room for `extra` more bytes plus the NUL. */
-static bool reserve(llmem_sbuf *b, size_t extra)
+static bool reserve(llmem__sbuf *b, size_t extra)
 {
     if (b->failed) return false;
     if (extra > SIZE_MAX / 2 - b->len) {
@@ -39,14 +39,14 @@ static bool reserve(llmem_sbuf *b, size_t extra)
     return true;
 }
 
-void llmem_sbuf_putc(llmem_sbuf *b, char c)
+void llmem__sbuf_putc(llmem__sbuf *b, char c)
 {
     if (!reserve(b, 1)) return;
     b->data[b->len++] = c;
     b->data[b->len] = '\0';
 }
 
-void llmem_sbuf_puts(llmem_sbuf *b, const char *s)
+void llmem__sbuf_puts(llmem__sbuf *b, const char *s)
 {
     size_t n = strlen(s);
     if (!reserve(b, n)) return;
@@ -54,7 +54,7 @@ void llmem_sbuf_puts(llmem_sbuf *b, const char *s)
     b->len += n;
 }
 
-void llmem_sbuf_printf(llmem_sbuf *b, const char *fmt, ...)
+void llmem__sbuf_printf(llmem__sbuf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -9,17 +9,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct llmem_sbuf {
+typedef struct llmem__sbuf {
     char *data;   /* NUL-terminated when len > 0 */
     size_t len;
     size_t cap;
     bool failed;
-} llmem_sbuf;
+} llmem__sbuf;
 
-void llmem_sbuf_init(llmem_sbuf *b);
-void llmem_sbuf_free(llmem_sbuf *b);
-void llmem_sbuf_putc(llmem_sbuf *b, char c);
-void llmem_sbuf_puts(llmem_sbuf *b, const char *s);
-void llmem_sbuf_printf(llmem_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void llmem__sbuf_init(llmem__sbuf *b);
+void llmem__sbuf_free(llmem__sbuf *b);
+void llmem__sbuf_putc(llmem__sbuf *b, char c);
+void llmem__sbuf_puts(llmem__sbuf *b, const char *s);
+void llmem__sbuf_printf(llmem__sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif /* LLMEM_SBUF_H */

@@ -91,32 +91,32 @@ static llmem_status check_histogram(const llmem_histogram_export *h)
 
 /* ---- formatting -------------------------------------------------------- */
 
-static void put_prom_escaped(llmem_sbuf *b, const char *s)
+static void put_prom_escaped(llmem__sbuf *b, const char *s)
 {
     for (; *s; s++) {
-        if (*s == '\\') llmem_sbuf_puts(b, "\\\\");
-        else if (*s == '"') llmem_sbuf_puts(b, "\\\"");
-        else if (*s == '\n') llmem_sbuf_puts(b, "\\n");
-        else llmem_sbuf_putc(b, *s);
+        if (*s == '\\') llmem__sbuf_puts(b, "\\\\");
+        else if (*s == '"') llmem__sbuf_puts(b, "\\\"");
+        else if (*s == '\n') llmem__sbuf_puts(b, "\\n");
+        else llmem__sbuf_putc(b, *s);
     }
 }
 
-static void put_json_string(llmem_sbuf *b, const char *s)
+static void put_json_string(llmem__sbuf *b, const char *s)
 {
-    llmem_sbuf_putc(b, '"');
+    llmem__sbuf_putc(b, '"');
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         switch (*c) {
-        case '"': llmem_sbuf_puts(b, "\\\""); break;
-        case '\\': llmem_sbuf_puts(b, "\\\\"); break;
-        case '\n': llmem_sbuf_puts(b, "\\n"); break;
-        case '\r': llmem_sbuf_puts(b, "\\r"); break;
-        case '\t': llmem_sbuf_puts(b, "\\t"); break;
+        case '"': llmem__sbuf_puts(b, "\\\""); break;
+        case '\\': llmem__sbuf_puts(b, "\\\\"); break;
+        case '\n': llmem__sbuf_puts(b, "\\n"); break;
+        case '\r': llmem__sbuf_puts(b, "\\r"); break;
+        case '\t': llmem__sbuf_puts(b, "\\t"); break;
         default:
-            if (*c < 0x20) llmem_sbuf_printf(b, "\\u%04x", *c);
-            else llmem_sbuf_putc(b, (char)*c);
+            if (*c < 0x20) llmem__sbuf_printf(b, "\\u%04x", *c);
+            else llmem__sbuf_putc(b, (char)*c);
         }
     }
-    llmem_sbuf_putc(b, '"');
+    llmem__sbuf_putc(b, '"');
 }
 
 static bool field_present(const llmem_stat_field *f, size_t have)
@@ -125,43 +125,43 @@ static bool field_present(const llmem_stat_field *f, size_t have)
     return f->offset + w <= have;
 }
 
-static void put_value(llmem_sbuf *b, const llmem_stat_field *f, const unsigned char *base, bool json)
+static void put_value(llmem__sbuf *b, const llmem_stat_field *f, const unsigned char *base, bool json)
 {
     if (f->type == LLMEM_VALUE_DOUBLE) {
         double v;
         memcpy(&v, base + f->offset, sizeof v);
-        if (isnan(v)) llmem_sbuf_puts(b, json ? "null" : "NaN");
-        else if (isinf(v)) llmem_sbuf_puts(b, json ? "null" : (v > 0 ? "+Inf" : "-Inf"));
-        else llmem_sbuf_printf(b, "%.17g", v);
+        if (isnan(v)) llmem__sbuf_puts(b, json ? "null" : "NaN");
+        else if (isinf(v)) llmem__sbuf_puts(b, json ? "null" : (v > 0 ? "+Inf" : "-Inf"));
+        else llmem__sbuf_printf(b, "%.17g", v);
     } else {
         uint64_t v;
         memcpy(&v, base + f->offset, sizeof v);
-        llmem_sbuf_printf(b, "%llu", (unsigned long long)v);
+        llmem__sbuf_printf(b, "%llu", (unsigned long long)v);
     }
 }
 
-static void put_json_object(llmem_sbuf *b, const llmem_stats_schema *s, const unsigned char *stats, size_t have,
+static void put_json_object(llmem__sbuf *b, const llmem_stats_schema *s, const unsigned char *stats, size_t have,
                             const llmem_label *labels, size_t nl)
 {
-    llmem_sbuf_puts(b, "{\"type\":");
+    llmem__sbuf_puts(b, "{\"type\":");
     put_json_string(b, s->name);
-    llmem_sbuf_puts(b, ",\"labels\":{");
+    llmem__sbuf_puts(b, ",\"labels\":{");
     for (size_t i = 0; i < nl; i++) {
-        if (i) llmem_sbuf_putc(b, ',');
+        if (i) llmem__sbuf_putc(b, ',');
         put_json_string(b, labels[i].key);
-        llmem_sbuf_putc(b, ':');
+        llmem__sbuf_putc(b, ':');
         put_json_string(b, labels[i].value);
     }
-    llmem_sbuf_putc(b, '}');
+    llmem__sbuf_putc(b, '}');
     for (size_t i = 0; i < s->field_count; i++) {
         const llmem_stat_field *f = &s->fields[i];
         if (!field_present(f, have)) continue;
-        llmem_sbuf_putc(b, ',');
+        llmem__sbuf_putc(b, ',');
         put_json_string(b, f->name);
-        llmem_sbuf_putc(b, ':');
+        llmem__sbuf_putc(b, ':');
         put_value(b, f, stats, true);
     }
-    llmem_sbuf_putc(b, '}');
+    llmem__sbuf_putc(b, '}');
 }
 
 /* Bytes of `stats` the schema may read: what the caller's struct_size says. */
@@ -172,10 +172,10 @@ static size_t stats_have(const llmem_stats_schema *s, const void *stats)
     return llmem_stats_fill_size(declared, s->struct_size);
 }
 
-static llmem_status copy_out(llmem_sbuf *b, char *buf, size_t cap, size_t *len)
+static llmem_status copy_out(llmem__sbuf *b, char *buf, size_t cap, size_t *len)
 {
     if (b->failed) {
-        llmem_sbuf_free(b);
+        llmem__sbuf_free(b);
         return llmem__fail(LLMEM_ENOMEM, "stats export: out of memory building the document");
     }
     size_t need = b->len;
@@ -185,7 +185,7 @@ static llmem_status copy_out(llmem_sbuf *b, char *buf, size_t cap, size_t *len)
         memcpy(buf, b->data ? b->data : "", n);
         buf[n] = '\0';
     }
-    llmem_sbuf_free(b);
+    llmem__sbuf_free(b);
     if (need >= cap || !buf)
         return llmem__fail(LLMEM_ERANGE, "stats export: buffer of %zu bytes too small, %zu needed", buf ? cap : 0,
                            need + 1);
@@ -197,8 +197,8 @@ llmem_status llmem_stats_to_json(const llmem_stats_schema *schema, const void *s
 {
     llmem_status st = check_args(schema, stats, labels, label_count);
     if (st) return st;
-    llmem_sbuf b;
-    llmem_sbuf_init(&b);
+    llmem__sbuf b;
+    llmem__sbuf_init(&b);
     put_json_object(&b, schema, stats, stats_have(schema, stats), labels, label_count);
     return copy_out(&b, buf, cap, len);
 }
@@ -341,7 +341,7 @@ llmem_status llmem_exporter_add_histogram(llmem_exporter *ex, const llmem_histog
 /* The shortest %g that reads back as v, without an exponent where plain
  * digits do (bucket bounds: "0.005" and "10", not "0.0050000000000000001"
  * or "1e+01"). */
-static void put_bound(llmem_sbuf *b, double v)
+static void put_bound(llmem__sbuf *b, double v)
 {
     char t[40];
     bool plain_ok = fabs(v) >= 1e-4 && fabs(v) < 1e16;
@@ -349,85 +349,85 @@ static void put_bound(llmem_sbuf *b, double v)
         snprintf(t, sizeof t, "%.*g", prec, v);
         if (strtod(t, NULL) == v && (!plain_ok || !strchr(t, 'e'))) break;
     }
-    llmem_sbuf_puts(b, t);
+    llmem__sbuf_puts(b, t);
 }
 
 /* {k="v",...} plus an extra pair (le) when extra_key is not NULL; nothing
  * when there is nothing to say. */
-static void put_prom_labels(llmem_sbuf *b, const snapshot *s, const char *extra_key, double extra, bool inf)
+static void put_prom_labels(llmem__sbuf *b, const snapshot *s, const char *extra_key, double extra, bool inf)
 {
     if (!s->label_count && !extra_key) return;
-    llmem_sbuf_putc(b, '{');
+    llmem__sbuf_putc(b, '{');
     for (size_t l = 0; l < s->label_count; l++) {
-        llmem_sbuf_printf(b, "%s%s=\"", l ? "," : "", s->labels[l].key);
+        llmem__sbuf_printf(b, "%s%s=\"", l ? "," : "", s->labels[l].key);
         put_prom_escaped(b, s->labels[l].value);
-        llmem_sbuf_putc(b, '"');
+        llmem__sbuf_putc(b, '"');
     }
     if (extra_key) {
-        llmem_sbuf_printf(b, "%s%s=\"", s->label_count ? "," : "", extra_key);
-        if (inf) llmem_sbuf_puts(b, "+Inf");
+        llmem__sbuf_printf(b, "%s%s=\"", s->label_count ? "," : "", extra_key);
+        if (inf) llmem__sbuf_puts(b, "+Inf");
         else put_bound(b, extra);
-        llmem_sbuf_putc(b, '"');
+        llmem__sbuf_putc(b, '"');
     }
-    llmem_sbuf_putc(b, '}');
+    llmem__sbuf_putc(b, '}');
 }
 
-static void render_histograms(const llmem_exporter *ex, size_t first, llmem_sbuf *b)
+static void render_histograms(const llmem_exporter *ex, size_t first, llmem__sbuf *b)
 {
     const char *name = ex->snaps[first].hist.name;
     const char *help = ex->snaps[first].hist.help;
-    llmem_sbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help ? help : "", name);
+    llmem__sbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help ? help : "", name);
     for (size_t j = first; j < ex->count; j++) {
         const snapshot *s = &ex->snaps[j];
         if (s->schema || strcmp(s->hist.name, name)) continue;
         for (size_t i = 0; i < s->hist.buckets; i++) {
-            llmem_sbuf_printf(b, "%s_bucket", name);
+            llmem__sbuf_printf(b, "%s_bucket", name);
             put_prom_labels(b, s, "le", s->hist.le[i], false);
-            llmem_sbuf_printf(b, " %llu\n", (unsigned long long)s->hist.cumulative[i]);
+            llmem__sbuf_printf(b, " %llu\n", (unsigned long long)s->hist.cumulative[i]);
         }
-        llmem_sbuf_printf(b, "%s_bucket", name);
+        llmem__sbuf_printf(b, "%s_bucket", name);
         put_prom_labels(b, s, "le", 0, true);
-        llmem_sbuf_printf(b, " %llu\n%s_sum", (unsigned long long)s->hist.count, name);
+        llmem__sbuf_printf(b, " %llu\n%s_sum", (unsigned long long)s->hist.count, name);
         put_prom_labels(b, s, NULL, 0, false);
-        if (isfinite(s->hist.sum)) llmem_sbuf_printf(b, " %.17g\n%s_count", s->hist.sum, name);
-        else llmem_sbuf_printf(b, " NaN\n%s_count", name);
+        if (isfinite(s->hist.sum)) llmem__sbuf_printf(b, " %.17g\n%s_count", s->hist.sum, name);
+        else llmem__sbuf_printf(b, " NaN\n%s_count", name);
         put_prom_labels(b, s, NULL, 0, false);
-        llmem_sbuf_printf(b, " %llu\n", (unsigned long long)s->hist.count);
+        llmem__sbuf_printf(b, " %llu\n", (unsigned long long)s->hist.count);
     }
 }
 
-static void put_json_histogram(llmem_sbuf *b, const snapshot *s)
+static void put_json_histogram(llmem__sbuf *b, const snapshot *s)
 {
-    llmem_sbuf_puts(b, "{\"type\":\"histogram\",\"name\":");
+    llmem__sbuf_puts(b, "{\"type\":\"histogram\",\"name\":");
     put_json_string(b, s->hist.name);
-    llmem_sbuf_puts(b, ",\"labels\":{");
+    llmem__sbuf_puts(b, ",\"labels\":{");
     for (size_t i = 0; i < s->label_count; i++) {
-        if (i) llmem_sbuf_putc(b, ',');
+        if (i) llmem__sbuf_putc(b, ',');
         put_json_string(b, s->labels[i].key);
-        llmem_sbuf_putc(b, ':');
+        llmem__sbuf_putc(b, ':');
         put_json_string(b, s->labels[i].value);
     }
-    llmem_sbuf_puts(b, "},\"le\":[");
+    llmem__sbuf_puts(b, "},\"le\":[");
     for (size_t i = 0; i < s->hist.buckets; i++) {
-        if (i) llmem_sbuf_putc(b, ',');
+        if (i) llmem__sbuf_putc(b, ',');
         put_bound(b, s->hist.le[i]);
     }
-    llmem_sbuf_puts(b, "],\"cumulative\":[");
+    llmem__sbuf_puts(b, "],\"cumulative\":[");
     for (size_t i = 0; i < s->hist.buckets; i++)
-        llmem_sbuf_printf(b, i ? ",%llu" : "%llu", (unsigned long long)s->hist.cumulative[i]);
-    llmem_sbuf_printf(b, "],\"count\":%llu,\"sum\":", (unsigned long long)s->hist.count);
-    if (isfinite(s->hist.sum)) llmem_sbuf_printf(b, "%.17g}", s->hist.sum);
-    else llmem_sbuf_puts(b, "null}");
+        llmem__sbuf_printf(b, i ? ",%llu" : "%llu", (unsigned long long)s->hist.cumulative[i]);
+    llmem__sbuf_printf(b, "],\"count\":%llu,\"sum\":", (unsigned long long)s->hist.count);
+    if (isfinite(s->hist.sum)) llmem__sbuf_printf(b, "%.17g}", s->hist.sum);
+    else llmem__sbuf_puts(b, "null}");
 }
 
 /* A schema's metric name for a field. */
-static void put_metric_name(llmem_sbuf *b, const llmem_stats_schema *sc, const llmem_stat_field *fd)
+static void put_metric_name(llmem__sbuf *b, const llmem_stats_schema *sc, const llmem_stat_field *fd)
 {
-    if (sc->prefix) llmem_sbuf_printf(b, "%s%s", sc->prefix, fd->name);
-    else llmem_sbuf_printf(b, "llmem_%s_%s", sc->name, fd->name);
+    if (sc->prefix) llmem__sbuf_printf(b, "%s%s", sc->prefix, fd->name);
+    else llmem__sbuf_printf(b, "llmem_%s_%s", sc->name, fd->name);
 }
 
-static void render_prometheus(const llmem_exporter *ex, llmem_sbuf *b)
+static void render_prometheus(const llmem_exporter *ex, llmem__sbuf *b)
 {
     for (size_t i = 0; i < ex->count; i++) {
         const llmem_stats_schema *sc = ex->snaps[i].schema;
@@ -444,45 +444,45 @@ static void render_prometheus(const llmem_exporter *ex, llmem_sbuf *b)
         }
         for (size_t f = 0; f < sc->field_count; f++) {
             const llmem_stat_field *fd = &sc->fields[f];
-            llmem_sbuf_puts(b, "# HELP ");
+            llmem__sbuf_puts(b, "# HELP ");
             put_metric_name(b, sc, fd);
-            llmem_sbuf_printf(b, " %s\n# TYPE ", fd->help ? fd->help : "");
+            llmem__sbuf_printf(b, " %s\n# TYPE ", fd->help ? fd->help : "");
             put_metric_name(b, sc, fd);
-            llmem_sbuf_printf(b, " %s\n", fd->kind == LLMEM_METRIC_COUNTER ? "counter" : "gauge");
+            llmem__sbuf_printf(b, " %s\n", fd->kind == LLMEM_METRIC_COUNTER ? "counter" : "gauge");
             for (size_t j = i; j < ex->count; j++) {
                 const snapshot *s = &ex->snaps[j];
                 if (!s->schema || strcmp(s->schema->name, sc->name) != 0 || !field_present(fd, s->have)) continue;
                 put_metric_name(b, sc, fd);
                 put_prom_labels(b, s, NULL, 0, false);
-                llmem_sbuf_putc(b, ' ');
+                llmem__sbuf_putc(b, ' ');
                 put_value(b, fd, s->stats, false);
-                llmem_sbuf_putc(b, '\n');
+                llmem__sbuf_putc(b, '\n');
             }
         }
     }
 }
 
-static void render(const llmem_exporter *ex, llmem_sbuf *b)
+static void render(const llmem_exporter *ex, llmem__sbuf *b)
 {
     if (ex->format == LLMEM_EXPORT_PROMETHEUS) {
         render_prometheus(ex, b);
         return;
     }
-    llmem_sbuf_putc(b, '[');
+    llmem__sbuf_putc(b, '[');
     for (size_t i = 0; i < ex->count; i++) {
         const snapshot *s = &ex->snaps[i];
-        if (i) llmem_sbuf_putc(b, ',');
+        if (i) llmem__sbuf_putc(b, ',');
         if (s->schema) put_json_object(b, s->schema, s->stats, s->have, s->labels, s->label_count);
         else put_json_histogram(b, s);
     }
-    llmem_sbuf_puts(b, "]\n");
+    llmem__sbuf_puts(b, "]\n");
 }
 
 llmem_status llmem_exporter_render(const llmem_exporter *ex, char *buf, size_t cap, size_t *len)
 {
     if (!ex) return llmem__fail(LLMEM_EINVAL, "exporter: null exporter");
-    llmem_sbuf b;
-    llmem_sbuf_init(&b);
+    llmem__sbuf b;
+    llmem__sbuf_init(&b);
     render(ex, &b);
     return copy_out(&b, buf, cap, len);
 }
@@ -490,16 +490,16 @@ llmem_status llmem_exporter_render(const llmem_exporter *ex, char *buf, size_t c
 llmem_status llmem_exporter_write(const llmem_exporter *ex, FILE *f)
 {
     if (!ex || !f) return llmem__fail(LLMEM_EINVAL, "exporter: null exporter or stream");
-    llmem_sbuf b;
-    llmem_sbuf_init(&b);
+    llmem__sbuf b;
+    llmem__sbuf_init(&b);
     render(ex, &b);
     if (b.failed) {
-        llmem_sbuf_free(&b);
+        llmem__sbuf_free(&b);
         return llmem__fail(LLMEM_ENOMEM, "exporter: out of memory building the document");
     }
     size_t want = b.len;
     size_t n = want ? fwrite(b.data, 1, want, f) : 0;
-    llmem_sbuf_free(&b);
+    llmem__sbuf_free(&b);
     if (n != want || ferror(f)) return llmem__fail(LLMEM_EIO, "exporter: write failed");
     return LLMEM_OK;
 }

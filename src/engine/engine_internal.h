@@ -20,7 +20,15 @@
 #define MAX_SEQS SEQ_INDEX_MASK
 
 typedef struct eng_layer {
-    const void *wq, *wk, *wv, *wo, *w1, *w2, *w3; /* (dim, qdim) (dim, kvdim) x2 (qdim, dim) (dim, ffn) (ffn, dim) (dim, ffn) */
+    /* Weights as GGUF stores them, (input, output): each output row is
+     * `input` elements of its llmem_dtype (t*), read in place. */
+    const void *wq;                               /* (dim, qdim): query projection */
+    const void *wk;                               /* (dim, kvdim): key projection */
+    const void *wv;                               /* (dim, kvdim): value projection */
+    const void *wo;                               /* (qdim, dim): attention output */
+    const void *w1;                               /* (dim, ffn): FFN gate */
+    const void *w2;                               /* (ffn, dim): FFN down */
+    const void *w3;                               /* (dim, ffn): FFN up */
     uint32_t tq, tk, tv, to, t1, t2, t3;          /* their llmem_dtype */
     const float *attn_norm, *ffn_norm;            /* (dim) */
     const float *bq, *bk, *bv;                    /* (qdim) (kvdim) (kvdim); NULL: no bias */
@@ -46,9 +54,10 @@ struct llmem_engine {
     uint32_t window;         /* attention window in positions (itself included); 0 = full */
     uint32_t kv_window;      /* window_tokens of each KV sequence: window + chunk; 0 = the KV keeps all */
     uint32_t chunk;          /* with kv_window: an item past the window runs at most chunk + 1 tokens a pass */
-    const void *embd, *wcls;
+    const void *embd;        /* (dim, vocab): token embeddings, one row per token */
+    const void *wcls;        /* (dim, vocab): the classifier (embd when tied) */
     uint32_t embd_type, wcls_type;
-    const float *out_norm;
+    const float *out_norm;   /* (dim) */
     eng_layer *layers;
     float *converted;       /* 1-D tensors converted to f32, one block */
     size_t converted_bytes;

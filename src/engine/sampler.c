@@ -93,7 +93,7 @@ void llmem_sampler_destroy(llmem_sampler *s)
     free(s);
 }
 
-int32_t llmem_argmax(const float *v, size_t n)
+int32_t llmem_logits_argmax(const float *v, size_t n)
 {
     if (!v || n == 0 || n > INT32_MAX) return -1;
     size_t best = 0;
@@ -168,7 +168,7 @@ static size_t sample_topp(llmem_sampler *s, const float *p, size_t n, float coin
     for (size_t i = 0; i < n; i++) {
         if (p[i] >= cutoff) s->cand[n0++] = (prob_index){p[i], (int32_t)i};
     }
-    if (n0 == 0) return (size_t)llmem_argmax(p, n);
+    if (n0 == 0) return (size_t)llmem_logits_argmax(p, n);
     sort_desc(s->cand, s->tmp, n0);
     float cum = 0.0f;
     size_t last = n0 - 1;
@@ -192,7 +192,7 @@ int32_t llmem_sampler_sample(llmem_sampler *s, float *logits)
 {
     if (!s || !logits) return -1;
     size_t n = s->vocab_size;
-    if (s->temperature == 0.0f) return llmem_argmax(logits, n);
+    if (s->temperature == 0.0f) return llmem_logits_argmax(logits, n);
     for (size_t i = 0; i < n; i++) logits[i] /= s->temperature;
     softmax(logits, n);
     float coin = random_f32(&s->state);

@@ -543,9 +543,9 @@ llmem_status llmem_kv_seq_get_info(llmem_kv *kv, llmem_kv_seq s, llmem_kv_seq_in
 
 /* ---- the manager ------------------------------------------------------------------------ */
 
-size_t llmem_kv_token_bytes(const llmem_kv *kv) { return kv ? kv->token_bytes : 0; }
+size_t llmem_kv_token_layer_bytes(const llmem_kv *kv) { return kv ? kv->token_bytes : 0; }
 size_t llmem_kv_block_bytes(const llmem_kv *kv) { return kv ? kv->block_bytes : 0; }
-size_t llmem_kv_bytes_per_token(const llmem_kv *kv) { return kv ? 2 * kv->token_bytes * kv->layers : 0; }
+size_t llmem_kv_token_total_bytes(const llmem_kv *kv) { return kv ? 2 * kv->token_bytes * kv->layers : 0; }
 
 llmem_status llmem_kv_get_room(const llmem_kv *ckv, llmem_kv_room *out)
 {

@@ -114,7 +114,7 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
         free(order);
     }
     for (unsigned h = HEAPS; h-- > 0;)
-        for (llmem_avl_node *n = llmem__avl_last(&p->free_tree[h]); n && p->st.committed_bytes > target;
+        for (llmem__avl_node *n = llmem__avl_last(&p->free_tree[h]); n && p->st.committed_bytes > target;
              n = llmem__avl_prev(n))
             released += llmem__pool_decommit_block(p, node_block(n), p->st.committed_bytes - target);
     pthread_mutex_unlock(&p->lock);

@@ -43,7 +43,7 @@ static hentry *entry_of(llmem_pool *p, llmem_handle h)
     return &p->handles[i - 1];
 }
 
-llmem_status llmem_pool_halloc(llmem_pool *p, size_t size, llmem_handle *out)
+llmem_status llmem_pool_handle_alloc(llmem_pool *p, size_t size, llmem_handle *out)
 {
     if (out) *out = LLMEM_HANDLE_NULL;
     if (!p || !out) return llmem__fail(LLMEM_EINVAL, "pool: null %s", p ? "out" : "pool");
@@ -133,7 +133,7 @@ llmem_status llmem_pool_unpin(llmem_pool *p, llmem_handle h)
     return st;
 }
 
-llmem_status llmem_pool_hfree(llmem_pool *p, llmem_handle h)
+llmem_status llmem_pool_handle_free(llmem_pool *p, llmem_handle h)
 {
     if (!p) return llmem__fail(LLMEM_EINVAL, "pool: null pool");
     if (h == LLMEM_HANDLE_NULL) return LLMEM_OK;
@@ -162,7 +162,7 @@ llmem_status llmem_pool_hfree(llmem_pool *p, llmem_handle h)
     return st;
 }
 
-size_t llmem_pool_hsize(const llmem_pool *cp, llmem_handle h)
+size_t llmem_pool_handle_size(const llmem_pool *cp, llmem_handle h)
 {
     if (!cp) return 0;
     llmem_pool *p = (llmem_pool *)(uintptr_t)cp;
@@ -214,7 +214,7 @@ static bool move_block(llmem_pool *p, pblock *b, pblock *dest, llmem_pool_compac
 /* A free run of at least `size` bytes outside superblock `not`, best fit. */
 static pblock *fit_elsewhere(llmem_pool *p, size_t size, const superblock *not)
 {
-    llmem_avl_node *n = llmem__avl_lower_bound(&p->free_tree[not->heap], &size, llmem__pool_size_key_cmp);
+    llmem__avl_node *n = llmem__avl_lower_bound(&p->free_tree[not->heap], &size, llmem__pool_size_key_cmp);
     for (; n; n = llmem__avl_next(n)) {
         pblock *f = node_block(n);
         if (f->sb != not) return f;

@@ -12,7 +12,7 @@
  * status and message, counted in invalid_frees_total, and nothing changes.
  *
  * Invariants: a refused free changes no block; a handle's block is freed
- * only through llmem_pool_hfree; realloc leaves the old block untouched on
+ * only through llmem_pool_handle_free; realloc leaves the old block untouched on
  * every failure.
  *
  * Locking: the pool lock is held for every function here (the public calls
@@ -198,7 +198,7 @@ static llmem_status check_free(llmem_pool *p, uintptr_t a, located *l, const cha
     if (l->b->kind == D_LARGE && l->b->handle) {
         ST_ADD(p->st.invalid_frees_total, 1);
         return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EINVAL,
-                               "pool '%s': %s of %p, which belongs to a handle: use llmem_pool_hfree", p->name, what,
+                               "pool '%s': %s of %p, which belongs to a handle: use llmem_pool_handle_free", p->name, what,
                                (void *)a);
     }
     return LLMEM_OK;

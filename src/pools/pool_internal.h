@@ -80,7 +80,7 @@ typedef struct pblock {
     size_t size;               /* bytes, a multiple of U */
     superblock *sb;
     struct pblock *prev, *next; /* address order within the superblock */
-    llmem_avl_node node;        /* D_FREE: in the pool's free tree */
+    llmem__avl_node node;        /* D_FREE: in the pool's free tree */
     uintptr_t user;             /* D_LARGE: the pointer handed out */
     size_t requested;           /* D_LARGE: bytes asked for */
     uint64_t free_since;        /* D_FREE: when it became a free run (ns) */
@@ -158,7 +158,7 @@ struct llmem_pool {
     unsigned ushift;
     size_t align;               /* pool minimum alignment */
     uint64_t magic[LLMEM_MAX_CLASSES]; /* ceil(2^MAGIC_SHIFT / class size) */
-    llmem_size_classes cls;
+    llmem__size_classes cls;
     uint32_t tcache_cap[LLMEM_MAX_CLASSES];
     size_t tcache_slots;
     pthread_key_t tkey;
@@ -269,7 +269,7 @@ static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (
 static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }
 static inline void bit_clear(uint64_t *b, size_t i) { b[i / 64] &= ~(1ull << (i % 64)); }
 
-static inline pblock *node_block(llmem_avl_node *n)
+static inline pblock *node_block(llmem__avl_node *n)
 {
     return n ? (pblock *)((char *)n - offsetof(pblock, node)) : NULL;
 }
@@ -299,9 +299,9 @@ static inline size_t llmem__pool_guard_front(size_t align) { return align > GUAR
 /* ---- pool_pages.c: superblocks and page runs; the pool lock is held ---- */
 
 /* Free-tree order: (size, address). */
-int llmem__pool_free_cmp(const llmem_avl_node *a, const llmem_avl_node *b);
+int llmem__pool_free_cmp(const llmem__avl_node *a, const llmem__avl_node *b);
 /* Free-tree search key: the smallest size wanted. */
-int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n);
+int llmem__pool_size_key_cmp(const void *key, const llmem__avl_node *n);
 /* A zeroed descriptor (room for a slab), NULL when host memory is short. */
 pblock *llmem__pool_desc_new(llmem_pool *p);
 void llmem__pool_desc_free(llmem_pool *p, pblock *b);

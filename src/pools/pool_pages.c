@@ -58,7 +58,7 @@
 #include "addrmap.h"
 #include "pool_internal.h"
 
-int llmem__pool_free_cmp(const llmem_avl_node *a, const llmem_avl_node *b)
+int llmem__pool_free_cmp(const llmem__avl_node *a, const llmem__avl_node *b)
 {
     const pblock *x = (const pblock *)((const char *)a - offsetof(pblock, node));
     const pblock *y = (const pblock *)((const char *)b - offsetof(pblock, node));
@@ -67,7 +67,7 @@ int llmem__pool_free_cmp(const llmem_avl_node *a, const llmem_avl_node *b)
 }
 
 /* Key for lower_bound: the smallest size wanted, lowest address first. */
-int llmem__pool_size_key_cmp(const void *key, const llmem_avl_node *n)
+int llmem__pool_size_key_cmp(const void *key, const llmem__avl_node *n)
 {
     size_t want = *(const size_t *)key;
     const pblock *b = (const pblock *)((const char *)n - offsetof(pblock, node));
@@ -377,7 +377,7 @@ size_t llmem__pool_largest_committed_free(const llmem_pool *p)
 {
     size_t best = 0;
     for (unsigned h = 0; h < HEAPS; h++)
-        for (llmem_avl_node *n = llmem__avl_last(&p->free_tree[h]); n; n = llmem__avl_prev(n)) {
+        for (llmem__avl_node *n = llmem__avl_last(&p->free_tree[h]); n; n = llmem__avl_prev(n)) {
             const pblock *b = node_block(n);
             if (b->size <= best) break; /* smaller from here on */
             size_t c = committed_stretch(p, b);
@@ -390,7 +390,7 @@ size_t llmem__pool_largest_committed_free(const llmem_pool *p)
 pblock *llmem__pool_best_fit(llmem_pool *p, unsigned h, size_t size, size_t align)
 {
     llmem_avl *tree = &p->free_tree[h];
-    llmem_avl_node *n = llmem__avl_lower_bound(tree, &size, llmem__pool_size_key_cmp);
+    llmem__avl_node *n = llmem__avl_lower_bound(tree, &size, llmem__pool_size_key_cmp);
     if (align <= p->unit) return node_block(n);
     /* Aligned: the smallest candidates first, then one that surely fits. */
     for (int tries = 0; n && tries < 32; tries++, n = llmem__avl_next(n)) {

@@ -54,7 +54,7 @@ static uint64_t purge_pass(llmem_pool *p, uint64_t now)
         else if (sb->empty_since + p->decay_ns < next) next = sb->empty_since + p->decay_ns;
     }
     for (unsigned h = 0; h < HEAPS; h++)
-        for (llmem_avl_node *x = llmem__avl_first(&p->free_tree[h]); x; x = llmem__avl_next(x)) {
+        for (llmem__avl_node *x = llmem__avl_first(&p->free_tree[h]); x; x = llmem__avl_next(x)) {
             pblock *b = node_block(x);
             if (b->purged) continue;
             if (now - b->free_since >= p->decay_ns) {

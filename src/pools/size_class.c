@@ -12,7 +12,7 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-bool llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit, const uint32_t *extra, size_t n_extra)
+bool llmem__classes_init(llmem__size_classes *c, size_t align, size_t unit, const uint32_t *extra, size_t n_extra)
 {
     c->align = align;
     c->align_shift = (unsigned)__builtin_ctzll(align);

@@ -22,7 +22,7 @@
 
 #define LLMEM_MAX_CLASSES 96
 
-typedef struct llmem_size_classes {
+typedef struct llmem__size_classes {
     size_t align;       /* A */
     unsigned align_shift; /* log2(A) */
     size_t unit;        /* U */
@@ -32,17 +32,17 @@ typedef struct llmem_size_classes {
     uint32_t slab_bytes[LLMEM_MAX_CLASSES];
     uint32_t slab_blocks[LLMEM_MAX_CLASSES];
     uint8_t lookup[4096 + 1]; /* (size + A - 1) / A -> class, for size <= max_small */
-} llmem_size_classes;
+} llmem__size_classes;
 
 /* Build the table. align and unit are powers of two with unit >= 16 * align
  * and 8 * unit / align <= 4096. `extra` sizes (n of them, profile-chosen)
  * become classes of their own, rounded up to align; sizes above the largest
  * class are ignored. False if the classes would be more than
  * LLMEM_MAX_CLASSES. */
-bool llmem__classes_init(llmem_size_classes *c, size_t align, size_t unit, const uint32_t *extra, size_t n);
+bool llmem__classes_init(llmem__size_classes *c, size_t align, size_t unit, const uint32_t *extra, size_t n);
 
 /* Class of a size in 1..max_small. */
-static inline unsigned llmem__class_of(const llmem_size_classes *c, size_t size)
+static inline unsigned llmem__class_of(const llmem__size_classes *c, size_t size)
 {
     return c->lookup[(size + c->align - 1) >> c->align_shift];
 }

@@ -278,7 +278,7 @@ static llmem_status setup_engine(rp *x)
     x->pool = llmem_engine_pool(x->o->engine);
     if (!x->kv || !x->pool) return llmem__fail(LLMEM_ENOTSUP, "replay: the engine must use llmem's KV (not ALLOC_MALLOC)");
     x->dev = llmem_pool_get_resource(x->pool);
-    x->kv_tok = (double)llmem_kv_bytes_per_token(x->kv);
+    x->kv_tok = (double)llmem_kv_token_total_bytes(x->kv);
     llmem_sched_options sco = sched_options(x);
     return llmem_sched_create_engine(x->o->engine, &sco, &x->s);
 }
@@ -337,7 +337,7 @@ static llmem_status setup(rp *x, llmem_resource **own_dev, llmem_memctl **mc)
     }
     ko.pool = x->pool;
     if ((st = llmem_kv_create(&ko, &x->kv))) return st;
-    x->kv_tok = (double)llmem_kv_bytes_per_token(x->kv);
+    x->kv_tok = (double)llmem_kv_token_total_bytes(x->kv);
     llmem_sched_sim_options so = llmem_sched_sim_options_default();
     so.kv = x->kv;
     so.device = x->dev;

@@ -354,7 +354,7 @@ static int32_t pick(llmem_sched *s, unit *u, float *logits)
             llmem__mix64(u->r->serial * 0x9e3779b97f4a7c15ull + (uint64_t)u->idx * 0x100000001b3ull + u->total);
         return (int32_t)(h % s->b.vocab);
     }
-    return u->sampler ? llmem_sampler_sample(u->sampler, logits) : llmem_argmax(logits, s->b.vocab);
+    return u->sampler ? llmem_sampler_sample(u->sampler, logits) : llmem_logits_argmax(logits, s->b.vocab);
 }
 
 /* ---- admission ------------------------------------------------------------------- */

@@ -362,8 +362,8 @@ llmem_status llmem__sched_sim_backend(const llmem_sched_sim_options *so, llmem__
     if (!b->o.vocab) b->o.vocab = 32000;
     b->kv = so->kv;
     b->max_len = kr.max_seq_len;
-    b->token_bytes = llmem_kv_token_bytes(so->kv);
-    b->layers = (uint32_t)(llmem_kv_bytes_per_token(so->kv) / (2 * b->token_bytes));
+    b->token_bytes = llmem_kv_token_layer_bytes(so->kv);
+    b->layers = (uint32_t)(llmem_kv_token_total_bytes(so->kv) / (2 * b->token_bytes));
     b->rng = llmem__mix64(so->seed ? so->seed : 1) | 1;
     b->t0_ns = llmem__now_ns();
     memset(out, 0, sizeof *out);

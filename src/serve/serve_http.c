@@ -90,16 +90,16 @@ static enum MHD_Result send_buf(llmem_server *s, struct MHD_Connection *c, unsig
 }
 
 static enum MHD_Result send_sbuf(llmem_server *s, struct MHD_Connection *c, unsigned code, const char *type,
-                                 llmem_sbuf *b)
+                                 llmem__sbuf *b)
 {
     if (b->failed) {
-        llmem_sbuf_free(b);
+        llmem__sbuf_free(b);
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                                   "\"code\":null}}";
         return send_buf(s, c, 500, "application/json", oom, sizeof oom - 1, 0, false);
     }
     enum MHD_Result r = send_buf(s, c, code, type, b->len ? b->data : "", b->len, 0, false);
-    llmem_sbuf_free(b);
+    llmem__sbuf_free(b);
     return r;
 }
 
@@ -107,22 +107,22 @@ static enum MHD_Result send_sbuf(llmem_server *s, struct MHD_Connection *c, unsi
 static enum MHD_Result send_error(llmem_server *s, struct MHD_Connection *c, unsigned code, const char *type,
                                   const char *param, const char *ecode, const char *msg, unsigned retry_after)
 {
-    llmem_sbuf b;
-    llmem_sbuf_init(&b);
-    llmem_sbuf_puts(&b, "{\"error\":{\"message\":");
+    llmem__sbuf b;
+    llmem__sbuf_init(&b);
+    llmem__sbuf_puts(&b, "{\"error\":{\"message\":");
     llmem__json_str(&b, msg, strlen(msg));
-    llmem_sbuf_printf(&b, ",\"type\":\"%s\",\"param\":", type);
+    llmem__sbuf_printf(&b, ",\"type\":\"%s\",\"param\":", type);
     if (param && param[0]) llmem__json_str(&b, param, strlen(param));
-    else llmem_sbuf_puts(&b, "null");
-    llmem_sbuf_puts(&b, ",\"code\":");
-    if (ecode) llmem_sbuf_printf(&b, "\"%s\"", ecode);
-    else llmem_sbuf_puts(&b, "null");
-    llmem_sbuf_puts(&b, "}}");
+    else llmem__sbuf_puts(&b, "null");
+    llmem__sbuf_puts(&b, ",\"code\":");
+    if (ecode) llmem__sbuf_printf(&b, "\"%s\"", ecode);
+    else llmem__sbuf_puts(&b, "null");
+    llmem__sbuf_puts(&b, "}}");
     enum MHD_Result r;
     if (b.failed) r = send_sbuf(s, c, 500, "application/json", &b);
     else {
         r = send_buf(s, c, code, "application/json", b.data, b.len, retry_after, code == 401);
-        llmem_sbuf_free(&b);
+        llmem__sbuf_free(&b);
     }
     return r;
 }
@@ -378,8 +378,8 @@ static enum MHD_Result answer_whole(llmem_server *s, struct MHD_Connection *c, s
         ret = send_error(s, c, rejected ? 400 : 500, rejected ? "invalid_request_error" : "server_error", NULL, NULL,
                          r->error_msg, 0);
     } else {
-        llmem_sbuf b;
-        llmem_sbuf_init(&b);
+        llmem__sbuf b;
+        llmem__sbuf_init(&b);
         llmem__srv_response_json(r, &b);
         ret = send_sbuf(s, c, 200, "application/json", &b);
     }
@@ -424,7 +424,7 @@ static enum MHD_Result generate(llmem_server *s, struct MHD_Connection *c, llmem
     r->fd = -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
-    llmem_sbuf_init(&r->out);
+    llmem__sbuf_init(&r->out);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) r->fd = ci->connect_fd;
     llmem_status st = llmem__srv_submit(s, r, ids, (uint32_t)n, max_tokens, extra_stop, &f.e);
@@ -448,11 +448,11 @@ static enum MHD_Result generate(llmem_server *s, struct MHD_Connection *c, llmem
 
 static enum MHD_Result models(llmem_server *s, struct MHD_Connection *c)
 {
-    llmem_sbuf b;
-    llmem_sbuf_init(&b);
-    llmem_sbuf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+    llmem__sbuf b;
+    llmem__sbuf_init(&b);
+    llmem__sbuf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
     llmem__json_str(&b, s->model_name, strlen(s->model_name));
-    llmem_sbuf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"llmem\",\"max_model_len\":%u,"
+    llmem__sbuf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"llmem\",\"max_model_len\":%u,"
                           "\"chat_template\":\"%s\"}]}",
                       (long long)s->created, s->ctx, llmem_server_chat_template(s));
     return send_sbuf(s, c, 200, "application/json", &b);
@@ -484,8 +484,8 @@ static enum MHD_Result route(llmem_server *s, struct MHD_Connection *c, const ch
     }
     if (!strcmp(url, "/metrics")) {
         if (!get) return send_error(s, c, 405, "invalid_request_error", NULL, NULL, "use GET /metrics", 0);
-        llmem_sbuf b;
-        llmem_sbuf_init(&b);
+        llmem__sbuf b;
+        llmem__sbuf_init(&b);
         llmem__srv_metrics(s, &b);
         return send_sbuf(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
     }
@@ -495,8 +495,8 @@ static enum MHD_Result route(llmem_server *s, struct MHD_Connection *c, const ch
             return send_buf(s, c, 200, "text/html; charset=utf-8", llmem__dashboard_html, llmem__dashboard_html_len,
                             0, false);
         const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
-        llmem_sbuf b;
-        llmem_sbuf_init(&b);
+        llmem__sbuf b;
+        llmem__sbuf_init(&b);
         llmem__srv_timeline_json(s, since ? strtoull(since, NULL, 10) : 0, &b);
         return send_sbuf(s, c, 200, "application/json", &b);
     }

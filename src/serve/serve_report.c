@@ -187,7 +187,7 @@ static void add_vllm(llmem_exporter *ex, llmem_sched *sched, const llmem_sched_s
 
 /* Everything through the library's exporter (llmem/stats.h): vLLM's
  * names first, then every llmem component, then the process. */
-void llmem__srv_metrics(llmem_server *s, llmem_sbuf *b)
+void llmem__srv_metrics(llmem_server *s, llmem__sbuf *b)
 {
     llmem_sched_stats ss;
     memset(&ss, 0, sizeof ss);
@@ -242,7 +242,7 @@ void llmem__srv_metrics(llmem_server *s, llmem_sbuf *b)
     size_t len = 0;
     llmem_status st = llmem_exporter_render(ex, NULL, 0, &len);
     char *buf = st == LLMEM_OK || st == LLMEM_ERANGE ? malloc(len + 1) : NULL;
-    if (buf && !llmem_exporter_render(ex, buf, len + 1, &len)) llmem_sbuf_puts(b, buf);
+    if (buf && !llmem_exporter_render(ex, buf, len + 1, &len)) llmem__sbuf_puts(b, buf);
     else b->failed = true;
     free(buf);
     llmem_exporter_destroy(ex);
@@ -263,18 +263,18 @@ static double pct(double *v, size_t n, double p)
     return v[i < n ? i : n - 1];
 }
 
-void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem_sbuf *b)
+void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem__sbuf *b)
 {
     pthread_mutex_lock(&s->snap_mu);
     uint64_t total = s->nsamples;
     uint64_t from = total > SRV_SAMPLES ? total - SRV_SAMPLES : 0;
     if (since > from) from = since < total ? since : total;
-    llmem_sbuf_printf(b, "{\"model\":");
+    llmem__sbuf_printf(b, "{\"model\":");
     llmem__json_str(b, s->model_name, strlen(s->model_name));
-    llmem_sbuf_printf(b, ",\"next\":%llu,\"samples\":[", (unsigned long long)total);
+    llmem__sbuf_printf(b, ",\"next\":%llu,\"samples\":[", (unsigned long long)total);
     for (uint64_t i = from; i < total; i++) {
         const srv_sample *x = &s->samples[i % SRV_SAMPLES];
-        llmem_sbuf_printf(b,
+        llmem__sbuf_printf(b,
                           "%s{\"t\":%.3f,\"stage\":\"%s\",\"reserved\":%llu,\"committed\":%llu,\"used\":%llu,"
                           "\"kv_util\":%.4f,\"kv_usage\":%.4f,\"running\":%u,\"waiting\":%u,\"swapped\":%u,"
                           "\"generated\":%llu,\"rss\":%llu}",
@@ -284,7 +284,7 @@ void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem_sbuf *b)
                           (unsigned long long)x->generated, (unsigned long long)x->rss);
     }
     pthread_mutex_unlock(&s->snap_mu);
-    llmem_sbuf_puts(b, "],\"events\":[");
+    llmem__sbuf_puts(b, "],\"events\":[");
     /* The controller's latest decisions (its ring holds kept = total -
      * dropped, oldest first). */
     llmem_controller *ctl = llmem_memctl_controller(s->mc);
@@ -293,18 +293,18 @@ void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem_sbuf *b)
     cs.struct_size = sizeof cs;
     if (ctl && !llmem_controller_get_stats(ctl, &cs)) {
         size_t kept = (size_t)(cs.events_total - cs.events_dropped) + 8;
-        llmem_ctl_event *ev = malloc(kept * sizeof *ev);
+        llmem_controller_event *ev = malloc(kept * sizeof *ev);
         size_t nev = ev ? llmem_controller_events(ctl, ev, kept) : 0;
         size_t first = nev > 64 ? nev - 64 : 0;
         for (size_t i = first; i < nev; i++)
-            llmem_sbuf_printf(b, "%s{\"t\":%.3f,\"action\":\"%s\",\"stage\":\"%s\",\"before\":%llu,\"after\":%llu}",
+            llmem__sbuf_printf(b, "%s{\"t\":%.3f,\"action\":\"%s\",\"stage\":\"%s\",\"before\":%llu,\"after\":%llu}",
                               i > first ? "," : "",
                               ev[i].time_ns > s->start_ns ? (double)(ev[i].time_ns - s->start_ns) * 1e-9 : 0.0,
-                              llmem_ctl_action_name(ev[i].action), llmem_stage_name(ev[i].stage),
+                              llmem_controller_action_name(ev[i].action), llmem_stage_name(ev[i].stage),
                               (unsigned long long)ev[i].bytes_before, (unsigned long long)ev[i].bytes_after);
         free(ev);
     }
-    llmem_sbuf_puts(b, "]");
+    llmem__sbuf_puts(b, "]");
     /* Latency percentiles over the latest requests. */
     pthread_mutex_lock(&s->lat_mu);
     size_t n = s->nlat < SRV_LATENCIES ? (size_t)s->nlat : SRV_LATENCIES;
@@ -325,7 +325,7 @@ void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem_sbuf *b)
         qsort(v + 2 * n, n, sizeof *v, cmp_double);
         qsort(v + 3 * n, nt, sizeof *v, cmp_double);
     }
-    llmem_sbuf_printf(b,
+    llmem__sbuf_printf(b,
                       ",\"latency\":{\"requests\":%zu,\"ttft_p50\":%.6f,\"ttft_p99\":%.6f,\"tpot_p50\":%.6f,"
                       "\"tpot_p99\":%.6f,\"e2e_p50\":%.6f,\"e2e_p99\":%.6f,\"queue_p50\":%.6f,\"queue_p99\":%.6f}",
                       n, v ? pct(v, n, .5) : -1, v ? pct(v, n, .99) : -1, v ? pct(v + 3 * n, nt, .5) : -1,
@@ -333,6 +333,6 @@ void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem_sbuf *b)
                       v ? pct(v + 2 * n, n, .5) : -1, v ? pct(v + 2 * n, n, .99) : -1);
     free(v);
     pthread_mutex_lock(&s->mu);
-    llmem_sbuf_printf(b, ",\"in_flight\":%u}", s->ninflight);
+    llmem__sbuf_printf(b, ",\"in_flight\":%u}", s->ninflight);
     pthread_mutex_unlock(&s->mu);
 }

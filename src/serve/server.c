@@ -58,116 +58,116 @@ const char *llmem__srv_finish_reason(llmem_sched_finish f)
 
 /* ---- response bytes ------------------------------------------------------ */
 
-void llmem__srv_chunk_prefix(srv_req *r, llmem_sbuf *b)
+void llmem__srv_chunk_prefix(srv_req *r, llmem__sbuf *b)
 {
     bool chat = r->q->kind == LLMEM_OAI_CHAT;
-    llmem_sbuf_printf(b, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id_str,
+    llmem__sbuf_printf(b, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id_str,
                       chat ? "chat.completion.chunk" : "text_completion", (long long)r->created);
     llmem__json_str(b, r->srv->model_name, strlen(r->srv->model_name));
 }
 
 /* ,"token_ids":[...] of sample i: its readable output. */
-static void token_ids_json(srv_req *r, uint32_t i, llmem_sbuf *b)
+static void token_ids_json(srv_req *r, uint32_t i, llmem__sbuf *b)
 {
     size_t got = 0, from = 0;
     int32_t buf[256];
-    llmem_sbuf_puts(b, ",\"token_ids\":[");
+    llmem__sbuf_puts(b, ",\"token_ids\":[");
     bool first = true;
     while (!llmem_sched_read(r->srv->sched, r->id, i, from, buf, 256, &got) && got) {
         for (size_t k = 0; k < got; k++) {
-            llmem_sbuf_printf(b, first ? "%d" : ",%d", buf[k]);
+            llmem__sbuf_printf(b, first ? "%d" : ",%d", buf[k]);
             first = false;
         }
         from += got;
     }
-    llmem_sbuf_putc(b, ']');
+    llmem__sbuf_putc(b, ']');
 }
 
 /* ,"prompt_token_ids":[...]: what the model was given (as vLLM's
  * return_token_ids answers), so a client can check a chat template's
  * rendering token by token. */
-static void prompt_ids_json(srv_req *r, llmem_sbuf *b)
+static void prompt_ids_json(srv_req *r, llmem__sbuf *b)
 {
-    llmem_sbuf_puts(b, ",\"prompt_token_ids\":[");
-    for (uint32_t k = 0; k < r->prompt_len; k++) llmem_sbuf_printf(b, k ? ",%d" : "%d", r->prompt_ids[k]);
-    llmem_sbuf_putc(b, ']');
+    llmem__sbuf_puts(b, ",\"prompt_token_ids\":[");
+    for (uint32_t k = 0; k < r->prompt_len; k++) llmem__sbuf_printf(b, k ? ",%d" : "%d", r->prompt_ids[k]);
+    llmem__sbuf_putc(b, ']');
 }
 
 /* One streamed choice: text (may be empty), finish (NULL while going on). */
 static void stream_choice(srv_req *r, uint32_t i, const char *text, size_t len, const char *finish)
 {
-    llmem_sbuf *b = &r->out;
+    llmem__sbuf *b = &r->out;
     bool chat = r->q->kind == LLMEM_OAI_CHAT;
     llmem__srv_chunk_prefix(r, b);
-    llmem_sbuf_printf(b, ",\"choices\":[{\"index\":%u,", i);
+    llmem__sbuf_printf(b, ",\"choices\":[{\"index\":%u,", i);
     if (chat) {
-        llmem_sbuf_puts(b, "\"delta\":{");
+        llmem__sbuf_puts(b, "\"delta\":{");
         bool any = false;
         if (!r->s[i].role_sent) {
-            llmem_sbuf_puts(b, "\"role\":\"assistant\"");
+            llmem__sbuf_puts(b, "\"role\":\"assistant\"");
             r->s[i].role_sent = true;
             any = true;
         }
         if (len || (!finish && any)) {
-            llmem_sbuf_puts(b, any ? ",\"content\":" : "\"content\":");
+            llmem__sbuf_puts(b, any ? ",\"content\":" : "\"content\":");
             llmem__json_str(b, text, len);
         }
-        llmem_sbuf_puts(b, "},");
+        llmem__sbuf_puts(b, "},");
     } else {
-        llmem_sbuf_puts(b, "\"text\":");
+        llmem__sbuf_puts(b, "\"text\":");
         llmem__json_str(b, text, len);
-        llmem_sbuf_putc(b, ',');
+        llmem__sbuf_putc(b, ',');
     }
-    llmem_sbuf_puts(b, "\"logprobs\":null,\"finish_reason\":");
-    if (finish) llmem_sbuf_printf(b, "\"%s\"", finish);
-    else llmem_sbuf_puts(b, "null");
+    llmem__sbuf_puts(b, "\"logprobs\":null,\"finish_reason\":");
+    if (finish) llmem__sbuf_printf(b, "\"%s\"", finish);
+    else llmem__sbuf_puts(b, "null");
     /* The sample's whole output, once, with its last chunk. */
     if (finish && r->q->return_token_ids) token_ids_json(r, i, b);
-    llmem_sbuf_puts(b, "}]}\n\n");
+    llmem__sbuf_puts(b, "}]}\n\n");
 }
 
-static void usage_json(srv_req *r, llmem_sbuf *b)
+static void usage_json(srv_req *r, llmem__sbuf *b)
 {
     uint64_t gen = 0;
     for (uint32_t i = 0; i < r->n; i++) {
         llmem_sched_info info;
         if (!llmem_sched_get_info(r->srv->sched, r->id, i, &info)) gen += info.generated;
     }
-    llmem_sbuf_printf(b, "{\"prompt_tokens\":%u,\"completion_tokens\":%llu,\"total_tokens\":%llu}", r->prompt_len,
+    llmem__sbuf_printf(b, "{\"prompt_tokens\":%u,\"completion_tokens\":%llu,\"total_tokens\":%llu}", r->prompt_len,
                       (unsigned long long)gen, (unsigned long long)(gen + r->prompt_len));
 }
 
-void llmem__srv_response_json(srv_req *r, llmem_sbuf *b)
+void llmem__srv_response_json(srv_req *r, llmem__sbuf *b)
 {
     bool chat = r->q->kind == LLMEM_OAI_CHAT;
-    llmem_sbuf_printf(b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id_str,
+    llmem__sbuf_printf(b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id_str,
                       chat ? "chat.completion" : "text_completion", (long long)r->created);
     llmem__json_str(b, r->srv->model_name, strlen(r->srv->model_name));
-    llmem_sbuf_puts(b, ",\"choices\":[");
+    llmem__sbuf_puts(b, ",\"choices\":[");
     for (uint32_t i = 0; i < r->n; i++) {
-        const llmem_sbuf *t = &r->s[i].text;
-        llmem_sbuf_printf(b, "%s{\"index\":%u,", i ? "," : "", i);
-        if (chat) llmem_sbuf_puts(b, "\"message\":{\"role\":\"assistant\",\"content\":");
-        else llmem_sbuf_puts(b, "\"text\":");
+        const llmem__sbuf *t = &r->s[i].text;
+        llmem__sbuf_printf(b, "%s{\"index\":%u,", i ? "," : "", i);
+        if (chat) llmem__sbuf_puts(b, "\"message\":{\"role\":\"assistant\",\"content\":");
+        else llmem__sbuf_puts(b, "\"text\":");
         llmem__json_str(b, t->len ? t->data : "", t->len);
-        if (chat) llmem_sbuf_putc(b, '}');
-        llmem_sbuf_printf(b, ",\"logprobs\":null,\"finish_reason\":\"%s\"",
+        if (chat) llmem__sbuf_putc(b, '}');
+        llmem__sbuf_printf(b, ",\"logprobs\":null,\"finish_reason\":\"%s\"",
                           llmem__srv_finish_reason(r->s[i].finish));
         if (r->q->return_token_ids) token_ids_json(r, i, b);
-        llmem_sbuf_putc(b, '}');
+        llmem__sbuf_putc(b, '}');
     }
-    llmem_sbuf_puts(b, "],\"usage\":");
+    llmem__sbuf_puts(b, "],\"usage\":");
     usage_json(r, b);
     if (r->prompt_ids) prompt_ids_json(r, b);
-    llmem_sbuf_putc(b, '}');
+    llmem__sbuf_putc(b, '}');
 }
 
 void llmem__srv_stream_error(srv_req *r, const char *type, const char *msg)
 {
-    llmem_sbuf *b = &r->out;
-    llmem_sbuf_puts(b, "data: {\"error\":{\"message\":");
+    llmem__sbuf *b = &r->out;
+    llmem__sbuf_puts(b, "data: {\"error\":{\"message\":");
     llmem__json_str(b, msg, strlen(msg));
-    llmem_sbuf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n", type);
+    llmem__sbuf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n", type);
 }
 
 /* ---- scheduler events (step thread) ------------------------------------- */
@@ -191,7 +191,7 @@ static void sample_text(srv_req *r, uint32_t i, const char *text, size_t len, co
     if (r->q->stream) {
         if (len || finish) stream_choice(r, i, text, len, finish);
     } else {
-        for (size_t k = 0; k < len; k++) llmem_sbuf_putc(&r->s[i].text, text[k]);
+        for (size_t k = 0; k < len; k++) llmem__sbuf_putc(&r->s[i].text, text[k]);
     }
 }
 
@@ -241,12 +241,12 @@ static bool on_event(void *ctx, const llmem_sched_event *ev)
                     } else {
                         if (r->q->include_usage) {
                             llmem__srv_chunk_prefix(r, &r->out);
-                            llmem_sbuf_puts(&r->out, ",\"choices\":[],\"usage\":");
+                            llmem__sbuf_puts(&r->out, ",\"choices\":[],\"usage\":");
                             usage_json(r, &r->out);
                             if (r->prompt_ids) prompt_ids_json(r, &r->out);
-                            llmem_sbuf_puts(&r->out, "}\n\n");
+                            llmem__sbuf_puts(&r->out, "}\n\n");
                         }
-                        llmem_sbuf_puts(&r->out, "data: [DONE]\n\n");
+                        llmem__sbuf_puts(&r->out, "data: [DONE]\n\n");
                     }
                 }
                 r->done = true;
@@ -314,11 +314,11 @@ void llmem__srv_req_free(srv_req *r)
     if (r->id && r->srv->sched) llmem_sched_release(r->srv->sched, r->id);
     for (uint32_t i = 0; r->s && i < r->n; i++) {
         llmem_textstream_destroy(r->s[i].ts);
-        llmem_sbuf_free(&r->s[i].text);
+        llmem__sbuf_free(&r->s[i].text);
     }
     free(r->s);
     free(r->prompt_ids);
-    llmem_sbuf_free(&r->out);
+    llmem__sbuf_free(&r->out);
     llmem_oai_request_free(r->q);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
@@ -347,7 +347,7 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
         memcpy(r->prompt_ids, prompt, prompt_len * sizeof *prompt);
     }
     for (uint32_t i = 0; i < r->n; i++) {
-        llmem_sbuf_init(&r->s[i].text);
+        llmem__sbuf_init(&r->s[i].text);
         llmem_status st = llmem_textstream_create(s->tok, prompt[prompt_len - 1], (const char *const *)q->stop,
                                                   q->stop_count, &r->s[i].ts);
         if (st) return st;

@@ -97,7 +97,7 @@ struct llmem_server {
  * of its response. */
 typedef struct srv_sample_out {
     llmem_textstream *ts;
-    llmem_sbuf text;          /* non-streaming: the text so far */
+    llmem__sbuf text;          /* non-streaming: the text so far */
     llmem_sched_finish finish;
     bool finished;
     bool role_sent;           /* chat streams: the first chunk carries the role */
@@ -119,7 +119,7 @@ struct llmem_server_req {
     pthread_cond_t cv;
     srv_sample_out *s;        /* [n] */
     uint32_t finished;        /* samples finished */
-    llmem_sbuf out;           /* streaming: SSE bytes not yet sent (from `sent`) */
+    llmem__sbuf out;           /* streaming: SSE bytes not yet sent (from `sent`) */
     size_t sent;
     bool done;                /* every sample finished and its last bytes are in `out` */
     bool cancelled;           /* by a disconnect or the shutdown */
@@ -138,10 +138,10 @@ void llmem__srv_inflight_add(llmem_server *s, srv_req *r);
 void llmem__srv_inflight_remove(llmem_server *s, srv_req *r);
 /* Append the SSE chunk that ends a stream early (the shutdown, an error). */
 void llmem__srv_stream_error(srv_req *r, const char *type, const char *msg);
-void llmem__srv_chunk_prefix(srv_req *r, llmem_sbuf *b);
+void llmem__srv_chunk_prefix(srv_req *r, llmem__sbuf *b);
 const char *llmem__srv_finish_reason(llmem_sched_finish f);
 /* The JSON body of a finished, not streamed request (its samples done). */
-void llmem__srv_response_json(srv_req *r, llmem_sbuf *b);
+void llmem__srv_response_json(srv_req *r, llmem__sbuf *b);
 
 /* serve_http.c */
 llmem_status llmem__srv_http_start(llmem_server *s);
@@ -150,8 +150,8 @@ void llmem__srv_http_stop(llmem_server *s);
 void llmem__srv_count(llmem_server *s, unsigned code);
 
 /* serve_report.c */
-void llmem__srv_metrics(llmem_server *s, llmem_sbuf *b);
-void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem_sbuf *b);
+void llmem__srv_metrics(llmem_server *s, llmem__sbuf *b);
+void llmem__srv_timeline_json(llmem_server *s, uint64_t since, llmem__sbuf *b);
 void llmem__srv_sample(llmem_server *s, bool force);
 extern const char llmem__dashboard_html[];
 extern const size_t llmem__dashboard_html_len;

@@ -49,7 +49,7 @@ void test_kv_copy(llmem_resource *dev, void *dst, const void *src, size_t n)
 
 static size_t token_bytes(const llmem_kv *kv)
 {
-    size_t tb = llmem_kv_token_bytes(kv);
+    size_t tb = llmem_kv_token_layer_bytes(kv);
     if (!tb || tb > TOKEN_MAX) fail_msg("token bytes %zu: the content model takes 1..%d", tb, (int)TOKEN_MAX);
     return tb;
 }
