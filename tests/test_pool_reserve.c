@@ -176,6 +176,27 @@ static void overflow_adds_superblocks(void **state)
     env_free(&e);
 }
 
+/* llmem_pool_reserve bigger than the whole range, as the pool's first
+ * growth: the first grow maps the range, which cannot hold it, so a second
+ * grow must map an ordinary superblock (a fuzzer found the reserve path
+ * committing past the range's end instead). */
+static void reserve_past_the_range(void **state)
+{
+    (void)state;
+    env e;
+    env_make(&e, false, 4 * MiB, 0);
+    assert_ok(llmem_pool_reserve(e.pool, 10 * MiB));
+    llmem_pool_stats s = stats_of(e.pool);
+    assert_int_equal(s.superblocks, 2);
+    assert_true(s.committed_bytes >= 10 * MiB);
+    void *a = llmem_pool_alloc(e.pool, 10 * MiB, NULL);
+    assert_non_null(a);
+    put(&e, a, 10 * MiB, 7);
+    check(&e, a, 10 * MiB, 7);
+    assert_ok(llmem_pool_free(e.pool, a));
+    env_free(&e);
+}
+
 /* Compaction moves handle blocks into the range, never out of it. */
 static void compaction_keeps_the_range(void **state)
 {
@@ -270,6 +291,7 @@ int main(void)
         cmocka_unit_test(host_grows_in_place),
         cmocka_unit_test(device_grows_in_place),
         cmocka_unit_test(overflow_adds_superblocks),
+        cmocka_unit_test(reserve_past_the_range),
         cmocka_unit_test(compaction_keeps_the_range),
         cmocka_unit_test(bad_options),
         cmocka_unit_test(commit_failure_is_clean),

@@ -37,10 +37,17 @@ static llmem_status reserve_heap(llmem_pool *p, unsigned h, size_t need)
 {
     llmem_status st = LLMEM_OK;
     pblock *b = node_block(llmem__avl_last(&p->free_tree[h]));
-    if (!b || b->size < need) {
+    /* Twice at most, as in llmem__pool_take_pages: the first grow of a pool
+     * with reserve_bytes maps the reserved range, which may be smaller than
+     * `need` (or in the other heap); only the second maps a superblock that
+     * holds it. */
+    for (int tries = 0; !st && (!b || b->size < need) && tries < 2; tries++) {
         st = llmem__pool_grow(p, h, need, p->unit);
         b = node_block(llmem__avl_last(&p->free_tree[h]));
     }
+    if (!st && (!b || b->size < need))
+        st = llmem__fail(LLMEM_ENOMEM, "pool '%s': no free run of %zu bytes after growing (internal error)", p->name,
+                         need);
     if (!st) {
         st = llmem__pool_commit_range(p, b->sb, b->start, need);
         /* Reserved for use: not decaying yet. */
