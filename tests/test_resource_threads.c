@@ -327,8 +327,10 @@ static void hammer_stack(bool device)
         assert_int_equal(pthread_create(&th[i], NULL, hammer, &w[i]), 0);
     }
     uint64_t reached = 0, injected = 0, limited = 0, failures = 0, maps = 0, unmaps = 0, checks = 0;
+    /* Every thread joined before any check can end the test: a failure
+     * that left threads running would have them race the next test. */
+    for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
     for (int i = 0; i < THREADS; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
         if (w[i].error[0]) fail_msg("%s", w[i].error);
         reached += w[i].reached;
         injected += w[i].injected;
@@ -525,8 +527,8 @@ static void fixed_pool_shared_by_threads(bool checked)
         assert_int_equal(pthread_create(&th[i], NULL, pool_hammer, &w[i]), 0);
     }
     uint64_t allocs = 0, frees = 0, foreign = 0;
+    for (int i = 0; i < POOL_THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
     for (int i = 0; i < POOL_THREADS; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
         if (w[i].error[0]) fail_msg("%s", w[i].error);
         allocs += w[i].allocs;
         frees += w[i].frees;

@@ -9,8 +9,8 @@
  * interleave with steps; preemptions swap): reads only grow, a token once
  * read never changes (the whole output read again at the end equals what
  * was streamed), a cancelled request is finished when cancel returns, no
- * KV byte changes (write_kv), and at the end the KV holds nothing and the
- * counters close.
+ * KV byte changes (write_kv), nothing moves inside llmem_sched_while_still,
+ * and at the end the KV holds nothing and the counters close.
  * Label `threads` (the TSan build runs it).
  */
 #include <pthread.h>
@@ -29,6 +29,7 @@ typedef struct world {
     llmem_sched_req ids[CLIENTS * PER_CLIENT];
     atomic_size_t nids;
     atomic_uint_fast64_t tokens_read, cancels, rogue_cancels;
+    atomic_uint_fast64_t still_checks, still_moved; /* llmem_sched_while_still */
 } world;
 
 static void *stepper(void *arg)
@@ -128,6 +129,21 @@ static void *client_main(void *arg)
     return NULL;
 }
 
+/* Inside llmem_sched_while_still nothing drives the backend: the KV's
+ * figures hold still across a sleep that spans several steps. */
+static void still_kv(void *arg)
+{
+    world *w = arg;
+    llmem_kv_stats a = {sizeof a}, b = {sizeof b};
+    llmem_kv_get_stats(w->kv, &a);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    llmem_kv_get_stats(w->kv, &b);
+    if (a.sequences != b.sequences || a.blocks_used != b.blocks_used || a.tokens_written != b.tokens_written)
+        atomic_fetch_add(&w->still_moved, 1);
+    atomic_fetch_add(&w->still_checks, 1);
+}
+
 static void *rogue(void *arg)
 {
     world *w = arg;
@@ -146,6 +162,7 @@ static void *rogue(void *arg)
         llmem_sched_get_stats(w->s, &st); /* a /metrics reader meanwhile */
         llmem_sched_histogram h;
         llmem_sched_get_histogram(w->s, LLMEM_SCHED_HIST_TTFT, &h);
+        if ((r >> 40) % 4 == 0 && llmem_sched_while_still(w->s, still_kv, w)) abort();
         struct timespec ts = {0, 3000000};
         nanosleep(&ts, NULL);
     }
@@ -214,6 +231,10 @@ static void concurrent_submit_stream_cancel(void **state)
     assert_true(atomic_load(&w.tokens_read) > 0);
     assert_true(s.requests_cancelled_total > 0);
     assert_true(s.preemptions_total > 0 && s.preemptions_swap_total > 0);
+    assert_true(atomic_load(&w.still_checks) > 0);
+    assert_int_equal(atomic_load(&w.still_moved), 0);
+    assert_status(llmem_sched_while_still(NULL, still_kv, &w), LLMEM_EINVAL);
+    assert_status(llmem_sched_while_still(w.s, NULL, &w), LLMEM_EINVAL);
     llmem_sched_sim_stats ss = {sizeof ss};
     assert_ok(llmem_sched_get_sim_stats(w.s, &ss));
     assert_int_equal(ss.kv_corruptions_total, 0);

@@ -330,6 +330,14 @@ LLMEM_API llmem_status llmem_sched_step(llmem_sched *s, llmem_sched_step_report 
  * meanwhile). true when there is work. */
 LLMEM_API bool llmem_sched_wait_work(llmem_sched *s, uint64_t timeout_ns);
 
+/* Run fn(arg) while the backend is still: no step, cancellation or release
+ * runs until fn returns. For reading the backend's own state from another
+ * thread (llmem_engine_get_stats walks the engine's sequences, which a
+ * cancellation frees). From an event callback of the stepping thread it
+ * runs at once. fn must not call llmem_sched_step; it may submit, read and
+ * wait-free calls. LLMEM_EINVAL for a null scheduler or fn. */
+LLMEM_API llmem_status llmem_sched_while_still(llmem_sched *s, void (*fn)(void *arg), void *arg);
+
 /* The scheduler's clock (ns): simulated, or monotonic (engine, realtime). */
 LLMEM_API uint64_t llmem_sched_now_ns(const llmem_sched *s);
 

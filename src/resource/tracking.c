@@ -131,6 +131,10 @@ static llmem_status tr_unmap(llmem_resource *r, void *ptr, size_t size, size_t c
         t->count++;
         t->st.live_mappings = t->count;
         t->st.live_bytes += size;
+        /* A map may have come in while it was out: back in, the figures
+         * can pass the peaks they never reached with it gone. */
+        if (t->st.live_bytes > t->st.peak_bytes) t->st.peak_bytes = t->st.live_bytes;
+        if (t->count > t->st.peak_mappings) t->st.peak_mappings = t->count;
     }
     pthread_mutex_unlock(&t->lock);
     return st;

@@ -183,6 +183,15 @@ static bool lock_step(llmem_sched *s)
     return !mine;
 }
 
+llmem_status llmem_sched_while_still(llmem_sched *s, void (*fn)(void *arg), void *arg)
+{
+    if (!s || !fn) return llmem__fail(LLMEM_EINVAL, "sched while_still: null argument");
+    bool locked = lock_step(s);
+    fn(arg);
+    if (locked) pthread_mutex_unlock(&s->step_mu);
+    return LLMEM_OK;
+}
+
 static void cancel_locked(llmem_sched *s, sreq *r)
 {
     bool any = false;

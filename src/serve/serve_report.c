@@ -43,6 +43,18 @@ static uint64_t rss_bytes(void)
     return n == 2 ? res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
+typedef struct engine_read {
+    llmem_engine *engine;
+    llmem_engine_stats es;
+    bool ok;
+} engine_read;
+
+static void read_engine(void *arg)
+{
+    engine_read *r = arg;
+    r->ok = !llmem_engine_get_stats(r->engine, &r->es);
+}
+
 void llmem__srv_sample(llmem_server *s, bool force)
 {
     uint64_t now = llmem__now_ns();
@@ -75,10 +87,16 @@ void llmem__srv_sample(llmem_server *s, bool force)
         x.generated = ss.generation_tokens_total;
         x.kv_usage = ss.kv_usage;
     }
-    llmem_engine_stats es;
-    memset(&es, 0, sizeof es);
-    es.struct_size = sizeof es;
-    bool have_es = s->engine && !llmem_engine_get_stats(s->engine, &es);
+    engine_read er;
+    memset(&er, 0, sizeof er);
+    er.engine = s->engine;
+    er.es.struct_size = sizeof er.es;
+    /* Between steps: the engine's stats walk its sequences, and an HTTP
+     * thread's cancellation (a client gone mid-stream) frees one. */
+    if (s->engine && s->sched) llmem_sched_while_still(s->sched, read_engine, &er);
+    else if (s->engine) read_engine(&er);
+    bool have_es = er.ok;
+    llmem_engine_stats es = er.es;
     llmem_kv_stats ks;
     memset(&ks, 0, sizeof ks);
     ks.struct_size = sizeof ks;
