@@ -142,6 +142,18 @@ EOF
     say "root: debootstrap --variant=minbase bookworm $mirror"
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# The network's own trust, not a package: where this machine reaches the
+# npm registry through a TLS-inspecting proxy, its npm trusts that proxy's
+# CA through a cafile (npm config get cafile). The root gets a copy, given
+# to Node.js as extra CAs, so npm there meets the same network as here (a
+# user's machine on an open network needs none). Without it the oracle and
+# OpenAI-client tests skip in the root, visibly, as "registry absent".
+node_ca=""
+host_cafile=$(npm config get cafile 2>/dev/null || true)
+if [ -n "$host_cafile" ] && [ "$host_cafile" != null ] && [ -f "$host_cafile" ]; then
+    cp "$host_cafile" "$root/etc/host-npm-ca.crt"
+    node_ca="NODE_EXTRA_CA_CERTS=/etc/host-npm-ca.crt"
+fi
 
 mount -t proc proc "$root/proc"
 mount -t sysfs sys "$root/sys"
@@ -150,7 +162,7 @@ mount --bind /dev/pts "$root/dev/pts"
 mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
 
 in_root() {
-    chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+    chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 $node_ca \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/sh -c "$1"
 }
 
