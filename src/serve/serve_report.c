@@ -87,16 +87,10 @@ void llmem__srv_sample(llmem_server *s, bool force)
         x.generated = ss.generation_tokens_total;
         x.kv_usage = ss.kv_usage;
     }
-    engine_read er;
-    memset(&er, 0, sizeof er);
-    er.engine = s->engine;
-    er.es.struct_size = sizeof er.es;
     /* Between steps: the engine's stats walk its sequences, and an HTTP
      * thread's cancellation (a client gone mid-stream) frees one. */
+    engine_read er = {.engine = s->engine, .es = {.struct_size = sizeof(llmem_engine_stats)}};
     if (s->engine && s->sched) llmem_sched_while_still(s->sched, read_engine, &er);
-    else if (s->engine) read_engine(&er);
-    bool have_es = er.ok;
-    llmem_engine_stats es = er.es;
     llmem_kv_stats ks;
     memset(&ks, 0, sizeof ks);
     ks.struct_size = sizeof ks;
@@ -106,7 +100,7 @@ void llmem__srv_sample(llmem_server *s, bool force)
     x.rss = rss_bytes();
     pthread_mutex_lock(&s->snap_mu);
     s->samples[s->nsamples++ % SRV_SAMPLES] = x;
-    if (have_es) s->es = es;
+    if (er.ok) s->es = er.es;
     if (have_ks) {
         s->ks = ks;
         s->have_ks = true;
