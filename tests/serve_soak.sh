@@ -39,7 +39,8 @@ done
 port=$(cat "$work/port")
 url="http://127.0.0.1:$port/v1/completions"
 metric() { curl -s "http://127.0.0.1:$port/metrics" | sed -n "s/^$1{[^}]*} //p;s/^$1 //p" | head -1; }
-body() { printf '{"prompt":"soak prompt %s","max_tokens":%s,"temperature":0,"stream":true}' "$1" $((20 + 8 * $1)); }
+# body K [MAX_TOKENS]: prompt K's request (20 + 8K tokens unless told).
+body() { printf '{"prompt":"soak prompt %s","max_tokens":%s,"temperature":0,"stream":true}' "$1" "${2:-$((20 + 8 * $1))}"; }
 text() { grep '^data: {' "$1" | sed -n 's/.*"text":"\([^"]*\)".*/\1/p' | tr -d '\n'; }
 # A client killed mid-stream: once its first token is in, long before its
 # last (it asks for 200 tokens, about 4x the others, and the 16 KiB of KV
@@ -47,8 +48,7 @@ text() { grep '^data: {' "$1" | sed -n 's/.*"text":"\([^"]*\)".*/\1/p' | tr -d '
 # runs, on a fast idle machine as on a loaded one (a kill on a timer found
 # the requests already finished when the machine was quiet).
 kill_mid_stream() {
-    curl -s -N --data-binary "$(printf '{"prompt":"soak prompt %s","max_tokens":200,"temperature":0,"stream":true}' "$1")" \
-        "$url" >"$work/kill$1" 2>/dev/null &
+    curl -s -N --data-binary "$(body "$1" 200)" "$url" >"$work/kill$1" 2>/dev/null &
     c=$!
     n=0
     while ! grep -q '^data: {' "$work/kill$1" 2>/dev/null && kill -0 $c 2>/dev/null && [ $n -lt 1000 ]; do
