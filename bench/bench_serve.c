@@ -265,7 +265,17 @@ typedef struct config {
     bool system_prompt;
 } config;
 
-static int run_config(const config *c, const llmem_server_options *base, job *jobs, size_t n, double seconds)
+/* The configuration's own step model (llmem_server_step_model), printed
+ * after the table: the clock for llmem replay on the same trace. */
+typedef struct fitted {
+    bool ok;
+    llmem_step_model m;
+    llmem_server_step_fit f;
+    char why[200];
+} fitted;
+
+static int run_config(const config *c, const llmem_server_options *base, job *jobs, size_t n, double seconds,
+                      fitted *fit)
 {
     llmem_server_options o = *base;
     o.kv_strategy = c->kv;
@@ -308,6 +318,9 @@ static int run_config(const config *c, const llmem_server_options *base, job *jo
         preempt = metric(mbuf, "vllm:num_preemptions_total");
     }
     free(mbuf);
+    fit->f.struct_size = sizeof fit->f;
+    fit->ok = !llmem_server_step_model(s, &fit->m, &fit->f);
+    if (!fit->ok) snprintf(fit->why, sizeof fit->why, "%s", llmem_last_error());
     uint64_t hwm = hwm_bytes();
     llmem_server_shutdown_report rep;
     llmem_server_shutdown(s, 1000, &rep);
@@ -517,9 +530,26 @@ int llmem_bench_serve(int argc, char **argv)
         {"paged+sys, cache on", LLMEM_KV_PAGED, true, true},
         {"paged+sys, cache off", LLMEM_KV_PAGED, false, true},
     };
+    fitted fits[sizeof configs / sizeof configs[0]];
+    memset(fits, 0, sizeof fits);
+    bool ran[sizeof configs / sizeof configs[0]] = {false};
     for (size_t c = 0; !write_failed && c < sizeof configs / sizeof configs[0]; c++) {
         if (only && (strcmp(only, "prefix") ? strcmp(only, configs[c].name) != 0 : !configs[c].system_prompt)) continue;
-        rc |= run_config(&configs[c], &o, configs[c].system_prompt ? withsys : plain, n, seconds);
+        rc |= run_config(&configs[c], &o, configs[c].system_prompt ? withsys : plain, n, seconds, &fits[c]);
+        ran[c] = true;
+    }
+    printf("\nstep model fitted on each configuration's own steps (llmem_server_step_model; the clock for\n"
+           "llmem replay on this trace):\n");
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        if (!ran[c]) continue;
+        if (!fits[c].ok) {
+            printf("  %-22s no fit: %s\n", configs[c].name, fits[c].why);
+            continue;
+        }
+        const llmem_step_model *sm = &fits[c].m;
+        printf("  %-22s %5llu steps, %7.2f s, mean step error %5.1f%%  --step-model linear:%.6g,%.6g,%.6g,%.6g\n",
+               configs[c].name, (unsigned long long)fits[c].f.steps, fits[c].f.seconds, 100 * fits[c].f.rel_error,
+               sm->c0, sm->c_prefill_token, sm->c_decode_seq, sm->c_attn_pair);
     }
     for (size_t i = 0; i < n; i++) {
         free(plain[i].prompt);

@@ -210,6 +210,16 @@ for m in 'vllm:num_requests_running\{model_name="m"\} 0' 'vllm:num_requests_wait
     'llmem_tracking_live_mappings'; do
     grep -Eq -- "$m" "$work/metrics" || fail "metrics lack /$m/"
 done
+# The server's own step model, fitted on the steps it ran: at least the 4
+# points a fit needs, costs finite and not negative, a step costing
+# something, and an error that is a fraction.
+awk '/^llmem_step_model_/ { v[$1] = $2 }
+     END { n = v["llmem_step_model_fit_steps{model_name=\"m\"}"]
+           c0 = v["llmem_step_model_c0_seconds{model_name=\"m\"}"]; cp = v["llmem_step_model_prefill_token_seconds{model_name=\"m\"}"]
+           cd = v["llmem_step_model_decode_seq_seconds{model_name=\"m\"}"]; e = v["llmem_step_model_fit_error{model_name=\"m\"}"]
+           if (n < 4 || c0 == "" || cp == "" || cd == "" || c0 < 0 || cp < 0 || cd < 0 || c0 + cp + cd <= 0 || e < 0 || e > 10)
+               { print "step model: steps " n " c0 " c0 " prefill " cp " decode " cd " error " e; exit 1 } }' \
+    "$work/metrics" || fail "no usable step model in /metrics"
 # The dashboard and its data.
 req GET /
 expect_code 200 "dashboard"

@@ -46,6 +46,7 @@
 #include "llmem/kv.h"
 #include "llmem/stats.h"
 #include "llmem/status.h"
+#include "llmem/step_model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -141,6 +142,25 @@ typedef struct llmem_server_stats {
 
 LLMEM_API llmem_status llmem_server_get_stats(llmem_server *s, llmem_server_stats *out);
 LLMEM_API const llmem_stats_schema *llmem_server_stats_schema(void);
+
+/* The server's own step cost: a LINEAR step model (llmem/step_model.h)
+ * least-squares fitted (absolute error, so it keeps their total time) to
+ * the steps its scheduler ran, the newest 4096 of them. This is the clock
+ * to give `llmem replay` (--step-model) to predict this server on this
+ * machine under its present load, and what GET /metrics exports as
+ * llmem_step_model_*. */
+typedef struct llmem_server_step_fit {
+    size_t struct_size;
+    uint64_t steps;                    /* steps fitted */
+    uint64_t steps_total;              /* steps the server ran (with at least one sequence) */
+    double seconds;                    /* their measured total */
+    double rel_error;                  /* mean |fit - measured| / measured over them */
+} llmem_server_step_fit;
+
+/* LLMEM_ESTATE while fewer than 4 steps have run, or when they cannot tell
+ * the terms apart (a singular system: say, every step the same shape). *fit
+ * is optional. Safe from any thread. */
+LLMEM_API llmem_status llmem_server_step_model(llmem_server *s, llmem_step_model *out, llmem_server_step_fit *fit);
 
 #ifdef __cplusplus
 }

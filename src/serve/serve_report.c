@@ -15,6 +15,13 @@
  * and fault-injecting resources. The engine's stats are read by the step thread only (its
  * snapshot, under snap_mu); the others are safe from any thread.
  *
+ * The step model: every step the scheduler runs is recorded (its shape
+ * and measured time, a ring of SRV_STEPS); llmem_server_step_model fits
+ * the LINEAR step model to them on demand, and /metrics exports the fit as
+ * llmem_step_model_* gauges: the server's cost per step, per prefill
+ * token, per decoding sequence and per attention pair on this machine,
+ * now (a loaded machine shows as a larger fixed cost).
+ *
  * Samples: after every step (and at creation) the step thread records one
  * sample at most every 50 ms into a ring of SRV_SAMPLES: the pool's
  * reserved, committed and used bytes, KV utilisation, the stage, requests
@@ -157,6 +164,63 @@ static const llmem_stat_field process_fields[] = {
 };
 static const llmem_stats_schema process_schema = {"process", sizeof(process_stats), 1, process_fields, NULL};
 
+typedef struct step_model_stats {
+    size_t struct_size;
+    double c0_seconds, prefill_token_seconds, decode_seq_seconds, attn_pair_seconds, fit_error;
+    uint64_t fit_steps;
+} step_model_stats;
+#define F(kind, type, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_##type, offsetof(step_model_stats, name)}
+static const llmem_stat_field step_model_fields[] = {
+    F(GAUGE, DOUBLE, c0_seconds, "Fitted fixed cost of a scheduler step (the server's latest 4096 steps)."),
+    F(GAUGE, DOUBLE, prefill_token_seconds, "Fitted cost of a step per prefilled token."),
+    F(GAUGE, DOUBLE, decode_seq_seconds, "Fitted cost of a step per decoding sequence."),
+    F(GAUGE, DOUBLE, attn_pair_seconds, "Fitted cost of a step per attention query-key pair."),
+    F(GAUGE, DOUBLE, fit_error, "Mean relative error of the fitted step model over its steps."),
+    F(GAUGE, U64, fit_steps, "Steps the step model was fitted on."),
+};
+#undef F
+static const llmem_stats_schema step_model_schema = {"step_model", sizeof(step_model_stats),
+                                                     LLMEM_ARRAY_LEN(step_model_fields), step_model_fields};
+
+llmem_status llmem_server_step_model(llmem_server *s, llmem_step_model *out, llmem_server_step_fit *fit)
+{
+    if (!s || !out) return llmem__fail(LLMEM_EINVAL, "serve: step model: null argument");
+    if (!s->steps) return llmem__fail(LLMEM_ESTATE, "serve: step model: the server was not built");
+    /* Copied out under the lock (at most 230 KiB), fitted outside it: the
+     * step thread records under the same lock after every step. */
+    llmem_step_shape *sh = malloc(SRV_STEPS * sizeof *sh);
+    double *sec = malloc(SRV_STEPS * sizeof *sec);
+    if (!sh || !sec) {
+        free(sh);
+        free(sec);
+        return llmem__fail(LLMEM_ENOMEM, "serve: step model: out of memory");
+    }
+    pthread_mutex_lock(&s->snap_mu);
+    uint64_t total = s->nsteps;
+    size_t n = total < SRV_STEPS ? (size_t)total : SRV_STEPS;
+    for (size_t i = 0; i < n; i++) {
+        sh[i] = s->steps[i].shape;
+        sec[i] = s->steps[i].seconds;
+    }
+    pthread_mutex_unlock(&s->snap_mu);
+    double measured = 0, err = 0;
+    for (size_t i = 0; i < n; i++) measured += sec[i];
+    llmem_status st = n < 4 ? llmem__fail(LLMEM_ESTATE, "serve: step model: %zu steps ran, at least 4 needed", n)
+                            : llmem_step_model_fit(sh, sec, n, false, out, &err);
+    if (st == LLMEM_EINVAL)
+        st = llmem__fail(LLMEM_ESTATE, "serve: step model: its %zu steps cannot tell the terms apart (%s)", n,
+                         llmem_last_error());
+    free(sh);
+    free(sec);
+    if (!st && fit) {
+        llmem_server_step_fit f = {sizeof f, n, total, measured, err};
+        size_t fs = llmem_stats_fill_size(fit->struct_size, sizeof f);
+        f.struct_size = fs;
+        memcpy(fit, &f, fs);
+    }
+    return st;
+}
+
 static void add_vllm(llmem_exporter *ex, llmem_sched *sched, const llmem_sched_stats *ss, const char *model)
 {
     llmem_label lab = {"model_name", model};
@@ -249,6 +313,13 @@ void llmem__srv_metrics(llmem_server *s, llmem__sbuf *b)
     memset(&fs, 0, sizeof fs);
     fs.struct_size = sizeof fs;
     if (!llmem_fault_resource_get_stats(s->fault, &fs)) llmem_exporter_add(ex, llmem_fault_stats_schema(), &fs, &lab, 1);
+    llmem_step_model sm;
+    llmem_server_step_fit sf = {sizeof sf};
+    if (!llmem_server_step_model(s, &sm, &sf)) {
+        step_model_stats x = {sizeof x, sm.c0, sm.c_prefill_token, sm.c_decode_seq, sm.c_attn_pair, sf.rel_error,
+                              sf.steps};
+        llmem_exporter_add(ex, &step_model_schema, &x, &lab, 1);
+    }
     process_stats pr = {sizeof pr, rss_bytes()};
     llmem_exporter_add(ex, &process_schema, &pr, NULL, 0);
     size_t len = 0;

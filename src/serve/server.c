@@ -262,6 +262,17 @@ static bool on_event(void *ctx, const llmem_sched_event *ev)
 
 /* ---- the step loop -------------------------------------------------------- */
 
+/* What the step ran and how long it took, for llmem_server_step_model. */
+static void record_step(llmem_server *s, const llmem_sched_step_report *rep)
+{
+    srv_step x = {{rep->sequences, rep->prefill_tokens, rep->decode_tokens, rep->attn_pairs, rep->decode_kv_tokens,
+                   0},
+                  rep->seconds};
+    pthread_mutex_lock(&s->snap_mu);
+    s->steps[s->nsteps++ % SRV_STEPS] = x;
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
 static void *step_loop(void *arg)
 {
     llmem_server *s = arg;
@@ -276,6 +287,7 @@ static void *step_loop(void *arg)
             pthread_mutex_unlock(&s->mu);
             llmem__log(LLMEM_LOG_WARN, "serve: a step failed: %s", llmem_last_error());
         }
+        if (!st && rep.sequences) record_step(s, &rep);
         llmem__srv_sample(s, false);
     }
     return NULL;
@@ -513,13 +525,15 @@ static llmem_status build(llmem_server *s)
 
     s->samples = calloc(SRV_SAMPLES, sizeof *s->samples);
     s->lat = calloc(SRV_LATENCIES, sizeof *s->lat);
-    if (!s->samples || !s->lat) return llmem__fail(LLMEM_ENOMEM, "serve: out of memory");
-    /* Written through now, so the rings (about 420 KiB) are resident from
+    s->steps = calloc(SRV_STEPS, sizeof *s->steps);
+    if (!s->samples || !s->lat || !s->steps) return llmem__fail(LLMEM_ENOMEM, "serve: out of memory");
+    /* Written through now, so the rings (about 650 KiB) are resident from
      * the start: filling them as the server runs would read as slow
      * growth of its resident memory for the first minutes (the soak's
      * drift check). */
     for (size_t i = 0; i < SRV_SAMPLES; i++) s->samples[i].t = -1;
     for (size_t i = 0; i < SRV_LATENCIES; i++) s->lat[i].ttft = -1;
+    for (size_t i = 0; i < SRV_STEPS; i++) s->steps[i].seconds = -1;
     return LLMEM_OK;
 }
 
@@ -687,6 +701,7 @@ void llmem_server_destroy(llmem_server *s)
     llmem_resource_destroy(s->os);
     free(s->samples);
     free(s->lat);
+    free(s->steps);
     free(s->model_path);
     free(s->tokenizer_path);
     free(s->model_name);

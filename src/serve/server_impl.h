@@ -38,6 +38,13 @@ typedef struct srv_sample {
 
 #define SRV_SAMPLES 4096u     /* ring: at 20 Hz about 3.4 minutes */
 #define SRV_LATENCIES 2048u   /* ring of the latest requests' latencies */
+#define SRV_STEPS 4096u       /* ring of the latest steps: what the step model is fitted on */
+
+/* One step the scheduler ran: its shape and its measured time. */
+typedef struct srv_step {
+    llmem_step_shape shape;
+    double seconds;
+} srv_step;
 
 typedef struct srv_latency {
     double ttft, tpot, e2e, queue; /* seconds; tpot < 0 when one token */
@@ -87,6 +94,8 @@ struct llmem_server {
     llmem_engine_stats es;    /* taken by the step thread */
     llmem_kv_stats ks;
     bool have_ks;
+    srv_step *steps;          /* ring of SRV_STEPS, the step thread's records (under snap_mu) */
+    uint64_t nsteps;          /* recorded in all */
 
     pthread_mutex_t lat_mu;
     srv_latency *lat;         /* ring of SRV_LATENCIES */
