@@ -198,6 +198,10 @@ wait "$c2"
 [ "$(tail -c 14 "$work/run2.out")" = "data: [DONE]
 " ] || tail -2 "$work/run2.out" | grep -q '^data: \[DONE\]' || fail "the waiting request did not finish"
 
+# The killed client's request ends when the server sees its socket close
+# (polled every 50 ms, then a step): under a loaded sanitizer build that
+# can come after c2 finished, so wait for it before reading the gauges.
+wait_metric vllm:num_requests_running 0
 # Metrics: vLLM names and llmem's components.
 curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics"
 for m in 'vllm:num_requests_running\{model_name="m"\} 0' 'vllm:num_requests_waiting' 'vllm:kv_cache_usage_perc' \
