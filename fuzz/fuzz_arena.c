@@ -29,8 +29,6 @@
 #include "llmem/llmem.h"
 #include "shadow.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 enum { MAXLIVE = 512, MAXMARKS = 16, MAXSTEPS = 2000, SWEEP = 256, BUFBYTES = 256 << 10 };
 
 typedef struct blk {
@@ -48,7 +46,7 @@ typedef struct mark {
 
 typedef struct model {
     llmem_arena *arena, *other;
-    llmem_resource *track, *limit, *base;
+    fz_stack rs;
     fz_mem mem;
     bool host, fixed, buffered;
     size_t align, cap_bytes, max_bytes, limit_bytes;
@@ -79,7 +77,7 @@ static void stats_check(const model *m)
     FZ_CHECK(s.used_bytes <= s.reserved_bytes);
     if (m->max_bytes) FZ_CHECK(s.reserved_bytes <= m->max_bytes);
     llmem_tracking_stats ts = {sizeof ts};
-    FZ_CHECK(llmem_tracking_resource_get_stats(m->track, &ts) == LLMEM_OK);
+    FZ_CHECK(llmem_tracking_resource_get_stats(m->rs.track, &ts) == LLMEM_OK);
     FZ_CHECK(ts.refused_total == 0);
     if (!m->buffered) FZ_CHECK(ts.live_mappings == s.chunks);
     if (!m->buffered && !m->fixed) FZ_CHECK(ts.live_bytes == s.reserved_bytes);
@@ -118,7 +116,7 @@ static void op_alloc(model *m, fz_in *in)
         m->failures++;
         if (m->fixed) FZ_CHECK(st == LLMEM_ECAPACITY && fits != 1);
         else if (st == LLMEM_ECAPACITY) FZ_CHECK(m->max_bytes);
-        else FZ_CHECK(st == LLMEM_ENOMEM && (m->limit || !m->host));
+        else FZ_CHECK(st == LLMEM_ENOMEM && (m->rs.limit || !m->host));
         return;
     }
     FZ_CHECK(st == LLMEM_OK && fits != 0 && !must_fail);
@@ -258,14 +256,9 @@ static bool setup(model *m, fz_in *in)
 {
     unsigned f = fz_u8(in), a = fz_u8(in), c = fz_u8(in);
     m->host = !(f & 1);
-    if (m->host) m->base = llmem_resource_default();
-    else {
-        llmem_sim_options so = llmem_sim_options_default();
-        so.capacity = (size_t)(4 + c % 32) << 20;
-        FZ_CHECK(llmem_sim_resource_create(&so, &m->base) == LLMEM_OK);
-    }
-    FZ_CHECK(llmem_tracking_resource_create(m->base, &m->track) == LLMEM_OK);
-    llmem_resource *top = m->track;
+    llmem_sim_options so = llmem_sim_options_default();
+    so.capacity = (size_t)(4 + c % 32) << 20;
+    llmem_resource *top = fz_stack_open(&m->rs, m->host ? NULL : &so);
     llmem_arena_options o = llmem_arena_options_default();
     o.name = "fuzz";
     switch (f / 2 % 4) {
@@ -273,12 +266,7 @@ static bool setup(model *m, fz_in *in)
     case 1: /* growable */
         o.chunk_bytes = (size_t)(1 + c % 16) << (12 + f / 8 % 6);
         if (f & 64) m->max_bytes = o.max_bytes = (size_t)(1 + c / 16) << 20;
-        if (f & 128) {
-            llmem_limit_options lo = llmem_limit_options_default();
-            m->limit_bytes = lo.limit_bytes = (size_t)(1 + c % 8) << 20;
-            FZ_CHECK(llmem_limit_resource_create(m->track, &lo, &m->limit) == LLMEM_OK);
-            top = m->limit;
-        }
+        if (f & 128) top = fz_stack_limit(&m->rs, m->limit_bytes = (size_t)(1 + c % 8) << 20);
         break;
     case 2: /* fixed capacity */
         m->fixed = true;
@@ -310,48 +298,38 @@ static void teardown(model *m)
 {
     llmem_arena_destroy(m->arena);
     llmem_arena_destroy(m->other);
-    llmem_tracking_stats ts = {sizeof ts};
-    FZ_CHECK(llmem_tracking_resource_get_stats(m->track, &ts) == LLMEM_OK);
-    FZ_CHECK(ts.live_mappings == 0 && ts.live_bytes == 0 && ts.refused_total == 0);
-    llmem_resource_destroy(m->limit);
-    llmem_resource_destroy(m->track);
-    if (!m->host) llmem_resource_destroy(m->base);
+    fz_stack_close(&m->rs);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* One op of the program, then the model's checks. */
+static void step(model *m, fz_in *in, int i)
 {
-    static int quiet;
-    if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
-    static model m;
-    memset(&m, 0, sizeof m);
-    fz_in in = {data, size};
-    if (!setup(&m, &in)) {
-        teardown(&m);
-        return 0;
+    unsigned op = fz_u8(in) % 10;
+    if (fz_trace()) fprintf(stderr, "step %d op %u live %zu marks %zu\n", i, op, m->nlive, m->nmarks);
+    switch (op) {
+    case 0:
+    case 1:
+    case 2:
+    case 3: op_alloc(m, in); break;
+    case 4: op_save(m); break;
+    case 5: op_rollback(m, in); break;
+    case 6: op_reset(m); break;
+    case 7: op_trim(m); break;
+    case 8: op_absurd(m, in); break;
+    default: /* every 8th such op on a device: a copy per block end */
+        if (m->host || i % 8 == 0) sweep(m);
+        break;
     }
-    for (int step = 0; in.n && step < MAXSTEPS; step++) {
-        unsigned op = fz_u8(&in) % 10;
-        if (fz_trace()) fprintf(stderr, "step %d op %u live %zu marks %zu\n", step, op, m.nlive, m.nmarks);
-        switch (op) {
-        case 0:
-        case 1:
-        case 2:
-        case 3: op_alloc(&m, &in); break;
-        case 4: op_save(&m); break;
-        case 5: op_rollback(&m, &in); break;
-        case 6: op_reset(&m); break;
-        case 7: op_trim(&m); break;
-        case 8: op_absurd(&m, &in); break;
-        default: /* every 8th such op on a device: a copy per block end */
-            if (m.host || step % 8 == 0) sweep(&m);
-            break;
-        }
-        stats_check(&m);
-        if (step % SWEEP == SWEEP - 1) sweep(&m);
-    }
-    op_reset(&m);
-    op_trim(&m);
-    stats_check(&m);
-    teardown(&m);
-    return 0;
+    stats_check(m);
+    if (i % SWEEP == SWEEP - 1) sweep(m);
 }
+
+/* Everything back, and the end-state checks. */
+static void finish(model *m)
+{
+    op_reset(m);
+    op_trim(m);
+    stats_check(m);
+}
+
+FZ_PROGRAM(model, setup, step, finish, teardown, MAXSTEPS)

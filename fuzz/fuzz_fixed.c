@@ -29,8 +29,6 @@
 #include "llmem/llmem.h"
 #include "shadow.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 enum { MAXLIVE = 256, MAXSTEPS = 2000, SWEEP = 256 };
 
 typedef struct blk {
@@ -40,7 +38,7 @@ typedef struct blk {
 
 typedef struct model {
     llmem_fixed *pool;
-    llmem_resource *track, *limit, *base;
+    fz_stack rs;
     fz_mem mem;
     bool host, checked, constrained;
     size_t stride, align, max_blocks;
@@ -67,7 +65,7 @@ static void stats_check(const model *m)
     if (m->max_blocks) FZ_CHECK(s.blocks_capacity <= m->max_blocks);
     FZ_CHECK(s.reserved_bytes >= s.blocks_capacity * s.stride);
     llmem_tracking_stats ts = {sizeof ts};
-    FZ_CHECK(llmem_tracking_resource_get_stats(m->track, &ts) == LLMEM_OK);
+    FZ_CHECK(llmem_tracking_resource_get_stats(m->rs.track, &ts) == LLMEM_OK);
     FZ_CHECK(ts.live_mappings == s.chunks && ts.live_bytes == s.reserved_bytes && ts.refused_total == 0);
 }
 
@@ -166,21 +164,11 @@ static bool setup(model *m, fz_in *in)
 {
     unsigned f = fz_u8(in), a = fz_u8(in), c = fz_u8(in), k = fz_u8(in);
     m->host = !(f & 4);
-    if (m->host) m->base = llmem_resource_default();
-    else {
-        llmem_sim_options so = llmem_sim_options_default();
-        so.capacity = (size_t)(2 + c % 16) << 20;
-        FZ_CHECK(llmem_sim_resource_create(&so, &m->base) == LLMEM_OK);
-    }
-    FZ_CHECK(llmem_tracking_resource_create(m->base, &m->track) == LLMEM_OK);
-    llmem_resource *top = m->track;
-    if (f & 32) {
-        llmem_limit_options lo = llmem_limit_options_default();
-        lo.limit_bytes = (size_t)(1 + c % 8) << 18;
-        FZ_CHECK(llmem_limit_resource_create(m->track, &lo, &m->limit) == LLMEM_OK);
-        top = m->limit;
-    }
-    m->constrained = m->limit || !m->host;
+    llmem_sim_options so = llmem_sim_options_default();
+    so.capacity = (size_t)(2 + c % 16) << 20;
+    llmem_resource *top = fz_stack_open(&m->rs, m->host ? NULL : &so);
+    if (f & 32) top = fz_stack_limit(&m->rs, (size_t)(1 + c % 8) << 18);
+    m->constrained = m->rs.limit || !m->host;
     llmem_fixed_options o = llmem_fixed_options_default();
     o.name = "fuzz";
     o.resource = top;
@@ -216,50 +204,40 @@ static bool setup(model *m, fz_in *in)
 static void teardown(model *m)
 {
     llmem_fixed_destroy(m->pool);
-    llmem_tracking_stats ts = {sizeof ts};
-    FZ_CHECK(llmem_tracking_resource_get_stats(m->track, &ts) == LLMEM_OK);
-    FZ_CHECK(ts.live_mappings == 0 && ts.live_bytes == 0 && ts.refused_total == 0);
-    llmem_resource_destroy(m->limit);
-    llmem_resource_destroy(m->track);
-    if (!m->host) llmem_resource_destroy(m->base);
+    fz_stack_close(&m->rs);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* One op of the program, then the model's checks. */
+static void step(model *m, fz_in *in, int i)
 {
-    static int quiet;
-    if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
-    static model m;
-    memset(&m, 0, sizeof m);
-    fz_in in = {data, size};
-    if (!setup(&m, &in)) {
-        teardown(&m);
-        return 0;
+    unsigned op = fz_u8(in) % 8;
+    if (fz_trace()) fprintf(stderr, "step %d op %u live %zu\n", i, op, m->nlive);
+    switch (op) {
+    case 0:
+    case 1:
+    case 2: op_alloc(m); break;
+    case 3:
+    case 4: op_free(m, in); break;
+    case 5: op_bad_free(m, in); break;
+    case 6: llmem_fixed_flush_thread_cache(m->pool); break;
+    default: /* every 8th such op: a sweep over device memory is a copy per block end */
+        if (m->host || i % 8 == 0) sweep(m);
+        break;
     }
-    for (int step = 0; in.n && step < MAXSTEPS; step++) {
-        unsigned op = fz_u8(&in) % 8;
-        if (fz_trace()) fprintf(stderr, "step %d op %u live %zu\n", step, op, m.nlive);
-        switch (op) {
-        case 0:
-        case 1:
-        case 2: op_alloc(&m); break;
-        case 3:
-        case 4: op_free(&m, &in); break;
-        case 5: op_bad_free(&m, &in); break;
-        case 6: llmem_fixed_flush_thread_cache(m.pool); break;
-        default: /* every 8th such op: a sweep over device memory is a copy per block end */
-            if (m.host || step % 8 == 0) sweep(&m);
-            break;
-        }
-        stats_check(&m);
-        if (step % SWEEP == SWEEP - 1) sweep(&m);
-    }
-    sweep(&m);
-    while (m.nlive) {
-        FZ_CHECK(llmem_fixed_free(m.pool, m.live[--m.nlive].p) == LLMEM_OK);
-        m.frees++;
-    }
-    llmem_fixed_flush_thread_cache(m.pool);
-    stats_check(&m);
-    teardown(&m);
-    return 0;
+    stats_check(m);
+    if (i % SWEEP == SWEEP - 1) sweep(m);
 }
+
+/* Everything back, and the end-state checks. */
+static void finish(model *m)
+{
+    sweep(m);
+    while (m->nlive) {
+        FZ_CHECK(llmem_fixed_free(m->pool, m->live[--m->nlive].p) == LLMEM_OK);
+        m->frees++;
+    }
+    llmem_fixed_flush_thread_cache(m->pool);
+    stats_check(m);
+}
+
+FZ_PROGRAM(model, setup, step, finish, teardown, MAXSTEPS)

@@ -29,7 +29,7 @@
 
 #include "llmem/llmem.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "support.h"
 
 enum { MAXSEQ = 12, MAXLEN = 192, LAYERS = 2, BT = 4 };
 
@@ -48,25 +48,11 @@ static uint32_t chain(uint32_t prev, uint32_t tok)
     return (uint32_t)(x * 0xbf58476d1ce4e5b9ull >> 32) | 1u; /* never 0: a zeroed slot is wrong */
 }
 
-typedef struct input {
-    const uint8_t *p;
-    size_t n;
-} input;
-
-static unsigned byte(input *in)
-{
-    if (!in->n) return 0;
-    in->n--;
-    return *in->p++;
-}
-
-static void fail(void) { abort(); }
-
 static void write_slot(llmem_kv *kv, const shadow *s, size_t pos)
 {
     for (uint32_t l = 0; l < LAYERS; l++) {
         void *k, *v;
-        if (llmem_kv_seq_token(kv, s->h, l, pos, &k, &v)) fail();
+        FZ_CHECK(!llmem_kv_seq_token(kv, s->h, l, pos, &k, &v));
         uint32_t a = s->val[pos] + l, b = ~s->val[pos] - l;
         memcpy(k, &a, sizeof a);
         memcpy(v, &b, sizeof b);
@@ -75,35 +61,35 @@ static void write_slot(llmem_kv *kv, const shadow *s, size_t pos)
 
 static void verify(llmem_kv *kv, shadow *seqs)
 {
-    if (llmem_kv_check(kv)) fail();
+    FZ_CHECK(!llmem_kv_check(kv));
     void *kt[MAXLEN / BT + 2], *vt[MAXLEN / BT + 2];
     for (int i = 0; i < MAXSEQ; i++) {
         const shadow *s = &seqs[i];
         if (!s->live) continue;
         llmem_kv_seq_info info;
-        if (llmem_kv_seq_get_info(kv, s->h, &info)) fail();
-        if (info.length != s->length || info.first != s->first || info.window != s->window) fail();
-        if (info.swapped != s->swapped) fail();
+        FZ_CHECK(!llmem_kv_seq_get_info(kv, s->h, &info));
+        FZ_CHECK(!(info.length != s->length || info.first != s->first || info.window != s->window));
+        FZ_CHECK(info.swapped == s->swapped);
         if (s->swapped) {
             void *k;
-            if (info.blocks || llmem_kv_seq_token(kv, s->h, 0, s->first, &k, NULL) != LLMEM_ESTATE) fail();
+            FZ_CHECK(!(info.blocks || llmem_kv_seq_token(kv, s->h, 0, s->first, &k, NULL) != LLMEM_ESTATE));
             continue;
         }
         for (uint32_t l = 0; l < LAYERS; l++) {
             size_t nb = 0;
-            if (llmem_kv_seq_table(kv, s->h, l, kt, vt, MAXLEN / BT + 2, &nb)) fail();
+            FZ_CHECK(!llmem_kv_seq_table(kv, s->h, l, kt, vt, MAXLEN / BT + 2, &nb));
             for (size_t pos = s->first; pos < s->length; pos++) {
                 void *k, *v;
-                if (llmem_kv_seq_token(kv, s->h, l, pos, &k, &v)) fail();
+                FZ_CHECK(!llmem_kv_seq_token(kv, s->h, l, pos, &k, &v));
                 uint32_t a, b;
                 memcpy(&a, k, sizeof a);
                 memcpy(&b, v, sizeof b);
-                if (a != s->val[pos] + l || b != ~s->val[pos] - l) fail();
+                FZ_CHECK(!(a != s->val[pos] + l || b != ~s->val[pos] - l));
                 /* The table agrees: block j covers positions from the first held block on. */
                 size_t j = pos / BT - s->first / BT;
-                if (j >= nb) fail();
+                FZ_CHECK(!(j >= nb));
                 size_t off = (pos % BT) * (size_t)llmem_kv_token_layer_bytes(kv);
-                if ((char *)kt[j] + off != (char *)k || (char *)vt[j] + off != (char *)v) fail();
+                FZ_CHECK(!((char *)kt[j] + off != (char *)k || (char *)vt[j] + off != (char *)v));
             }
         }
     }
@@ -115,24 +101,24 @@ static void verify(llmem_kv *kv, shadow *seqs)
  * before it are gone either way; the shadow records their tokens). A later
  * match of these tokens must not find the unwritten blocks (verify reads
  * every matched slot back). */
-static llmem_status append_rolled_back(llmem_kv *kv, shadow *s, input *in, uint32_t *fresh_tok)
+static llmem_status append_rolled_back(llmem_kv *kv, shadow *s, fz_in *in, uint32_t *fresh_tok)
 {
-    unsigned a = byte(in);
+    unsigned a = fz_u8(in);
     size_t n = 1 + a % 24, old = s->length;
     if (old + n > MAXLEN) return LLMEM_OK;
     uint32_t toks[24];
     int32_t ids[24];
     for (size_t i = 0; i < n; i++) {
-        toks[i] = a & 0x80 ? (*fresh_tok)++ : byte(in) % 3;
+        toks[i] = a & 0x80 ? (*fresh_tok)++ : fz_u8(in) % 3;
         ids[i] = (int32_t)toks[i];
     }
     llmem_status st = llmem_kv_seq_append(kv, s->h, n, ids, NULL);
     if (st) return st;
     llmem_kv_seq_info info;
-    if (llmem_kv_seq_get_info(kv, s->h, &info)) fail();
+    FZ_CHECK(!llmem_kv_seq_get_info(kv, s->h, &info));
     size_t back = info.first > old ? info.first : old;
-    if (llmem_kv_seq_rollback(kv, s->h, back)) fail(); /* undoing an append always may */
-    if (llmem_kv_seq_get_info(kv, s->h, &info) || info.length != back) fail();
+    FZ_CHECK(!llmem_kv_seq_rollback(kv, s->h, back)); /* undoing an append always may */
+    FZ_CHECK(!(llmem_kv_seq_get_info(kv, s->h, &info) || info.length != back));
     for (size_t pos = old; pos < back; pos++) {
         s->tok[pos] = toks[pos - old];
         s->val[pos] = chain(pos ? s->val[pos - 1] : 0, toks[pos - old]);
@@ -151,10 +137,9 @@ static bool acceptable(llmem_status st)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int quiet;
-    if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
-    input in = {data, size};
-    unsigned first = byte(&in), mode = first % 4;
+    fz_begin();
+    fz_in in = {data, size};
+    unsigned first = fz_u8(&in), mode = first % 4;
     llmem_kv_options o = llmem_kv_options_default();
     o.strategy = mode == 2 ? LLMEM_KV_STATIC : mode == 3 ? LLMEM_KV_BUCKETS : LLMEM_KV_PAGED;
     if (mode == 2 && first & 0x80) o.strategy = LLMEM_KV_CONTIGUOUS; /* STATIC's layout, committed as it grows */
@@ -167,23 +152,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.max_seq_len = 128;
     size_t token_bytes = 2 * 4 * 4; /* K and V of one token, one layer */
     o.slab_bytes = (mode == 1 ? 1 : 4) * BT * token_bytes;
-    o.budget_bytes = (size_t)(64 + 64 * (byte(&in) % 8)) * token_bytes * LAYERS;
+    o.budget_bytes = (size_t)(64 + 64 * (fz_u8(&in) % 8)) * token_bytes * LAYERS;
     o.swap_resource = llmem_resource_default();
     o.swap_budget_bytes = 16 << 10; /* two to four swapped sequences */
     llmem_kv *kv;
-    if (llmem_kv_create(&o, &kv)) fail();
+    FZ_CHECK(!llmem_kv_create(&o, &kv));
     static shadow seqs[MAXSEQ];
     memset(seqs, 0, sizeof seqs);
     uint32_t fresh_tok = 0x40000000u;
     for (int steps = 0; in.n && steps < 400; steps++) {
-        unsigned op = byte(&in) % 8, who = byte(&in) % MAXSEQ;
+        unsigned op = fz_u8(&in) % 8, who = fz_u8(&in) % MAXSEQ;
         shadow *s = &seqs[who];
         llmem_status st = LLMEM_OK;
         switch (op) {
         case 0: { /* create */
             if (s->live) break;
             size_t window = 0;
-            unsigned w = byte(&in);
+            unsigned w = fz_u8(&in);
             if (o.strategy == LLMEM_KV_PAGED && w % 3 == 0) window = BT * (1 + w / 3 % 6);
             memset(s, 0, sizeof *s);
             st = llmem_kv_seq_create(kv, window, &s->h);
@@ -196,18 +181,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 1:   /* append with tokens (from a small alphabet, so prefixes repeat) */
         case 2: { /* append without */
             if (!s->live) break;
-            size_t n = 1 + byte(&in) % 24;
+            size_t n = 1 + fz_u8(&in) % 24;
             if (s->length + n > MAXLEN) break;
             uint32_t toks[24];
             int32_t ids[24];
             for (size_t i = 0; i < n; i++) {
-                toks[i] = op == 1 ? byte(&in) % 3 : fresh_tok++;
+                toks[i] = op == 1 ? fz_u8(&in) % 3 : fresh_tok++;
                 ids[i] = (int32_t)toks[i];
             }
             st = llmem_kv_seq_append(kv, s->h, n, op == 1 ? ids : NULL, NULL);
             if (st) break;
             llmem_kv_seq_info info;
-            if (llmem_kv_seq_get_info(kv, s->h, &info)) fail();
+            FZ_CHECK(!llmem_kv_seq_get_info(kv, s->h, &info));
             for (size_t i = 0; i < n; i++) {
                 size_t pos = s->length + i;
                 s->tok[pos] = toks[i];
@@ -234,13 +219,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         case 4: { /* truncate */
             if (!s->live) break;
-            size_t len = s->length ? byte(&in) % (s->length + 1) : 0;
+            size_t len = s->length ? fz_u8(&in) % (s->length + 1) : 0;
             st = llmem_kv_seq_truncate(kv, s->h, len);
             if (!st) {
                 s->length = len;
                 if (s->first > len) s->first = len;
                 llmem_kv_seq_info info;
-                if (llmem_kv_seq_get_info(kv, s->h, &info)) fail();
+                FZ_CHECK(!llmem_kv_seq_get_info(kv, s->h, &info));
                 s->first = info.first;
             }
             break;
@@ -248,11 +233,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 5: /* free */
             if (!s->live) break;
             st = llmem_kv_seq_free(kv, s->h);
-            if (st) fail();
+            FZ_CHECK(!st);
             s->live = false;
             break;
         case 6: { /* a new sequence matching another's tokens, then appending the rest */
-            const shadow *src = &seqs[byte(&in) % MAXSEQ];
+            const shadow *src = &seqs[fz_u8(&in) % MAXSEQ];
             if (s->live || !src->live || src->first || !src->length) break;
             memset(s, 0, sizeof *s);
             if (llmem_kv_seq_create(kv, 0, &s->h)) break;
@@ -261,18 +246,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (size_t i = 0; i < src->length; i++) ids[i] = (int32_t)src->tok[i];
             size_t matched = 0;
             st = llmem_kv_seq_match_prefix(kv, s->h, ids, src->length, &matched);
-            if (st) fail(); /* an empty sequence always may */
-            if (matched % BT || matched > src->length) fail();
+            FZ_CHECK(!st); /* an empty sequence always may */
+            FZ_CHECK(!(matched % BT || matched > src->length));
             memcpy(s->tok, src->tok, matched * sizeof *s->tok);
             memcpy(s->val, src->val, matched * sizeof *s->val);
             s->length = matched;
             llmem_kv_seq_info info;
-            if (llmem_kv_seq_get_info(kv, s->h, &info)) fail();
+            FZ_CHECK(!llmem_kv_seq_get_info(kv, s->h, &info));
             s->first = info.first;
             break;
         }
         default: { /* trim, swap a sequence out or in, or an append rolled back */
-            unsigned x = byte(&in);
+            unsigned x = fz_u8(&in);
             if (!(x & 2)) {
                 llmem_kv_trim(kv, x & 1);
                 break;
@@ -287,15 +272,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
         }
-        if (!acceptable(st)) fail();
+        FZ_CHECK(acceptable(st));
         verify(kv, seqs);
     }
     for (int i = 0; i < MAXSEQ; i++)
-        if (seqs[i].live && llmem_kv_seq_free(kv, seqs[i].h)) fail();
+        FZ_CHECK(!(seqs[i].live && llmem_kv_seq_free(kv, seqs[i].h)));
     llmem_kv_stats ks = {0};
-    if (llmem_kv_get_stats(kv, &ks) || ks.sequences || ks.blocks_used) fail();
+    FZ_CHECK(!(llmem_kv_get_stats(kv, &ks) || ks.sequences || ks.blocks_used));
     llmem_kv_trim(kv, true);
-    if (llmem_kv_get_stats(kv, &ks) || ks.bytes_reserved) fail();
+    FZ_CHECK(!(llmem_kv_get_stats(kv, &ks) || ks.bytes_reserved));
     llmem_kv_destroy(kv);
     return 0;
 }

@@ -11,7 +11,7 @@
 
 #include "llmem/llmem.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "support.h"
 
 static volatile uint8_t sink;
 
@@ -30,28 +30,28 @@ static void read_keys(const llmem_model *m)
         double d;
         llmem_meta_array a;
         llmem_status st;
-        if ((st = llmem_model_meta_u32(m, keys[k], &u)) && st != LLMEM_EFORMAT && st != LLMEM_ENOTFOUND) abort();
-        if ((st = llmem_model_meta_f32(m, keys[k], &f)) && st != LLMEM_EFORMAT && st != LLMEM_ENOTFOUND) abort();
+        FZ_CHECK(!((st = llmem_model_meta_u32(m, keys[k], &u)) && st != LLMEM_EFORMAT && st != LLMEM_ENOTFOUND));
+        FZ_CHECK(!((st = llmem_model_meta_f32(m, keys[k], &f)) && st != LLMEM_EFORMAT && st != LLMEM_ENOTFOUND));
         if ((st = llmem_model_meta_str(m, keys[k], &s, &len)) == LLMEM_OK) {
             if (len) sink ^= (uint8_t)(s[0] ^ s[len - 1]);
-        } else if (st != LLMEM_EFORMAT && st != LLMEM_ENOTFOUND) {
-            abort();
+        } else {
+            FZ_CHECK(st == LLMEM_EFORMAT || st == LLMEM_ENOTFOUND);
         }
         if ((st = llmem_model_meta_array(m, keys[k], &a))) {
-            if (st != LLMEM_EFORMAT && st != LLMEM_ENOTFOUND) abort();
+            FZ_CHECK(!(st != LLMEM_EFORMAT && st != LLMEM_ENOTFOUND));
             continue;
         }
-        if (llmem_model_meta_array_num(m, keys[k], a.count, &d) != LLMEM_ERANGE) abort();
+        FZ_CHECK(!(llmem_model_meta_array_num(m, keys[k], a.count, &d) != LLMEM_ERANGE));
         for (uint64_t i = 0; i < a.count; i++) {
             if (a.type == LLMEM_META_STRING) {
-                if (llmem_model_meta_array_str(m, keys[k], i, &s, &len)) abort();
+                FZ_CHECK(!llmem_model_meta_array_str(m, keys[k], i, &s, &len));
                 if (len) sink ^= (uint8_t)(s[0] ^ s[len - 1]);
-                if (llmem_model_meta_array_num(m, keys[k], i, &d) != LLMEM_EFORMAT) abort();
+                FZ_CHECK(!(llmem_model_meta_array_num(m, keys[k], i, &d) != LLMEM_EFORMAT));
             } else if (a.type == LLMEM_META_ARRAY) {
-                if (llmem_model_meta_array_num(m, keys[k], i, &d) != LLMEM_EFORMAT) abort();
+                FZ_CHECK(!(llmem_model_meta_array_num(m, keys[k], i, &d) != LLMEM_EFORMAT));
             } else {
-                if (llmem_model_meta_array_num(m, keys[k], i, &d)) abort();
-                if (llmem_model_meta_array_str(m, keys[k], i, &s, &len) != LLMEM_EFORMAT) abort();
+                FZ_CHECK(!llmem_model_meta_array_num(m, keys[k], i, &d));
+                FZ_CHECK(!(llmem_model_meta_array_str(m, keys[k], i, &s, &len) != LLMEM_EFORMAT));
             }
         }
     }
@@ -59,44 +59,42 @@ static void read_keys(const llmem_model *m)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int quiet;
-    if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
+    fz_begin();
     llmem_model *m = NULL;
     llmem_clear_error();
     llmem_status st = llmem_model_open_memory(data, size, &m);
     if (st) {
-        if (st != LLMEM_EFORMAT && st != LLMEM_ENOTSUP && st != LLMEM_ENOMEM) abort();
-        if (m || !llmem_last_error()[0]) abort();
+        FZ_CHECK(!(st != LLMEM_EFORMAT && st != LLMEM_ENOTSUP && st != LLMEM_ENOMEM));
+        FZ_CHECK(!(m || !llmem_last_error()[0]));
         return 0;
     }
     size_t n = llmem_model_tensor_count(m);
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         const llmem_tensor *t = llmem_model_tensor_at(m, i), *u;
-        if (!t || t->n_dims < 1 || t->n_dims > 4) abort();
+        FZ_CHECK(!(!t || t->n_dims < 1 || t->n_dims > 4));
         uint64_t prod = 1;
         for (int d = 0; d < 4; d++) {
-            if (!t->dims[d] || (d >= (int)t->n_dims && t->dims[d] != 1)) abort();
+            FZ_CHECK(!(!t->dims[d] || (d >= (int)t->n_dims && t->dims[d] != 1)));
             prod *= t->dims[d];
         }
-        if (prod != t->n_elements || t->bytes != llmem_dtype_bytes(t->type, t->n_elements) || !t->bytes) abort();
+        FZ_CHECK(!(prod != t->n_elements || t->bytes != llmem_dtype_bytes(t->type, t->n_elements) || !t->bytes));
         const uint8_t *p = t->data;
-        if (p < data || p > data + size || t->bytes > (uint64_t)(data + size - p) || p != data + t->offset) abort();
+        FZ_CHECK(!(p < data || p > data + size || t->bytes > (uint64_t)(data + size - p) || p != data + t->offset));
         sink ^= (uint8_t)(p[0] ^ p[t->bytes - 1]);
-        if (llmem_model_tensor(m, t->name, &u) || u != t) abort();
+        FZ_CHECK(!(llmem_model_tensor(m, t->name, &u) || u != t));
         total += t->bytes;
     }
     const llmem_model_config *c = llmem_model_get_config(m);
     const llmem_shape *s = &c->shape;
-    if (!s->layers || !s->heads || !s->kv_heads || s->heads % s->kv_heads || s->hidden != s->heads * s->head_dim)
-        abort();
-    if (!s->vocab || !s->ffn || !s->max_ctx || !(s->rope_theta > 0) || !(c->norm_eps > 0)) abort();
-    if (c->rope_dim > s->head_dim || c->rope_dim % 2 || !memchr(s->name, 0, sizeof s->name)) abort();
+    FZ_CHECK(s->layers && s->heads && s->kv_heads && s->heads % s->kv_heads == 0 && s->hidden == s->heads * s->head_dim);
+    FZ_CHECK(!(!s->vocab || !s->ffn || !s->max_ctx || !(s->rope_theta > 0) || !(c->norm_eps > 0)));
+    FZ_CHECK(!(c->rope_dim > s->head_dim || c->rope_dim % 2 || !memchr(s->name, 0, sizeof s->name)));
     const llmem_tensor *embd;
-    if (llmem_model_tensor(m, "token_embd.weight", &embd) || embd->n_dims != 2 || embd->dims[0] != s->hidden) abort();
+    FZ_CHECK(!(llmem_model_tensor(m, "token_embd.weight", &embd) || embd->n_dims != 2 || embd->dims[0] != s->hidden));
     llmem_model_stats stats = {0};
-    if (llmem_model_get_stats(m, &stats) || stats.tensor_bytes != total || stats.tensors != n) abort();
-    if (llmem_model_advise(m, 3 /* MADV_WILLNEED */)) abort();
+    FZ_CHECK(!(llmem_model_get_stats(m, &stats) || stats.tensor_bytes != total || stats.tensors != n));
+    FZ_CHECK(!llmem_model_advise(m, 3 /* MADV_WILLNEED */));
     read_keys(m);
     llmem_model_close(m);
     return 0;

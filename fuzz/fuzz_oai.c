@@ -21,20 +21,12 @@
 
 #include "llmem/llmem.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                    \
-    do {                                                                            \
-        if (!(c)) {                                                                 \
-            fprintf(stderr, "fuzz_oai: check failed: %s (line %d)\n", #c, __LINE__); \
-            abort();                                                                \
-        }                                                                           \
-    } while (0)
+#include "support.h"
 
 static bool valid_utf8(const char *s, size_t len)
 {
     char *out = malloc(3 * len + 4);
-    CHECK(out);
+    FZ_CHECK(out);
     size_t used;
     size_t w = llmem_utf8_sanitize(s, len, true, out, &used);
     bool same = used == len && w == len && !memcmp(out, s, len);
@@ -50,56 +42,56 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = size - 1;
     /* An exact-size copy: ASan sees any read past the body. */
     char *copy = malloc(len ? len : 1);
-    CHECK(copy);
+    FZ_CHECK(copy);
     memcpy(copy, body, len);
     llmem_oai_request *r = NULL;
     llmem_oai_error err;
     llmem_status st = llmem_oai_request_parse(kind, copy, len, &r, &err);
     if (st) {
-        CHECK(!r);
-        CHECK(st == LLMEM_EFORMAT || st == LLMEM_EINVAL || st == LLMEM_ENOTSUP || st == LLMEM_ENOMEM);
-        CHECK(err.http_status == (st == LLMEM_ENOMEM ? 500 : 400));
-        CHECK(err.type && err.type[0]);
-        CHECK(err.message[0]);
-        CHECK(llmem_last_error()[0]);
+        FZ_CHECK(!r);
+        FZ_CHECK(st == LLMEM_EFORMAT || st == LLMEM_EINVAL || st == LLMEM_ENOTSUP || st == LLMEM_ENOMEM);
+        FZ_CHECK(err.http_status == (st == LLMEM_ENOMEM ? 500 : 400));
+        FZ_CHECK(err.type && err.type[0]);
+        FZ_CHECK(err.message[0]);
+        FZ_CHECK(llmem_last_error()[0]);
     } else {
-        CHECK(r && r->kind == kind);
-        CHECK(r->n >= 1 && r->n <= LLMEM_OAI_MAX_N);
-        CHECK(r->temperature >= 0 && r->temperature <= 2);
-        CHECK(r->top_p > 0 && r->top_p <= 1);
-        CHECK(r->stop_count <= LLMEM_OAI_MAX_STOP);
+        FZ_CHECK(r && r->kind == kind);
+        FZ_CHECK(r->n >= 1 && r->n <= LLMEM_OAI_MAX_N);
+        FZ_CHECK(r->temperature >= 0 && r->temperature <= 2);
+        FZ_CHECK(r->top_p > 0 && r->top_p <= 1);
+        FZ_CHECK(r->stop_count <= LLMEM_OAI_MAX_STOP);
         for (uint32_t i = 0; i < r->stop_count; i++) {
             size_t l = strlen(r->stop[i]);
-            CHECK(l > 0 && l <= LLMEM_OAI_MAX_STOP_BYTES);
-            CHECK(valid_utf8(r->stop[i], l));
+            FZ_CHECK(l > 0 && l <= LLMEM_OAI_MAX_STOP_BYTES);
+            FZ_CHECK(valid_utf8(r->stop[i], l));
         }
-        CHECK(!r->include_usage || r->stream);
+        FZ_CHECK(!r->include_usage || r->stream);
         if (kind == LLMEM_OAI_COMPLETION) {
-            CHECK((r->prompt != NULL) != (r->prompt_ids != NULL));
-            if (r->prompt) CHECK(valid_utf8(r->prompt, strlen(r->prompt)));
-            if (r->prompt_ids) CHECK(r->prompt_id_count > 0);
-            for (uint32_t i = 0; i < r->prompt_id_count; i++) CHECK(r->prompt_ids[i] >= 0);
+            FZ_CHECK((r->prompt != NULL) != (r->prompt_ids != NULL));
+            if (r->prompt) FZ_CHECK(valid_utf8(r->prompt, strlen(r->prompt)));
+            if (r->prompt_ids) FZ_CHECK(r->prompt_id_count > 0);
+            for (uint32_t i = 0; i < r->prompt_id_count; i++) FZ_CHECK(r->prompt_ids[i] >= 0);
         } else {
-            CHECK(r->message_count >= 1 && r->message_count <= LLMEM_OAI_MAX_MESSAGES);
+            FZ_CHECK(r->message_count >= 1 && r->message_count <= LLMEM_OAI_MAX_MESSAGES);
             for (uint32_t i = 0; i < r->message_count; i++) {
-                CHECK(r->messages[i].content);
-                CHECK(r->messages[i].role <= LLMEM_CHAT_ASSISTANT);
-                CHECK(valid_utf8(r->messages[i].content, strlen(r->messages[i].content)));
+                FZ_CHECK(r->messages[i].content);
+                FZ_CHECK(r->messages[i].role <= LLMEM_CHAT_ASSISTANT);
+                FZ_CHECK(valid_utf8(r->messages[i].content, strlen(r->messages[i].content)));
             }
         }
-        if (r->model) CHECK(valid_utf8(r->model, strlen(r->model)));
+        if (r->model) FZ_CHECK(valid_utf8(r->model, strlen(r->model)));
     }
     llmem_oai_request_free(r);
     /* The sanitiser on the raw bytes, in two pieces (the streaming case). */
     char *out = malloc(3 * len + 4);
-    CHECK(out);
+    FZ_CHECK(out);
     size_t used = 0;
     size_t w = llmem_utf8_sanitize(copy, len / 2, false, out, &used);
-    CHECK(used <= len / 2 && len / 2 - used < 4);
+    FZ_CHECK(used <= len / 2 && len / 2 - used < 4);
     size_t used2;
     size_t w2 = llmem_utf8_sanitize(copy + used, len - used, true, out + w, &used2);
-    CHECK(used2 == len - used);
-    CHECK(valid_utf8(out, w + w2));
+    FZ_CHECK(used2 == len - used);
+    FZ_CHECK(valid_utf8(out, w + w2));
     free(out);
     free(copy);
     return 0;

@@ -40,8 +40,6 @@
 #include "llmem/llmem.h"
 #include "shadow.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 enum { MAXLIVE = 160, MAXH = 12, MAXSTALE = 8, MAXSTEPS = 2000, SWEEP = 256, MAXPEND = 24 };
 
 /* A fence made of flags. Fences without wait() turn done by themselves
@@ -96,7 +94,7 @@ typedef struct hnd {
 
 typedef struct model {
     llmem_pool *pool;
-    llmem_resource *track, *limit, *base;
+    fz_stack rs;
     fz_mem mem;
     bool checked, host, guarded, manual, constrained, extra;
     size_t max_bytes, limit_bytes, unit, align, max_sb;
@@ -184,7 +182,7 @@ static void stats_check(model *m)
     else FZ_CHECK(s.used_bytes == want);
     if (m->manual) { /* no purger thread: the two figures are read at rest */
         llmem_tracking_stats ts = {sizeof ts};
-        FZ_CHECK(llmem_tracking_resource_get_stats(m->track, &ts) == LLMEM_OK);
+        FZ_CHECK(llmem_tracking_resource_get_stats(m->rs.track, &ts) == LLMEM_OK);
         FZ_CHECK(ts.live_bytes == s.reserved_bytes && ts.live_mappings == s.superblocks);
         FZ_CHECK(ts.refused_total == 0);
     }
@@ -654,22 +652,11 @@ static bool setup(model *m, fz_in *in)
     m->host = !(f & 2);
     m->guarded = m->checked && m->host;
     m->manual = !(f & 16);
-    if (m->host) m->base = llmem_resource_default();
-    else {
-        llmem_sim_options so = llmem_sim_options_default();
-        so.capacity = (size_t)(16 + cap % 32) << 20;
-        so.fill = f & 64 ? 0xa5 : 0;
-        FZ_CHECK(llmem_sim_resource_create(&so, &m->base) == LLMEM_OK);
-    }
-    FZ_CHECK(llmem_tracking_resource_create(m->base, &m->track) == LLMEM_OK);
-    llmem_resource *top = m->track;
-    if (f & 8) {
-        llmem_limit_options lo = llmem_limit_options_default();
-        m->limit_bytes = (size_t)(1 + cap % 24) << 19;
-        lo.limit_bytes = m->limit_bytes;
-        FZ_CHECK(llmem_limit_resource_create(m->track, &lo, &m->limit) == LLMEM_OK);
-        top = m->limit;
-    }
+    llmem_sim_options so = llmem_sim_options_default();
+    so.capacity = (size_t)(16 + cap % 32) << 20;
+    so.fill = f & 64 ? 0xa5 : 0;
+    llmem_resource *top = fz_stack_open(&m->rs, m->host ? NULL : &so);
+    if (f & 8) top = fz_stack_limit(&m->rs, m->limit_bytes = (size_t)(1 + cap % 24) << 19);
     llmem_pool_options o = llmem_pool_options_default();
     o.name = "fuzz";
     o.resource = top;
@@ -681,7 +668,7 @@ static bool setup(model *m, fz_in *in)
     o.max_superblock_bytes = o.first_superblock_bytes << (sb / 4 % 4);
     m->max_sb = o.max_superblock_bytes;
     if (f & 4) m->max_bytes = o.max_bytes = (size_t)(1 + (cap >> 3) % 16) << (m->host ? 19 : 21);
-    m->constrained = m->max_bytes || m->limit || !m->host;
+    m->constrained = m->max_bytes || m->rs.limit || !m->host;
     static const size_t aligns[] = {0, 0, 0, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 8192, 24, 4};
     size_t align = aligns[a % (sizeof aligns / sizeof *aligns)];
     size_t lo = m->host ? 8 : 128, hi = m->host ? 256 : 4096;
@@ -710,67 +697,57 @@ static bool setup(model *m, fz_in *in)
 static void teardown(model *m)
 {
     llmem_pool_destroy(m->pool);
-    llmem_tracking_stats ts = {sizeof ts};
-    FZ_CHECK(llmem_tracking_resource_get_stats(m->track, &ts) == LLMEM_OK);
-    FZ_CHECK(ts.live_mappings == 0 && ts.live_bytes == 0 && ts.refused_total == 0);
-    llmem_resource_destroy(m->limit);
-    llmem_resource_destroy(m->track);
-    if (!m->host) llmem_resource_destroy(m->base);
+    fz_stack_close(&m->rs);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* One op of the program, then the model's checks. */
+static void step(model *m, fz_in *in, int i)
 {
-    static int quiet;
-    if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
-    static model m;
-    memset(&m, 0, sizeof m);
-    fz_in in = {data, size};
-    if (!setup(&m, &in)) {
-        teardown(&m);
-        return 0;
+    unsigned op = fz_u8(in) % 14;
+    if (fz_trace()) fprintf(stderr, "step %d op %u live %zu handles %zu\n", i, op, m->nlive, m->nh);
+    switch (op) {
+    case 0:
+    case 1:
+    case 2: op_alloc(m, in, op == 2 ? 1 : 0); break;
+    case 3: op_alloc(m, in, 2); break;
+    case 4:
+    case 5: op_free(m, in); break;
+    case 6: op_realloc(m, in); break;
+    case 7: op_bad_free(m, in); break;
+    case 8: op_absurd(m, in); break;
+    case 9: op_handle(m, in); break;
+    case 10: op_control(m, in); break;
+    case 12: op_fenced(m, in); break;
+    case 13: op_fence_progress(m, in); break;
+    default: op_query(m, in); break;
     }
-    for (int step = 0; in.n && step < MAXSTEPS; step++) {
-        unsigned op = fz_u8(&in) % 14;
-        if (fz_trace()) fprintf(stderr, "step %d op %u live %zu handles %zu\n", step, op, m.nlive, m.nh);
-        switch (op) {
-        case 0:
-        case 1:
-        case 2: op_alloc(&m, &in, op == 2 ? 1 : 0); break;
-        case 3: op_alloc(&m, &in, 2); break;
-        case 4:
-        case 5: op_free(&m, &in); break;
-        case 6: op_realloc(&m, &in); break;
-        case 7: op_bad_free(&m, &in); break;
-        case 8: op_absurd(&m, &in); break;
-        case 9: op_handle(&m, &in); break;
-        case 10: op_control(&m, &in); break;
-        case 12: op_fenced(&m, &in); break;
-        case 13: op_fence_progress(&m, &in); break;
-        default: op_query(&m, &in); break;
-        }
-        stats_check(&m);
-        if (step % SWEEP == SWEEP - 1) sweep(&m);
-    }
-    sweep(&m);
-    /* Everything back: nothing may stay live, and trim gives it all back. */
-    while (m.nlive) {
-        FZ_CHECK(llmem_pool_free(m.pool, m.live[m.nlive - 1].p) == LLMEM_OK);
-        m.nlive--;
-    }
-    for (size_t i = 0; i < m.nh; i++) {
-        while (m.h[i].pins--) FZ_CHECK(llmem_pool_unpin(m.pool, m.h[i].h) == LLMEM_OK);
-        FZ_CHECK(llmem_pool_handle_free(m.pool, m.h[i].h) == LLMEM_OK);
-    }
-    m.nh = 0;
-    llmem_pool_drain_fenced(m.pool);
-    stats_check(&m);
-    FZ_CHECK(m.npend == 0);
-    FZ_CHECK(llmem_pool_check(m.pool) == LLMEM_OK);
-    llmem_pool_trim(m.pool);
-    llmem_pool_stats s = {sizeof s};
-    FZ_CHECK(llmem_pool_get_stats(m.pool, &s) == LLMEM_OK);
-    FZ_CHECK(s.used_bytes == 0 && s.live_allocations == 0 && s.committed_bytes == 0);
-    FZ_CHECK(s.reserved_bytes == 0 || (m.reserve && s.reserved_bytes == m.reserve && s.superblocks == 1));
-    teardown(&m);
-    return 0;
+    stats_check(m);
+    if (i % SWEEP == SWEEP - 1) sweep(m);
 }
+
+/* Everything back, and the end-state checks. */
+static void finish(model *m)
+{
+    sweep(m);
+    /* Everything back: nothing may stay live, and trim gives it all back. */
+    while (m->nlive) {
+        FZ_CHECK(llmem_pool_free(m->pool, m->live[m->nlive - 1].p) == LLMEM_OK);
+        m->nlive--;
+    }
+    for (size_t i = 0; i < m->nh; i++) {
+        while (m->h[i].pins--) FZ_CHECK(llmem_pool_unpin(m->pool, m->h[i].h) == LLMEM_OK);
+        FZ_CHECK(llmem_pool_handle_free(m->pool, m->h[i].h) == LLMEM_OK);
+    }
+    m->nh = 0;
+    llmem_pool_drain_fenced(m->pool);
+    stats_check(m);
+    FZ_CHECK(m->npend == 0);
+    FZ_CHECK(llmem_pool_check(m->pool) == LLMEM_OK);
+    llmem_pool_trim(m->pool);
+    llmem_pool_stats s = {sizeof s};
+    FZ_CHECK(llmem_pool_get_stats(m->pool, &s) == LLMEM_OK);
+    FZ_CHECK(s.used_bytes == 0 && s.live_allocations == 0 && s.committed_bytes == 0);
+    FZ_CHECK(s.reserved_bytes == 0 || (m->reserve && s.reserved_bytes == m->reserve && s.superblocks == 1));
+}
+
+FZ_PROGRAM(model, setup, step, finish, teardown, MAXSTEPS)

@@ -27,25 +27,11 @@
 
 #include "llmem/llmem.h"
 
+#include "support.h"
+
 #include "../src/core/hash.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 enum { MAXREQ = 24, MAXPROMPT = 300, VOCAB = 1000, MAXBATCH = 6 };
-
-typedef struct input {
-    const uint8_t *p;
-    size_t n;
-} input;
-
-static unsigned byte(input *in)
-{
-    if (!in->n) return 0;
-    in->n--;
-    return *in->p++;
-}
-
-static void fail(void) { abort(); }
 
 typedef struct shreq {
     bool live;               /* submitted and not released */
@@ -68,26 +54,25 @@ static void check_output(llmem_sched *s, const shreq *r)
     for (uint32_t k = 0; k < r->n; k++) {
         int32_t out[MAXPROMPT + 64];
         size_t got = 0;
-        if (llmem_sched_read(s, r->id, k, 0, out, MAXPROMPT + 64, &got)) fail();
+        FZ_CHECK(!llmem_sched_read(s, r->id, k, 0, out, MAXPROMPT + 64, &got));
         llmem_sched_info info;
-        if (llmem_sched_get_info(s, r->id, k, &info)) fail();
-        if (got != info.visible || info.visible > info.generated || info.generated > r->max_tokens) fail();
+        FZ_CHECK(!llmem_sched_get_info(s, r->id, k, &info));
+        FZ_CHECK(!(got != info.visible || info.visible > info.generated || info.generated > r->max_tokens));
         for (size_t i = 0; i < got; i++) {
             int32_t want = token_at(r, k, r->prompt_len + (uint32_t)i);
-            if (out[i] != want || out[i] == r->stop) fail();
+            FZ_CHECK(!(out[i] != want || out[i] == r->stop));
         }
-        if (info.state == LLMEM_SCHED_FINISHED && info.finish == LLMEM_SCHED_FINISH_LENGTH &&
-            info.visible != r->max_tokens)
-            fail();
+        FZ_CHECK(!(info.state == LLMEM_SCHED_FINISHED && info.finish == LLMEM_SCHED_FINISH_LENGTH) ||
+                 info.visible == r->max_tokens);
     }
 }
 
 static void check_all(llmem_sched *s, llmem_kv *kv, const shreq *rq, size_t nreq)
 {
-    if (llmem_kv_check(kv)) fail();
+    FZ_CHECK(!llmem_kv_check(kv));
     llmem_sched_stats st = {sizeof st};
-    if (llmem_sched_get_stats(s, &st)) fail();
-    if (st.sequences_running + st.sequences_swapped > MAXBATCH) fail();
+    FZ_CHECK(!llmem_sched_get_stats(s, &st));
+    FZ_CHECK(!(st.sequences_running + st.sequences_swapped > MAXBATCH));
     size_t unfinished = 0;
     for (size_t i = 0; i < nreq; i++) {
         if (!rq[i].live) continue;
@@ -95,23 +80,23 @@ static void check_all(llmem_sched *s, llmem_kv *kv, const shreq *rq, size_t nreq
         bool done = true;
         for (uint32_t k = 0; k < rq[i].n; k++) {
             llmem_sched_info info;
-            if (llmem_sched_get_info(s, rq[i].id, k, &info)) fail();
+            FZ_CHECK(!llmem_sched_get_info(s, rq[i].id, k, &info));
             if (info.state != LLMEM_SCHED_FINISHED) done = false;
         }
         unfinished += !done;
     }
-    if (llmem_sched_pending(s) != unfinished) fail();
+    FZ_CHECK(!(llmem_sched_pending(s) != unfinished));
     llmem_kv_stats ks = {sizeof ks};
-    if (llmem_kv_get_stats(kv, &ks)) fail();
-    if (!st.sequences_running && !st.sequences_swapped && ks.sequences) fail();
+    FZ_CHECK(!llmem_kv_get_stats(kv, &ks));
+    FZ_CHECK(!(!st.sequences_running && !st.sequences_swapped && ks.sequences));
     llmem_sched_sim_stats ss = {sizeof ss};
-    if (llmem_sched_get_sim_stats(s, &ss) || ss.kv_corruptions_total) fail();
+    FZ_CHECK(!(llmem_sched_get_sim_stats(s, &ss) || ss.kv_corruptions_total));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    input in = {data, size};
-    unsigned cfg = byte(&in);
+    fz_in in = {data, size};
+    unsigned cfg = fz_u8(&in);
     llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
     llmem_resource *swap = NULL;
     llmem_kv_strategy strat = cfg % 4 == 2 ? LLMEM_KV_STATIC : cfg % 4 == 3 ? LLMEM_KV_BUCKETS : LLMEM_KV_PAGED;
@@ -119,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     llmem_pool_options po = llmem_pool_options_default();
     po.resource = llmem_resource_default();
     llmem_pool *pool;
-    if (llmem_pool_create(&po, &pool)) fail();
+    FZ_CHECK(!llmem_pool_create(&po, &pool));
     llmem_kv_options ko = llmem_kv_options_default();
     ko.strategy = strat;
     ko.layers = 2;
@@ -137,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ko.prefix_cache = strat == LLMEM_KV_PAGED;
     ko.swap_resource = swap;
     llmem_kv *kv;
-    if (llmem_kv_create(&ko, &kv)) fail();
+    FZ_CHECK(!llmem_kv_create(&ko, &kv));
     llmem_sched_sim_options so = llmem_sched_sim_options_default();
     so.kv = kv;
     so.vocab = VOCAB;
@@ -149,20 +134,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.max_waiting = 12;
     o.headroom_blocks = (cfg >> 5) % 3;
     llmem_sched *s;
-    if (llmem_sched_create_sim(&so, &o, &s)) fail();
+    FZ_CHECK(!llmem_sched_create_sim(&so, &o, &s));
     shreq rq[MAXREQ];
     memset(rq, 0, sizeof rq);
     size_t nreq = 0;
     uint64_t serial = 0;
     int32_t prompt[MAXPROMPT];
     for (int ops = 0; in.n && ops < 400; ops++) {
-        unsigned op = byte(&in) % 8;
-        shreq *r = nreq ? &rq[byte(&in) % nreq] : NULL;
+        unsigned op = fz_u8(&in) % 8;
+        shreq *r = nreq ? &rq[fz_u8(&in) % nreq] : NULL;
         switch (op) {
         case 0:
         case 1: { /* submit */
             if (nreq == MAXREQ) break;
-            unsigned a = byte(&in), b = byte(&in), c = byte(&in);
+            unsigned a = fz_u8(&in), b = fz_u8(&in), c = fz_u8(&in);
             uint32_t len = 1 + (a | (b & 1) << 8) % (MAXPROMPT - 1);
             bool shared = b & 2;
             for (uint32_t i = 0; i < len; i++)
@@ -182,7 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             llmem_sched_req id;
             llmem_status st = llmem_sched_submit(s, &p, &id);
             if (st == LLMEM_ECAPACITY) break; /* max_waiting */
-            if (st) fail();
+            FZ_CHECK(!st);
             shreq *n = &rq[nreq++];
             n->live = true;
             n->id = id;
@@ -195,42 +180,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         case 2:
             if (r && r->live) {
-                if (llmem_sched_cancel(s, r->id)) fail();
+                FZ_CHECK(!llmem_sched_cancel(s, r->id));
                 for (uint32_t k = 0; k < r->n; k++) {
                     llmem_sched_info info;
-                    if (llmem_sched_get_info(s, r->id, k, &info) || info.state != LLMEM_SCHED_FINISHED) fail();
+                    FZ_CHECK(!(llmem_sched_get_info(s, r->id, k, &info) || info.state != LLMEM_SCHED_FINISHED));
                 }
             }
             break;
         case 3:
             if (r && r->live) {
                 check_output(s, r);
-                if (llmem_sched_release(s, r->id)) fail();
+                FZ_CHECK(!llmem_sched_release(s, r->id));
                 r->live = false;
                 llmem_sched_info info;
-                if (llmem_sched_get_info(s, r->id, 0, &info) != LLMEM_EINVAL) fail();
+                FZ_CHECK(!(llmem_sched_get_info(s, r->id, 0, &info) != LLMEM_EINVAL));
             }
             break;
         case 4:
         case 5: { /* steps */
-            unsigned k = 1 + byte(&in) % 16;
+            unsigned k = 1 + fz_u8(&in) % 16;
             for (unsigned i = 0; i < k; i++)
-                if (llmem_sched_step(s, NULL)) fail();
+                FZ_CHECK(!llmem_sched_step(s, NULL));
             break;
         }
         case 6: { /* advance, when nothing runs */
             llmem_sched_stats st = {sizeof st};
             llmem_sched_get_stats(s, &st);
-            llmem_status a = llmem_sched_advance(s, llmem_sched_now_ns(s) + 1000000ull * byte(&in));
-            if (st.sequences_running ? a != LLMEM_ESTATE : a != LLMEM_OK) fail();
+            llmem_status a = llmem_sched_advance(s, llmem_sched_now_ns(s) + 1000000ull * fz_u8(&in));
+            FZ_CHECK(!(st.sequences_running ? a != LLMEM_ESTATE : a != LLMEM_OK));
             break;
         }
         default: /* read a part of one sample */
             if (r && r->live) {
                 int32_t out[8];
                 size_t got;
-                if (llmem_sched_read(s, r->id, byte(&in) % r->n, byte(&in) % 50, out, 8, &got)) fail();
-                if (llmem_sched_read(s, r->id, r->n, 0, out, 8, &got) != LLMEM_ERANGE) fail();
+                FZ_CHECK(!(llmem_sched_read(s, r->id, fz_u8(&in) % r->n, fz_u8(&in) % 50, out, 8, &got)));
+                FZ_CHECK(!(llmem_sched_read(s, r->id, r->n, 0, out, 8, &got) != LLMEM_ERANGE));
             }
             break;
         }
@@ -238,13 +223,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* Drain, then release everything: nothing may stay behind. */
     for (int guard = 0; llmem_sched_pending(s) && guard < 100000; guard++)
-        if (llmem_sched_step(s, NULL)) fail();
-    if (llmem_sched_pending(s)) fail();
+        FZ_CHECK(!llmem_sched_step(s, NULL));
+    FZ_CHECK(!llmem_sched_pending(s));
     check_all(s, kv, rq, nreq);
     for (size_t i = 0; i < nreq; i++)
-        if (rq[i].live && llmem_sched_release(s, rq[i].id)) fail();
+        FZ_CHECK(!(rq[i].live && llmem_sched_release(s, rq[i].id)));
     llmem_kv_stats ks = {sizeof ks};
-    if (llmem_kv_get_stats(kv, &ks) || ks.sequences || ks.blocks_used) fail();
+    FZ_CHECK(!(llmem_kv_get_stats(kv, &ks) || ks.sequences || ks.blocks_used));
     llmem_sched_destroy(s);
     llmem_kv_destroy(kv);
     llmem_pool_destroy(pool);

@@ -9,21 +9,20 @@
 
 #include "llmem/llmem.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "support.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int quiet;
-    if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
+    fz_begin();
     llmem_shape s;
     llmem_status st = llmem_shape_from_json((const char *)data, size, &s);
     if (st) {
-        if (st != LLMEM_EFORMAT && st != LLMEM_ENOMEM) abort();
+        FZ_CHECK(!(st != LLMEM_EFORMAT && st != LLMEM_ENOMEM));
         return 0;
     }
-    if (!s.layers || !s.heads || !s.kv_heads || !s.head_dim || s.heads % s.kv_heads) abort();
-    if (!s.hidden || !s.vocab || !s.ffn || !s.max_ctx || !(s.rope_theta > 0)) abort();
-    if (!llmem_shape_params(&s) || !llmem_shape_kv_bytes_per_token(&s, 2)) abort();
-    if (!memchr(s.name, 0, sizeof s.name)) abort();
+    FZ_CHECK(!(!s.layers || !s.heads || !s.kv_heads || !s.head_dim || s.heads % s.kv_heads));
+    FZ_CHECK(!(!s.hidden || !s.vocab || !s.ffn || !s.max_ctx || !(s.rope_theta > 0)));
+    FZ_CHECK(!(!llmem_shape_params(&s) || !llmem_shape_kv_bytes_per_token(&s, 2)));
+    FZ_CHECK(memchr(s.name, 0, sizeof s.name));
     return 0;
 }

@@ -32,15 +32,7 @@
 
 #include "llmem/llmem.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                    \
-    do {                                                                            \
-        if (!(c)) {                                                                 \
-            fprintf(stderr, "fuzz_tokenizer: check failed: %s (line %d)\n", #c, __LINE__); \
-            abort();                                                                \
-        }                                                                           \
-    } while (0)
+#include "support.h"
 
 static volatile uint8_t sink;
 
@@ -92,7 +84,7 @@ static bool ref_make(ref *r, const llmem_tokenizer *t, bool gguf)
     for (uint32_t i = 0; i < r->V; i++) {
         size_t len;
         r->piece[i] = llmem_tokenizer_token(t, (int32_t)i, &len, &r->score[i]);
-        CHECK(r->piece[i] && strlen(r->piece[i]) == len);
+        FZ_CHECK(r->piece[i] && strlen(r->piece[i]) == len);
         if (len > maxlen) maxlen = len;
         if (gguf && ((int32_t)i == llmem_tokenizer_bos(t) || (int32_t)i == llmem_tokenizer_eos(t))) continue;
         r->sorted[r->ns++] = (int32_t)i;
@@ -170,53 +162,53 @@ static size_t ref_encode(const ref *r, const char *text, bool bos, bool eos, int
 static void exercise(const llmem_tokenizer *t, const char *text, bool bos, bool eos, bool gguf)
 {
     uint32_t V = llmem_tokenizer_vocab_size(t);
-    CHECK(V >= 3);
+    FZ_CHECK(V >= 3);
     size_t tl = strlen(text), cap = tl + 3, n = 0, n2 = 0, need = 0;
     int32_t *a = malloc(cap * sizeof *a), *b = malloc(cap * sizeof *b);
-    CHECK(a && b);
+    FZ_CHECK(a && b);
     llmem_status st = llmem_tokenizer_encode(t, text, bos, eos, a, cap, &n);
     if (st == LLMEM_ENOMEM) goto out;
-    CHECK(st == LLMEM_OK && n <= cap);
-    for (size_t i = 0; i < n; i++) CHECK(a[i] >= 0 && (uint32_t)a[i] < V);
+    FZ_CHECK(st == LLMEM_OK && n <= cap);
+    for (size_t i = 0; i < n; i++) FZ_CHECK(a[i] >= 0 && (uint32_t)a[i] < V);
     /* BOS takes part in the merges as in run.c, so it need not survive as
      * out[0] in an odd vocabulary; EOS is appended after them. */
     bool bpe = llmem_tokenizer_is_bpe(t);
     /* gpt2 vocabularies may have no BOS or EOS (-1): nothing is added. */
-    if (eos && llmem_tokenizer_eos(t) >= 0) CHECK(n >= 1 && a[n - 1] == llmem_tokenizer_eos(t));
-    if (!bpe) CHECK(n >= (size_t)eos + (bos || tl ? 1 : 0));
-    CHECK(llmem_tokenizer_encode(t, text, bos, eos, b, cap, &n2) == LLMEM_OK && n2 == n);
-    CHECK(memcmp(a, b, n * sizeof *a) == 0);
+    if (eos && llmem_tokenizer_eos(t) >= 0) FZ_CHECK(n >= 1 && a[n - 1] == llmem_tokenizer_eos(t));
+    if (!bpe) FZ_CHECK(n >= (size_t)eos + (bos || tl ? 1 : 0));
+    FZ_CHECK(llmem_tokenizer_encode(t, text, bos, eos, b, cap, &n2) == LLMEM_OK && n2 == n);
+    FZ_CHECK(memcmp(a, b, n * sizeof *a) == 0);
     if (n) {
-        CHECK(llmem_tokenizer_encode(t, text, bos, eos, b, n - 1, &need) == LLMEM_ERANGE && need == n);
-        CHECK(llmem_last_error()[0] != '\0');
+        FZ_CHECK(llmem_tokenizer_encode(t, text, bos, eos, b, n - 1, &need) == LLMEM_ERANGE && need == n);
+        FZ_CHECK(llmem_last_error()[0] != '\0');
     }
     for (size_t i = 0; i < n; i++) {
         size_t len = 99;
         const char *p = llmem_tokenizer_decode(t, i ? a[i - 1] : -1, a[i], &len);
-        CHECK(p != NULL);
+        FZ_CHECK(p != NULL);
         for (size_t k = 0; k < len; k++) sink ^= (uint8_t)p[k]; /* readable (ASan) */
     }
     size_t len;
-    CHECK(llmem_tokenizer_decode(t, 1, (int32_t)V, &len) == NULL && len == 0);
-    CHECK(llmem_tokenizer_decode(t, 1, -1, &len) == NULL);
+    FZ_CHECK(llmem_tokenizer_decode(t, 1, (int32_t)V, &len) == NULL && len == 0);
+    FZ_CHECK(llmem_tokenizer_decode(t, 1, -1, &len) == NULL);
     if (bpe) {
         /* Byte-level BPE loses nothing: the pieces of the text's tokens,
          * end to end, are the text (control tokens are not parsed here). */
         size_t m = 0;
-        CHECK(llmem_tokenizer_encode(t, text, false, false, b, cap, &m) == LLMEM_OK);
+        FZ_CHECK(llmem_tokenizer_encode(t, text, false, false, b, cap, &m) == LLMEM_OK);
         size_t o = 0;
         for (size_t i = 0; i < m; i++) {
             size_t pl;
             const char *p = llmem_tokenizer_decode(t, i ? b[i - 1] : -1, b[i], &pl);
-            CHECK(p != NULL && o + pl <= tl && memcmp(text + o, p, pl) == 0);
+            FZ_CHECK(p != NULL && o + pl <= tl && memcmp(text + o, p, pl) == 0);
             o += pl;
         }
-        CHECK(o == tl);
+        FZ_CHECK(o == tl);
     } else if (tl <= 200 && V <= 4096) {
         ref r;
         if (ref_make(&r, t, gguf)) {
             size_t m = ref_encode(&r, text, bos, eos, b);
-            CHECK(m == n && memcmp(a, b, n * sizeof *a) == 0);
+            FZ_CHECK(m == n && memcmp(a, b, n * sizeof *a) == 0);
         }
         ref_free(&r);
     }
@@ -227,8 +219,7 @@ out:
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int quiet;
-    if (!quiet++) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
+    fz_begin();
     if (size < 5) return 0;
     uint8_t flags = data[0];
     uint32_t vocab = (uint32_t)data[1] | (uint32_t)data[2] << 8;
@@ -248,14 +239,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (model) {
         /* The model keeps pointers into its bytes: give it its own copy. */
         void *copy = malloc(L ? L : 1);
-        CHECK(copy);
+        FZ_CHECK(copy);
         memcpy(copy, image, L);
         st = llmem_model_open_memory(copy, L, &m);
         if (st == LLMEM_OK) {
             st = llmem_tokenizer_from_model(m, &t);
-            CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_ENOTFOUND || st == LLMEM_ENOTSUP ||
+            FZ_CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_ENOTFOUND || st == LLMEM_ENOTSUP ||
                   st == LLMEM_ENOMEM);
-            if (st) CHECK(t == NULL && llmem_last_error()[0] != '\0');
+            if (st) FZ_CHECK(t == NULL && llmem_last_error()[0] != '\0');
             if (!st) exercise(t, text, bos, eos, true);
             llmem_tokenizer_destroy(st ? NULL : t);
             llmem_model_close(m);
@@ -263,11 +254,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(copy);
     } else {
         st = llmem_tokenizer_load_memory(image, L, vocab, &t);
-        CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_EINVAL || st == LLMEM_ENOMEM);
+        FZ_CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_EINVAL || st == LLMEM_ENOMEM);
         if (st) {
-            CHECK(t == NULL && llmem_last_error()[0] != '\0');
+            FZ_CHECK(t == NULL && llmem_last_error()[0] != '\0');
         } else {
-            CHECK(llmem_tokenizer_vocab_size(t) == vocab);
+            FZ_CHECK(llmem_tokenizer_vocab_size(t) == vocab);
             exercise(t, text, bos, eos, false);
             llmem_tokenizer_destroy(t);
         }

@@ -1,7 +1,7 @@
 /*
  * shadow.h - what the allocator fuzz targets (fuzz_pool, fuzz_fixed,
- * fuzz_arena) share: reading a program from the input,
- * sizes drawn from it, and a content pattern for blocks.
+ * fuzz_arena) share beyond support.h: sizes drawn from the input, the
+ * resource stack under the allocator, and a content pattern for blocks.
  *
  * Each live block holds, at the offsets fz_ranges() names, a pattern that
  * depends on the block's id and the offset, so a block handed out twice,
@@ -24,41 +24,7 @@
 
 #include "llmem/llmem.h"
 
-/* A shadow mismatch: say where, then abort so libFuzzer and the driver keep
- * the input. */
-#define FZ_CHECK(cond)                                                                 \
-    do {                                                                               \
-        if (!(cond)) fz_fail(#cond, __FILE__, __LINE__);                               \
-    } while (0)
-
-static inline void fz_fail(const char *what, const char *file, int line)
-{
-    fprintf(stderr, "%s:%d: shadow mismatch: %s (last error: %s)\n", file, line, what, llmem_last_error());
-    abort();
-}
-
-/* FZ_TRACE=1 in the environment: the targets say what each step does. */
-static inline bool fz_trace(void)
-{
-    static int on = -1;
-    if (on < 0) on = getenv("FZ_TRACE") != NULL;
-    return on;
-}
-
-typedef struct fz_in {
-    const uint8_t *p;
-    size_t n;
-} fz_in;
-
-/* The next input byte; zeros once the input is used up. */
-static inline unsigned fz_u8(fz_in *in)
-{
-    if (!in->n) return 0;
-    in->n--;
-    return *in->p++;
-}
-
-static inline unsigned fz_u16(fz_in *in) { return fz_u8(in) | fz_u8(in) << 8; }
+#include "support.h"
 
 /* A size from 1 to cap: mostly small (where the size classes are), some
  * medium, a few large, so slabs, page runs and superblock growth all see
@@ -78,6 +44,45 @@ static inline size_t fz_size(fz_in *in, size_t cap)
     default: s = 1 + (v << 6); break;
     }
     return s > cap ? 1 + s % cap : s;
+}
+
+/* The resources under an allocator target: the os resource, or a sim
+ * device (PROT_NONE to the host), with a tracking resource over it that
+ * sees every mapping, and optionally a limit resource on top. */
+typedef struct fz_stack {
+    llmem_resource *base, *track, *limit;
+} fz_stack;
+
+/* The base (the os resource when so is NULL, else a sim device made with
+ * *so) and tracking over it; returns the top of the stack. */
+static inline llmem_resource *fz_stack_open(fz_stack *s, const llmem_sim_options *so)
+{
+    if (!so) s->base = llmem_resource_default();
+    else FZ_CHECK(llmem_sim_resource_create(so, &s->base) == LLMEM_OK);
+    FZ_CHECK(llmem_tracking_resource_create(s->base, &s->track) == LLMEM_OK);
+    return s->track;
+}
+
+/* A limit resource of limit_bytes over tracking; returns the new top. */
+static inline llmem_resource *fz_stack_limit(fz_stack *s, size_t limit_bytes)
+{
+    llmem_limit_options lo = llmem_limit_options_default();
+    lo.limit_bytes = limit_bytes;
+    FZ_CHECK(llmem_limit_resource_create(s->track, &lo, &s->limit) == LLMEM_OK);
+    return s->limit;
+}
+
+/* After the allocator is destroyed: tracking must hold no mapping and have
+ * refused nothing (the allocator never asked past a limit it knew); then
+ * the stack comes down. */
+static inline void fz_stack_close(fz_stack *s)
+{
+    llmem_tracking_stats ts = {sizeof ts};
+    FZ_CHECK(llmem_tracking_resource_get_stats(s->track, &ts) == LLMEM_OK);
+    FZ_CHECK(ts.live_mappings == 0 && ts.live_bytes == 0 && ts.refused_total == 0);
+    llmem_resource_destroy(s->limit);
+    llmem_resource_destroy(s->track);
+    if (s->base != llmem_resource_default()) llmem_resource_destroy(s->base);
 }
 
 /* Pattern byte i of block id. */
