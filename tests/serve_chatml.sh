@@ -22,46 +22,12 @@
 # Exit 0 pass, 1 fail, 77 skipped (no curl or python3).
 set -u
 llmem=$1
-command -v curl >/dev/null 2>&1 || { echo "skipped: curl is not installed (scripts/deps.sh test)"; exit 77; }
-command -v python3 >/dev/null 2>&1 || { echo "skipped: python3 is not installed (scripts/deps.sh test)"; exit 77; }
+. "$(dirname "$0")/serve_lib.sh"
+need curl "curl is not installed (scripts/deps.sh test)"
+need python3 "python3 is not installed (scripts/deps.sh test)"
+serve_lib_init serve_chatml
+serve() { serve_start server "$@" --threads 1; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/serve_chatml.XXXXXX") || exit 1
-pid=""
-cleanup() {
-    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-    echo "serve_chatml: FAIL: $*" >&2
-    [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2
-    exit 1
-}
-
-serve() {
-    rm -f "$work/port"
-    "$llmem" serve "$@" --port 0 --port-file "$work/port" --threads 1 >"$work/server.log" 2>&1 &
-    pid=$!
-    i=0
-    while [ ! -s "$work/port" ]; do
-        i=$((i + 1))
-        [ $i -gt 100 ] && fail "the server did not start"
-        kill -0 "$pid" 2>/dev/null || fail "the server exited at start"
-        sleep 0.1
-    done
-    port=$(cat "$work/port")
-}
-stop() {
-    kill -TERM "$pid"
-    wait "$pid"
-    rc=$?
-    pid=""
-    [ $rc = 0 ] || fail "llmem serve exited $rc after SIGTERM"
-    for pat in 'ERROR: AddressSanitizer' 'ERROR: LeakSanitizer' 'runtime error:' 'WARNING: ThreadSanitizer'; do
-        grep -Fq "$pat" "$work/server.log" && fail "a sanitizer report ($pat)"
-    done
-    return 0
-}
 post() { # PATH BODY -> $work/body, $code
     code=$(curl -s -o "$work/body" -w '%{http_code}' -H 'Content-Type: application/json' \
         --data-binary "$2" "http://127.0.0.1:$port$1") || fail "curl $1"
@@ -151,7 +117,7 @@ for i in range(20):
     if usage["prompt_tokens"] != len(prompt) or prompt[0] != 31998:
         sys.exit("stream %d: prompt_token_ids %s, usage %s" % (i, prompt, usage))
 EOF
-stop
+serve_stop
 
 # ChatML in the metadata, no ChatML tokens in the vocabulary.
 "$llmem" synth --shape tiny-random --bpe gpt-2 --chat-template chatml -o "$work/broken.gguf" >/dev/null 2>&1 ||
@@ -164,5 +130,5 @@ grep -q 'cannot be used: chat template chatml: the vocabulary has no <|im_start|
     fail "the refusal does not say why: $(cat "$work/body")"
 post /v1/completions '{"prompt":"hi","max_tokens":2,"temperature":0}'
 [ "$code" = 200 ] || fail "completions on a model with an unusable template: HTTP $code"
-stop
+serve_stop
 echo "serve_chatml: ChatML from the metadata rendered as by hand, streamed and not; unusable template refused"

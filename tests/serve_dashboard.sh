@@ -12,25 +12,11 @@ for b in chromium chromium-browser google-chrome; do
     if command -v "$b" >/dev/null 2>&1; then browser=$b; break; fi
 done
 [ -n "$browser" ] || { echo "skipped: no chromium (Debian package: chromium)"; exit 77; }
-command -v curl >/dev/null 2>&1 || { echo "skipped: curl is not installed"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/tmp}/serve_dashboard.XXXXXX") || exit 1
-pid=""
-trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$work"' EXIT
-fail() {
-    echo "serve_dashboard: FAIL: $*" >&2
-    tail -5 "$work/server.log" >&2
-    exit 1
-}
+. "$(dirname "$0")/serve_lib.sh"
+need curl "curl is not installed"
+serve_lib_init serve_dashboard
 "$llmem" synth --shape tiny-random -o "$work/m.gguf" >/dev/null 2>&1 || fail "llmem synth"
-"$llmem" serve "$work/m.gguf" --port 0 --port-file "$work/port" --threads 1 >"$work/server.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -s "$work/port" ]; do
-    i=$((i + 1))
-    [ $i -gt 100 ] && fail "the server did not start"
-    sleep 0.1
-done
-port=$(cat "$work/port")
+serve_start server "$work/m.gguf" --threads 1
 # Requests one after another for the whole time the page is open.
 (
     for k in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
@@ -54,7 +40,5 @@ last=$(printf '%s' "$canvas" | sed -n 's/.*data-gen-last="\([0-9]*\)".*/\1/p')
 [ "${draws:-0}" -ge 2 ] || fail "the page drew ${draws:-0} times: $canvas"
 [ "${last:-0}" -gt "${first:-0}" ] || fail "the drawn data did not change (tokens ${first:-?} -> ${last:-?})"
 grep -q 'id="status"[^>]*>updated ' "$work/dom.html" || fail "the page shows no update"
-kill -TERM "$pid"
-wait "$pid" || fail "llmem serve exited $? after SIGTERM"
-pid=""
+serve_stop
 echo "serve_dashboard: the page drew $draws times, tokens $first -> $last"

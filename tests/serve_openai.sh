@@ -18,6 +18,7 @@ npmdir=$2
 shared=""
 [ "${3:-}" = "--shared" ] && shared=${LLMEM_SHARED_DIR:-$4}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/serve_lib.sh"
 sh "$here/npm_openai.sh" "$npmdir" || exit $?
 npmdir=$(cd "$npmdir" && pwd)
 if [ -n "$shared" ]; then
@@ -25,51 +26,17 @@ if [ -n "$shared" ]; then
         [ -r "$shared/$f" ] || { echo "skipped: $shared/$f is absent (the shared data folder)"; exit 77; }
     done
 fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/serve_openai.XXXXXX") || exit 1
-pid=""
-trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$work"' EXIT
-fail() {
-    echo "serve_openai: FAIL: $*" >&2
-    [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2
-    exit 1
-}
-
-# serve MODEL ARGS...: start, wait for the port file; sets $port, $pid.
-serve() {
-    rm -f "$work/port"
-    "$llmem" serve "$@" --port 0 --port-file "$work/port" >"$work/server.log" 2>&1 &
-    pid=$!
-    i=0
-    while [ ! -s "$work/port" ]; do
-        i=$((i + 1))
-        [ $i -gt 100 ] && fail "the server did not start"
-        kill -0 "$pid" 2>/dev/null || fail "the server exited at start"
-        sleep 0.1
-    done
-    port=$(cat "$work/port")
-}
-stop() {
-    kill -TERM "$pid"
-    wait "$pid"
-    rc=$?
-    pid=""
-    [ $rc = 0 ] || fail "llmem serve exited $rc after SIGTERM"
-    for pat in 'ERROR: AddressSanitizer' 'ERROR: LeakSanitizer' 'runtime error:' 'WARNING: ThreadSanitizer'; do
-        grep -Fq "$pat" "$work/server.log" && fail "a sanitizer report ($pat)"
-    done
-    return 0
-}
-
+serve_lib_init serve_openai
 if [ -z "$shared" ]; then
     "$llmem" synth --shape tiny-random -o "$work/m.gguf" >/dev/null 2>&1 || fail "llmem synth"
-    serve "$work/m.gguf" --chat-template llama2 --max-batch 16 --threads 2
+    serve_start server "$work/m.gguf" --chat-template llama2 --max-batch 16 --threads 2
     node "$here/serve_openai.cjs" "$npmdir" "$port" basic || fail "the OpenAI client checks"
-    stop
+    serve_stop
     "$llmem" synth --shape tiny-random --chat-template chatml -o "$work/chatml.gguf" >/dev/null 2>&1 ||
         fail "llmem synth --chat-template chatml"
-    serve "$work/chatml.gguf" --threads 2
+    serve_start server "$work/chatml.gguf" --threads 2
     node "$here/serve_openai.cjs" "$npmdir" "$port" chatml || fail "the OpenAI client's ChatML checks"
-    stop
+    serve_stop
     exit 0
 fi
 
@@ -84,9 +51,9 @@ greedy() {
             fail "llmem run $name"
         printf '"%s"\t96\t%s\n' "$prompt" "$ids" >>"$work/expect"
     done
-    serve "$@" --threads 2 --max-batch 4
+    serve_start server "$@" --threads 2 --max-batch 4
     node "$here/serve_openai.cjs" "$npmdir" "$port" greedy "$work/expect" || fail "greedy equality on $name"
-    stop
+    serve_stop
 }
 greedy stories260K.bin "$m/stories260K.bin" -z "$m/tok512.bin"
 greedy stories260K.gguf "$m/stories260K.gguf"

@@ -17,28 +17,13 @@
 set -u
 llmem=$1
 seconds=${2:-10}
-command -v curl >/dev/null 2>&1 || { echo "skipped: curl is not installed"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/tmp}/serve_soak.XXXXXX") || exit 1
-pid=""
-trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$work"' EXIT
-fail() {
-    echo "serve_soak: FAIL: $*" >&2
-    tail -5 "$work/server.log" >&2
-    exit 1
-}
+. "$(dirname "$0")/serve_lib.sh"
+need curl "curl is not installed"
+serve_lib_init serve_soak
 "$llmem" synth --shape tiny-random -o "$work/m.gguf" >/dev/null 2>&1 || fail "llmem synth"
-"$llmem" serve "$work/m.gguf" --port 0 --port-file "$work/port" --threads 2 --max-batch 8 --kv-budget 16KiB \
-    --swap 1MiB --idle-decay-ms 20 --fault-probability "${SOAK_FAULT_PROBABILITY:-0.2}" --fault-seed 7 >"$work/server.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -s "$work/port" ]; do
-    i=$((i + 1))
-    [ $i -gt 100 ] && fail "the server did not start"
-    sleep 0.1
-done
-port=$(cat "$work/port")
+serve_start server "$work/m.gguf" --threads 2 --max-batch 8 --kv-budget 16KiB \
+    --swap 1MiB --idle-decay-ms 20 --fault-probability "${SOAK_FAULT_PROBABILITY:-0.2}" --fault-seed 7
 url="http://127.0.0.1:$port/v1/completions"
-metric() { curl -s "http://127.0.0.1:$port/metrics" | sed -n "s/^$1{[^}]*} //p;s/^$1 //p" | head -1; }
 # body K [MAX_TOKENS]: prompt K's request (20 + 8K tokens unless told).
 body() { printf '{"prompt":"soak prompt %s","max_tokens":%s,"temperature":0,"stream":true}' "$1" "${2:-$((20 + 8 * $1))}"; }
 text() { grep '^data: {' "$1" | sed -n 's/.*"text":"\([^"]*\)".*/\1/p' | tr -d '\n'; }
@@ -128,13 +113,8 @@ drift=$(awk -v a="$rss0" -v b="$rss1" 'BEGIN { printf "%.2f", (b - a) * 100 / a 
 if [ "$seconds" -ge 30 ]; then
     awk -v d="$drift" 'BEGIN { exit !(d < 2) }' || fail "resident memory drifted $drift% ($rss0 -> $rss1 bytes)"
 fi
-kill -TERM "$pid"
-wait "$pid" || fail "llmem serve exited $? after SIGTERM"
-pid=""
+serve_stop
 grep -q '0 mappings (0 bytes) left' "$work/server.log" || fail "shutdown: $(tail -1 "$work/server.log")"
-for pat in 'ERROR: AddressSanitizer' 'ERROR: LeakSanitizer' 'runtime error:' 'WARNING: ThreadSanitizer'; do
-    grep -Fq "$pat" "$work/server.log" && fail "a sanitizer report ($pat)"
-done
 echo "serve_soak: $rounds rounds in $seconds s: $completed responses equal to their references, $failed ended by" \
     "faults, $killed clients killed ($cancelled requests cancelled), $faults commits failed by the fault resource" \
     "($pool_failures pool failures); RSS $rss0 -> $rss1 ($drift%)"
