@@ -102,7 +102,9 @@ bench-programs: build
 fuzz:
 	@scripts/deps.sh fuzz
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DLLMEM_SANITIZE=address -DLLMEM_FUZZ=ON -DLLMEM_BUILD_TESTS=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-fuzz -j$(JOBS) --target $(patsubst %,fuzz_%_lf,$(FUZZ_TARGETS)) test_model test_tokenizer
+	cmake --build build-fuzz -j$(JOBS) --target $(patsubst %,fuzz_%_lf,$(FUZZ_TARGETS)) test_model test_tokenizer test_debug
+	@build-fuzz/tests/test_debug >build-fuzz/test_debug.log 2>&1 || { cat build-fuzz/test_debug.log; exit 1; }
+	@sed -n 's/^# //p' build-fuzz/test_debug.log | head -1
 	@mkdir -p build-fuzz/corpus/model && LLMEM_WRITE_MODEL_SEEDS=build-fuzz/corpus/model build-fuzz/tests/test_model
 	@mkdir -p build-fuzz/corpus/tokenizer && { LLMEM_WRITE_TOKENIZER_SEEDS=build-fuzz/corpus/tokenizer \
 	    build-fuzz/tests/test_tokenizer; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]; }

@@ -36,6 +36,7 @@ static bool valid_utf8(const char *s, size_t len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    fz_begin();
     if (!size) return 0;
     llmem_oai_kind kind = (data[0] & 1) ? LLMEM_OAI_CHAT : LLMEM_OAI_COMPLETION;
     const char *body = (const char *)data + 1;

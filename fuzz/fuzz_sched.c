@@ -95,6 +95,7 @@ static void check_all(llmem_sched *s, llmem_kv *kv, const shreq *rq, size_t nreq
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    fz_begin();
     fz_in in = {data, size};
     unsigned cfg = fz_u8(&in);
     llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);

@@ -18,6 +18,8 @@
 
 #include "llmem/llmem.h"
 
+#include "../src/core/debug.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A broken contract: say which, where and the library's last error, then
@@ -41,13 +43,16 @@ static inline bool fz_trace(void)
     return on;
 }
 
-/* Once per process: the library's log off (refusals are expected and
- * would drown the fuzzer's output). */
+/* At the start of each input: the library's log off, once (refusals are
+ * expected and would drown the fuzzer's output), and the level-3 walk
+ * counts reset, so each input's first call at every site walks whatever
+ * the inputs before it did (debug.h). */
 static inline void fz_begin(void)
 {
     static bool quiet;
     if (!quiet) llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
     quiet = true;
+    llmem__debug_walk_reset();
 }
 
 /* The input, read as a program: each op takes its bytes from the front. */

@@ -97,6 +97,32 @@ static void walk_runs_at_level_3_and_names_the_break(void **state)
     }
 }
 
+static int counted;
+static __attribute__((unused)) llmem_status counting_check(void)
+{
+    counted++;
+    return LLMEM_OK;
+}
+
+static void walk_site(void) { LLMEM_DEBUG_WALK(counting_check()); }
+
+/* At level 3 a site walks on its first call and every LLMEM_DEBUG_WALK_EVERY
+ * calls after; a reset (each fuzz input) makes its next call walk again. */
+static void walk_period_counts_per_site_and_resets(void **state)
+{
+    (void)state;
+    const int every = LLMEM_DEBUG_WALK_EVERY, on = LLMEM_DEBUG >= 3;
+    counted = 0;
+    llmem__debug_walk_reset();
+    for (int i = 0; i < 3 * every + 1; i++) walk_site(); /* calls 0, N, 2N and 3N walk */
+    assert_int_equal(counted, on ? 4 : 0);
+    llmem__debug_walk_reset();
+    walk_site();
+    assert_int_equal(counted, on ? 5 : 0);
+    walk_site(); /* the second call after a reset walks only when every call does */
+    assert_int_equal(counted, on ? (every == 1 ? 6 : 5) : 0);
+}
+
 /* The level-3 walk after every KV call must accept every state the public
  * calls reach (a false alarm there would abort the fuzz build). */
 static void kv_calls_pass_their_own_walk(void **state)
@@ -135,8 +161,9 @@ int main(void)
         cmocka_unit_test(assert_aborts_with_what_and_where_from_level_1),
         cmocka_unit_test(release_level_does_not_evaluate),
         cmocka_unit_test(walk_runs_at_level_3_and_names_the_break),
+        cmocka_unit_test(walk_period_counts_per_site_and_resets),
         cmocka_unit_test(kv_calls_pass_their_own_walk),
     };
-    printf("# LLMEM_DEBUG=%d\n", LLMEM_DEBUG);
+    printf("# LLMEM_DEBUG=%d, level-3 walks every %d call(s) a site\n", LLMEM_DEBUG, LLMEM_DEBUG_WALK_EVERY);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

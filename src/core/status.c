@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -240,6 +241,15 @@ _Noreturn void llmem__assert_fail(const char *what, const char *file, int line, 
     fflush(stderr);
     abort();
 }
+
+/* The walk period's epoch (debug.h): starts at 1, so a call site's count,
+ * zero at first, is reset on its first call. Relaxed: a reset is seen by
+ * the threads that call after it, and nothing else is ordered by it. */
+static _Atomic unsigned long walk_epoch = 1;
+
+void llmem__debug_walk_reset(void) { atomic_fetch_add_explicit(&walk_epoch, 1, memory_order_relaxed); }
+
+unsigned long llmem__debug_walk_epoch(void) { return atomic_load_explicit(&walk_epoch, memory_order_relaxed); }
 
 #if LLMEM_DEBUG >= 3
 void llmem__error_save(llmem__error_saved *s)
