@@ -12,6 +12,7 @@
 #include <semaphore.h>
 
 #include "test_util.h"
+#include "support/log_capture.h"
 #include "llmem/resource_impl.h"
 
 #define KiB ((size_t)1 << 10)
@@ -57,22 +58,6 @@ static size_t limit_cap(const llmem_resource *l)
     size_t lim = 0;
     assert_ok(llmem_limit_resource_usage(l, NULL, &lim));
     return lim;
-}
-
-static llmem_fault_stats fault_stats(const llmem_resource *f)
-{
-    llmem_fault_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_fault_resource_get_stats(f, &s));
-    return s;
-}
-
-static llmem_tracking_stats track_stats(const llmem_resource *t)
-{
-    llmem_tracking_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_tracking_resource_get_stats(t, &s));
-    return s;
 }
 
 /* The info of an adaptor equals its upstream's, name aside. */
@@ -331,8 +316,8 @@ static void limit_gives_claim_back_when_upstream_fails(void **state)
     assert_int_equal(limit_used(l), 8 * page);
     assert_ok(llmem_resource_unmap(l, p, 8 * page, 8 * page));
     assert_ok(llmem_resource_map(l, 4 * page, 0, LLMEM_MAP_UNCOMMITTED, &p));
-    assert_int_equal(fault_stats(f).injected_total, 1);
-    assert_int_equal(fault_stats(f).calls_total, 3);
+    assert_int_equal(test_fault_stats(f).injected_total, 1);
+    assert_int_equal(test_fault_stats(f).calls_total, 3);
     assert_ok(llmem_resource_commit(l, p, 2 * page));
     assert_int_equal(limit_used(l), 2 * page);
     assert_ok(llmem_resource_unmap(l, p, 4 * page, 2 * page));
@@ -508,7 +493,7 @@ static void fault_fail_nth(void **state)
     assert_ok(llmem_resource_map(f, 3 * page, 0, 0, &c));
     assert_int_equal(test_resource_stats(os).map_calls_total, 2);
 
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.struct_size, sizeof fs);
     assert_int_equal(fs.calls_total, 3);
     assert_int_equal(fs.injected_total, 1);
@@ -516,10 +501,10 @@ static void fault_fail_nth(void **state)
     /* Unmap and copy are not counted by default; commit is. */
     assert_ok(llmem_resource_copy(f, c, a, page));
     assert_ok(llmem_resource_unmap(f, a, page, page));
-    assert_int_equal(fault_stats(f).calls_total, 3);
+    assert_int_equal(test_fault_stats(f).calls_total, 3);
     assert_ok(llmem_resource_map(f, 2 * page, 0, LLMEM_MAP_UNCOMMITTED, &a));
     assert_ok(llmem_resource_commit(f, a, page));
-    fs = fault_stats(f);
+    fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 5);
     assert_int_equal(fs.bytes_total, 5 * page); /* the reservation adds nothing, the commit a page */
     assert_ok(llmem_resource_unmap(f, a, 2 * page, page));
@@ -541,7 +526,7 @@ static void fault_fail_count_runs(void **state)
     bool want[] = {true, false, false, false, true, true, true};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (try_map(f, page, LLMEM_ENOMEM) != want[i]) fail_msg("call %zu: expected %s", i + 1, want[i] ? "ok" : "failure");
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 7);
     assert_int_equal(fs.injected_total, 3);
     assert_int_equal(test_resource_stats(os).map_calls_total, 4);
@@ -568,7 +553,7 @@ static void fault_fail_forever(void **state)
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     for (int i = 0; i < 200; i++) assert_false(try_map(f, page, LLMEM_ENOMEM));
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 202);
     assert_int_equal(fs.injected_total, 200);
     assert_int_equal(test_resource_stats(os).map_calls_total, 2);
@@ -599,7 +584,7 @@ static void fault_fail_after_bytes(void **state)
     assert_ok(llmem_resource_map(f, 4 * page, 0, LLMEM_MAP_UNCOMMITTED, (void **)&v));
     assert_status(llmem_resource_commit(f, v, page), LLMEM_ENOMEM);
     assert_error_mentions("commit");
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.bytes_total, 3 * page);
     assert_int_equal(fs.calls_total, 8);
     assert_int_equal(fs.injected_total, 5);
@@ -630,15 +615,15 @@ static void fault_budget_counts_only_what_went_through(void **state)
         assert_status(llmem_resource_map(f, 3 * page, 0, 0, &q), LLMEM_ENOMEM);
         assert_error_mentions("limit(os)");
     }
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 3);
     assert_int_equal(fs.injected_total, 0);
     assert_int_equal(fs.bytes_total, 0);
     assert_ok(llmem_resource_map(f, 2 * page, 0, 0, &a));
-    assert_int_equal(fault_stats(f).bytes_total, 2 * page);
+    assert_int_equal(test_fault_stats(f).bytes_total, 2 * page);
     assert_ok(llmem_resource_unmap(f, a, 2 * page, 2 * page));
     assert_ok(llmem_resource_map(f, 2 * page, 0, 0, &b));
-    assert_int_equal(fault_stats(f).bytes_total, 4 * page);
+    assert_int_equal(test_fault_stats(f).bytes_total, 4 * page);
     assert_ok(llmem_resource_unmap(f, b, 2 * page, 2 * page));
     assert_status(llmem_resource_map(f, page, 0, 0, &q), LLMEM_ENOMEM);
     assert_error_mentions("byte budget");
@@ -652,9 +637,9 @@ static void fault_budget_counts_only_what_went_through(void **state)
     assert_ok(llmem_resource_map(f, page, 0, 0, &a)); /* the limit now holds one of its two pages */
     assert_status(llmem_resource_commit(f, v, 2 * page), LLMEM_ENOMEM); /* within the budget, over the cap */
     assert_error_mentions("limit(os)");
-    assert_int_equal(fault_stats(f).bytes_total, page);
+    assert_int_equal(test_fault_stats(f).bytes_total, page);
     assert_ok(llmem_resource_commit(f, v, page));
-    assert_int_equal(fault_stats(f).bytes_total, 2 * page);
+    assert_int_equal(test_fault_stats(f).bytes_total, 2 * page);
     assert_ok(llmem_resource_unmap(f, v, 4 * page, page));
     assert_ok(llmem_resource_unmap(f, a, page, page));
     assert_int_equal(test_resource_stats(os).mappings, 0);
@@ -673,14 +658,14 @@ static void fault_probability_one_always_fails(void **state)
     llmem_resource *f = new_fault(os, &o);
     for (int i = 0; i < 100; i++) assert_false(try_map(f, page, LLMEM_ENOMEM));
     assert_error_mentions("random");
-    assert_int_equal(fault_stats(f).injected_total, 100);
+    assert_int_equal(test_fault_stats(f).injected_total, 100);
     assert_int_equal(test_resource_stats(os).map_calls_total, 0);
     /* And probability 0 is off. */
     o.probability = 0;
     assert_ok(llmem_fault_resource_arm(f, &o));
     for (int i = 0; i < 100; i++) assert_true(try_map(f, page, LLMEM_ENOMEM));
-    assert_int_equal(fault_stats(f).injected_total, 0);
-    assert_int_equal(fault_stats(f).calls_total, 100);
+    assert_int_equal(test_fault_stats(f).injected_total, 0);
+    assert_int_equal(test_fault_stats(f).calls_total, 100);
     llmem_resource_destroy(f);
     llmem_resource_destroy(os);
 }
@@ -715,7 +700,7 @@ static void fault_probability_is_seeded(void **state)
     /* About half pass (128 draws at p = 0.5: well inside 32..96). */
     assert_in_range(popcount2(p1), 32, 96);
     assert_in_range(popcount2(p3), 32, 96);
-    assert_int_equal(fault_stats(f1).injected_total, 128 - (uint64_t)popcount2(p1));
+    assert_int_equal(test_fault_stats(f1).injected_total, 128 - (uint64_t)popcount2(p1));
     /* Re-arming with the same seed replays the same sequence. */
     o.seed = 42;
     assert_ok(llmem_fault_resource_arm(f3, &o));
@@ -760,7 +745,7 @@ static void fault_ops_mask_copy_only(void **state)
     assert_int_equal(test_resource_stats(os).copy_calls_total, 0);
     /* n == 0 is a no-op that never reaches the adaptor. */
     assert_ok(llmem_resource_copy(f, b, a, 0));
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 1);
     assert_int_equal(fs.injected_total, 1);
     assert_int_equal(fs.bytes_total, 0);
@@ -794,7 +779,7 @@ static void fault_unmap_failure_leaves_mapping_live(void **state)
     assert_ok(llmem_resource_unmap(f, a, 2 * page, 2 * page));
     assert_int_equal(test_resource_stats(os).mappings, 0);
     assert_int_equal(test_resource_stats(f).mappings, 0);
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 2);
     assert_int_equal(fs.injected_total, 1);
 
@@ -845,7 +830,7 @@ static void fault_arm_resets_and_disarms(void **state)
     /* Created disarmed: counts, never fails. */
     llmem_resource *f = new_fault(os, NULL);
     for (int i = 0; i < 5; i++) assert_true(try_map(f, page, LLMEM_ENOMEM));
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 5);
     assert_int_equal(fs.injected_total, 0);
     assert_int_equal(fs.bytes_total, 5 * page);
@@ -853,7 +838,7 @@ static void fault_arm_resets_and_disarms(void **state)
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 2;
     assert_ok(llmem_fault_resource_arm(f, &o));
-    fs = fault_stats(f);
+    fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 0);
     assert_int_equal(fs.injected_total, 0);
     assert_int_equal(fs.bytes_total, 0);
@@ -864,17 +849,17 @@ static void fault_arm_resets_and_disarms(void **state)
     assert_ok(llmem_fault_resource_arm(f, &o));
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     assert_false(try_map(f, page, LLMEM_ENOMEM));
-    assert_int_equal(fault_stats(f).calls_total, 2);
+    assert_int_equal(test_fault_stats(f).calls_total, 2);
     /* A bad arm keeps the old arming (and its counters). */
     llmem_fault_options bad = o;
     bad.probability = 2;
     assert_status(llmem_fault_resource_arm(f, &bad), LLMEM_EINVAL);
-    assert_int_equal(fault_stats(f).calls_total, 2);
-    assert_int_equal(fault_stats(f).injected_total, 1);
+    assert_int_equal(test_fault_stats(f).calls_total, 2);
+    assert_int_equal(test_fault_stats(f).injected_total, 1);
     /* NULL disarms. */
     assert_ok(llmem_fault_resource_arm(f, NULL));
     for (int i = 0; i < 20; i++) assert_true(try_map(f, page, LLMEM_ENOMEM));
-    fs = fault_stats(f);
+    fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 20);
     assert_int_equal(fs.injected_total, 0);
     /* A struct_size naming a shorter struct gets only that prefix. */
@@ -1063,7 +1048,7 @@ static void tracking_foreach_oldest_first(void **state)
     assert_string_equal(s.tags[4], "late");
     assert_ptr_equal(s.e[4].ptr, n);
 
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.struct_size, sizeof ts);
     assert_int_equal(ts.live_mappings, 5);
     assert_int_equal(ts.live_bytes, (2 + 3 + 5 + 6 + 1) * page);
@@ -1077,7 +1062,7 @@ static void tracking_foreach_oldest_first(void **state)
     memset(&s, 0, sizeof s);
     assert_ok(llmem_tracking_resource_foreach(t, collect, &s));
     assert_int_equal(s.n, 0);
-    assert_int_equal(track_stats(t).live_bytes, 0);
+    assert_int_equal(test_tracking_stats(t).live_bytes, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(os);
 }
@@ -1103,19 +1088,6 @@ static size_t count_lines(const char *s, const char *needle)
     return n;
 }
 
-typedef struct log_capture {
-    char text[8192];
-    size_t len, errors;
-} log_capture;
-
-static void capture_log(void *user, llmem_log_level level, const char *msg)
-{
-    log_capture *c = user;
-    if (level == LLMEM_LOG_ERROR) c->errors++;
-    int n = snprintf(c->text + c->len, sizeof c->text - c->len, "%s\n", msg);
-    if (n > 0) c->len = c->len + (size_t)n < sizeof c->text ? c->len + (size_t)n : sizeof c->text - 1;
-}
-
 /* Destroyed with live mappings, a tracking resource says so (it used to be
  * silent): an error line with the count and bytes, then each mapping; none
  * when everything was returned. */
@@ -1130,9 +1102,8 @@ static void tracking_destroy_reports_live_mappings(void **state)
     assert_ok(llmem_resource_map_tagged(t, page, 0, 0, "scratch", &b));
     assert_ok(llmem_resource_map(t, page, 0, 0, &c));
     assert_ok(llmem_resource_unmap(t, c, page, page));
-    static log_capture cap;
-    memset(&cap, 0, sizeof cap);
-    llmem_log_set(capture_log, &cap, LLMEM_LOG_DEBUG);
+    static test_log_capture cap;
+    test_log_capture_start(&cap, LLMEM_LOG_DEBUG);
     llmem_resource_destroy(t);
     llmem_log_set(NULL, NULL, LLMEM_LOG_WARN);
     assert_int_equal(cap.errors, 3); /* the summary and two mappings */
@@ -1151,8 +1122,7 @@ static void tracking_destroy_reports_live_mappings(void **state)
     t = new_tracking(os);
     assert_ok(llmem_resource_map(t, page, 0, 0, &c));
     assert_ok(llmem_resource_unmap(t, c, page, page));
-    memset(&cap, 0, sizeof cap);
-    llmem_log_set(capture_log, &cap, LLMEM_LOG_DEBUG);
+    test_log_capture_start(&cap, LLMEM_LOG_DEBUG);
     llmem_resource_destroy(t);
     llmem_log_set(NULL, NULL, LLMEM_LOG_WARN);
     assert_int_equal(cap.len, 0);
@@ -1290,7 +1260,7 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     assert_int_equal(up2.mappings, 3);
     assert_true(holds(mine, 4 * page, 1));
     assert_true(holds(foreign, 2 * page, 2));
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.refused_total, refused);
     assert_int_equal(ts.live_mappings, 2);
     assert_int_equal(ts.live_bytes, 8 * page);
@@ -1312,8 +1282,8 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     assert_ok(llmem_resource_unmap(t, mine, 4 * page, 3 * page));
     assert_ok(llmem_resource_unmap(t, res, 4 * page, 3 * page));
     assert_ok(llmem_resource_unmap(os, foreign, 2 * page, 2 * page));
-    assert_int_equal(track_stats(t).live_mappings, 0);
-    assert_int_equal(track_stats(t).refused_total, refused);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).refused_total, refused);
     assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(os);
@@ -1336,7 +1306,7 @@ static void tracking_upstream_failure_keeps_mapping(void **state)
     assert_ok(llmem_resource_map(t, 2 * page, 0, LLMEM_MAP_UNCOMMITTED, &a)); /* call 1 */
     assert_status(llmem_resource_commit(t, a, page), LLMEM_ENOMEM);          /* call 2 */
     assert_status(llmem_resource_unmap(t, a, 2 * page, 0), LLMEM_ENOMEM);    /* call 3 */
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.live_mappings, 1);
     assert_int_equal(ts.live_bytes, 2 * page);
     assert_int_equal(ts.refused_total, 0);
@@ -1350,7 +1320,7 @@ static void tracking_upstream_failure_keeps_mapping(void **state)
     /* A map failing upstream is not recorded. */
     assert_ok(llmem_fault_resource_arm(f, &(llmem_fault_options){.fail_nth = 1}));
     assert_status(llmem_resource_map(t, page, 0, 0, &q), LLMEM_ENOMEM);
-    ts = track_stats(t);
+    ts = test_tracking_stats(t);
     assert_int_equal(ts.live_mappings, 0);
     assert_int_equal(ts.live_bytes, 0);
     assert_int_equal(ts.peak_mappings, 1);
@@ -1379,8 +1349,8 @@ static void tracking_committed_figure_is_rounded(void **state)
     assert_ok(llmem_sim_resource_get_stats(sim, &ss));
     assert_int_equal(ss.used_bytes, 0);
     assert_int_equal(test_resource_stats(sim).committed_bytes, 0);
-    assert_int_equal(track_stats(t).live_mappings, 0);
-    assert_int_equal(track_stats(t).refused_total, 1);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).refused_total, 1);
     llmem_resource_destroy(t);
     llmem_resource_destroy(sim);
 }
@@ -1450,14 +1420,14 @@ static void tracking_unmap_refused_while_others_map(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, unmap_thread, &j), 0);
     sem_wait(&g.entered);
-    assert_int_equal(track_stats(t).live_mappings, N - 1);
+    assert_int_equal(test_tracking_stats(t).live_mappings, N - 1);
     /* ...while another map takes its slot; then upstream refuses the unmap
      * and the tracker must put the mapping back without overflowing. */
     assert_ok(llmem_resource_map(t, page, 0, 0, &p[N]));
     sem_post(&g.release);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(j.st, LLMEM_EIO);
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.live_mappings, N + 1);
     assert_int_equal(ts.live_bytes, (N + 1) * page);
     assert_int_equal(ts.refused_total, 0);
@@ -1471,7 +1441,7 @@ static void tracking_unmap_refused_while_others_map(void **state)
     assert_ptr_equal(s.e[0].ptr, p[0]); /* back, with its age */
     assert_int_equal(s.e[0].seq, 1);
     for (int i = 0; i <= N; i++) assert_ok(llmem_resource_unmap(t, p[i], page, page));
-    assert_int_equal(track_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
     assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
     sem_destroy(&g.entered);
@@ -1492,7 +1462,7 @@ static void tracking_peaks(void **state)
     assert_ok(llmem_resource_unmap(t, p[1], 3 * page, 3 * page));
     assert_ok(llmem_resource_unmap(t, p[2], 4 * page, 4 * page));
     assert_ok(llmem_resource_map(t, 8 * page, 0, 0, &p[3]));
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.peak_mappings, 3);
     assert_int_equal(ts.peak_bytes, 10 * page); /* 2 + 8 beats 2 + 3 + 4 */
     assert_int_equal(ts.live_bytes, 10 * page);
@@ -1501,7 +1471,7 @@ static void tracking_peaks(void **state)
     assert_ok(llmem_resource_unmap(t, p[0], 2 * page, 2 * page));
     assert_ok(llmem_resource_unmap(t, p[3], 8 * page, 8 * page));
     assert_ok(llmem_resource_unmap(t, p[4], page, page));
-    ts = track_stats(t);
+    ts = test_tracking_stats(t);
     assert_int_equal(ts.peak_mappings, 3);
     assert_int_equal(ts.peak_bytes, 11 * page);
     assert_int_equal(ts.live_bytes, 0);
@@ -1509,10 +1479,10 @@ static void tracking_peaks(void **state)
     /* Many mappings (the table grows). */
     void *many[100];
     for (int i = 0; i < 100; i++) assert_ok(llmem_resource_map(t, page, 0, 0, &many[i]));
-    assert_int_equal(track_stats(t).peak_mappings, 100);
+    assert_int_equal(test_tracking_stats(t).peak_mappings, 100);
     for (int i = 0; i < 100; i += 2) assert_ok(llmem_resource_unmap(t, many[i], page, page));
     for (int i = 1; i < 100; i += 2) assert_ok(llmem_resource_unmap(t, many[i], page, page));
-    assert_int_equal(track_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(os);
 }
@@ -1576,7 +1546,7 @@ static void tracking_over_sim_device(void **state)
     assert_ok(llmem_resource_unmap(t, d, 4 * g, g));
     assert_ok(llmem_sim_resource_get_stats(sim, &ss));
     assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(track_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(sim);
 }
@@ -1680,7 +1650,7 @@ static void stack_fixed_pool_leaves_nothing(void **state)
     }
     llmem_fixed_destroy(p);
 
-    llmem_tracking_stats ts = track_stats(s.track);
+    llmem_tracking_stats ts = test_tracking_stats(s.track);
     assert_int_equal(ts.live_mappings, 0);
     assert_int_equal(ts.live_bytes, 0);
     assert_int_equal(ts.refused_total, 0);
@@ -1720,10 +1690,10 @@ static void stack_fault_on_top_drives_pool_errors(void **state)
     assert_int_equal(st, LLMEM_ENOMEM);
     assert_error_mentions("injected");
     assert_non_null(b[2] = llmem_fixed_alloc(p, &st));
-    assert_int_equal(track_stats(s.track).live_mappings, 3);
+    assert_int_equal(test_tracking_stats(s.track).live_mappings, 3);
     assert_int_equal(test_resource_stats(s.sim).map_calls_total, 3);
     llmem_fixed_destroy(p);
-    assert_int_equal(track_stats(s.track).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(s.track).live_mappings, 0);
     assert_int_equal(limit_used(s.limit), 0);
     destroy_stack(&s);
 }

@@ -329,14 +329,6 @@ static llmem_pool *gpu_pool(llmem_resource *r, size_t max_bytes)
     return p;
 }
 
-static llmem_pool_stats pstats(llmem_pool *p)
-{
-    llmem_pool_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
-}
-
 static void stream_ordered_reuse(void **state)
 {
     (void)state;
@@ -353,7 +345,7 @@ static void stream_ordered_reuse(void **state)
     llmem_fence f;
     assert_ok(llmem_cuda_fence_record(stream, &f));
     assert_ok(llmem_pool_free_fenced(p, a, &f));
-    assert_int_equal(pstats(p).fenced_pending, 1);
+    assert_int_equal(test_pool_stats(p).fenced_pending, 1);
     /* Not reused while the stream has not reached the event. */
     void *got[40];
     for (int i = 0; i < 40; i++) {
@@ -408,11 +400,11 @@ static void full_device_pool_waits_for_events(void **state)
     assert_int_equal(pthread_create(&t, NULL, gate_open_later, &g), 0);
     void *b = llmem_pool_alloc(p, 4 * MiB, NULL); /* waits for the first event, not the device */
     assert_non_null(b);
-    assert_true(pstats(p).fence_waits_total >= 1);
+    assert_true(test_pool_stats(p).fence_waits_total >= 1);
     pthread_join(t, NULL);
     assert_ok(llmem_pool_free(p, b));
     llmem_pool_drain_fenced(p);
-    assert_int_equal(pstats(p).fenced_pending, 0);
+    assert_int_equal(test_pool_stats(p).fenced_pending, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
     assert_int_equal(cudaStreamDestroy(stream), cudaSuccess);
@@ -513,15 +505,15 @@ static void vmm_pool_grows_in_place(void **state)
         assert_non_null(blk[i]);
         pattern(host, MiB, (unsigned)i);
         assert_ok(llmem_resource_copy(r, blk[i], host, MiB));
-        llmem_pool_stats s = pstats(p);
+        llmem_pool_stats s = test_pool_stats(p);
         assert_int_equal(s.superblocks, 1);
         assert_true(s.committed_bytes <= s.used_bytes + 4 * MiB); /* physical memory follows demand */
     }
     for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_free(p, blk[i]));
-    uint64_t before = pstats(p).committed_bytes;
+    uint64_t before = test_pool_stats(p).committed_bytes;
     size_t released = llmem_pool_trim(p);
     assert_true(released >= (size_t)(N / 2) * 16 * MiB - 4 * MiB);
-    assert_int_equal(pstats(p).committed_bytes, before - released);
+    assert_int_equal(test_pool_stats(p).committed_bytes, before - released);
     for (int i = 1; i < N; i += 2) {
         pattern(host, MiB, (unsigned)i);
         assert_ok(llmem_resource_copy(r, back, blk[i], MiB));
@@ -529,7 +521,7 @@ static void vmm_pool_grows_in_place(void **state)
     }
     for (int i = 1; i < N; i += 2) assert_ok(llmem_pool_free(p, blk[i]));
     llmem_pool_trim(p);
-    assert_int_equal(pstats(p).committed_bytes, 0);
+    assert_int_equal(test_pool_stats(p).committed_bytes, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
     assert_int_equal(test_resource_stats(r).mapped_bytes, 0);

@@ -23,24 +23,14 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/tmpdir.h"
 
 enum { N_POS = 120, WINDOW = 8, BLOCK = 4 };
-
-static char tmpdir[128];
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/llmem-arch-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmpdir_make("arch");
 }
 
 /* 2 layers, hidden 64, 4 heads of 16, 2 KV heads, FFN 128, vocabulary
@@ -54,7 +44,7 @@ static llmem_shape arch_shape(void)
 static void synth(const char *name, const char *arch, uint32_t window, char *path, size_t cap)
 {
     llmem_shape s = arch_shape();
-    snprintf(path, cap, "%s/%s.gguf", tmpdir, name);
+    snprintf(path, cap, "%s/%s.gguf", test_tmpdir(), name);
     llmem_synth_options so = {5, LLMEM_DTYPE_F32, NULL, false, NULL, arch, window};
     assert_ok(llmem_synth_gguf(&s, &so, path));
 }
@@ -575,5 +565,5 @@ int main(void)
         cmocka_unit_test(window_fork_matches_reference),
         cmocka_unit_test_setup(bad_qwen2_files, test_quiet_logs),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, test_tmpdir_teardown);
 }

@@ -7,6 +7,7 @@
  * test_fixed_threads.c.
  */
 #include "test_util.h"
+#include "support/log_capture.h"
 #include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
@@ -602,20 +603,6 @@ static void growth_under_a_capped_resource(void **state)
 
 /* ---- checked mode ------------------------------------------------------------------- */
 
-typedef struct log_capture {
-    int count;
-    llmem_log_level level;
-    char last[512];
-} log_capture;
-
-static void capture_log(void *user, llmem_log_level level, const char *msg)
-{
-    log_capture *c = user;
-    c->count++;
-    c->level = level;
-    snprintf(c->last, sizeof c->last, "%s", msg);
-}
-
 static void expect_foreign(llmem_fixed *p, void *ptr, const char *name)
 {
     char txt[32];
@@ -654,8 +641,8 @@ static void checked_one(variant v, size_t block_size)
     assert_true(freed_raw(a, stride));
 
     /* Double free: refused, named, logged, memory untouched. */
-    log_capture cap = {0};
-    llmem_log_set(capture_log, &cap, LLMEM_LOG_WARN);
+    static test_log_capture cap;
+    test_log_capture_start(&cap, LLMEM_LOG_WARN);
     char txt[32];
     ptr_text(txt, sizeof txt, a);
     llmem_clear_error();

@@ -51,14 +51,6 @@ static void env_free(env *e)
     llmem_resource_destroy(e->base);
 }
 
-static llmem_pool_stats stats_of(llmem_pool *p)
-{
-    llmem_pool_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
-}
-
 /* Write and verify a block's pattern, directly or through copy(). */
 static void put(env *e, void *b, size_t n, unsigned seed)
 {
@@ -83,7 +75,7 @@ static void grows_in_place(bool device)
 {
     env e;
     env_make(&e, device, 4 * GiB, 0);
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.reserved_bytes, 0); /* nothing mapped before the first allocation */
 
     /* A KV-cache-like growth: per-layer slabs of 2 MiB appended, plus
@@ -99,7 +91,7 @@ static void grows_in_place(bool device)
         put(&e, blk[i], size[i] < 4096 ? size[i] : 4096, (unsigned)i);
         if ((uintptr_t)blk[i] < lo) lo = (uintptr_t)blk[i];
         if ((uintptr_t)blk[i] + size[i] > hi) hi = (uintptr_t)blk[i] + size[i];
-        s = stats_of(e.pool);
+        s = test_pool_stats(e.pool);
         assert_int_equal(s.superblocks, 1);      /* never a second mapping */
         assert_int_equal(s.reserved_bytes, 4 * GiB);
         assert_true(s.committed_bytes < 2 * s.used_bytes + 8 * MiB); /* follows demand */
@@ -111,9 +103,9 @@ static void grows_in_place(bool device)
     /* Free every other block and shrink: committed memory goes back, the
      * range stays, the survivors do not move and keep their bytes. */
     for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_free(e.pool, blk[i]));
-    uint64_t before = stats_of(e.pool).committed_bytes;
+    uint64_t before = test_pool_stats(e.pool).committed_bytes;
     size_t released = llmem_pool_trim(e.pool);
-    s = stats_of(e.pool);
+    s = test_pool_stats(e.pool);
     assert_true(released > 0);
     assert_int_equal(s.committed_bytes, before - released);
     assert_int_equal(s.reserved_bytes, 4 * GiB);
@@ -131,7 +123,7 @@ static void grows_in_place(bool device)
     for (int i = 1; i < N; i += 2) check(&e, blk[i], size[i] < 4096 ? size[i] : 4096, (unsigned)i);
     for (int i = 0; i < N; i++) assert_ok(llmem_pool_free(e.pool, blk[i]));
     llmem_pool_trim(e.pool);
-    s = stats_of(e.pool);
+    s = test_pool_stats(e.pool);
     assert_int_equal(s.used_bytes, 0);
     assert_int_equal(s.committed_bytes, 0); /* everything decommitted */
     assert_int_equal(s.reserved_bytes, 4 * GiB); /* the range stays until destroy */
@@ -160,18 +152,18 @@ static void overflow_adds_superblocks(void **state)
     void *b = llmem_pool_alloc(e.pool, 12 * MiB, NULL); /* does not fit the rest */
     assert_non_null(a);
     assert_non_null(b);
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.superblocks, 2);
     assert_ok(llmem_pool_free(e.pool, b));
     llmem_pool_trim(e.pool);
-    assert_int_equal(stats_of(e.pool).superblocks, 1); /* the extra one goes, the range stays */
+    assert_int_equal(test_pool_stats(e.pool).superblocks, 1); /* the extra one goes, the range stays */
     /* A request bigger than the whole range on the first growth. */
     assert_ok(llmem_pool_free(e.pool, a));
     env_free(&e);
     env_make(&e, true, 16 * MiB, 0);
     void *c = llmem_pool_alloc(e.pool, 40 * MiB, NULL);
     assert_non_null(c);
-    assert_int_equal(stats_of(e.pool).superblocks, 2);
+    assert_int_equal(test_pool_stats(e.pool).superblocks, 2);
     assert_ok(llmem_pool_free(e.pool, c));
     env_free(&e);
 }
@@ -186,7 +178,7 @@ static void reserve_past_the_range(void **state)
     env e;
     env_make(&e, false, 4 * MiB, 0);
     assert_ok(llmem_pool_reserve(e.pool, 10 * MiB));
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.superblocks, 2);
     assert_true(s.committed_bytes >= 10 * MiB);
     void *a = llmem_pool_alloc(e.pool, 10 * MiB, NULL);
@@ -209,7 +201,7 @@ static void compaction_keeps_the_range(void **state)
     llmem_pool_compact_report r;
     memset(&r, 0, sizeof r);
     assert_ok(llmem_pool_compact(e.pool, 0, &r));
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.superblocks, 1);
     assert_int_equal(s.reserved_bytes, 64 * MiB);
     for (int i = 0; i < 24; i++)
@@ -262,11 +254,11 @@ static void commit_failure_is_clean(void **state)
     fo.fail_nth = 1;
     fo.ops = LLMEM_FAULT_OP_COMMIT;
     assert_ok(llmem_fault_resource_arm(fault, &fo));
-    llmem_pool_stats s0 = stats_of(p);
+    llmem_pool_stats s0 = test_pool_stats(p);
     llmem_status st;
     assert_null(llmem_pool_alloc(p, 4 * MiB, &st));
     assert_int_equal(st, LLMEM_ENOMEM);
-    llmem_pool_stats s1 = stats_of(p);
+    llmem_pool_stats s1 = test_pool_stats(p);
     assert_int_equal(s1.committed_bytes, s0.committed_bytes);
     assert_int_equal(s1.used_bytes, s0.used_bytes);
     assert_ok(llmem_pool_check(p));

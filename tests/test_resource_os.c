@@ -33,14 +33,6 @@ static llmem_resource *os_new(const llmem_os_options *o)
     return r;
 }
 
-static llmem_os_stats ostats(const llmem_resource *r)
-{
-    llmem_os_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_os_resource_get_stats(r, &s));
-    return s;
-}
-
 static llmem_os_caps caps(void)
 {
     llmem_os_caps c;
@@ -390,22 +382,22 @@ static void thp_mode_aligns_and_advises(void **state)
     assert_int_equal((uintptr_t)p % huge, 0);
     p[0] = 1;
     p[big - 1] = 2;
-    uint64_t advised = ostats(r).thp_advised_bytes_total;
+    uint64_t advised = test_os_stats(r).thp_advised_bytes_total;
     if (c.thp_available) assert_int_equal(advised, big);
     else print_message("note: THP is 'never' here; advice counted: %llu bytes\n", (unsigned long long)advised);
 
     /* Below one huge page: no advice. */
     void *small;
     assert_ok(llmem_resource_map(r, 64 * KiB, 0, 0, &small));
-    assert_int_equal(ostats(r).thp_advised_bytes_total, advised);
+    assert_int_equal(test_os_stats(r).thp_advised_bytes_total, advised);
 
     /* A reservation is aligned at map time and advised when committed. */
     char *res;
     assert_ok(llmem_resource_map(r, res_size, 0, LLMEM_MAP_UNCOMMITTED, (void **)&res));
     assert_int_equal((uintptr_t)res % huge, 0);
-    assert_int_equal(ostats(r).thp_advised_bytes_total, advised);
+    assert_int_equal(test_os_stats(r).thp_advised_bytes_total, advised);
     assert_ok(llmem_resource_commit(r, res, 4 * MiB));
-    if (c.thp_available) assert_int_equal(ostats(r).thp_advised_bytes_total, advised + 4 * MiB);
+    if (c.thp_available) assert_int_equal(test_os_stats(r).thp_advised_bytes_total, advised + 4 * MiB);
     res[4 * MiB - 1] = 3;
 
     assert_ok(llmem_resource_unmap(r, p, big, big));
@@ -416,7 +408,7 @@ static void thp_mode_aligns_and_advises(void **state)
     /* Control: the default mode advises nothing. */
     r = os_new(NULL);
     assert_ok(llmem_resource_map(r, big, 0, 0, (void **)&p));
-    assert_int_equal(ostats(r).thp_advised_bytes_total, 0);
+    assert_int_equal(test_os_stats(r).thp_advised_bytes_total, 0);
     assert_ok(llmem_resource_unmap(r, p, big, big));
     llmem_resource_destroy(r);
 }
@@ -472,7 +464,7 @@ static void hugetlb_strict_without_free_pages_is_enohuge(void **state)
     llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.failures_total, 2);
     assert_int_equal(s.mappings, 0);
-    llmem_os_stats os = ostats(r);
+    llmem_os_stats os = test_os_stats(r);
     assert_int_equal(os.hugetlb_bytes, 0);
     assert_int_equal(os.hugetlb_fallbacks_total, 0);
     llmem_resource_destroy(r);
@@ -494,7 +486,7 @@ static void hugetlb_without_free_pages_falls_back(void **state)
     char *p;
     assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
     assert_int_equal((uintptr_t)p % huge, 0);
-    llmem_os_stats os = ostats(r);
+    llmem_os_stats os = test_os_stats(r);
     assert_int_equal(os.hugetlb_fallbacks_total, 1);
     assert_int_equal(os.hugetlb_bytes, 0);
     if (c.thp_available) assert_int_equal(os.thp_advised_bytes_total, huge);
@@ -509,8 +501,8 @@ static void hugetlb_without_free_pages_falls_back(void **state)
      * it would die of SIGBUS on first touch). */
     char *q;
     assert_ok(llmem_resource_map(r, 2 * huge, 0, LLMEM_MAP_UNCOMMITTED, (void **)&q));
-    assert_int_equal(ostats(r).hugetlb_fallbacks_total, 2);
-    assert_int_equal(ostats(r).hugetlb_bytes, 0);
+    assert_int_equal(test_os_stats(r).hugetlb_fallbacks_total, 2);
+    assert_int_equal(test_os_stats(r).hugetlb_bytes, 0);
     assert_true(test_child_faults(touch_read, q));
     assert_ok(llmem_resource_commit(r, q, huge));
     assert_false(test_child_faults(touch_write, q));
@@ -540,7 +532,7 @@ static void hugetlb_with_free_pages_maps_huge_pages(void **state)
     char *p;
     assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
     assert_int_equal((uintptr_t)p % huge, 0);
-    llmem_os_stats os = ostats(r);
+    llmem_os_stats os = test_os_stats(r);
     assert_int_equal(os.hugetlb_bytes, huge);
     assert_int_equal(os.hugetlb_fallbacks_total, 0);
     p[0] = 1;
@@ -551,7 +543,7 @@ static void hugetlb_with_free_pages_maps_huge_pages(void **state)
     p[0] = 3;
     assert_int_equal(p[0], 3);
     assert_ok(llmem_resource_unmap(r, p, huge, huge));
-    assert_int_equal(ostats(r).hugetlb_bytes, 0);
+    assert_int_equal(test_os_stats(r).hugetlb_bytes, 0);
     llmem_resource_destroy(r);
 }
 
@@ -576,17 +568,17 @@ static void numa_binding_to_node_zero(void **state)
     r = os_new(&o);
     char *p;
     assert_ok(llmem_resource_map(r, MiB, 0, 0, (void **)&p));
-    assert_int_equal(ostats(r).numa_bound_bytes_total, MiB);
+    assert_int_equal(test_os_stats(r).numa_bound_bytes_total, MiB);
     p[0] = 1;
     p[MiB - 1] = 2;
     char *q;
     assert_ok(llmem_resource_map(r, 2 * MiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&q));
-    assert_int_equal(ostats(r).numa_bound_bytes_total, 3 * MiB);
+    assert_int_equal(test_os_stats(r).numa_bound_bytes_total, 3 * MiB);
     assert_ok(llmem_resource_commit(r, q, MiB));
     q[0] = 3;
     assert_ok(llmem_resource_unmap(r, p, MiB, MiB));
     assert_ok(llmem_resource_unmap(r, q, 2 * MiB, MiB));
-    assert_int_equal(ostats(r).numa_bound_bytes_total, 3 * MiB); /* a counter: it stays */
+    assert_int_equal(test_os_stats(r).numa_bound_bytes_total, 3 * MiB); /* a counter: it stays */
     llmem_resource_destroy(r);
 }
 
@@ -626,31 +618,31 @@ static void mlock_option_locks_committed_memory(void **state)
         assert_int_equal(s.mappings, 0);
         assert_int_equal(s.mapped_bytes, 0);
         assert_int_equal(s.failures_total, 1);
-        assert_int_equal(ostats(r).mlocked_bytes, 0);
+        assert_int_equal(test_os_stats(r).mlocked_bytes, 0);
         llmem_resource_destroy(r);
         return;
     }
     assert_ok(st);
-    assert_int_equal(ostats(r).mlocked_bytes, 64 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 64 * KiB);
     if (MLOCK_IS_REAL) assert_int_equal(vmlck_bytes() - lck0, 64 * KiB);
     p[0] = 1;
 
     assert_ok(llmem_resource_decommit(r, p, 16 * KiB));
-    assert_int_equal(ostats(r).mlocked_bytes, 48 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 48 * KiB);
     if (MLOCK_IS_REAL) assert_int_equal(vmlck_bytes() - lck0, 48 * KiB);
     assert_ok(llmem_resource_commit(r, p, 16 * KiB));
-    assert_int_equal(ostats(r).mlocked_bytes, 64 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 64 * KiB);
 
     /* Reservations are locked as they are committed. */
     char *q;
     assert_ok(llmem_resource_map(r, 64 * KiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&q));
-    assert_int_equal(ostats(r).mlocked_bytes, 64 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 64 * KiB);
     assert_ok(llmem_resource_commit(r, q, 32 * KiB));
-    assert_int_equal(ostats(r).mlocked_bytes, 96 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 96 * KiB);
 
     assert_ok(llmem_resource_unmap(r, p, 64 * KiB, 64 * KiB));
     assert_ok(llmem_resource_unmap(r, q, 64 * KiB, 32 * KiB));
-    assert_int_equal(ostats(r).mlocked_bytes, 0);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 0);
     if (MLOCK_IS_REAL) assert_int_equal(vmlck_bytes(), lck0);
     assert_int_equal(test_resource_stats(r).failures_total, 0);
     llmem_resource_destroy(r);
@@ -881,7 +873,7 @@ static void os_stats_refuse_other_resources(void **state)
 
     llmem_resource *r = os_new(NULL);
     assert_status(llmem_os_resource_get_stats(r, NULL), LLMEM_EINVAL);
-    s = ostats(r);
+    s = test_os_stats(r);
     assert_int_equal(s.struct_size, sizeof s);
     assert_int_equal(s.hugetlb_bytes + s.hugetlb_fallbacks_total + s.thp_advised_bytes_total + s.mlocked_bytes +
                          s.numa_bound_bytes_total,

@@ -77,14 +77,8 @@
             fail_msg("last error \"%s\" does not mention \"%s\"", llmem_last_error(), (needle)); \
     } while (0)
 
-/* A resource's common statistics, or the test fails. */
-static inline llmem_resource_stats test_resource_stats(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
-}
+/* The statistics getters: test_resource_stats, test_pool_stats, ... */
+#include "support/stats.h" /* test_resource_stats, test_pool_stats, ... */
 
 /* Monotonic milliseconds, for tests that must tell whether a delay passed. */
 static inline uint64_t test_now_ms(void)
