@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
@@ -511,17 +512,8 @@ static void decode_grow(bool reserved)
     release_pool(p, r);
 }
 
-static void decode_grow_plain(void **state)
-{
-    (void)state;
-    decode_grow(false);
-}
-
-static void decode_grow_reserved(void **state)
-{
-    (void)state;
-    decode_grow(true);
-}
+TEST_CASE(decode_grow_plain, decode_grow(false))
+TEST_CASE(decode_grow_reserved, decode_grow(true))
 
 /* ---- 5. compaction ---------------------------------------------------------------------- */
 

@@ -23,6 +23,7 @@
  * failure must surface.
  */
 #include "test_util.h"
+#include "support/cases.h"
 
 #define KiB ((size_t)1 << 10)
 
@@ -438,17 +439,8 @@ static void campaign(bool device, scenario_fn run, const void *cfg, const char *
 
 /* ---- the tests ----------------------------------------------------------- */
 
-static void arena_campaign_os(void **state)
-{
-    (void)state;
-    campaign(false, scenario_arena, NULL, "arena");
-}
-
-static void arena_campaign_sim(void **state)
-{
-    (void)state;
-    campaign(true, scenario_arena, NULL, "arena");
-}
+TEST_CASE(arena_campaign_os, campaign(false, scenario_arena, NULL, "arena"))
+TEST_CASE(arena_campaign_sim, campaign(true, scenario_arena, NULL, "arena"))
 
 /* Blocks of 3000 bytes in chunks doubling from 16 KiB: ~6 chunks. */
 static const fixed_cfg cfg_plain = {"plain", 3000, 16 * KiB, 0, 0, 0, false, false, false, 160};

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
@@ -323,11 +324,7 @@ static void run_shared_pool(bool checked, size_t cache_blocks)
     llmem_fixed_destroy(sh.p);
 }
 
-static void eight_threads_cross_thread_frees(void **state)
-{
-    (void)state;
-    run_shared_pool(false, 0);
-}
+TEST_CASE(eight_threads_cross_thread_frees, run_shared_pool(false, 0))
 
 static void eight_threads_small_caches(void **state)
 {
@@ -335,11 +332,7 @@ static void eight_threads_small_caches(void **state)
     run_shared_pool(false, 4); /* refills and flushes all the time */
 }
 
-static void eight_threads_checked_with_double_free(void **state)
-{
-    (void)state;
-    run_shared_pool(true, 8);
-}
+TEST_CASE(eight_threads_checked_with_double_free, run_shared_pool(true, 8))
 
 /* ---- thread exit returns the cache --------------------------------------------- */
 

@@ -29,6 +29,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/log_capture.h"
 
 #ifdef TEST_ASAN
@@ -125,17 +126,8 @@ static void pool_refusals(bool checked)
     llmem_pool_destroy(other);
 }
 
-static void pool_release_refusals(void **state)
-{
-    (void)state;
-    pool_refusals(false);
-}
-
-static void pool_checked_refusals(void **state)
-{
-    (void)state;
-    pool_refusals(true);
-}
+TEST_CASE(pool_release_refusals, pool_refusals(false))
+TEST_CASE(pool_checked_refusals, pool_refusals(true))
 
 /* A small block freed twice, in both modes: refused with
  * LLMEM_EDOUBLEFREE wherever the first free left it (this thread's cache,
@@ -197,17 +189,8 @@ static void small_double_free(bool checked)
     llmem_pool_destroy(p);
 }
 
-static void pool_release_small_double_free(void **state)
-{
-    (void)state;
-    small_double_free(false);
-}
-
-static void pool_checked_small_double_free(void **state)
-{
-    (void)state;
-    small_double_free(true);
-}
+TEST_CASE(pool_release_small_double_free, small_double_free(false))
+TEST_CASE(pool_checked_small_double_free, small_double_free(true))
 
 /* A device pool (nothing written into its memory) refuses it too. */
 static void pool_device_small_double_free(void **state)
@@ -387,17 +370,8 @@ static void fixed_checked(bool thread_safe)
     llmem_fixed_destroy(f);
 }
 
-static void fixed_checked_plain(void **state)
-{
-    (void)state;
-    fixed_checked(false);
-}
-
-static void fixed_checked_thread_safe(void **state)
-{
-    (void)state;
-    fixed_checked(true);
-}
+TEST_CASE(fixed_checked_plain, fixed_checked(false))
+TEST_CASE(fixed_checked_thread_safe, fixed_checked(true))
 
 /* ---- the KV manager: stale sequence handles ----------------------------- */
 

@@ -4,6 +4,7 @@
  * pools, and a shadow-model property test over host and sim-device.
  */
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 static llmem_pool *new_pool(llmem_resource *r, bool checked)
@@ -736,17 +737,8 @@ static void compaction_run(llmem_resource *res, size_t budget)
     llmem_pool_destroy(p);
 }
 
-static void compaction_host(void **state)
-{
-    (void)state;
-    compaction_run(NULL, 0);
-}
-
-static void compaction_budget(void **state)
-{
-    (void)state;
-    compaction_run(NULL, 100000);
-}
+TEST_CASE(compaction_host, compaction_run(NULL, 0))
+TEST_CASE(compaction_budget, compaction_run(NULL, 100000))
 
 static void compaction_sim_device(void **state)
 {

@@ -7,6 +7,7 @@
  * go through copy()); the same over cuda-vmm is in test_cuda.c.
  */
 #include "test_util.h"
+#include "support/cases.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -130,17 +131,8 @@ static void grows_in_place(bool device)
     env_free(&e);
 }
 
-static void host_grows_in_place(void **state)
-{
-    (void)state;
-    grows_in_place(false);
-}
-
-static void device_grows_in_place(void **state)
-{
-    (void)state;
-    grows_in_place(true);
-}
+TEST_CASE(host_grows_in_place, grows_in_place(false))
+TEST_CASE(device_grows_in_place, grows_in_place(true))
 
 /* Past the range: ordinary superblocks, and the range is still used first. */
 static void overflow_adds_superblocks(void **state)

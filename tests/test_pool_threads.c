@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 enum { THREADS = 8, OPS = 20000, QUEUE = 256 };
@@ -153,23 +154,9 @@ static void run(bool checked, bool with_large)
     free(sh);
 }
 
-static void cross_thread_small(void **state)
-{
-    (void)state;
-    run(false, false);
-}
-
-static void cross_thread_mixed(void **state)
-{
-    (void)state;
-    run(false, true);
-}
-
-static void cross_thread_checked(void **state)
-{
-    (void)state;
-    run(true, true);
-}
+TEST_CASE(cross_thread_small, run(false, false))
+TEST_CASE(cross_thread_mixed, run(false, true))
+TEST_CASE(cross_thread_checked, run(true, true))
 
 /* Many short-lived threads: each exit returns its cache; the pool does
  * not grow without bound. */
@@ -316,17 +303,8 @@ static void idle_cache_reclaimed(bool background)
     pthread_cond_destroy(&d.cond);
 }
 
-static void idle_cache_reclaimed_by_shrink(void **state)
-{
-    (void)state;
-    idle_cache_reclaimed(false);
-}
-
-static void idle_cache_reclaimed_by_purger(void **state)
-{
-    (void)state;
-    idle_cache_reclaimed(true);
-}
+TEST_CASE(idle_cache_reclaimed_by_shrink, idle_cache_reclaimed(false))
+TEST_CASE(idle_cache_reclaimed_by_purger, idle_cache_reclaimed(true))
 
 /* Poll the pool's stats every 10 ms until done(stats) holds or the bound
  * passes; true if it held. The bound is generous (a loaded machine under
@@ -534,11 +512,7 @@ static void property_run(llmem_resource *dev)
     llmem_pool_destroy(p);
 }
 
-static void property_per_thread(void **state)
-{
-    (void)state;
-    property_run(NULL);
-}
+TEST_CASE(property_per_thread, property_run(NULL))
 
 static void property_per_thread_sim_device(void **state)
 {

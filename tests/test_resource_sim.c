@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 
 #define KiB ((size_t)1024)
 #define MiB (KiB * 1024)
@@ -883,29 +884,10 @@ static void fixed_workload(bool thread_safe, bool checked)
     llmem_resource_destroy(r);
 }
 
-static void fixed_pool_over_sim_plain(void **state)
-{
-    (void)state;
-    fixed_workload(false, false);
-}
-
-static void fixed_pool_over_sim_checked(void **state)
-{
-    (void)state;
-    fixed_workload(false, true);
-}
-
-static void fixed_pool_over_sim_thread_safe(void **state)
-{
-    (void)state;
-    fixed_workload(true, false);
-}
-
-static void fixed_pool_over_sim_thread_safe_checked(void **state)
-{
-    (void)state;
-    fixed_workload(true, true);
-}
+TEST_CASE(fixed_pool_over_sim_plain, fixed_workload(false, false))
+TEST_CASE(fixed_pool_over_sim_checked, fixed_workload(false, true))
+TEST_CASE(fixed_pool_over_sim_thread_safe, fixed_workload(true, false))
+TEST_CASE(fixed_pool_over_sim_thread_safe_checked, fixed_workload(true, true))
 
 int main(void)
 {

@@ -18,6 +18,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
@@ -391,17 +392,8 @@ static void hammer_stack(bool device)
     llmem_resource_destroy(s.base);
 }
 
-static void stack_hammered_over_sim(void **state)
-{
-    (void)state;
-    hammer_stack(true);
-}
-
-static void stack_hammered_over_os(void **state)
-{
-    (void)state;
-    hammer_stack(false);
-}
+TEST_CASE(stack_hammered_over_sim, hammer_stack(true))
+TEST_CASE(stack_hammered_over_os, hammer_stack(false))
 
 /* ===== 2. one thread-safe fixed pool, four threads ====================== */
 
@@ -576,17 +568,8 @@ static void fixed_pool_shared_by_threads(bool checked)
     llmem_resource_destroy(os);
 }
 
-static void fixed_pool_four_threads(void **state)
-{
-    (void)state;
-    fixed_pool_shared_by_threads(false);
-}
-
-static void fixed_pool_four_threads_checked(void **state)
-{
-    (void)state;
-    fixed_pool_shared_by_threads(true);
-}
+TEST_CASE(fixed_pool_four_threads, fixed_pool_shared_by_threads(false))
+TEST_CASE(fixed_pool_four_threads_checked, fixed_pool_shared_by_threads(true))
 
 int main(void)
 {

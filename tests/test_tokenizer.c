@@ -26,6 +26,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 /* A file in the shared folder's models/ (test_util.h: test_shared_path). */
@@ -748,17 +749,8 @@ static void agree_with_reference(const char *path, uint32_t V, int texts, size_t
     llmem_tokenizer_destroy(t);
 }
 
-static void tok512_agrees_with_run_c(void **state)
-{
-    (void)state;
-    agree_with_reference(TOK512, 512, 400, 400);
-}
-
-static void llama32k_agrees_with_run_c(void **state)
-{
-    (void)state;
-    agree_with_reference(TOK32K, 32000, 200, 300);
-}
+TEST_CASE(tok512_agrees_with_run_c, agree_with_reference(TOK512, 512, 400, 400))
+TEST_CASE(llama32k_agrees_with_run_c, agree_with_reference(TOK32K, 32000, 200, 300))
 
 /* Hand-made vocabularies with many ties and chains of merges. */
 static void random_vocabularies_agree_with_run_c(void **state)
@@ -944,11 +936,7 @@ static void gguf_matches_bin(const char *bin, uint32_t V, const char *gguf)
     llmem_tokenizer_destroy(tb);
 }
 
-static void gguf_stories260k_matches_tok512(void **state)
-{
-    (void)state;
-    gguf_matches_bin(TOK512, 512, MODEL("stories260K.gguf"));
-}
+TEST_CASE(gguf_stories260k_matches_tok512, gguf_matches_bin(TOK512, 512, MODEL("stories260K.gguf")))
 
 static void gguf_llama32k_matches_bin(void **state)
 {
