@@ -18,13 +18,6 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static llmem_resource *new_os(void)
-{
-    llmem_resource *r = NULL;
-    assert_ok(llmem_os_resource_create(NULL, &r));
-    return r;
-}
-
 static llmem_resource *new_sim(size_t capacity, size_t granularity)
 {
     llmem_sim_options o = llmem_sim_options_default();
@@ -93,7 +86,7 @@ static bool holds(const void *p, size_t n, unsigned seed)
 static void limit_caps_maps_and_names_the_limit(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
     size_t page = llmem_resource_granularity(os);
     assert_int_equal(limit_cap(l), MiB);
@@ -151,7 +144,7 @@ static void limit_caps_maps_and_names_the_limit(void **state)
 static void limit_sizes_are_rounded_before_counting(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, 4 * page, LLMEM_LIMIT_COMMITTED);
     void *a, *b, *c = (void *)1;
@@ -175,7 +168,7 @@ static void limit_sizes_are_rounded_before_counting(void **state)
 static void limit_set_moves_the_cap(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
     void *big, *q = NULL;
@@ -217,7 +210,7 @@ static void limit_set_moves_the_cap(void **state)
 static void limit_committed_mode_counts_commits(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
 
@@ -271,7 +264,7 @@ static void limit_committed_mode_counts_commits(void **state)
 static void limit_mapped_mode_counts_reservations(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_MAPPED);
     char *v;
@@ -301,7 +294,7 @@ static void limit_mapped_mode_counts_reservations(void **state)
 static void limit_gives_claim_back_when_upstream_fails(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options fo = llmem_fault_options_default();
     fo.fail_nth = 1;
@@ -340,7 +333,7 @@ static void limit_gives_claim_back_when_upstream_fails(void **state)
 static void limit_bad_options_and_wrong_resources(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     llmem_resource *l = (llmem_resource *)1;
     llmem_limit_options o = llmem_limit_options_default();
     assert_int_equal(o.what, LLMEM_LIMIT_COMMITTED);
@@ -389,7 +382,7 @@ static void limit_bad_options_and_wrong_resources(void **state)
 static void limit_inherits_info_over_os_and_sim(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
     assert_string_equal(llmem_resource_name(l), "limit(os)");
     assert_int_equal(llmem_resource_kind(l), LLMEM_MEM_HOST);
@@ -470,7 +463,7 @@ static bool try_map(llmem_resource *f, size_t size, llmem_status want_fail)
 static void fault_fail_nth(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 2;
@@ -517,7 +510,7 @@ static void fault_fail_nth(void **state)
 static void fault_fail_count_runs(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 2;
@@ -544,7 +537,7 @@ static void fault_fail_count_runs(void **state)
 static void fault_fail_forever(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 3;
@@ -564,7 +557,7 @@ static void fault_fail_forever(void **state)
 static void fault_fail_after_bytes(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_after_bytes = 3 * page;
@@ -604,7 +597,7 @@ static void fault_budget_counts_only_what_went_through(void **state)
     (void)state;
     /* fault over a limit that refuses: those bytes were never mapped, so
      * they neither count in bytes_total nor eat the fault's budget. */
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, 2 * page, LLMEM_LIMIT_COMMITTED);
     llmem_fault_options o = llmem_fault_options_default();
@@ -651,7 +644,7 @@ static void fault_budget_counts_only_what_went_through(void **state)
 static void fault_probability_one_always_fails(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.probability = 1.0;
@@ -683,7 +676,7 @@ static int popcount2(const uint64_t w[2]) { return __builtin_popcountll(w[0]) + 
 static void fault_probability_is_seeded(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.probability = 0.5;
@@ -724,7 +717,7 @@ static void fault_probability_is_seeded(void **state)
 static void fault_ops_mask_copy_only(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_COPY;
@@ -758,7 +751,7 @@ static void fault_ops_mask_copy_only(void **state)
 static void fault_unmap_failure_leaves_mapping_live(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_UNMAP;
@@ -801,7 +794,7 @@ static void fault_unmap_failure_leaves_mapping_live(void **state)
 static void fault_custom_status(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 1;
@@ -825,7 +818,7 @@ static void fault_custom_status(void **state)
 static void fault_arm_resets_and_disarms(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     /* Created disarmed: counts, never fails. */
     llmem_resource *f = new_fault(os, NULL);
@@ -877,7 +870,7 @@ static void fault_arm_resets_and_disarms(void **state)
 static void fault_bad_options_and_wrong_resources(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     llmem_fault_options o = llmem_fault_options_default();
     assert_int_equal(o.ops, LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT);
     assert_int_equal(o.status, LLMEM_ENOMEM);
@@ -991,7 +984,7 @@ static llmem_resource *new_tracking(llmem_resource *up)
 static void tracking_foreach_oldest_first(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     assert_string_equal(llmem_resource_name(t), "tracking(os)");
@@ -1094,7 +1087,7 @@ static size_t count_lines(const char *s, const char *needle)
 static void tracking_destroy_reports_live_mappings(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *a, *b, *c;
@@ -1132,7 +1125,7 @@ static void tracking_destroy_reports_live_mappings(void **state)
 static void tracking_report_lists_leaks(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *a, *b, *c;
@@ -1200,7 +1193,7 @@ static void tracking_report_lists_leaks(void **state)
 static void tracking_refuses_what_would_corrupt_upstream(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     char *mine, *foreign, *res;
@@ -1294,7 +1287,7 @@ static void tracking_upstream_failure_keeps_mapping(void **state)
     (void)state;
     /* An unmap refused upstream (an injected fault) is not a refusal of the
      * tracker's: the mapping stays tracked, and unmapping later works. */
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT;
@@ -1399,7 +1392,7 @@ static void *unmap_thread(void *arg)
 static void tracking_unmap_refused_while_others_map(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     gate_resource g;
     memset(&g, 0, sizeof g);
@@ -1452,7 +1445,7 @@ static void tracking_unmap_refused_while_others_map(void **state)
 static void tracking_peaks(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *p[5];
@@ -1490,7 +1483,7 @@ static void tracking_peaks(void **state)
 static void tracking_wrong_resources(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     llmem_tracking_stats ts;
     memset(&ts, 0, sizeof ts);
     assert_status(llmem_tracking_resource_get_stats(os, &ts), LLMEM_EINVAL);
@@ -1661,10 +1654,7 @@ static void stack_fixed_pool_leaves_nothing(void **state)
     fclose(f);
     assert_int_equal(leaks, 0);
     assert_int_equal(limit_used(s.limit), 0);
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(s.sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(s.sim);
     destroy_stack(&s);
 }
 

@@ -85,10 +85,7 @@ static void assert_clean(const ctx *c)
     assert_int_equal(rs.mappings, 0);
     assert_int_equal(rs.map_calls_total, rs.unmap_calls_total);
     if (c->device) {
-        llmem_sim_stats ss = {0};
-        assert_ok(llmem_sim_resource_get_stats(c->base, &ss));
-        assert_int_equal(ss.used_bytes, 0);
-        assert_int_equal(ss.bad_copies_total, 0);
+        test_sim_expect_clean(c->base);
     }
 }
 

@@ -59,11 +59,7 @@ static void env_make(env *e, bool device, bool checked, size_t max_bytes)
 {
     memset(e, 0, sizeof *e);
     e->device = device;
-    if (device) {
-        llmem_sim_options so = llmem_sim_options_default();
-        so.capacity = 256 * MiB;
-        assert_ok(llmem_sim_resource_create(&so, &e->res));
-    }
+    if (device) e->res = test_sim_new(256 * MiB);
     llmem_pool_options o = llmem_pool_options_default();
     o.name = "fenced";
     o.resource = e->res;

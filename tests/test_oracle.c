@@ -58,6 +58,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 #include "support/tmpdir.h"
 
 #include "../src/engine/kernels.h"
@@ -90,15 +91,10 @@ static const uint32_t qtypes[] = {LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYP
                                   LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K};
 #define NQ (sizeof qtypes / sizeof qtypes[0])
 
+/* The tests' one generator (support/rng.h), one stream for the whole run. */
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rnext(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static double runif(void) { return (double)(rnext() >> 11) * 0x1p-53; }
+static uint64_t rnext(void) { return test_rng_next(&rng); }
+static double runif(void) { return test_rng_unit(&rng); }
 
 static int setup(void **state)
 {

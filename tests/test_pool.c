@@ -166,10 +166,7 @@ static void property_sim_device(void **state)
     llmem_resource *sim;
     assert_ok(llmem_sim_resource_create(&so, &sim));
     for (uint64_t seed = 21; seed <= 23; seed++) property_run(sim, seed == 23, seed, 1500, (size_t)8 << 20);
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(sim);
     llmem_resource_destroy(sim);
 }
 
@@ -746,10 +743,7 @@ static void compaction_sim_device(void **state)
     llmem_resource *sim;
     assert_ok(llmem_sim_resource_create(NULL, &sim));
     compaction_run(sim, 0);
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(sim);
     llmem_resource_destroy(sim);
 }
 

@@ -23,13 +23,8 @@ static void env_make(env *e, bool device, size_t reserve, size_t max_bytes)
 {
     memset(e, 0, sizeof *e);
     e->device = device;
-    if (device) {
-        llmem_sim_options so = llmem_sim_options_default();
-        so.capacity = 512 * MiB; /* physical; the reservation is address space */
-        assert_ok(llmem_sim_resource_create(&so, &e->base));
-    } else {
-        assert_ok(llmem_os_resource_create(NULL, &e->base));
-    }
+    /* 512 MiB physical on the device; the reservation is address space. */
+    e->base = device ? test_sim_new(512 * MiB) : test_os_new();
     assert_ok(llmem_tracking_resource_create(e->base, &e->track));
     llmem_pool_options o = llmem_pool_options_default();
     o.name = "in-place";
@@ -44,10 +39,7 @@ static void env_free(env *e)
 {
     assert_ok(llmem_pool_check(e->pool));
     llmem_pool_destroy(e->pool);
-    llmem_tracking_stats t;
-    memset(&t, 0, sizeof t);
-    assert_ok(llmem_tracking_resource_get_stats(e->track, &t));
-    assert_int_equal(t.live_mappings, 0);
+    assert_int_equal(test_tracking_stats(e->track).live_mappings, 0);
     llmem_resource_destroy(e->track);
     llmem_resource_destroy(e->base);
 }

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/inbox.h"
 #include "support/cases.h"
 #include "support/rng.h"
 
@@ -20,11 +21,7 @@ typedef struct item {
 } item;
 
 /* A mutex-protected ring per thread: others push blocks for it to free. */
-typedef struct inbox {
-    pthread_mutex_t lock;
-    item q[QUEUE];
-    size_t head, count;
-} inbox;
+typedef test_inbox inbox; /* of QUEUE items */
 
 typedef struct shared {
     llmem_pool *pool;
@@ -52,27 +49,8 @@ static void release(shared *sh, int id, item *it)
     sh->frees[id]++;
 }
 
-static bool push(inbox *b, item it)
-{
-    pthread_mutex_lock(&b->lock);
-    bool ok = b->count < QUEUE;
-    if (ok) b->q[(b->head + b->count++) % QUEUE] = it;
-    pthread_mutex_unlock(&b->lock);
-    return ok;
-}
-
-static bool pop(inbox *b, item *it)
-{
-    pthread_mutex_lock(&b->lock);
-    bool ok = b->count > 0;
-    if (ok) {
-        *it = b->q[b->head];
-        b->head = (b->head + 1) % QUEUE;
-        b->count--;
-    }
-    pthread_mutex_unlock(&b->lock);
-    return ok;
-}
+static bool push(inbox *b, item it) { return test_inbox_push(b, &it); }
+static bool pop(inbox *b, item *it) { return test_inbox_pop(b, it); }
 
 static void *worker(void *arg)
 {
@@ -122,7 +100,7 @@ static void run(bool checked, bool with_large)
     o.checked = checked;
     assert_ok(llmem_pool_create(&o, &sh->pool));
     sh->with_large = with_large;
-    for (int i = 0; i < THREADS; i++) pthread_mutex_init(&sh->boxes[i].lock, NULL);
+    for (int i = 0; i < THREADS; i++) test_inbox_init(&sh->boxes[i], sizeof(item), QUEUE);
     pthread_barrier_init(&sh->done_producing, NULL, THREADS);
     pthread_t t[THREADS];
     targ args[THREADS];
@@ -149,7 +127,7 @@ static void run(bool checked, bool with_large)
     assert_ok(llmem_pool_get_stats(sh->pool, &st));
     assert_int_equal(st.reserved_bytes, 0);
     pthread_barrier_destroy(&sh->done_producing);
-    for (int i = 0; i < THREADS; i++) pthread_mutex_destroy(&sh->boxes[i].lock);
+    for (int i = 0; i < THREADS; i++) test_inbox_destroy(&sh->boxes[i]);
     llmem_pool_destroy(sh->pool);
     free(sh);
 }
@@ -520,10 +498,7 @@ static void property_per_thread_sim_device(void **state)
     llmem_resource *sim;
     assert_ok(llmem_sim_resource_create(NULL, &sim));
     property_run(sim);
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(sim);
     llmem_resource_destroy(sim);
 }
 

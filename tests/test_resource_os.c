@@ -926,9 +926,7 @@ static void unmap_rounds_the_committed_figure_like_the_size(void **state)
     assert_ok(llmem_sim_resource_create(NULL, &sim));
     assert_ok(llmem_resource_map(sim, 1, 0, 0, &p));
     assert_ok(llmem_resource_unmap(sim, p, 1, 1));
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
+    assert_int_equal(test_sim_stats(sim).used_bytes, 0);
     llmem_resource_destroy(sim);
 }
 

@@ -23,13 +23,6 @@ static llmem_resource *sim_new(const llmem_sim_options *o)
     return r;
 }
 
-static llmem_resource *sim_with_capacity(size_t capacity)
-{
-    llmem_sim_options o = llmem_sim_options_default();
-    o.capacity = capacity;
-    return sim_new(&o);
-}
-
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -425,7 +418,7 @@ static void copy_touching_uncommitted_memory_is_refused(void **state)
 static void capacity_is_enforced(void **state)
 {
     (void)state;
-    llmem_resource *r = sim_with_capacity(MiB);
+    llmem_resource *r = test_sim_new(MiB);
     assert_int_equal(test_sim_stats(r).capacity_bytes, MiB);
     void *p, *q = &q;
     assert_ok(llmem_resource_map(r, MiB, 0, 0, &p));
@@ -456,7 +449,7 @@ static void capacity_is_enforced(void **state)
 static void reservations_commit_against_capacity(void **state)
 {
     (void)state;
-    llmem_resource *r = sim_with_capacity(256 * KiB);
+    llmem_resource *r = test_sim_new(256 * KiB);
     char *p;
     /* A reservation is address space: bigger than the device is fine. */
     assert_ok(llmem_resource_map(r, MiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&p));
@@ -728,7 +721,7 @@ static void sim_stats_refuse_other_resources(void **state)
     llmem_resource_destroy(os);
     assert_status(llmem_sim_resource_get_stats(NULL, &s), LLMEM_EINVAL);
 
-    llmem_resource *r = sim_with_capacity(MiB);
+    llmem_resource *r = test_sim_new(MiB);
     assert_status(llmem_sim_resource_get_stats(r, NULL), LLMEM_EINVAL);
     s = test_sim_stats(r);
     assert_int_equal(s.struct_size, sizeof s);
@@ -753,7 +746,7 @@ static void sim_stats_refuse_other_resources(void **state)
 static void arena_over_sim_never_touches_device_memory(void **state)
 {
     (void)state;
-    llmem_resource *r = sim_with_capacity(64 * MiB);
+    llmem_resource *r = test_sim_new(64 * MiB);
     llmem_arena_options o = llmem_arena_options_default();
     o.name = "dev-arena";
     o.resource = r;
@@ -818,7 +811,7 @@ static void arena_over_sim_never_touches_device_memory(void **state)
 
 static void fixed_workload(bool thread_safe, bool checked)
 {
-    llmem_resource *r = sim_with_capacity(64 * MiB);
+    llmem_resource *r = test_sim_new(64 * MiB);
     llmem_fixed_options o = llmem_fixed_options_default();
     o.name = "dev-blocks";
     o.resource = r;

@@ -381,10 +381,7 @@ static void hammer_stack(bool device)
     assert_int_equal(test_resource_stats(s.limit).failures_total, failures);
     assert_int_equal(failures, injected + limited);
     if (device) {
-        llmem_sim_stats ss = {0};
-        assert_ok(llmem_sim_resource_get_stats(s.base, &ss));
-        assert_int_equal(ss.used_bytes, 0);
-        assert_int_equal(ss.bad_copies_total, 0);
+        test_sim_expect_clean(s.base);
     }
     llmem_resource_destroy(s.limit);
     llmem_resource_destroy(s.track);

@@ -5,6 +5,9 @@
  *
  *     assert_int_equal(test_pool_stats(p).bytes_in_use, 0);
  *
+ * With them, the two base resources most tests build on (test_os_new,
+ * test_sim_new) and the sim device's end-of-test check.
+ *
  * A test that checks get_stats itself (every field written, struct_size
  * honoured) calls the library directly.
  */
@@ -34,5 +37,31 @@ TEST_STATS_GETTER(test_pool_stats, llmem_pool_stats, llmem_pool_get_stats, const
 TEST_STATS_GETTER(test_arena_stats, llmem_arena_stats, llmem_arena_get_stats, const llmem_arena *)
 TEST_STATS_GETTER(test_kv_stats, llmem_kv_stats, llmem_kv_get_stats, const llmem_kv *)
 TEST_STATS_GETTER(test_fixed_stats, llmem_fixed_stats, llmem_fixed_get_stats, const llmem_fixed *)
+
+/* An os resource with the default options, or the test fails. */
+static inline llmem_resource *test_os_new(void)
+{
+    llmem_resource *r = NULL;
+    assert_ok(llmem_os_resource_create(NULL, &r));
+    return r;
+}
+
+/* A sim device of `capacity` bytes (0: the default), or the test fails. */
+static inline llmem_resource *test_sim_new(size_t capacity)
+{
+    llmem_sim_options o = llmem_sim_options_default();
+    if (capacity) o.capacity = capacity;
+    llmem_resource *r = NULL;
+    assert_ok(llmem_sim_resource_create(&o, &r));
+    return r;
+}
+
+/* The sim device holds nothing and refused no copy as out of bounds. */
+static inline void test_sim_expect_clean(const llmem_resource *sim)
+{
+    llmem_sim_stats s = test_sim_stats(sim);
+    assert_int_equal(s.used_bytes, 0);
+    assert_int_equal(s.bad_copies_total, 0);
+}
 
 #endif
