@@ -12,6 +12,7 @@
 #include <semaphore.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/log_capture.h"
 #include "llmem/resource_impl.h"
 
@@ -83,12 +84,16 @@ static bool holds(const void *p, size_t n, unsigned seed)
 
 /* ===== limit ============================================================== */
 
-static void limit_caps_maps_and_names_the_limit(void **state)
+/* Every claim given back (nothing counted), then the limit destroyed. */
+static void limit_done(llmem_resource *l)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
+    assert_int_equal(limit_used(l), 0);
+    llmem_resource_destroy(l);
+}
+
+TEST_OS_CASE(limit_caps_maps_and_names_the_limit)
+{
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
-    size_t page = llmem_resource_granularity(os);
     assert_int_equal(limit_cap(l), MiB);
     assert_int_equal(limit_used(l), 0);
 
@@ -134,18 +139,11 @@ static void limit_caps_maps_and_names_the_limit(void **state)
         if (i != 1) assert_true(holds(p[i], 256 * KiB, (unsigned)i));
         assert_ok(llmem_resource_unmap(l, p[i], 256 * KiB, 256 * KiB));
     }
-    assert_int_equal(limit_used(l), 0);
-    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
-    assert_int_equal(test_resource_stats(os).mappings, 0);
-    llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
+    limit_done(l);
 }
 
-static void limit_sizes_are_rounded_before_counting(void **state)
+TEST_OS_CASE(limit_sizes_are_rounded_before_counting)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, 4 * page, LLMEM_LIMIT_COMMITTED);
     void *a, *b, *c = (void *)1;
     assert_ok(llmem_resource_map(l, 1, 0, 0, &a)); /* one byte costs one page */
@@ -157,19 +155,13 @@ static void limit_sizes_are_rounded_before_counting(void **state)
     assert_ok(llmem_resource_unmap(l, a, 1, 1)); /* rounded: one page back */
     assert_int_equal(limit_used(l), 3 * page);
     assert_ok(llmem_resource_unmap(l, b, 3 * page, 3 * page));
-    assert_int_equal(limit_used(l), 0);
-    /* Upstream was handed the rounded committed figure too. */
-    assert_int_equal(test_resource_stats(os).committed_bytes, 0);
-    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
-    llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
+    /* Upstream was handed the rounded committed figure too (the case's end
+     * checks that os holds no committed byte). */
+    limit_done(l);
 }
 
-static void limit_set_moves_the_cap(void **state)
+TEST_OS_CASE(limit_set_moves_the_cap)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
     void *big, *q = NULL;
     assert_ok(llmem_resource_map(l, 512 * KiB, 0, 0, &big));
@@ -204,14 +196,10 @@ static void limit_set_moves_the_cap(void **state)
     /* usage's out pointers are optional. */
     assert_ok(llmem_limit_resource_usage(l, NULL, NULL));
     llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
 }
 
-static void limit_committed_mode_counts_commits(void **state)
+TEST_OS_CASE(limit_committed_mode_counts_commits)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
 
     /* A reservation four times the cap costs nothing. */
@@ -254,18 +242,11 @@ static void limit_committed_mode_counts_commits(void **state)
     assert_ok(llmem_resource_decommit(l, w, 128 * KiB));
     assert_int_equal(limit_used(l), 384 * KiB);
     assert_ok(llmem_resource_unmap(l, w, 512 * KiB, 384 * KiB));
-    assert_int_equal(limit_used(l), 0);
-    assert_int_equal(test_resource_stats(os).committed_bytes, 0);
-    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
-    llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
+    limit_done(l);
 }
 
-static void limit_mapped_mode_counts_reservations(void **state)
+TEST_OS_CASE(limit_mapped_mode_counts_reservations)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_MAPPED);
     char *v;
     assert_ok(llmem_resource_map(l, 768 * KiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&v));
@@ -286,16 +267,11 @@ static void limit_mapped_mode_counts_reservations(void **state)
     assert_ok(llmem_resource_unmap(l, v, 768 * KiB, 256 * KiB));
     assert_int_equal(limit_used(l), 256 * KiB);
     assert_ok(llmem_resource_unmap(l, q, 256 * KiB, 256 * KiB));
-    assert_int_equal(limit_used(l), 0);
-    llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
+    limit_done(l);
 }
 
-static void limit_gives_claim_back_when_upstream_fails(void **state)
+TEST_OS_CASE(limit_gives_claim_back_when_upstream_fails)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options fo = llmem_fault_options_default();
     fo.fail_nth = 1;
     llmem_resource *f;
@@ -324,16 +300,12 @@ static void limit_gives_claim_back_when_upstream_fails(void **state)
     assert_ok(llmem_resource_commit(l, p, 4 * page));
     assert_int_equal(limit_used(l), 4 * page);
     assert_ok(llmem_resource_unmap(l, p, 4 * page, 4 * page));
-    assert_int_equal(limit_used(l), 0);
-    llmem_resource_destroy(l);
+    limit_done(l);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void limit_bad_options_and_wrong_resources(void **state)
+TEST_OS_CASE(limit_bad_options_and_wrong_resources)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
     llmem_resource *l = (llmem_resource *)1;
     llmem_limit_options o = llmem_limit_options_default();
     assert_int_equal(o.what, LLMEM_LIMIT_COMMITTED);
@@ -376,7 +348,6 @@ static void limit_bad_options_and_wrong_resources(void **state)
     assert_int_equal(used, 0);
     assert_int_equal(lim, MiB);
     llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
 }
 
 static void limit_inherits_info_over_os_and_sim(void **state)
@@ -426,8 +397,7 @@ static void limit_inherits_info_over_os_and_sim(void **state)
     assert_int_equal(ss.oom_total, 1);
 
     assert_ok(llmem_resource_unmap(l, d, 64 * KiB, 64 * KiB));
-    assert_int_equal(limit_used(l), 0);
-    llmem_resource_destroy(l);
+    limit_done(l);
     llmem_resource_destroy(sim);
 }
 
@@ -460,58 +430,12 @@ static bool try_map(llmem_resource *f, size_t size, llmem_status want_fail)
     return false;
 }
 
-static void fault_fail_nth(void **state)
+TEST_OS_CASE(fault_fail_nth)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
-    llmem_fault_options o = llmem_fault_options_default();
-    o.fail_nth = 2;
-    llmem_resource *f = new_fault(os, &o);
-    assert_string_equal(llmem_resource_name(f), "fault(os)");
-    assert_same_info(f, os);
-
-    void *a = NULL, *b = (void *)1, *c = NULL;
-    assert_ok(llmem_resource_map(f, page, 0, 0, &a));
-    llmem_clear_error();
-    assert_status(llmem_resource_map(f, 2 * page, 0, 0, &b), LLMEM_ENOMEM);
-    assert_null(b);
-    assert_error_mentions("injected");
-    assert_error_mentions("fault(os)");
-    assert_error_mentions("#2");
-    /* The injected failure never reached upstream. */
-    llmem_resource_stats us = test_resource_stats(os);
-    assert_int_equal(us.map_calls_total, 1);
-    assert_int_equal(us.failures_total, 0);
-    assert_ok(llmem_resource_map(f, 3 * page, 0, 0, &c));
-    assert_int_equal(test_resource_stats(os).map_calls_total, 2);
-
-    llmem_fault_stats fs = test_fault_stats(f);
-    assert_int_equal(fs.struct_size, sizeof fs);
-    assert_int_equal(fs.calls_total, 3);
-    assert_int_equal(fs.injected_total, 1);
-    assert_int_equal(fs.bytes_total, 4 * page); /* the two maps that went through */
-    /* Unmap and copy are not counted by default; commit is. */
-    assert_ok(llmem_resource_copy(f, c, a, page));
-    assert_ok(llmem_resource_unmap(f, a, page, page));
-    assert_int_equal(test_fault_stats(f).calls_total, 3);
-    assert_ok(llmem_resource_map(f, 2 * page, 0, LLMEM_MAP_UNCOMMITTED, &a));
-    assert_ok(llmem_resource_commit(f, a, page));
-    fs = test_fault_stats(f);
-    assert_int_equal(fs.calls_total, 5);
-    assert_int_equal(fs.bytes_total, 5 * page); /* the reservation adds nothing, the commit a page */
-    assert_ok(llmem_resource_unmap(f, a, 2 * page, page));
-    assert_ok(llmem_resource_unmap(f, c, 3 * page, 3 * page));
-    assert_int_equal(test_resource_stats(os).mappings, 0);
-    llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_fail_count_runs(void **state)
+TEST_OS_CASE(fault_fail_count_runs)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 2;
     o.fail_count = 3;
@@ -531,14 +455,10 @@ static void fault_fail_count_runs(void **state)
     assert_false(try_map(f, page, LLMEM_ENOMEM));
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_fail_forever(void **state)
+TEST_OS_CASE(fault_fail_forever)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 3;
     o.fail_count = UINT64_MAX;
@@ -551,14 +471,10 @@ static void fault_fail_forever(void **state)
     assert_int_equal(fs.injected_total, 200);
     assert_int_equal(test_resource_stats(os).map_calls_total, 2);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_fail_after_bytes(void **state)
+TEST_OS_CASE(fault_fail_after_bytes)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_after_bytes = 3 * page;
     llmem_resource *f = new_fault(os, &o);
@@ -587,18 +503,13 @@ static void fault_fail_after_bytes(void **state)
     assert_status(llmem_resource_commit(f, v + 3 * page, page), LLMEM_ENOMEM);
     assert_ok(llmem_resource_unmap(f, v, 4 * page, 3 * page));
     assert_ok(llmem_resource_unmap(f, a, 2 * page, 2 * page));
-    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_budget_counts_only_what_went_through(void **state)
+TEST_OS_CASE(fault_budget_counts_only_what_went_through)
 {
-    (void)state;
     /* fault over a limit that refuses: those bytes were never mapped, so
      * they neither count in bytes_total nor eat the fault's budget. */
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, 2 * page, LLMEM_LIMIT_COMMITTED);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_after_bytes = 4 * page;
@@ -635,17 +546,12 @@ static void fault_budget_counts_only_what_went_through(void **state)
     assert_int_equal(test_fault_stats(f).bytes_total, 2 * page);
     assert_ok(llmem_resource_unmap(f, v, 4 * page, page));
     assert_ok(llmem_resource_unmap(f, a, page, page));
-    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(f);
     llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
 }
 
-static void fault_probability_one_always_fails(void **state)
+TEST_OS_CASE(fault_probability_one_always_fails)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.probability = 1.0;
     llmem_resource *f = new_fault(os, &o);
@@ -660,7 +566,6 @@ static void fault_probability_one_always_fails(void **state)
     assert_int_equal(test_fault_stats(f).injected_total, 0);
     assert_int_equal(test_fault_stats(f).calls_total, 100);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
 /* The pass/fail pattern of 128 maps, as two 64-bit words. */
@@ -673,11 +578,8 @@ static void pattern_of(llmem_resource *f, size_t page, uint64_t out[2])
 
 static int popcount2(const uint64_t w[2]) { return __builtin_popcountll(w[0]) + __builtin_popcountll(w[1]); }
 
-static void fault_probability_is_seeded(void **state)
+TEST_OS_CASE(fault_probability_is_seeded)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.probability = 0.5;
     o.seed = 42;
@@ -710,15 +612,10 @@ static void fault_probability_is_seeded(void **state)
     llmem_resource_destroy(f3);
     llmem_resource_destroy(f2);
     llmem_resource_destroy(f1);
-    assert_int_equal(test_resource_stats(os).mappings, 0);
-    llmem_resource_destroy(os);
 }
 
-static void fault_ops_mask_copy_only(void **state)
+TEST_OS_CASE(fault_ops_mask_copy_only)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_COPY;
     o.fail_nth = 1;
@@ -745,14 +642,10 @@ static void fault_ops_mask_copy_only(void **state)
     assert_ok(llmem_resource_unmap(f, a, page, page));
     assert_ok(llmem_resource_unmap(f, b, page, page));
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_unmap_failure_leaves_mapping_live(void **state)
+TEST_OS_CASE(fault_unmap_failure_leaves_mapping_live)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_UNMAP;
     o.fail_nth = 1;
@@ -788,14 +681,10 @@ static void fault_unmap_failure_leaves_mapping_live(void **state)
     assert_int_equal(test_resource_stats(os).committed_bytes, page);
     assert_ok(llmem_resource_unmap(f, a, 2 * page, page));
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_custom_status(void **state)
+TEST_OS_CASE(fault_custom_status)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 1;
     o.status = LLMEM_EIO;
@@ -812,14 +701,10 @@ static void fault_custom_status(void **state)
     assert_status(llmem_resource_map(f, page, 0, 0, &p), LLMEM_EDEVICE);
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_arm_resets_and_disarms(void **state)
+TEST_OS_CASE(fault_arm_resets_and_disarms)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     /* Created disarmed: counts, never fails. */
     llmem_resource *f = new_fault(os, NULL);
     for (int i = 0; i < 5; i++) assert_true(try_map(f, page, LLMEM_ENOMEM));
@@ -864,13 +749,10 @@ static void fault_arm_resets_and_disarms(void **state)
     assert_int_equal(shortst.calls_total, 20);
     assert_int_equal(shortst.injected_total, 0xABABABABABABABABull);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_bad_options_and_wrong_resources(void **state)
+TEST_OS_CASE(fault_bad_options_and_wrong_resources)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
     llmem_fault_options o = llmem_fault_options_default();
     assert_int_equal(o.ops, LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT);
     assert_int_equal(o.status, LLMEM_ENOMEM);
@@ -920,7 +802,6 @@ static void fault_bad_options_and_wrong_resources(void **state)
     assert_status(llmem_fault_resource_get_stats(l, &fs), LLMEM_EINVAL);
     llmem_resource_destroy(l);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
 static void fault_over_sim_device(void **state)
@@ -981,11 +862,8 @@ static llmem_resource *new_tracking(llmem_resource *up)
     return t;
 }
 
-static void tracking_foreach_oldest_first(void **state)
+TEST_OS_CASE(tracking_foreach_oldest_first)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     assert_string_equal(llmem_resource_name(t), "tracking(os)");
     assert_same_info(t, os);
@@ -1057,7 +935,6 @@ static void tracking_foreach_oldest_first(void **state)
     assert_int_equal(s.n, 0);
     assert_int_equal(test_tracking_stats(t).live_bytes, 0);
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
 /* Read a whole stream back into a malloc'ed string. */
@@ -1084,11 +961,8 @@ static size_t count_lines(const char *s, const char *needle)
 /* Destroyed with live mappings, a tracking resource says so (it used to be
  * silent): an error line with the count and bytes, then each mapping; none
  * when everything was returned. */
-static void tracking_destroy_reports_live_mappings(void **state)
+TEST_OS_CASE(tracking_destroy_reports_live_mappings)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *a, *b, *c;
     assert_ok(llmem_resource_map_tagged(t, 3 * page, 0, 0, "kv-cache", &a));
@@ -1119,14 +993,10 @@ static void tracking_destroy_reports_live_mappings(void **state)
     llmem_resource_destroy(t);
     llmem_log_set(NULL, NULL, LLMEM_LOG_WARN);
     assert_int_equal(cap.len, 0);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_report_lists_leaks(void **state)
+TEST_OS_CASE(tracking_report_lists_leaks)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *a, *b, *c;
     assert_ok(llmem_resource_map_tagged(t, 3 * page, 0, 0, "kv-cache", &a));
@@ -1187,14 +1057,10 @@ static void tracking_report_lists_leaks(void **state)
     assert_non_null(strstr(text, "0 live mappings"));
     free(text);
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_refuses_what_would_corrupt_upstream(void **state)
+TEST_OS_CASE(tracking_refuses_what_would_corrupt_upstream)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     char *mine, *foreign, *res;
     assert_ok(llmem_resource_map_tagged(t, 4 * page, 0, 0, "mine", (void **)&mine));
@@ -1277,18 +1143,13 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     assert_ok(llmem_resource_unmap(os, foreign, 2 * page, 2 * page));
     assert_int_equal(test_tracking_stats(t).live_mappings, 0);
     assert_int_equal(test_tracking_stats(t).refused_total, refused);
-    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_upstream_failure_keeps_mapping(void **state)
+TEST_OS_CASE(tracking_upstream_failure_keeps_mapping)
 {
-    (void)state;
     /* An unmap refused upstream (an injected fault) is not a refusal of the
      * tracker's: the mapping stays tracked, and unmapping later works. */
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT;
     o.fail_nth = 2;
@@ -1317,10 +1178,8 @@ static void tracking_upstream_failure_keeps_mapping(void **state)
     assert_int_equal(ts.live_mappings, 0);
     assert_int_equal(ts.live_bytes, 0);
     assert_int_equal(ts.peak_mappings, 1);
-    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
 static void tracking_committed_figure_is_rounded(void **state)
@@ -1329,9 +1188,8 @@ static void tracking_committed_figure_is_rounded(void **state)
     /* A caller that unmaps with the sizes it asked map for (one byte, all of
      * it committed) is right by the contract; the tracker agrees and hands
      * upstream the figure in whole granules. */
-    llmem_resource *sim = new_sim(0, 0);
+    llmem_resource *sim = new_sim(0, 0), *t = new_tracking(sim);
     size_t g = llmem_resource_granularity(sim);
-    llmem_resource *t = new_tracking(sim);
     void *a, *b;
     assert_ok(llmem_resource_map(t, 1, 0, 0, &a));
     assert_ok(llmem_resource_map(t, g + 1, 0, 0, &b));
@@ -1389,11 +1247,8 @@ static void *unmap_thread(void *arg)
     return NULL;
 }
 
-static void tracking_unmap_refused_while_others_map(void **state)
+TEST_OS_CASE(tracking_unmap_refused_while_others_map)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     gate_resource g;
     memset(&g, 0, sizeof g);
     llmem_resource_init(&g.base, &gate_ops, "gate", LLMEM_MEM_HOST, page, page, LLMEM_MAX_ALIGN, 0);
@@ -1439,14 +1294,10 @@ static void tracking_unmap_refused_while_others_map(void **state)
     llmem_resource_destroy(t);
     sem_destroy(&g.entered);
     sem_destroy(&g.release);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_peaks(void **state)
+TEST_OS_CASE(tracking_peaks)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *p[5];
     assert_ok(llmem_resource_map(t, 2 * page, 0, 0, &p[0]));
@@ -1477,13 +1328,10 @@ static void tracking_peaks(void **state)
     for (int i = 1; i < 100; i += 2) assert_ok(llmem_resource_unmap(t, many[i], page, page));
     assert_int_equal(test_tracking_stats(t).live_mappings, 0);
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_wrong_resources(void **state)
+TEST_OS_CASE(tracking_wrong_resources)
 {
-    (void)state;
-    llmem_resource *os = test_os_new();
     llmem_tracking_stats ts;
     memset(&ts, 0, sizeof ts);
     assert_status(llmem_tracking_resource_get_stats(os, &ts), LLMEM_EINVAL);
@@ -1511,15 +1359,13 @@ static void tracking_wrong_resources(void **state)
     assert_non_null(sc);
     assert_int_equal(sc->struct_size, sizeof(llmem_tracking_stats));
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
 static void tracking_over_sim_device(void **state)
 {
     (void)state;
-    llmem_resource *sim = new_sim(0, 0);
+    llmem_resource *sim = new_sim(0, 0), *t = new_tracking(sim);
     size_t g = llmem_resource_granularity(sim);
-    llmem_resource *t = new_tracking(sim);
     assert_string_equal(llmem_resource_name(t), "tracking(sim-device)");
     assert_same_info(t, sim);
     char *d;

@@ -20,4 +20,30 @@
         call;                                                                                    \
     }
 
+/* A case run on a fresh os resource (its counters at zero): the body
+ * below the macro gets os and its page size; after it, os must hold no
+ * mapping, no mapped and no committed byte, and is destroyed. test_util.h first.
+ *
+ *     TEST_OS_CASE(limit_caps_maps)
+ *     {
+ *         llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
+ *         ...
+ *         llmem_resource_destroy(l);
+ *     }
+ */
+#define TEST_OS_CASE(name)                                                                       \
+    static void name##_on(llmem_resource *os, size_t page);                                      \
+    static void name(void **state)                                                               \
+    {                                                                                            \
+        (void)state;                                                                             \
+        llmem_resource *os = test_os_new();                                                      \
+        name##_on(os, llmem_resource_granularity(os));                                           \
+        llmem_resource_stats end_ = test_resource_stats(os);                                     \
+        assert_int_equal(end_.mappings, 0);                                                      \
+        assert_int_equal(end_.mapped_bytes, 0);                                                  \
+        assert_int_equal(end_.committed_bytes, 0);                                               \
+        llmem_resource_destroy(os);                                                              \
+    }                                                                                            \
+    static void name##_on(__attribute__((unused)) llmem_resource *os, __attribute__((unused)) size_t page)
+
 #endif
