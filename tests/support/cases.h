@@ -12,6 +12,8 @@
 #ifndef LLMEM_TEST_CASES_H
 #define LLMEM_TEST_CASES_H
 
+#include <stdint.h>
+
 /* Define `name`, a cmocka case that runs the statement `call`. */
 #define TEST_CASE(name, call)                                                                    \
     static void name(void **state)                                                               \
@@ -19,6 +21,14 @@
         (void)state;                                                                             \
         call;                                                                                    \
     }
+
+/* A table row as a cmocka case of its own, named `name` (so a failure
+ * says which row): fn gets the row as *state.
+ *
+ *     static void contract_case(void **state) { const contract_row *row = *state; ... }
+ *     TEST_ROW("cuda_contract", contract_case, &contract_rows[0]),
+ */
+#define TEST_ROW(name, fn, row) {(name), (fn), NULL, NULL, (void *)(uintptr_t)(row)}
 
 /* A case run on a fresh os resource (its counters at zero): the body
  * below the macro gets os and its page size; after it, os must hold no
