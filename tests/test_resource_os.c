@@ -442,18 +442,57 @@ static llmem_resource *hugetlb_resource(bool strict, llmem_os_caps *c)
     return r;
 }
 
+/* hugetlb_resource for a case that needs huge pages free (with_free) or
+ * none free and no overcommit: skipped, saying why, on another host. */
+static llmem_resource *hugetlb_case(bool strict, bool with_free, llmem_os_caps *c)
+{
+    llmem_resource *r = hugetlb_resource(strict, c);
+    if (!r) skip();
+    if (!with_free && (c->hugetlb_free > 0 || hugetlb_overcommit_allowed())) {
+        print_message("skipped: this host has huge pages free (%llu) or overcommit; see the next test\n",
+                      (unsigned long long)c->hugetlb_free);
+        llmem_resource_destroy(r);
+        skip();
+    }
+    if (with_free && c->hugetlb_free == 0) {
+        print_message("skipped: no huge pages are reserved on this host (HugePages_Free 0); the fallback and "
+                      "ENOHUGE tests cover it\n");
+        llmem_resource_destroy(r);
+        skip();
+    }
+    return r;
+}
+
+/* One byte mapped through r: a whole huge page, aligned to it. */
+static char *map_one_byte_huge(llmem_resource *r, size_t huge)
+{
+    char *p;
+    assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
+    assert_int_equal((uintptr_t)p % huge, 0);
+    return p;
+}
+
+/* r's hugetlb figures: bytes in huge pages now, fallbacks so far. */
+static void expect_hugetlb(const llmem_resource *r, uint64_t bytes, uint64_t fallbacks)
+{
+    llmem_os_stats os = test_os_stats(r);
+    assert_int_equal(os.hugetlb_bytes, bytes);
+    assert_int_equal(os.hugetlb_fallbacks_total, fallbacks);
+}
+
+/* The huge page at p is memory: its first and last bytes hold what is written. */
+static void write_both_ends(char *p, size_t huge)
+{
+    p[0] = 1;
+    p[huge - 1] = 2;
+    assert_int_equal(p[0] + p[huge - 1], 3);
+}
+
 static void hugetlb_strict_without_free_pages_is_enohuge(void **state)
 {
     (void)state;
     llmem_os_caps c;
-    llmem_resource *r = hugetlb_resource(true, &c);
-    if (!r) skip();
-    if (c.hugetlb_free > 0 || hugetlb_overcommit_allowed()) {
-        print_message("skipped: this host has huge pages free (%llu) or overcommit; see the next test\n",
-                      (unsigned long long)c.hugetlb_free);
-        llmem_resource_destroy(r);
-        skip();
-    }
+    llmem_resource *r = hugetlb_case(true, false, &c);
     for (unsigned flags = 0; flags <= LLMEM_MAP_UNCOMMITTED; flags += LLMEM_MAP_UNCOMMITTED) {
         void *p = &p;
         llmem_clear_error();
@@ -464,9 +503,7 @@ static void hugetlb_strict_without_free_pages_is_enohuge(void **state)
     llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.failures_total, 2);
     assert_int_equal(s.mappings, 0);
-    llmem_os_stats os = test_os_stats(r);
-    assert_int_equal(os.hugetlb_bytes, 0);
-    assert_int_equal(os.hugetlb_fallbacks_total, 0);
+    expect_hugetlb(r, 0, 0);
     llmem_resource_destroy(r);
 }
 
@@ -474,35 +511,21 @@ static void hugetlb_without_free_pages_falls_back(void **state)
 {
     (void)state;
     llmem_os_caps c;
-    llmem_resource *r = hugetlb_resource(false, &c);
-    if (!r) skip();
-    if (c.hugetlb_free > 0 || hugetlb_overcommit_allowed()) {
-        print_message("skipped: this host has huge pages free (%llu) or overcommit; see the next test\n",
-                      (unsigned long long)c.hugetlb_free);
-        llmem_resource_destroy(r);
-        skip();
-    }
+    llmem_resource *r = hugetlb_case(false, false, &c);
     const size_t huge = c.huge_page_size;
-    char *p;
-    assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
-    assert_int_equal((uintptr_t)p % huge, 0);
-    llmem_os_stats os = test_os_stats(r);
-    assert_int_equal(os.hugetlb_fallbacks_total, 1);
-    assert_int_equal(os.hugetlb_bytes, 0);
-    if (c.thp_available) assert_int_equal(os.thp_advised_bytes_total, huge);
+    char *p = map_one_byte_huge(r, huge);
+    expect_hugetlb(r, 0, 1);
+    if (c.thp_available) assert_int_equal(test_os_stats(r).thp_advised_bytes_total, huge);
     assert_int_equal(test_resource_stats(r).mapped_bytes, huge); /* one granule: a whole huge page */
     assert_false(test_child_faults(touch_write, p + huge - 1));
-    p[0] = 1;
-    p[huge - 1] = 2;
-    assert_int_equal(p[0] + p[huge - 1], 3);
+    write_both_ends(p, huge);
 
     /* An uncommitted reservation falls back as well, and what it commits is
      * real memory (hugetlb address space with no huge page reserved behind
      * it would die of SIGBUS on first touch). */
     char *q;
     assert_ok(llmem_resource_map(r, 2 * huge, 0, LLMEM_MAP_UNCOMMITTED, (void **)&q));
-    assert_int_equal(test_os_stats(r).hugetlb_fallbacks_total, 2);
-    assert_int_equal(test_os_stats(r).hugetlb_bytes, 0);
+    expect_hugetlb(r, 0, 2);
     assert_true(test_child_faults(touch_read, q));
     assert_ok(llmem_resource_commit(r, q, huge));
     assert_false(test_child_faults(touch_write, q));
@@ -520,24 +543,11 @@ static void hugetlb_with_free_pages_maps_huge_pages(void **state)
 {
     (void)state;
     llmem_os_caps c;
-    llmem_resource *r = hugetlb_resource(true, &c);
-    if (!r) skip();
-    if (c.hugetlb_free == 0) {
-        print_message("skipped: no huge pages are reserved on this host (HugePages_Free 0); the fallback and "
-                      "ENOHUGE tests cover it\n");
-        llmem_resource_destroy(r);
-        skip();
-    }
+    llmem_resource *r = hugetlb_case(true, true, &c);
     const size_t huge = c.huge_page_size;
-    char *p;
-    assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
-    assert_int_equal((uintptr_t)p % huge, 0);
-    llmem_os_stats os = test_os_stats(r);
-    assert_int_equal(os.hugetlb_bytes, huge);
-    assert_int_equal(os.hugetlb_fallbacks_total, 0);
-    p[0] = 1;
-    p[huge - 1] = 2;
-    assert_int_equal(p[0] + p[huge - 1], 3);
+    char *p = map_one_byte_huge(r, huge);
+    expect_hugetlb(r, huge, 0);
+    write_both_ends(p, huge);
     assert_ok(llmem_resource_decommit(r, p, huge));
     assert_ok(llmem_resource_commit(r, p, huge));
     p[0] = 3;
