@@ -71,16 +71,8 @@ static llmem_tracking_stats tstats(const ctx *c) { return test_tracking_stats(c-
 /* After a pool is destroyed: nothing mapped anywhere, nothing refused. */
 static void assert_clean(const ctx *c)
 {
-    llmem_tracking_stats ts = tstats(c);
-    if (ts.live_mappings || ts.live_bytes) {
-        llmem_tracking_resource_report(c->track, stderr, NULL);
-        fail_msg("%llu mappings (%llu bytes) leaked", (unsigned long long)ts.live_mappings,
-                 (unsigned long long)ts.live_bytes);
-    }
-    assert_int_equal(ts.refused_total, 0); /* the pools never made an invalid call */
-    llmem_resource_stats rs;
-    memset(&rs, 0, sizeof rs);
-    assert_ok(llmem_resource_get_stats(c->base, &rs));
+    test_tracking_expect_clean(c->track); /* the pools never made an invalid call */
+    llmem_resource_stats rs = test_resource_stats(c->base);
     assert_int_equal(rs.mapped_bytes, 0);
     assert_int_equal(rs.mappings, 0);
     assert_int_equal(rs.map_calls_total, rs.unmap_calls_total);

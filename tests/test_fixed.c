@@ -331,10 +331,7 @@ static void growth_case(variant v, size_t block_size, size_t chunk_bytes, size_t
         for (size_t k = 0; k < nchunks; k++) assert_int_equal(tc.sizes[k], want_sizes[k]);
     /* Destroy unmaps every chunk, live blocks included. */
     llmem_fixed_destroy(p);
-    llmem_tracking_stats t = tracking_of(tr);
-    assert_int_equal(t.live_mappings, 0);
-    assert_int_equal(t.live_bytes, 0);
-    assert_int_equal(t.refused_total, 0);
+    test_tracking_expect_clean(tr);
     llmem_resource_destroy(tr);
 }
 

@@ -354,13 +354,7 @@ static void hammer_stack(bool device)
     assert_int_equal(maps, unmaps);
 
     /* Everything went back, at every layer. */
-    llmem_tracking_stats ts = {0};
-    assert_ok(llmem_tracking_resource_get_stats(s.track, &ts));
-    if (ts.live_mappings) llmem_tracking_resource_report(s.track, stderr, NULL);
-    assert_int_equal(ts.live_mappings, 0);
-    assert_int_equal(ts.live_bytes, 0);
-    assert_int_equal(ts.refused_total, 0);
-    assert_true(ts.peak_mappings > 1);
+    assert_true(test_tracking_expect_clean(s.track).peak_mappings > 1);
     size_t used = 1;
     assert_ok(llmem_limit_resource_usage(s.limit, &used, NULL));
     assert_int_equal(used, 0);
@@ -549,16 +543,7 @@ static void fixed_pool_shared_by_threads(bool checked)
     assert_int_equal(ts.live_bytes, fs.reserved_bytes);
 
     llmem_fixed_destroy(s.pool);
-    assert_ok(llmem_tracking_resource_get_stats(track, &ts));
-    assert_int_equal(ts.live_mappings, 0);
-    assert_int_equal(ts.live_bytes, 0);
-    assert_int_equal(ts.refused_total, 0);
-    FILE *f = tmpfile();
-    assert_non_null(f);
-    size_t leaks = 1;
-    assert_ok(llmem_tracking_resource_report(track, f, &leaks));
-    fclose(f);
-    assert_int_equal(leaks, 0);
+    test_tracking_expect_clean(track);
     pthread_mutex_destroy(&s.lock);
     llmem_resource_destroy(track);
     assert_int_equal(test_resource_stats(os).mapped_bytes, 0);

@@ -14,6 +14,7 @@
 #ifndef LLMEM_TEST_STATS_H
 #define LLMEM_TEST_STATS_H
 
+#include <stdio.h>
 #include <string.h>
 
 #include "llmem/llmem.h"
@@ -54,6 +55,28 @@ static inline llmem_resource *test_sim_new(size_t capacity)
     llmem_resource *r = NULL;
     assert_ok(llmem_sim_resource_create(&o, &r));
     return r;
+}
+
+/* Everything went back through the tracking resource t: no live mapping
+ * (else its report on stderr, and a failure with the count), no live
+ * byte, no call refused as a contract breach, and a report of no leak.
+ * Its statistics, for more checks. */
+static inline llmem_tracking_stats test_tracking_expect_clean(const llmem_resource *t)
+{
+    llmem_tracking_stats s = test_tracking_stats(t);
+    if (s.live_mappings || s.live_bytes) {
+        llmem_tracking_resource_report(t, stderr, NULL);
+        fail_msg("%llu mappings (%llu bytes) leaked", (unsigned long long)s.live_mappings,
+                 (unsigned long long)s.live_bytes);
+    }
+    assert_int_equal(s.refused_total, 0);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    size_t leaks = 1;
+    assert_ok(llmem_tracking_resource_report(t, f, &leaks));
+    fclose(f);
+    assert_int_equal(leaks, 0);
+    return s;
 }
 
 /* The sim device holds nothing and refused no copy as out of bounds. */
