@@ -56,16 +56,11 @@ static void fill(llmem_resource *dev, unsigned char *p, size_t n, unsigned char 
 
 static void verify(llmem_resource *dev, const unsigned char *p, size_t n, unsigned char tag)
 {
-    unsigned char buf[4096];
-    for (size_t off = 0; off < n; off += sizeof buf) {
-        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
-        if (dev) assert_ok(llmem_resource_copy(dev, buf, p + off, k));
-        else memcpy(buf, p + off, k);
-        for (size_t i = 0; i < k; i++)
-            if (buf[i] != (unsigned char)(tag + (off + i) * 7))
-                fail_msg("block %p byte %zu: %u, expected %u", (void *)p, off + i, buf[i],
-                         (unsigned char)(tag + (off + i) * 7));
-    }
+    unsigned char *buf = test_read_back(dev, p, n);
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != (unsigned char)(tag + i * 7))
+            fail_msg("block %p byte %zu: %u, expected %u", (void *)p, i, buf[i], (unsigned char)(tag + i * 7));
+    free(buf);
 }
 
 static int by_addr(const void *a, const void *b)

@@ -401,14 +401,11 @@ static void pm_fill(llmem_resource *dev, unsigned char *q, size_t n, unsigned ch
 
 static void pm_check(llmem_resource *dev, const unsigned char *q, size_t n, unsigned char tag)
 {
-    unsigned char buf[4096];
-    for (size_t off = 0; off < n; off += sizeof buf) {
-        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
-        if (dev) assert_ok(llmem_resource_copy(dev, buf, q + off, k));
-        else memcpy(buf, q + off, k);
-        for (size_t i = 0; i < k; i += 97)
-            if (buf[i] != tag) fail_msg("block %p lost byte %zu", (void *)q, off + i);
-    }
+    unsigned char *buf = test_read_back(dev, q, n);
+    for (size_t off = 0; off < n; off += 4096) /* every 97th byte of each 4 KiB */
+        for (size_t i = off; i < n && i < off + 4096; i += 97)
+            if (buf[i] != tag) fail_msg("block %p lost byte %zu", (void *)q, i);
+    free(buf);
 }
 
 typedef struct pm_live {

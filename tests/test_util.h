@@ -77,8 +77,10 @@
             fail_msg("last error \"%s\" does not mention \"%s\"", llmem_last_error(), (needle)); \
     } while (0)
 
-/* The statistics getters: test_resource_stats, test_pool_stats, ... */
-#include "support/stats.h" /* test_resource_stats, test_pool_stats, ... */
+/* The statistics getters (test_resource_stats, test_pool_stats, ...), the
+ * base resources (test_os_new, test_sim_new) and the end-of-test checks
+ * (test_sim_expect_clean, test_tracking_expect_clean). */
+#include "support/resources.h"
 
 /* Monotonic milliseconds, for tests that must tell whether a delay passed. */
 static inline uint64_t test_now_ms(void)

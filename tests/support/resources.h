@@ -1,20 +1,23 @@
 /*
- * stats.h - one getter for each of the library's statistics structs, for
- * the tests: the struct zeroed, filled by the library's get_stats, or the test fails with the library's
+ * resources.h - what the tests do with resources and statistics. One
+ * getter for each of the library's statistics structs: the struct zeroed,
+ * filled by the library's get_stats, or the test fails with the library's
  * message. Included by test_util.h.
  *
- *     assert_int_equal(test_pool_stats(p).bytes_in_use, 0);
+ *     assert_int_equal(test_pool_stats(p).used_bytes, 0);
  *
  * With them, the two base resources most tests build on (test_os_new,
- * test_sim_new) and the sim device's end-of-test check.
+ * test_sim_new), a host copy of device or host memory (test_read_back),
+ * and the end-of-test checks of a sim device and of a tracking resource.
  *
  * A test that checks get_stats itself (every field written, struct_size
  * honoured) calls the library directly.
  */
-#ifndef LLMEM_TEST_STATS_H
-#define LLMEM_TEST_STATS_H
+#ifndef LLMEM_TEST_RESOURCES_H
+#define LLMEM_TEST_RESOURCES_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "llmem/llmem.h"
@@ -77,6 +80,17 @@ static inline llmem_tracking_stats test_tracking_expect_clean(const llmem_resour
     fclose(f);
     assert_int_equal(leaks, 0);
     return s;
+}
+
+/* A host copy of the n bytes at p (device memory through dev's copy;
+ * host memory when dev is NULL), to free(); fails the test on error. */
+static inline unsigned char *test_read_back(llmem_resource *dev, const void *p, size_t n)
+{
+    unsigned char *buf = malloc(n ? n : 1);
+    if (!buf) fail_msg("no memory for a %zu-byte copy", n);
+    if (dev) assert_ok(llmem_resource_copy(dev, buf, p, n));
+    else memcpy(buf, p, n);
+    return buf;
 }
 
 /* The sim device holds nothing and refused no copy as out of bounds. */
