@@ -12,17 +12,12 @@
 #include <semaphore.h>
 
 #include "test_util.h"
+#include "support/cases.h"
+#include "support/log_capture.h"
 #include "llmem/resource_impl.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
-
-static llmem_resource *new_os(void)
-{
-    llmem_resource *r = NULL;
-    assert_ok(llmem_os_resource_create(NULL, &r));
-    return r;
-}
 
 static llmem_resource *new_sim(size_t capacity, size_t granularity)
 {
@@ -59,22 +54,6 @@ static size_t limit_cap(const llmem_resource *l)
     return lim;
 }
 
-static llmem_fault_stats fault_stats(const llmem_resource *f)
-{
-    llmem_fault_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_fault_resource_get_stats(f, &s));
-    return s;
-}
-
-static llmem_tracking_stats track_stats(const llmem_resource *t)
-{
-    llmem_tracking_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_tracking_resource_get_stats(t, &s));
-    return s;
-}
-
 /* The info of an adaptor equals its upstream's, name aside. */
 static void assert_same_info(const llmem_resource *a, const llmem_resource *up)
 {
@@ -105,12 +84,16 @@ static bool holds(const void *p, size_t n, unsigned seed)
 
 /* ===== limit ============================================================== */
 
-static void limit_caps_maps_and_names_the_limit(void **state)
+/* Every claim given back (nothing counted), then the limit destroyed. */
+static void limit_done(llmem_resource *l)
 {
-    (void)state;
-    llmem_resource *os = new_os();
+    assert_int_equal(limit_used(l), 0);
+    llmem_resource_destroy(l);
+}
+
+TEST_OS_CASE(limit_caps_maps_and_names_the_limit)
+{
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
-    size_t page = llmem_resource_granularity(os);
     assert_int_equal(limit_cap(l), MiB);
     assert_int_equal(limit_used(l), 0);
 
@@ -156,18 +139,11 @@ static void limit_caps_maps_and_names_the_limit(void **state)
         if (i != 1) assert_true(holds(p[i], 256 * KiB, (unsigned)i));
         assert_ok(llmem_resource_unmap(l, p[i], 256 * KiB, 256 * KiB));
     }
-    assert_int_equal(limit_used(l), 0);
-    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
-    assert_int_equal(test_resource_stats(os).mappings, 0);
-    llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
+    limit_done(l);
 }
 
-static void limit_sizes_are_rounded_before_counting(void **state)
+TEST_OS_CASE(limit_sizes_are_rounded_before_counting)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, 4 * page, LLMEM_LIMIT_COMMITTED);
     void *a, *b, *c = (void *)1;
     assert_ok(llmem_resource_map(l, 1, 0, 0, &a)); /* one byte costs one page */
@@ -179,19 +155,13 @@ static void limit_sizes_are_rounded_before_counting(void **state)
     assert_ok(llmem_resource_unmap(l, a, 1, 1)); /* rounded: one page back */
     assert_int_equal(limit_used(l), 3 * page);
     assert_ok(llmem_resource_unmap(l, b, 3 * page, 3 * page));
-    assert_int_equal(limit_used(l), 0);
-    /* Upstream was handed the rounded committed figure too. */
-    assert_int_equal(test_resource_stats(os).committed_bytes, 0);
-    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
-    llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
+    /* Upstream was handed the rounded committed figure too (the case's end
+     * checks that os holds no committed byte). */
+    limit_done(l);
 }
 
-static void limit_set_moves_the_cap(void **state)
+TEST_OS_CASE(limit_set_moves_the_cap)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
     void *big, *q = NULL;
     assert_ok(llmem_resource_map(l, 512 * KiB, 0, 0, &big));
@@ -226,14 +196,10 @@ static void limit_set_moves_the_cap(void **state)
     /* usage's out pointers are optional. */
     assert_ok(llmem_limit_resource_usage(l, NULL, NULL));
     llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
 }
 
-static void limit_committed_mode_counts_commits(void **state)
+TEST_OS_CASE(limit_committed_mode_counts_commits)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
 
     /* A reservation four times the cap costs nothing. */
@@ -276,18 +242,11 @@ static void limit_committed_mode_counts_commits(void **state)
     assert_ok(llmem_resource_decommit(l, w, 128 * KiB));
     assert_int_equal(limit_used(l), 384 * KiB);
     assert_ok(llmem_resource_unmap(l, w, 512 * KiB, 384 * KiB));
-    assert_int_equal(limit_used(l), 0);
-    assert_int_equal(test_resource_stats(os).committed_bytes, 0);
-    assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
-    llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
+    limit_done(l);
 }
 
-static void limit_mapped_mode_counts_reservations(void **state)
+TEST_OS_CASE(limit_mapped_mode_counts_reservations)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_MAPPED);
     char *v;
     assert_ok(llmem_resource_map(l, 768 * KiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&v));
@@ -308,16 +267,11 @@ static void limit_mapped_mode_counts_reservations(void **state)
     assert_ok(llmem_resource_unmap(l, v, 768 * KiB, 256 * KiB));
     assert_int_equal(limit_used(l), 256 * KiB);
     assert_ok(llmem_resource_unmap(l, q, 256 * KiB, 256 * KiB));
-    assert_int_equal(limit_used(l), 0);
-    llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
+    limit_done(l);
 }
 
-static void limit_gives_claim_back_when_upstream_fails(void **state)
+TEST_OS_CASE(limit_gives_claim_back_when_upstream_fails)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options fo = llmem_fault_options_default();
     fo.fail_nth = 1;
     llmem_resource *f;
@@ -331,8 +285,8 @@ static void limit_gives_claim_back_when_upstream_fails(void **state)
     assert_int_equal(limit_used(l), 8 * page);
     assert_ok(llmem_resource_unmap(l, p, 8 * page, 8 * page));
     assert_ok(llmem_resource_map(l, 4 * page, 0, LLMEM_MAP_UNCOMMITTED, &p));
-    assert_int_equal(fault_stats(f).injected_total, 1);
-    assert_int_equal(fault_stats(f).calls_total, 3);
+    assert_int_equal(test_fault_stats(f).injected_total, 1);
+    assert_int_equal(test_fault_stats(f).calls_total, 3);
     assert_ok(llmem_resource_commit(l, p, 2 * page));
     assert_int_equal(limit_used(l), 2 * page);
     assert_ok(llmem_resource_unmap(l, p, 4 * page, 2 * page));
@@ -346,16 +300,12 @@ static void limit_gives_claim_back_when_upstream_fails(void **state)
     assert_ok(llmem_resource_commit(l, p, 4 * page));
     assert_int_equal(limit_used(l), 4 * page);
     assert_ok(llmem_resource_unmap(l, p, 4 * page, 4 * page));
-    assert_int_equal(limit_used(l), 0);
-    llmem_resource_destroy(l);
+    limit_done(l);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void limit_bad_options_and_wrong_resources(void **state)
+TEST_OS_CASE(limit_bad_options_and_wrong_resources)
 {
-    (void)state;
-    llmem_resource *os = new_os();
     llmem_resource *l = (llmem_resource *)1;
     llmem_limit_options o = llmem_limit_options_default();
     assert_int_equal(o.what, LLMEM_LIMIT_COMMITTED);
@@ -398,13 +348,12 @@ static void limit_bad_options_and_wrong_resources(void **state)
     assert_int_equal(used, 0);
     assert_int_equal(lim, MiB);
     llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
 }
 
 static void limit_inherits_info_over_os_and_sim(void **state)
 {
     (void)state;
-    llmem_resource *os = new_os();
+    llmem_resource *os = test_os_new();
     llmem_resource *l = new_limit(os, MiB, LLMEM_LIMIT_COMMITTED);
     assert_string_equal(llmem_resource_name(l), "limit(os)");
     assert_int_equal(llmem_resource_kind(l), LLMEM_MEM_HOST);
@@ -448,8 +397,7 @@ static void limit_inherits_info_over_os_and_sim(void **state)
     assert_int_equal(ss.oom_total, 1);
 
     assert_ok(llmem_resource_unmap(l, d, 64 * KiB, 64 * KiB));
-    assert_int_equal(limit_used(l), 0);
-    llmem_resource_destroy(l);
+    limit_done(l);
     llmem_resource_destroy(sim);
 }
 
@@ -482,58 +430,12 @@ static bool try_map(llmem_resource *f, size_t size, llmem_status want_fail)
     return false;
 }
 
-static void fault_fail_nth(void **state)
+TEST_OS_CASE(fault_fail_nth)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
-    llmem_fault_options o = llmem_fault_options_default();
-    o.fail_nth = 2;
-    llmem_resource *f = new_fault(os, &o);
-    assert_string_equal(llmem_resource_name(f), "fault(os)");
-    assert_same_info(f, os);
-
-    void *a = NULL, *b = (void *)1, *c = NULL;
-    assert_ok(llmem_resource_map(f, page, 0, 0, &a));
-    llmem_clear_error();
-    assert_status(llmem_resource_map(f, 2 * page, 0, 0, &b), LLMEM_ENOMEM);
-    assert_null(b);
-    assert_error_mentions("injected");
-    assert_error_mentions("fault(os)");
-    assert_error_mentions("#2");
-    /* The injected failure never reached upstream. */
-    llmem_resource_stats us = test_resource_stats(os);
-    assert_int_equal(us.map_calls_total, 1);
-    assert_int_equal(us.failures_total, 0);
-    assert_ok(llmem_resource_map(f, 3 * page, 0, 0, &c));
-    assert_int_equal(test_resource_stats(os).map_calls_total, 2);
-
-    llmem_fault_stats fs = fault_stats(f);
-    assert_int_equal(fs.struct_size, sizeof fs);
-    assert_int_equal(fs.calls_total, 3);
-    assert_int_equal(fs.injected_total, 1);
-    assert_int_equal(fs.bytes_total, 4 * page); /* the two maps that went through */
-    /* Unmap and copy are not counted by default; commit is. */
-    assert_ok(llmem_resource_copy(f, c, a, page));
-    assert_ok(llmem_resource_unmap(f, a, page, page));
-    assert_int_equal(fault_stats(f).calls_total, 3);
-    assert_ok(llmem_resource_map(f, 2 * page, 0, LLMEM_MAP_UNCOMMITTED, &a));
-    assert_ok(llmem_resource_commit(f, a, page));
-    fs = fault_stats(f);
-    assert_int_equal(fs.calls_total, 5);
-    assert_int_equal(fs.bytes_total, 5 * page); /* the reservation adds nothing, the commit a page */
-    assert_ok(llmem_resource_unmap(f, a, 2 * page, page));
-    assert_ok(llmem_resource_unmap(f, c, 3 * page, 3 * page));
-    assert_int_equal(test_resource_stats(os).mappings, 0);
-    llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_fail_count_runs(void **state)
+TEST_OS_CASE(fault_fail_count_runs)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 2;
     o.fail_count = 3;
@@ -541,7 +443,7 @@ static void fault_fail_count_runs(void **state)
     bool want[] = {true, false, false, false, true, true, true};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (try_map(f, page, LLMEM_ENOMEM) != want[i]) fail_msg("call %zu: expected %s", i + 1, want[i] ? "ok" : "failure");
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 7);
     assert_int_equal(fs.injected_total, 3);
     assert_int_equal(test_resource_stats(os).map_calls_total, 4);
@@ -553,14 +455,10 @@ static void fault_fail_count_runs(void **state)
     assert_false(try_map(f, page, LLMEM_ENOMEM));
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_fail_forever(void **state)
+TEST_OS_CASE(fault_fail_forever)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 3;
     o.fail_count = UINT64_MAX;
@@ -568,19 +466,15 @@ static void fault_fail_forever(void **state)
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     for (int i = 0; i < 200; i++) assert_false(try_map(f, page, LLMEM_ENOMEM));
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 202);
     assert_int_equal(fs.injected_total, 200);
     assert_int_equal(test_resource_stats(os).map_calls_total, 2);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_fail_after_bytes(void **state)
+TEST_OS_CASE(fault_fail_after_bytes)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_after_bytes = 3 * page;
     llmem_resource *f = new_fault(os, &o);
@@ -599,7 +493,7 @@ static void fault_fail_after_bytes(void **state)
     assert_ok(llmem_resource_map(f, 4 * page, 0, LLMEM_MAP_UNCOMMITTED, (void **)&v));
     assert_status(llmem_resource_commit(f, v, page), LLMEM_ENOMEM);
     assert_error_mentions("commit");
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.bytes_total, 3 * page);
     assert_int_equal(fs.calls_total, 8);
     assert_int_equal(fs.injected_total, 5);
@@ -609,18 +503,13 @@ static void fault_fail_after_bytes(void **state)
     assert_status(llmem_resource_commit(f, v + 3 * page, page), LLMEM_ENOMEM);
     assert_ok(llmem_resource_unmap(f, v, 4 * page, 3 * page));
     assert_ok(llmem_resource_unmap(f, a, 2 * page, 2 * page));
-    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_budget_counts_only_what_went_through(void **state)
+TEST_OS_CASE(fault_budget_counts_only_what_went_through)
 {
-    (void)state;
     /* fault over a limit that refuses: those bytes were never mapped, so
      * they neither count in bytes_total nor eat the fault's budget. */
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *l = new_limit(os, 2 * page, LLMEM_LIMIT_COMMITTED);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_after_bytes = 4 * page;
@@ -630,15 +519,15 @@ static void fault_budget_counts_only_what_went_through(void **state)
         assert_status(llmem_resource_map(f, 3 * page, 0, 0, &q), LLMEM_ENOMEM);
         assert_error_mentions("limit(os)");
     }
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 3);
     assert_int_equal(fs.injected_total, 0);
     assert_int_equal(fs.bytes_total, 0);
     assert_ok(llmem_resource_map(f, 2 * page, 0, 0, &a));
-    assert_int_equal(fault_stats(f).bytes_total, 2 * page);
+    assert_int_equal(test_fault_stats(f).bytes_total, 2 * page);
     assert_ok(llmem_resource_unmap(f, a, 2 * page, 2 * page));
     assert_ok(llmem_resource_map(f, 2 * page, 0, 0, &b));
-    assert_int_equal(fault_stats(f).bytes_total, 4 * page);
+    assert_int_equal(test_fault_stats(f).bytes_total, 4 * page);
     assert_ok(llmem_resource_unmap(f, b, 2 * page, 2 * page));
     assert_status(llmem_resource_map(f, page, 0, 0, &q), LLMEM_ENOMEM);
     assert_error_mentions("byte budget");
@@ -652,37 +541,31 @@ static void fault_budget_counts_only_what_went_through(void **state)
     assert_ok(llmem_resource_map(f, page, 0, 0, &a)); /* the limit now holds one of its two pages */
     assert_status(llmem_resource_commit(f, v, 2 * page), LLMEM_ENOMEM); /* within the budget, over the cap */
     assert_error_mentions("limit(os)");
-    assert_int_equal(fault_stats(f).bytes_total, page);
+    assert_int_equal(test_fault_stats(f).bytes_total, page);
     assert_ok(llmem_resource_commit(f, v, page));
-    assert_int_equal(fault_stats(f).bytes_total, 2 * page);
+    assert_int_equal(test_fault_stats(f).bytes_total, 2 * page);
     assert_ok(llmem_resource_unmap(f, v, 4 * page, page));
     assert_ok(llmem_resource_unmap(f, a, page, page));
-    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(f);
     llmem_resource_destroy(l);
-    llmem_resource_destroy(os);
 }
 
-static void fault_probability_one_always_fails(void **state)
+TEST_OS_CASE(fault_probability_one_always_fails)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.probability = 1.0;
     llmem_resource *f = new_fault(os, &o);
     for (int i = 0; i < 100; i++) assert_false(try_map(f, page, LLMEM_ENOMEM));
     assert_error_mentions("random");
-    assert_int_equal(fault_stats(f).injected_total, 100);
+    assert_int_equal(test_fault_stats(f).injected_total, 100);
     assert_int_equal(test_resource_stats(os).map_calls_total, 0);
     /* And probability 0 is off. */
     o.probability = 0;
     assert_ok(llmem_fault_resource_arm(f, &o));
     for (int i = 0; i < 100; i++) assert_true(try_map(f, page, LLMEM_ENOMEM));
-    assert_int_equal(fault_stats(f).injected_total, 0);
-    assert_int_equal(fault_stats(f).calls_total, 100);
+    assert_int_equal(test_fault_stats(f).injected_total, 0);
+    assert_int_equal(test_fault_stats(f).calls_total, 100);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
 /* The pass/fail pattern of 128 maps, as two 64-bit words. */
@@ -695,11 +578,8 @@ static void pattern_of(llmem_resource *f, size_t page, uint64_t out[2])
 
 static int popcount2(const uint64_t w[2]) { return __builtin_popcountll(w[0]) + __builtin_popcountll(w[1]); }
 
-static void fault_probability_is_seeded(void **state)
+TEST_OS_CASE(fault_probability_is_seeded)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.probability = 0.5;
     o.seed = 42;
@@ -715,7 +595,7 @@ static void fault_probability_is_seeded(void **state)
     /* About half pass (128 draws at p = 0.5: well inside 32..96). */
     assert_in_range(popcount2(p1), 32, 96);
     assert_in_range(popcount2(p3), 32, 96);
-    assert_int_equal(fault_stats(f1).injected_total, 128 - (uint64_t)popcount2(p1));
+    assert_int_equal(test_fault_stats(f1).injected_total, 128 - (uint64_t)popcount2(p1));
     /* Re-arming with the same seed replays the same sequence. */
     o.seed = 42;
     assert_ok(llmem_fault_resource_arm(f3, &o));
@@ -732,15 +612,10 @@ static void fault_probability_is_seeded(void **state)
     llmem_resource_destroy(f3);
     llmem_resource_destroy(f2);
     llmem_resource_destroy(f1);
-    assert_int_equal(test_resource_stats(os).mappings, 0);
-    llmem_resource_destroy(os);
 }
 
-static void fault_ops_mask_copy_only(void **state)
+TEST_OS_CASE(fault_ops_mask_copy_only)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_COPY;
     o.fail_nth = 1;
@@ -760,21 +635,17 @@ static void fault_ops_mask_copy_only(void **state)
     assert_int_equal(test_resource_stats(os).copy_calls_total, 0);
     /* n == 0 is a no-op that never reaches the adaptor. */
     assert_ok(llmem_resource_copy(f, b, a, 0));
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 1);
     assert_int_equal(fs.injected_total, 1);
     assert_int_equal(fs.bytes_total, 0);
     assert_ok(llmem_resource_unmap(f, a, page, page));
     assert_ok(llmem_resource_unmap(f, b, page, page));
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_unmap_failure_leaves_mapping_live(void **state)
+TEST_OS_CASE(fault_unmap_failure_leaves_mapping_live)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_UNMAP;
     o.fail_nth = 1;
@@ -794,7 +665,7 @@ static void fault_unmap_failure_leaves_mapping_live(void **state)
     assert_ok(llmem_resource_unmap(f, a, 2 * page, 2 * page));
     assert_int_equal(test_resource_stats(os).mappings, 0);
     assert_int_equal(test_resource_stats(f).mappings, 0);
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 2);
     assert_int_equal(fs.injected_total, 1);
 
@@ -810,14 +681,10 @@ static void fault_unmap_failure_leaves_mapping_live(void **state)
     assert_int_equal(test_resource_stats(os).committed_bytes, page);
     assert_ok(llmem_resource_unmap(f, a, 2 * page, page));
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_custom_status(void **state)
+TEST_OS_CASE(fault_custom_status)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 1;
     o.status = LLMEM_EIO;
@@ -834,18 +701,14 @@ static void fault_custom_status(void **state)
     assert_status(llmem_resource_map(f, page, 0, 0, &p), LLMEM_EDEVICE);
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_arm_resets_and_disarms(void **state)
+TEST_OS_CASE(fault_arm_resets_and_disarms)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     /* Created disarmed: counts, never fails. */
     llmem_resource *f = new_fault(os, NULL);
     for (int i = 0; i < 5; i++) assert_true(try_map(f, page, LLMEM_ENOMEM));
-    llmem_fault_stats fs = fault_stats(f);
+    llmem_fault_stats fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 5);
     assert_int_equal(fs.injected_total, 0);
     assert_int_equal(fs.bytes_total, 5 * page);
@@ -853,7 +716,7 @@ static void fault_arm_resets_and_disarms(void **state)
     llmem_fault_options o = llmem_fault_options_default();
     o.fail_nth = 2;
     assert_ok(llmem_fault_resource_arm(f, &o));
-    fs = fault_stats(f);
+    fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 0);
     assert_int_equal(fs.injected_total, 0);
     assert_int_equal(fs.bytes_total, 0);
@@ -864,17 +727,17 @@ static void fault_arm_resets_and_disarms(void **state)
     assert_ok(llmem_fault_resource_arm(f, &o));
     assert_true(try_map(f, page, LLMEM_ENOMEM));
     assert_false(try_map(f, page, LLMEM_ENOMEM));
-    assert_int_equal(fault_stats(f).calls_total, 2);
+    assert_int_equal(test_fault_stats(f).calls_total, 2);
     /* A bad arm keeps the old arming (and its counters). */
     llmem_fault_options bad = o;
     bad.probability = 2;
     assert_status(llmem_fault_resource_arm(f, &bad), LLMEM_EINVAL);
-    assert_int_equal(fault_stats(f).calls_total, 2);
-    assert_int_equal(fault_stats(f).injected_total, 1);
+    assert_int_equal(test_fault_stats(f).calls_total, 2);
+    assert_int_equal(test_fault_stats(f).injected_total, 1);
     /* NULL disarms. */
     assert_ok(llmem_fault_resource_arm(f, NULL));
     for (int i = 0; i < 20; i++) assert_true(try_map(f, page, LLMEM_ENOMEM));
-    fs = fault_stats(f);
+    fs = test_fault_stats(f);
     assert_int_equal(fs.calls_total, 20);
     assert_int_equal(fs.injected_total, 0);
     /* A struct_size naming a shorter struct gets only that prefix. */
@@ -886,13 +749,10 @@ static void fault_arm_resets_and_disarms(void **state)
     assert_int_equal(shortst.calls_total, 20);
     assert_int_equal(shortst.injected_total, 0xABABABABABABABABull);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
-static void fault_bad_options_and_wrong_resources(void **state)
+TEST_OS_CASE(fault_bad_options_and_wrong_resources)
 {
-    (void)state;
-    llmem_resource *os = new_os();
     llmem_fault_options o = llmem_fault_options_default();
     assert_int_equal(o.ops, LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT);
     assert_int_equal(o.status, LLMEM_ENOMEM);
@@ -942,7 +802,6 @@ static void fault_bad_options_and_wrong_resources(void **state)
     assert_status(llmem_fault_resource_get_stats(l, &fs), LLMEM_EINVAL);
     llmem_resource_destroy(l);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
 static void fault_over_sim_device(void **state)
@@ -1003,11 +862,8 @@ static llmem_resource *new_tracking(llmem_resource *up)
     return t;
 }
 
-static void tracking_foreach_oldest_first(void **state)
+TEST_OS_CASE(tracking_foreach_oldest_first)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     assert_string_equal(llmem_resource_name(t), "tracking(os)");
     assert_same_info(t, os);
@@ -1063,7 +919,7 @@ static void tracking_foreach_oldest_first(void **state)
     assert_string_equal(s.tags[4], "late");
     assert_ptr_equal(s.e[4].ptr, n);
 
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.struct_size, sizeof ts);
     assert_int_equal(ts.live_mappings, 5);
     assert_int_equal(ts.live_bytes, (2 + 3 + 5 + 6 + 1) * page);
@@ -1077,9 +933,8 @@ static void tracking_foreach_oldest_first(void **state)
     memset(&s, 0, sizeof s);
     assert_ok(llmem_tracking_resource_foreach(t, collect, &s));
     assert_int_equal(s.n, 0);
-    assert_int_equal(track_stats(t).live_bytes, 0);
+    assert_int_equal(test_tracking_stats(t).live_bytes, 0);
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
 /* Read a whole stream back into a malloc'ed string. */
@@ -1103,36 +958,19 @@ static size_t count_lines(const char *s, const char *needle)
     return n;
 }
 
-typedef struct log_capture {
-    char text[8192];
-    size_t len, errors;
-} log_capture;
-
-static void capture_log(void *user, llmem_log_level level, const char *msg)
-{
-    log_capture *c = user;
-    if (level == LLMEM_LOG_ERROR) c->errors++;
-    int n = snprintf(c->text + c->len, sizeof c->text - c->len, "%s\n", msg);
-    if (n > 0) c->len = c->len + (size_t)n < sizeof c->text ? c->len + (size_t)n : sizeof c->text - 1;
-}
-
 /* Destroyed with live mappings, a tracking resource says so (it used to be
  * silent): an error line with the count and bytes, then each mapping; none
  * when everything was returned. */
-static void tracking_destroy_reports_live_mappings(void **state)
+TEST_OS_CASE(tracking_destroy_reports_live_mappings)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *a, *b, *c;
     assert_ok(llmem_resource_map_tagged(t, 3 * page, 0, 0, "kv-cache", &a));
     assert_ok(llmem_resource_map_tagged(t, page, 0, 0, "scratch", &b));
     assert_ok(llmem_resource_map(t, page, 0, 0, &c));
     assert_ok(llmem_resource_unmap(t, c, page, page));
-    static log_capture cap;
-    memset(&cap, 0, sizeof cap);
-    llmem_log_set(capture_log, &cap, LLMEM_LOG_DEBUG);
+    static test_log_capture cap;
+    test_log_capture_start(&cap, LLMEM_LOG_DEBUG);
     llmem_resource_destroy(t);
     llmem_log_set(NULL, NULL, LLMEM_LOG_WARN);
     assert_int_equal(cap.errors, 3); /* the summary and two mappings */
@@ -1151,19 +989,14 @@ static void tracking_destroy_reports_live_mappings(void **state)
     t = new_tracking(os);
     assert_ok(llmem_resource_map(t, page, 0, 0, &c));
     assert_ok(llmem_resource_unmap(t, c, page, page));
-    memset(&cap, 0, sizeof cap);
-    llmem_log_set(capture_log, &cap, LLMEM_LOG_DEBUG);
+    test_log_capture_start(&cap, LLMEM_LOG_DEBUG);
     llmem_resource_destroy(t);
     llmem_log_set(NULL, NULL, LLMEM_LOG_WARN);
     assert_int_equal(cap.len, 0);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_report_lists_leaks(void **state)
+TEST_OS_CASE(tracking_report_lists_leaks)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *a, *b, *c;
     assert_ok(llmem_resource_map_tagged(t, 3 * page, 0, 0, "kv-cache", &a));
@@ -1224,14 +1057,10 @@ static void tracking_report_lists_leaks(void **state)
     assert_non_null(strstr(text, "0 live mappings"));
     free(text);
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_refuses_what_would_corrupt_upstream(void **state)
+TEST_OS_CASE(tracking_refuses_what_would_corrupt_upstream)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     char *mine, *foreign, *res;
     assert_ok(llmem_resource_map_tagged(t, 4 * page, 0, 0, "mine", (void **)&mine));
@@ -1290,7 +1119,7 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     assert_int_equal(up2.mappings, 3);
     assert_true(holds(mine, 4 * page, 1));
     assert_true(holds(foreign, 2 * page, 2));
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.refused_total, refused);
     assert_int_equal(ts.live_mappings, 2);
     assert_int_equal(ts.live_bytes, 8 * page);
@@ -1312,20 +1141,15 @@ static void tracking_refuses_what_would_corrupt_upstream(void **state)
     assert_ok(llmem_resource_unmap(t, mine, 4 * page, 3 * page));
     assert_ok(llmem_resource_unmap(t, res, 4 * page, 3 * page));
     assert_ok(llmem_resource_unmap(os, foreign, 2 * page, 2 * page));
-    assert_int_equal(track_stats(t).live_mappings, 0);
-    assert_int_equal(track_stats(t).refused_total, refused);
-    assert_int_equal(test_resource_stats(os).mappings, 0);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).refused_total, refused);
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_upstream_failure_keeps_mapping(void **state)
+TEST_OS_CASE(tracking_upstream_failure_keeps_mapping)
 {
-    (void)state;
     /* An unmap refused upstream (an injected fault) is not a refusal of the
      * tracker's: the mapping stays tracked, and unmapping later works. */
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_fault_options o = llmem_fault_options_default();
     o.ops = LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT;
     o.fail_nth = 2;
@@ -1336,7 +1160,7 @@ static void tracking_upstream_failure_keeps_mapping(void **state)
     assert_ok(llmem_resource_map(t, 2 * page, 0, LLMEM_MAP_UNCOMMITTED, &a)); /* call 1 */
     assert_status(llmem_resource_commit(t, a, page), LLMEM_ENOMEM);          /* call 2 */
     assert_status(llmem_resource_unmap(t, a, 2 * page, 0), LLMEM_ENOMEM);    /* call 3 */
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.live_mappings, 1);
     assert_int_equal(ts.live_bytes, 2 * page);
     assert_int_equal(ts.refused_total, 0);
@@ -1350,14 +1174,12 @@ static void tracking_upstream_failure_keeps_mapping(void **state)
     /* A map failing upstream is not recorded. */
     assert_ok(llmem_fault_resource_arm(f, &(llmem_fault_options){.fail_nth = 1}));
     assert_status(llmem_resource_map(t, page, 0, 0, &q), LLMEM_ENOMEM);
-    ts = track_stats(t);
+    ts = test_tracking_stats(t);
     assert_int_equal(ts.live_mappings, 0);
     assert_int_equal(ts.live_bytes, 0);
     assert_int_equal(ts.peak_mappings, 1);
-    assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(f);
-    llmem_resource_destroy(os);
 }
 
 static void tracking_committed_figure_is_rounded(void **state)
@@ -1366,9 +1188,8 @@ static void tracking_committed_figure_is_rounded(void **state)
     /* A caller that unmaps with the sizes it asked map for (one byte, all of
      * it committed) is right by the contract; the tracker agrees and hands
      * upstream the figure in whole granules. */
-    llmem_resource *sim = new_sim(0, 0);
+    llmem_resource *sim = new_sim(0, 0), *t = new_tracking(sim);
     size_t g = llmem_resource_granularity(sim);
-    llmem_resource *t = new_tracking(sim);
     void *a, *b;
     assert_ok(llmem_resource_map(t, 1, 0, 0, &a));
     assert_ok(llmem_resource_map(t, g + 1, 0, 0, &b));
@@ -1379,8 +1200,8 @@ static void tracking_committed_figure_is_rounded(void **state)
     assert_ok(llmem_sim_resource_get_stats(sim, &ss));
     assert_int_equal(ss.used_bytes, 0);
     assert_int_equal(test_resource_stats(sim).committed_bytes, 0);
-    assert_int_equal(track_stats(t).live_mappings, 0);
-    assert_int_equal(track_stats(t).refused_total, 1);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).refused_total, 1);
     llmem_resource_destroy(t);
     llmem_resource_destroy(sim);
 }
@@ -1426,11 +1247,8 @@ static void *unmap_thread(void *arg)
     return NULL;
 }
 
-static void tracking_unmap_refused_while_others_map(void **state)
+TEST_OS_CASE(tracking_unmap_refused_while_others_map)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     gate_resource g;
     memset(&g, 0, sizeof g);
     llmem_resource_init(&g.base, &gate_ops, "gate", LLMEM_MEM_HOST, page, page, LLMEM_MAX_ALIGN, 0);
@@ -1450,14 +1268,14 @@ static void tracking_unmap_refused_while_others_map(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, unmap_thread, &j), 0);
     sem_wait(&g.entered);
-    assert_int_equal(track_stats(t).live_mappings, N - 1);
+    assert_int_equal(test_tracking_stats(t).live_mappings, N - 1);
     /* ...while another map takes its slot; then upstream refuses the unmap
      * and the tracker must put the mapping back without overflowing. */
     assert_ok(llmem_resource_map(t, page, 0, 0, &p[N]));
     sem_post(&g.release);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(j.st, LLMEM_EIO);
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.live_mappings, N + 1);
     assert_int_equal(ts.live_bytes, (N + 1) * page);
     assert_int_equal(ts.refused_total, 0);
@@ -1471,19 +1289,15 @@ static void tracking_unmap_refused_while_others_map(void **state)
     assert_ptr_equal(s.e[0].ptr, p[0]); /* back, with its age */
     assert_int_equal(s.e[0].seq, 1);
     for (int i = 0; i <= N; i++) assert_ok(llmem_resource_unmap(t, p[i], page, page));
-    assert_int_equal(track_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
     assert_int_equal(test_resource_stats(os).mappings, 0);
     llmem_resource_destroy(t);
     sem_destroy(&g.entered);
     sem_destroy(&g.release);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_peaks(void **state)
+TEST_OS_CASE(tracking_peaks)
 {
-    (void)state;
-    llmem_resource *os = new_os();
-    size_t page = llmem_resource_granularity(os);
     llmem_resource *t = new_tracking(os);
     void *p[5];
     assert_ok(llmem_resource_map(t, 2 * page, 0, 0, &p[0]));
@@ -1492,7 +1306,7 @@ static void tracking_peaks(void **state)
     assert_ok(llmem_resource_unmap(t, p[1], 3 * page, 3 * page));
     assert_ok(llmem_resource_unmap(t, p[2], 4 * page, 4 * page));
     assert_ok(llmem_resource_map(t, 8 * page, 0, 0, &p[3]));
-    llmem_tracking_stats ts = track_stats(t);
+    llmem_tracking_stats ts = test_tracking_stats(t);
     assert_int_equal(ts.peak_mappings, 3);
     assert_int_equal(ts.peak_bytes, 10 * page); /* 2 + 8 beats 2 + 3 + 4 */
     assert_int_equal(ts.live_bytes, 10 * page);
@@ -1501,7 +1315,7 @@ static void tracking_peaks(void **state)
     assert_ok(llmem_resource_unmap(t, p[0], 2 * page, 2 * page));
     assert_ok(llmem_resource_unmap(t, p[3], 8 * page, 8 * page));
     assert_ok(llmem_resource_unmap(t, p[4], page, page));
-    ts = track_stats(t);
+    ts = test_tracking_stats(t);
     assert_int_equal(ts.peak_mappings, 3);
     assert_int_equal(ts.peak_bytes, 11 * page);
     assert_int_equal(ts.live_bytes, 0);
@@ -1509,18 +1323,15 @@ static void tracking_peaks(void **state)
     /* Many mappings (the table grows). */
     void *many[100];
     for (int i = 0; i < 100; i++) assert_ok(llmem_resource_map(t, page, 0, 0, &many[i]));
-    assert_int_equal(track_stats(t).peak_mappings, 100);
+    assert_int_equal(test_tracking_stats(t).peak_mappings, 100);
     for (int i = 0; i < 100; i += 2) assert_ok(llmem_resource_unmap(t, many[i], page, page));
     for (int i = 1; i < 100; i += 2) assert_ok(llmem_resource_unmap(t, many[i], page, page));
-    assert_int_equal(track_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
-static void tracking_wrong_resources(void **state)
+TEST_OS_CASE(tracking_wrong_resources)
 {
-    (void)state;
-    llmem_resource *os = new_os();
     llmem_tracking_stats ts;
     memset(&ts, 0, sizeof ts);
     assert_status(llmem_tracking_resource_get_stats(os, &ts), LLMEM_EINVAL);
@@ -1548,15 +1359,13 @@ static void tracking_wrong_resources(void **state)
     assert_non_null(sc);
     assert_int_equal(sc->struct_size, sizeof(llmem_tracking_stats));
     llmem_resource_destroy(t);
-    llmem_resource_destroy(os);
 }
 
 static void tracking_over_sim_device(void **state)
 {
     (void)state;
-    llmem_resource *sim = new_sim(0, 0);
+    llmem_resource *sim = new_sim(0, 0), *t = new_tracking(sim);
     size_t g = llmem_resource_granularity(sim);
-    llmem_resource *t = new_tracking(sim);
     assert_string_equal(llmem_resource_name(t), "tracking(sim-device)");
     assert_same_info(t, sim);
     char *d;
@@ -1576,7 +1385,7 @@ static void tracking_over_sim_device(void **state)
     assert_ok(llmem_resource_unmap(t, d, 4 * g, g));
     assert_ok(llmem_sim_resource_get_stats(sim, &ss));
     assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(track_stats(t).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(t).live_mappings, 0);
     llmem_resource_destroy(t);
     llmem_resource_destroy(sim);
 }
@@ -1680,21 +1489,9 @@ static void stack_fixed_pool_leaves_nothing(void **state)
     }
     llmem_fixed_destroy(p);
 
-    llmem_tracking_stats ts = track_stats(s.track);
-    assert_int_equal(ts.live_mappings, 0);
-    assert_int_equal(ts.live_bytes, 0);
-    assert_int_equal(ts.refused_total, 0);
-    FILE *f = tmpfile();
-    assert_non_null(f);
-    size_t leaks = 1;
-    assert_ok(llmem_tracking_resource_report(s.track, f, &leaks));
-    fclose(f);
-    assert_int_equal(leaks, 0);
+    test_tracking_expect_clean(s.track);
     assert_int_equal(limit_used(s.limit), 0);
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(s.sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(s.sim);
     destroy_stack(&s);
 }
 
@@ -1720,10 +1517,10 @@ static void stack_fault_on_top_drives_pool_errors(void **state)
     assert_int_equal(st, LLMEM_ENOMEM);
     assert_error_mentions("injected");
     assert_non_null(b[2] = llmem_fixed_alloc(p, &st));
-    assert_int_equal(track_stats(s.track).live_mappings, 3);
+    assert_int_equal(test_tracking_stats(s.track).live_mappings, 3);
     assert_int_equal(test_resource_stats(s.sim).map_calls_total, 3);
     llmem_fixed_destroy(p);
-    assert_int_equal(track_stats(s.track).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(s.track).live_mappings, 0);
     assert_int_equal(limit_used(s.limit), 0);
     destroy_stack(&s);
 }

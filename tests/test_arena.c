@@ -24,20 +24,11 @@ static uintptr_t up(uintptr_t x, size_t a) { return (x + a - 1) & ~(uintptr_t)(a
 
 static bool is_aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
+/* The arena's stats, with the struct_size the library writes. */
 static llmem_arena_stats ast(const llmem_arena *a)
 {
-    llmem_arena_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_arena_get_stats(a, &s));
+    llmem_arena_stats s = test_arena_stats(a);
     assert_int_equal(s.struct_size, sizeof s);
-    return s;
-}
-
-static llmem_tracking_stats tst(const llmem_resource *r)
-{
-    llmem_tracking_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_tracking_resource_get_stats(r, &s));
     return s;
 }
 
@@ -51,7 +42,7 @@ static llmem_resource *new_tracking(void)
 /* Destroy a tracking resource after checking nothing is left mapped. */
 static void end_tracking(llmem_resource *t)
 {
-    llmem_tracking_stats s = tst(t);
+    llmem_tracking_stats s = test_tracking_stats(t);
     if (s.live_mappings != 0 || s.live_bytes != 0) {
         llmem_tracking_resource_report(t, stderr, NULL);
         fail_msg("%llu mappings (%llu bytes) leaked", (unsigned long long)s.live_mappings,
@@ -447,7 +438,7 @@ static void marks_of_an_empty_arena(void **state)
     assert_int_equal(m0.used, 0);
     assert_int_equal(m0.requested, 0);
     assert_ok(llmem_arena_rollback(a, m0)); /* nothing to free, still fine */
-    assert_int_equal(tst(tr).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 0);
     unsigned char *p = must_alloc(a, 300, 0);
     must_alloc(a, 100000, 0); /* a second chunk */
     assert_ok(llmem_arena_rollback(a, m0));
@@ -488,7 +479,7 @@ static void marks_across_trim(void **state)
     assert_int_equal(ast(a).used_bytes, 100 * KiB + 1);
     assert_ok(llmem_arena_rollback(a, s));
     assert_int_equal(llmem_arena_trim(a), 100 * KiB + 64 * KiB); /* nothing in use: all goes */
-    assert_int_equal(tst(tr).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 0);
     assert_fails(llmem_arena_rollback(a, m), LLMEM_ESTATE, "ahead of the cursor");
     assert_ok(llmem_arena_rollback(a, s)); /* the origin still exists */
     assert_false(llmem_arena_owns(a, x));
@@ -496,7 +487,7 @@ static void marks_across_trim(void **state)
     /* Grow again with different chunk sizes: 64 KiB then 64 KiB. */
     must_alloc(a, 10, 0);
     unsigned char *q = must_alloc(a, 64 * KiB, 0);
-    assert_int_equal(tst(tr).live_mappings, 2);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 2);
     assert_ptr_equal(q, newest_mapping(tr).ptr);
     uint64_t used = ast(a).used_bytes;
     assert_int_equal(used, 128 * KiB);
@@ -544,7 +535,7 @@ static void reset_keeps_chunks(void **state)
     unsigned char *first[16], *again[16];
     size_t n = run_request(a, first);
     llmem_resource_stats r0 = test_resource_stats(tr);
-    llmem_tracking_stats t0 = tst(tr);
+    llmem_tracking_stats t0 = test_tracking_stats(tr);
     llmem_arena_stats s0 = ast(a);
     assert_true(r0.map_calls_total >= 3); /* several chunks */
     assert_int_equal(s0.chunks, t0.live_mappings);
@@ -561,7 +552,7 @@ static void reset_keeps_chunks(void **state)
         llmem_resource_stats r = test_resource_stats(tr);
         assert_int_equal(r.map_calls_total, r0.map_calls_total);
         assert_int_equal(r.unmap_calls_total, 0);
-        assert_int_equal(tst(tr).live_mappings, t0.live_mappings);
+        assert_int_equal(test_tracking_stats(tr).live_mappings, t0.live_mappings);
         s = ast(a);
         assert_int_equal(s.used_bytes, s0.used_bytes);
         assert_int_equal(s.requested_bytes, s0.requested_bytes);
@@ -589,7 +580,7 @@ static void growth_maps_chunks_the_resource_sees(void **state)
         fill(p[i], SZ, (unsigned)i);
     }
     llmem_arena_stats s = ast(a);
-    llmem_tracking_stats t = tst(tr);
+    llmem_tracking_stats t = test_tracking_stats(tr);
     size_t per_chunk = 64 * KiB / STRIDE;
     assert_int_equal(s.chunks, (N + per_chunk - 1) / per_chunk);
     assert_int_equal(s.chunks, t.live_mappings);
@@ -609,7 +600,7 @@ static void growth_maps_chunks_the_resource_sees(void **state)
     found_mapping nm = newest_mapping(tr);
     assert_ptr_equal(nm.ptr, b);
     assert_true(nm.size >= big && nm.size < big + page_size());
-    llmem_tracking_stats t2 = tst(tr);
+    llmem_tracking_stats t2 = test_tracking_stats(tr);
     assert_int_equal(t2.live_mappings, t.live_mappings + 1);
     assert_int_equal(t2.live_bytes, t.live_bytes + nm.size);
     s = ast(a);
@@ -677,7 +668,7 @@ static void skip_ahead_reuses_retained_chunks_in_order(void **state)
     assert_int_equal(s.waste_bytes, s3.reserved_bytes - 10);
     assert_false(llmem_arena_owns(a, c1));
     assert_false(llmem_arena_owns(a, c2));
-    assert_int_equal(s.reserved_bytes, tst(tr).live_bytes);
+    assert_int_equal(s.reserved_bytes, test_tracking_stats(tr).live_bytes);
     llmem_arena_destroy(a);
     end_tracking(tr);
 }
@@ -842,7 +833,7 @@ static void max_bytes_caps_growth(void **state)
     assert_int_equal(s1.allocs_total, s0.allocs_total);
     assert_int_equal(s1.reserved_bytes, s0.reserved_bytes);
     assert_int_equal(test_resource_stats(tr).map_calls_total, maps);
-    assert_int_equal(tst(tr).live_mappings, 3);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 3);
     /* What fits still works: the tail of the last chunk. */
     unsigned char *t = must_alloc(a, 5000, 0);
     assert_true(t > p[2] && t + 5000 <= p[2] + 64 * KiB);
@@ -880,7 +871,7 @@ static void resource_failure_changes_nothing(void **state)
     assert_int_equal(s1.allocs_total, s0.allocs_total);
     assert_int_equal(s1.chunks, s0.chunks);
     assert_int_equal(s1.failures_total, s0.failures_total + 1);
-    assert_int_equal(tst(tr).live_mappings, 2);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 2);
     /* Still usable for what fits, and a rollback still lands right. */
     llmem_arena_reset(a);
     assert_ptr_equal(must_alloc(a, 60000, 0), p0);
@@ -901,13 +892,13 @@ static void trim_releases_retained_chunks(void **state)
     fill(p0, 60000, 5);
     llmem_arena_mark m = llmem_arena_save(a);
     for (int i = 0; i < 3; i++) must_alloc(a, 60000, 0);
-    assert_int_equal(tst(tr).live_mappings, 4);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 4);
     assert_int_equal(llmem_arena_trim(a), 0); /* the cursor is in the last chunk */
-    llmem_tracking_stats t0 = tst(tr);
+    llmem_tracking_stats t0 = test_tracking_stats(tr);
 
     assert_ok(llmem_arena_rollback(a, m));
     size_t released = llmem_arena_trim(a);
-    llmem_tracking_stats t1 = tst(tr);
+    llmem_tracking_stats t1 = test_tracking_stats(tr);
     assert_int_equal(released, t0.live_bytes - t1.live_bytes);
     assert_int_equal(released, 3 * 64 * KiB);
     assert_int_equal(t1.live_mappings, 1);
@@ -919,7 +910,7 @@ static void trim_releases_retained_chunks(void **state)
     assert_true(llmem_arena_owns(a, p0));
     assert_true(filled(p0, 60000, 5));
     assert_int_equal(llmem_arena_trim(a), 0); /* the chunk in use stays */
-    assert_int_equal(tst(tr).live_mappings, 1);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 1);
 
     /* Growth maps again. */
     uint64_t maps = test_resource_stats(tr).map_calls_total;
@@ -928,10 +919,10 @@ static void trim_releases_retained_chunks(void **state)
 
     /* After a reset, everything goes. */
     llmem_arena_reset(a);
-    llmem_tracking_stats t2 = tst(tr);
+    llmem_tracking_stats t2 = test_tracking_stats(tr);
     assert_int_equal(llmem_arena_trim(a), t2.live_bytes);
-    assert_int_equal(tst(tr).live_mappings, 0);
-    assert_int_equal(tst(tr).live_bytes, 0);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 0);
+    assert_int_equal(test_tracking_stats(tr).live_bytes, 0);
     s = ast(a);
     assert_int_equal(s.chunks, 0);
     assert_int_equal(s.reserved_bytes, 0);
@@ -964,7 +955,7 @@ static void trim_of_fixed_arenas_releases_nothing(void **state)
     assert_int_equal(llmem_arena_trim(a), 0);
     llmem_arena_reset(a);
     assert_int_equal(llmem_arena_trim(a), 0);
-    assert_int_equal(tst(tr).live_mappings, 1);
+    assert_int_equal(test_tracking_stats(tr).live_mappings, 1);
     assert_int_equal(ast(a).chunks, 1);
     assert_int_equal(ast(a).releases_total, 0);
     unsigned char *p = must_alloc(a, 64 * KiB, 0);
@@ -1397,7 +1388,7 @@ static int cmp_live(const void *x, const void *y)
 static void pm_check_stats(const pm_model *md, llmem_arena *a, llmem_resource *tr)
 {
     llmem_arena_stats s = ast(a);
-    llmem_tracking_stats t = tst(tr);
+    llmem_tracking_stats t = test_tracking_stats(tr);
     assert_int_equal(s.used_bytes, md->used);
     assert_int_equal(s.requested_bytes, md->requested);
     assert_int_equal(s.waste_bytes, md->used - md->requested);

@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
@@ -47,9 +48,7 @@ static void release_pool(llmem_pool *p, llmem_resource *r)
 {
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
-    llmem_tracking_stats ts = {0};
-    assert_ok(llmem_tracking_resource_get_stats(r, &ts));
-    assert_int_equal(ts.live_mappings, 0);
+    assert_int_equal(test_tracking_stats(r).live_mappings, 0);
     llmem_resource_destroy(r);
 }
 
@@ -62,6 +61,26 @@ static llmem_controller_options ctl_options(llmem_pool *p, fake_clock *clk)
     return o;
 }
 
+/* A controller case: a tracked pool of 1 MiB superblocks (r, p), a fake
+ * clock starting at start_ns (clk) and the options of a controller on
+ * both (o) for the body below the macro, which makes and destroys its
+ * controller; after it, the pool is checked and released (nothing left
+ * mapped). */
+#define CONTROLLER_CASE(name, start_ns)                                                          \
+    static void name##_on(llmem_resource *r, llmem_pool *p, fake_clock *clk, llmem_controller_options *o); \
+    static void name(void **state)                                                               \
+    {                                                                                            \
+        (void)state;                                                                             \
+        llmem_resource *r;                                                                       \
+        llmem_pool *p = tracked_pool(&r, MIB);                                                   \
+        fake_clock clk = {start_ns};                                                             \
+        llmem_controller_options o = ctl_options(p, &clk);                                       \
+        name##_on(r, p, &clk, &o);                                                               \
+        release_pool(p, r);                                                                      \
+    }                                                                                            \
+    static void name##_on(__attribute__((unused)) llmem_resource *r, __attribute__((unused)) llmem_pool *p, \
+                          __attribute__((unused)) fake_clock *clk, llmem_controller_options *o)
+
 static llmem_controller *make_ctl(const llmem_controller_options *o)
 {
     llmem_controller *c;
@@ -73,13 +92,6 @@ static void stage(llmem_controller *c, llmem_stage s, uint32_t batch, uint64_t t
 {
     llmem_stage_event ev = {s, batch, tokens, 0};
     llmem_controller_on_stage(c, &ev);
-}
-
-static llmem_pool_stats pstats(const llmem_pool *p)
-{
-    llmem_pool_stats s = {0};
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
 }
 
 static llmem_controller_stats cstats(const llmem_controller *c)
@@ -124,20 +136,15 @@ static bool intact(const unsigned char *p, size_t n, unsigned tag)
 
 /* ---- 1. reserve before prefill -------------------------------------------------- */
 
-static void reserve_before_prefill(void **state)
+CONTROLLER_CASE(reserve_before_prefill, 5 * MS)
 {
-    (void)state;
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {5 * MS};
-    llmem_controller_options o = ctl_options(p, &clk);
-    o.bytes_per_token_hint = 64 * KIB;
-    llmem_controller *c = make_ctl(&o);
+    o->bytes_per_token_hint = 64 * KIB;
+    llmem_controller *c = make_ctl(o);
     stage(c, LLMEM_STAGE_LOAD, 0, 0);
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
     uint64_t calls0 = resource_calls(r);
 
-    clk.ns += MS;
+    clk->ns += MS;
     stage(c, LLMEM_STAGE_PREFILL, 2, 512);
     uint64_t asked = (uint64_t)ceil(512.0 * 64 * KIB * 1.2);
     llmem_controller_event ev[4];
@@ -146,7 +153,7 @@ static void reserve_before_prefill(void **state)
     assert_int_equal(ev[0].stage, LLMEM_STAGE_PREFILL);
     assert_int_equal(ev[0].time_ns, 6 * MS);
     assert_int_equal(ev[0].bytes_before, 0);
-    assert_int_equal(ev[0].bytes_after, pstats(p).committed_bytes);
+    assert_int_equal(ev[0].bytes_after, test_pool_stats(p).committed_bytes);
     assert_true(ev[0].bytes_after >= asked);
     assert_non_null(ev[0].reason);
     assert_true(resource_calls(r) > calls0); /* the reserve paid for it */
@@ -178,45 +185,40 @@ static void reserve_before_prefill(void **state)
     for (int i = 0; i < 512; i++) assert_ok(llmem_pool_free(p, blocks[i]));
     for (int i = 0; i < 64; i++) assert_ok(llmem_pool_free(p, small[i]));
     llmem_controller_destroy(c);
-    release_pool(p, r);
 }
 
 /* Without a predictor or a hint, a prefill reserves nothing. */
-static void no_hint_no_reserve(void **state)
+CONTROLLER_CASE(no_hint_no_reserve, 0)
 {
-    (void)state;
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {0};
-    llmem_controller_options o = ctl_options(p, &clk);
-    llmem_controller *c = make_ctl(&o);
+    llmem_controller *c = make_ctl(o);
     stage(c, LLMEM_STAGE_PREFILL, 4, 4096);
     assert_int_equal(cstats(c).reserves_total, 0);
     assert_int_equal(events_of(c, LLMEM_CONTROLLER_STAGE, NULL, 0), 1);
     assert_int_equal(resource_calls(r), 0);
     assert_int_equal(cstats(c).prefill_steps_total, 1);
     llmem_controller_destroy(c);
-    release_pool(p, r);
 }
 
-/* ---- 2. the predictor sizes the reserve ------------------------------------------ */
-
-static void predictor_sizes_reserve(void **state)
+/* A predictor of stories260k's shape, 4-byte KV elements. */
+static llmem_predictor *stories_predictor(void)
 {
-    (void)state;
     llmem_predictor_options po = llmem_predictor_options_default();
     assert_ok(llmem_shape_preset("stories260k", &po.shape));
     po.kv_elem_bytes = 4;
     llmem_predictor *pr;
     assert_ok(llmem_predictor_create(&po, &pr));
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {0};
-    llmem_controller_options o = ctl_options(p, &clk);
-    o.predictor = pr;
-    o.bytes_per_token_hint = 1; /* the predictor wins */
-    o.safety_factor = 1.5;
-    llmem_controller *c = make_ctl(&o);
+    return pr;
+}
+
+/* ---- 2. the predictor sizes the reserve ------------------------------------------ */
+
+CONTROLLER_CASE(predictor_sizes_reserve, 0)
+{
+    llmem_predictor *pr = stories_predictor();
+    o->predictor = pr;
+    o->bytes_per_token_hint = 1; /* the predictor wins */
+    o->safety_factor = 1.5;
+    llmem_controller *c = make_ctl(o);
 
     static const struct {
         uint32_t batch;
@@ -231,7 +233,7 @@ static void predictor_sizes_reserve(void **state)
          * controller's (1.5 here) is not applied on top. */
         assert_int_equal(want.corrected_reserve_bytes, want.reserve_bytes); /* no observations yet */
         uint64_t asked = want.reserve_bytes;
-        uint64_t committed0 = pstats(p).committed_bytes;
+        uint64_t committed0 = test_pool_stats(p).committed_bytes;
         stage(c, LLMEM_STAGE_PREFILL, steps[i].batch, steps[i].tokens);
         llmem_controller_event ev[8];
         size_t n = events_of(c, LLMEM_CONTROLLER_RESERVE, ev, 8);
@@ -241,13 +243,12 @@ static void predictor_sizes_reserve(void **state)
         /* A free run of the asked bytes now exists: committed covers it,
          * in whole superblocks (1 MiB here, or one of its own), plus the
          * small heap's first superblock for the step's small objects. */
-        llmem_pool_stats ps = pstats(p);
+        llmem_pool_stats ps = test_pool_stats(p);
         assert_true(ps.largest_free_bytes >= asked);
         assert_true(ps.committed_bytes <= committed0 + asked + 2 * MIB);
         stage(c, LLMEM_STAGE_DECODE, 1, 1);
     }
     llmem_controller_destroy(c);
-    release_pool(p, r);
     llmem_predictor_destroy(pr);
 }
 
@@ -255,20 +256,11 @@ static void predictor_sizes_reserve(void **state)
  * on_step_done; once the corrector predicts better than the formulas the
  * next prefill reserves what it says. Here the "engine" always needs twice
  * what the formulas say. */
-static void corrector_sizes_reserve(void **state)
+CONTROLLER_CASE(corrector_sizes_reserve, 0)
 {
-    (void)state;
-    llmem_predictor_options po = llmem_predictor_options_default();
-    assert_ok(llmem_shape_preset("stories260k", &po.shape));
-    po.kv_elem_bytes = 4;
-    llmem_predictor *pr;
-    assert_ok(llmem_predictor_create(&po, &pr));
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {0};
-    llmem_controller_options o = ctl_options(p, &clk);
-    o.predictor = pr;
-    llmem_controller *c = make_ctl(&o);
+    llmem_predictor *pr = stories_predictor();
+    o->predictor = pr;
+    llmem_controller *c = make_ctl(o);
     for (uint32_t i = 1; i <= 12; i++) {
         uint32_t batch = 1 + i % 3, tokens = 8 * i;
         llmem_prediction f;
@@ -289,27 +281,21 @@ static void corrector_sizes_reserve(void **state)
     assert_int_equal(events_of(c, LLMEM_CONTROLLER_RESERVE, ev, 2), 1);
     assert_int_equal(ev[0].detail, want.corrected_reserve_bytes);
     assert_non_null(strstr(ev[0].reason, "corrected"));
-    assert_true(pstats(p).largest_free_bytes >= want.corrected_reserve_bytes);
+    assert_true(test_pool_stats(p).largest_free_bytes >= want.corrected_reserve_bytes);
     /* Nothing without a predictor, or for zero figures. */
     llmem_controller_on_step_done(c, 0, 8, 0, 1000);
     llmem_controller_on_step_done(NULL, 1, 8, 0, 1000);
     assert_ok(llmem_predictor_get_stats(pr, &ps));
     assert_int_equal(ps.observations, 12);
     llmem_controller_destroy(c);
-    release_pool(p, r);
     llmem_predictor_destroy(pr);
 }
 
 /* ---- 3. idle shrink after the decay ---------------------------------------------- */
 
-static void idle_shrink_after_decay(void **state)
+CONTROLLER_CASE(idle_shrink_after_decay, 1000 * MS)
 {
-    (void)state;
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {1000 * MS};
-    llmem_controller_options o = ctl_options(p, &clk);
-    llmem_controller *c = make_ctl(&o); /* decay 1000 ms, low watermark 0.30 */
+    llmem_controller *c = make_ctl(o); /* decay 1000 ms, low watermark 0.30 */
     stage(c, LLMEM_STAGE_PREFILL, 1, 64);
     stage(c, LLMEM_STAGE_DECODE, 1, 1); /* before the allocations: no grow */
 
@@ -322,24 +308,24 @@ static void idle_shrink_after_decay(void **state)
     }
     for (int i = 0; i < N; i++)
         if (i % 16) assert_ok(llmem_pool_free(p, b[i]));
-    llmem_pool_stats s0 = pstats(p);
+    llmem_pool_stats s0 = test_pool_stats(p);
     assert_int_equal(s0.committed_bytes, 16 * MIB);
     assert_int_equal(s0.used_bytes, 4 * 256 * KIB);
 
-    clk.ns = 2000 * MS;
+    clk->ns = 2000 * MS;
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
-    clk.ns += 999 * MS;
+    clk->ns += 999 * MS;
     llmem_controller_tick(c);
     assert_int_equal(events_of(c, LLMEM_CONTROLLER_SHRINK, NULL, 0), 0);
-    assert_int_equal(pstats(p).committed_bytes, 16 * MIB);
+    assert_int_equal(test_pool_stats(p).committed_bytes, 16 * MIB);
     stage(c, LLMEM_STAGE_IDLE, 0, 0); /* a repeated IDLE does not restart the delay */
-    clk.ns += 2 * MS;
+    clk->ns += 2 * MS;
     llmem_controller_tick(c);
 
     llmem_controller_event ev[4];
     assert_int_equal(events_of(c, LLMEM_CONTROLLER_SHRINK, ev, 4), 1);
     uint64_t target = (uint64_t)ceil((double)s0.used_bytes / 0.30);
-    llmem_pool_stats s1 = pstats(p);
+    llmem_pool_stats s1 = test_pool_stats(p);
     assert_int_equal(ev[0].detail, target);
     assert_int_equal(ev[0].bytes_before, 16 * MIB);
     assert_int_equal(ev[0].bytes_after, s1.committed_bytes);
@@ -358,7 +344,7 @@ static void idle_shrink_after_decay(void **state)
     assert_ok(llmem_pool_check(p));
 
     /* Once per idle period. */
-    clk.ns += 10000 * MS;
+    clk->ns += 10000 * MS;
     llmem_controller_tick(c);
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
     assert_int_equal(cstats(c).shrinks_total, 1);
@@ -371,29 +357,23 @@ static void idle_shrink_after_decay(void **state)
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
     llmem_controller_tick(c);
     assert_int_equal(cstats(c).shrinks_total, 1);
-    clk.ns += 1000 * MS;
+    clk->ns += 1000 * MS;
     llmem_controller_tick(c);
     assert_int_equal(cstats(c).shrinks_total, 2);
 
     for (int i = 0; i < N; i += 16) assert_ok(llmem_pool_free(p, b[i]));
     llmem_controller_destroy(c);
-    release_pool(p, r);
 }
 
 /* ---- 4. hysteresis ------------------------------------------------------------------ */
 
-static void hysteresis_under_alternating_load(void **state)
+CONTROLLER_CASE(hysteresis_under_alternating_load, 0)
 {
-    (void)state;
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {0};
-    llmem_controller_options o = ctl_options(p, &clk);
-    o.grow_min_bytes = MIB;
-    o.grow_factor = 2;
-    o.grow_max_bytes = 4 * MIB;
-    o.idle_decay_ms = 100;
-    llmem_controller *c = make_ctl(&o);
+    o->grow_min_bytes = MIB;
+    o->grow_factor = 2;
+    o->grow_max_bytes = 4 * MIB;
+    o->idle_decay_ms = 100;
+    llmem_controller *c = make_ctl(o);
 
     enum { BASE = 12, DRIFT = 20 };
     void *base[BASE + DRIFT];
@@ -410,10 +390,10 @@ static void hysteresis_under_alternating_load(void **state)
             pulse = NULL;
         }
         if (i % 10 == 9) assert_non_null(base[nbase++] = llmem_pool_alloc(p, 256 * KIB, NULL));
-        clk.ns += 500 * MS; /* ticks past the idle decay: no shrink outside IDLE */
+        clk->ns += 500 * MS; /* ticks past the idle decay: no shrink outside IDLE */
         stage(c, LLMEM_STAGE_DECODE, 4, 4);
         llmem_controller_tick(c);
-        uint64_t committed = pstats(p).committed_bytes;
+        uint64_t committed = test_pool_stats(p).committed_bytes;
         assert_true(committed >= last_committed);
         last_committed = committed;
     }
@@ -435,21 +415,20 @@ static void hysteresis_under_alternating_load(void **state)
     assert_int_equal(cs.grow_step_bytes, step);
     assert_true(cs.bytes_grown_total >= MIB + 2 * MIB + 4 * MIB);
     /* The load ends well below the watermark of what is held. */
-    llmem_pool_stats ps = pstats(p);
+    llmem_pool_stats ps = test_pool_stats(p);
     assert_true((double)ps.used_bytes / (double)ps.committed_bytes <= 0.85 + 1e-9);
 
     /* Idle past the decay: a shrink, and the grow step starts over. */
     if (pulse) assert_ok(llmem_pool_free(p, pulse));
     for (size_t i = 0; i < nbase; i++) assert_ok(llmem_pool_free(p, base[i]));
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
-    clk.ns += 101 * MS;
+    clk->ns += 101 * MS;
     llmem_controller_tick(c);
     cs = cstats(c);
     assert_int_equal(cs.shrinks_total, 1);
     assert_int_equal(cs.grow_step_bytes, MIB);
-    assert_int_equal(pstats(p).committed_bytes, 0);
+    assert_int_equal(test_pool_stats(p).committed_bytes, 0);
     llmem_controller_destroy(c);
-    release_pool(p, r);
 }
 
 /* Decode grows once used / committed passes the watermark, with and
@@ -484,7 +463,7 @@ static void decode_grow(bool reserved)
             assert_non_null(b[i] = llmem_pool_alloc(p, 256 * KIB, NULL));
             memset(b[i], i, 256 * KIB);
         }
-        llmem_pool_stats s = pstats(p);
+        llmem_pool_stats s = test_pool_stats(p);
         assert_true((double)s.used_bytes / (double)s.committed_bytes > 0.85);
         assert_true(s.largest_free_bytes < MIB);
         assert_true(s.largest_free_bytes <= s.free_bytes);
@@ -492,7 +471,7 @@ static void decode_grow(bool reserved)
         uint64_t before = s.committed_bytes;
         stage(c, LLMEM_STAGE_DECODE, 1, 1);
         assert_int_equal(cstats(c).grows_total, ++grows);
-        s = pstats(p);
+        s = test_pool_stats(p);
         assert_true(s.committed_bytes >= before + MIB);
         assert_true(s.largest_free_bytes >= MIB); /* the step is there, committed */
         /* The room is there: the next steps do not grow again. */
@@ -501,7 +480,7 @@ static void decode_grow(bool reserved)
         for (int i = 0; i < N; i++) assert_ok(llmem_pool_free(p, b[i]));
         /* Decommit what is free (the range stays mapped, its pages go). */
         llmem_pool_trim(p);
-        s = pstats(p);
+        s = test_pool_stats(p);
         assert_int_equal(s.committed_bytes, 0);
         assert_int_equal(s.largest_free_bytes, 0);
         assert_true(s.fragmentation == 0.0);
@@ -511,28 +490,14 @@ static void decode_grow(bool reserved)
     release_pool(p, r);
 }
 
-static void decode_grow_plain(void **state)
-{
-    (void)state;
-    decode_grow(false);
-}
-
-static void decode_grow_reserved(void **state)
-{
-    (void)state;
-    decode_grow(true);
-}
+TEST_CASE(decode_grow_plain, decode_grow(false))
+TEST_CASE(decode_grow_reserved, decode_grow(true))
 
 /* ---- 5. compaction ---------------------------------------------------------------------- */
 
-static void idle_compaction(void **state)
+CONTROLLER_CASE(idle_compaction, 0)
 {
-    (void)state;
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {0};
-    llmem_controller_options o = ctl_options(p, &clk);
-    llmem_controller *c = make_ctl(&o);
+    llmem_controller *c = make_ctl(o);
     stage(c, LLMEM_STAGE_PREFILL, 1, 64);
     stage(c, LLMEM_STAGE_DECODE, 1, 1); /* before the allocations: no grow */
 
@@ -547,18 +512,18 @@ static void idle_compaction(void **state)
         assert_ok(llmem_pool_unpin(p, h[i]));
     }
     for (int i = 1; i < N; i += 2) assert_ok(llmem_pool_handle_free(p, h[i]));
-    llmem_pool_stats s0 = pstats(p);
+    llmem_pool_stats s0 = test_pool_stats(p);
     assert_true(s0.fragmentation > 0.40);
     assert_int_equal(s0.committed_bytes, 4 * MIB);
     uint64_t unmaps0 = test_resource_stats(r).unmap_calls_total;
 
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
-    clk.ns += 1001 * MS;
+    clk->ns += 1001 * MS;
     llmem_controller_tick(c);
 
     llmem_controller_event ev[4];
     assert_int_equal(events_of(c, LLMEM_CONTROLLER_COMPACT, ev, 4), 1);
-    llmem_pool_stats s1 = pstats(p);
+    llmem_pool_stats s1 = test_pool_stats(p);
     assert_true(ev[0].detail > 0);
     assert_int_equal(ev[0].bytes_before, 4 * MIB);
     assert_int_equal(ev[0].bytes_after, s1.committed_bytes);
@@ -579,49 +544,37 @@ static void idle_compaction(void **state)
     assert_ok(llmem_pool_check(p));
     for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_handle_free(p, h[i]));
     llmem_controller_destroy(c);
-    release_pool(p, r);
 }
 
 /* No handles, no compaction, however fragmented. */
-static void no_compaction_without_handles(void **state)
+CONTROLLER_CASE(no_compaction_without_handles, 0)
 {
-    (void)state;
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {0};
-    llmem_controller_options o = ctl_options(p, &clk);
-    o.low_watermark = 0.01; /* keep the shrink from taking the holes */
-    llmem_controller *c = make_ctl(&o);
+    o->low_watermark = 0.01; /* keep the shrink from taking the holes */
+    llmem_controller *c = make_ctl(o);
     void *b[16];
     for (int i = 0; i < 16; i++) assert_non_null(b[i] = llmem_pool_alloc(p, 64 * KIB, NULL));
     for (int i = 1; i < 16; i += 2) assert_ok(llmem_pool_free(p, b[i]));
-    assert_true(pstats(p).fragmentation > 0.40);
+    assert_true(test_pool_stats(p).fragmentation > 0.40);
     stage(c, LLMEM_STAGE_DECODE, 1, 1);
     stage(c, LLMEM_STAGE_IDLE, 0, 0);
-    clk.ns += 1001 * MS;
+    clk->ns += 1001 * MS;
     llmem_controller_tick(c);
     assert_int_equal(cstats(c).compactions_total, 0);
     for (int i = 0; i < 16; i += 2) assert_ok(llmem_pool_free(p, b[i]));
     llmem_controller_destroy(c);
-    release_pool(p, r);
 }
 
 /* ---- 6. events, JSON lines, stats ------------------------------------------------------ */
 
-static void events_ring_and_json(void **state)
+CONTROLLER_CASE(events_ring_and_json, 7 * MS)
 {
-    (void)state;
-    llmem_resource *r;
-    llmem_pool *p = tracked_pool(&r, MIB);
-    fake_clock clk = {7 * MS};
-    llmem_controller_options o = ctl_options(p, &clk);
-    o.bytes_per_token_hint = 4096;
-    o.event_capacity = 8;
-    llmem_controller *c = make_ctl(&o);
+    o->bytes_per_token_hint = 4096;
+    o->event_capacity = 8;
+    llmem_controller *c = make_ctl(o);
     for (int i = 0; i < 20; i++) {
-        clk.ns += MS;
+        clk->ns += MS;
         stage(c, LLMEM_STAGE_PREFILL, 1, 16);
-        clk.ns += MS;
+        clk->ns += MS;
         stage(c, LLMEM_STAGE_DECODE, 1, 1);
     }
     /* 40 stage changes and 20 reserves. */
@@ -634,11 +587,11 @@ static void events_ring_and_json(void **state)
     for (int i = 1; i < 8; i++) assert_true(ev[i].time_ns >= ev[i - 1].time_ns);
     assert_int_equal(ev[7].action, LLMEM_CONTROLLER_STAGE);
     assert_int_equal(ev[7].stage, LLMEM_STAGE_DECODE);
-    assert_int_equal(ev[7].time_ns, clk.ns);
+    assert_int_equal(ev[7].time_ns, clk->ns);
     assert_int_equal(ev[6].action, LLMEM_CONTROLLER_RESERVE);
     assert_int_equal(ev[6].detail, (uint64_t)ceil(16 * 4096 * 1.2));
     assert_int_equal(llmem_controller_events(c, ev, 3), 3); /* the oldest three */
-    assert_int_equal(ev[0].time_ns, clk.ns - 5 * MS);
+    assert_int_equal(ev[0].time_ns, clk->ns - 5 * MS);
     assert_int_equal(llmem_controller_events(c, NULL, 0), 0);
     assert_int_equal(llmem_controller_events(c, NULL, 4), 0);
 
@@ -699,7 +652,6 @@ static void events_ring_and_json(void **state)
     assert_string_equal(llmem_controller_action_name(LLMEM_CONTROLLER_COMPACT), "compact");
     assert_string_equal(llmem_controller_action_name((llmem_controller_action)99), "?");
     llmem_controller_destroy(c);
-    release_pool(p, r);
 }
 
 /* ---- 7. bad input --------------------------------------------------------------------------- */
@@ -826,7 +778,7 @@ static void on_stage_then_snapshot(void *ctx, const llmem_stage_event *ev)
     listener *l = ctx;
     llmem_controller_on_stage(l->ctl, ev);
     l->after_notice = test_resource_stats(l->res);
-    l->pool_calls_after_notice = pstats(l->ctl_pool).resource_calls_total;
+    l->pool_calls_after_notice = test_pool_stats(l->ctl_pool).resource_calls_total;
     if (ev->stage == LLMEM_STAGE_PREFILL) l->prefills++;
 }
 
@@ -865,13 +817,13 @@ static void engine_prefill_makes_no_resource_call(void **state)
     llmem_engine_batch_item items[2] = {{s[0], toks, 48}, {s[1], toks + 48, 48}};
     assert_ok(llmem_engine_step(e, items, 2));
     assert_int_equal(l.prefills, 1);
-    assert_true(pstats(p).used_bytes > 0); /* the step's KV came from the pool */
+    assert_true(test_pool_stats(p).used_bytes > 0); /* the step's KV came from the pool */
     /* The controlled pool made no resource call after the reserve. The
      * resource under it also serves the KV manager's small metadata pool
      * (engine.c passes the pool's resource on), whose first table growth
      * may map a chunk: that is not the pool's, and not what a reserve
      * covers. */
-    assert_int_equal(pstats(p).resource_calls_total, l.pool_calls_after_notice);
+    assert_int_equal(test_pool_stats(p).resource_calls_total, l.pool_calls_after_notice);
     llmem_controller_event ev[2];
     assert_int_equal(events_of(c, LLMEM_CONTROLLER_RESERVE, ev, 2), 1);
     assert_true(ev[0].bytes_after >= ev[0].detail);

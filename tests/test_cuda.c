@@ -16,6 +16,7 @@
  * that path's statuses).
  */
 #include "test_util.h"
+#include "support/cases.h"
 
 #include <pthread.h>
 
@@ -44,6 +45,20 @@ static llmem_resource *make(creator fn)
     llmem_resource *r = NULL;
     assert_ok(fn(NULL, &r));
     assert_non_null(r);
+    return r;
+}
+
+/* The same for a resource this device or driver may not offer
+ * (LLMEM_ENOTSUP: the case is skipped, saying why). */
+static llmem_resource *make_if_supported(creator fn)
+{
+    llmem_resource *r = NULL;
+    llmem_status st = fn(NULL, &r);
+    if (st == LLMEM_ENOTSUP) {
+        printf("skipped: %s\n", llmem_last_error());
+        skip();
+    }
+    assert_ok(st);
     return r;
 }
 
@@ -129,45 +144,27 @@ static void contract(llmem_resource *r, const char *name, llmem_mem_kind kind)
     assert_int_equal(s.unmap_calls_total, 36);
 }
 
-static void cuda_contract(void **state)
-{
-    (void)state;
-    NEED_DEVICE();
-    llmem_resource *r = make(llmem_cuda_resource_create);
-    contract(r, "cuda", LLMEM_MEM_DEVICE);
-    llmem_resource_destroy(r);
-}
+/* The contract on each CUDA resource: one row a cmocka case (its name). */
+typedef struct contract_row {
+    creator create;
+    const char *name;
+    llmem_mem_kind kind;
+    bool optional; /* may be LLMEM_ENOTSUP here: skipped */
+} contract_row;
 
-static void async_contract(void **state)
-{
-    (void)state;
-    NEED_DEVICE();
-    llmem_resource *r = make(llmem_cuda_async_resource_create);
-    contract(r, "cuda-async", LLMEM_MEM_DEVICE);
-    llmem_resource_destroy(r);
-}
+static const contract_row contract_rows[] = {
+    {llmem_cuda_resource_create, "cuda", LLMEM_MEM_DEVICE, false},
+    {llmem_cuda_async_resource_create, "cuda-async", LLMEM_MEM_DEVICE, false},
+    {llmem_cuda_managed_resource_create, "cuda-managed", LLMEM_MEM_DEVICE, true},
+    {llmem_cuda_host_resource_create, "cuda-host", LLMEM_MEM_HOST, false},
+};
 
-static void managed_contract(void **state)
+static void contract_case(void **state)
 {
-    (void)state;
+    const contract_row *row = *state;
     NEED_DEVICE();
-    llmem_resource *r = NULL;
-    llmem_status st = llmem_cuda_managed_resource_create(NULL, &r);
-    if (st == LLMEM_ENOTSUP) {
-        printf("skipped: %s\n", llmem_last_error());
-        skip();
-    }
-    assert_ok(st);
-    contract(r, "cuda-managed", LLMEM_MEM_DEVICE);
-    llmem_resource_destroy(r);
-}
-
-static void host_contract(void **state)
-{
-    (void)state;
-    NEED_DEVICE();
-    llmem_resource *r = make(llmem_cuda_host_resource_create);
-    contract(r, "cuda-host", LLMEM_MEM_HOST);
+    llmem_resource *r = row->optional ? make_if_supported(row->create) : make(row->create);
+    contract(r, row->name, row->kind);
     llmem_resource_destroy(r);
 }
 
@@ -177,13 +174,7 @@ static void managed_refuses_past_free_memory(void **state)
 {
     (void)state;
     NEED_DEVICE();
-    llmem_resource *r = NULL;
-    llmem_status st = llmem_cuda_managed_resource_create(NULL, &r);
-    if (st == LLMEM_ENOTSUP) {
-        printf("skipped: %s\n", llmem_last_error());
-        skip();
-    }
-    assert_ok(st);
+    llmem_resource *r = make_if_supported(llmem_cuda_managed_resource_create);
     void *p = (void *)&p;
     llmem_clear_error();
     assert_status(llmem_resource_map(r, (size_t)1 << 50, 0, 0, &p), LLMEM_ENOMEM); /* 1 PiB */
@@ -329,14 +320,6 @@ static llmem_pool *gpu_pool(llmem_resource *r, size_t max_bytes)
     return p;
 }
 
-static llmem_pool_stats pstats(llmem_pool *p)
-{
-    llmem_pool_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
-}
-
 static void stream_ordered_reuse(void **state)
 {
     (void)state;
@@ -353,7 +336,7 @@ static void stream_ordered_reuse(void **state)
     llmem_fence f;
     assert_ok(llmem_cuda_fence_record(stream, &f));
     assert_ok(llmem_pool_free_fenced(p, a, &f));
-    assert_int_equal(pstats(p).fenced_pending, 1);
+    assert_int_equal(test_pool_stats(p).fenced_pending, 1);
     /* Not reused while the stream has not reached the event. */
     void *got[40];
     for (int i = 0; i < 40; i++) {
@@ -408,11 +391,11 @@ static void full_device_pool_waits_for_events(void **state)
     assert_int_equal(pthread_create(&t, NULL, gate_open_later, &g), 0);
     void *b = llmem_pool_alloc(p, 4 * MiB, NULL); /* waits for the first event, not the device */
     assert_non_null(b);
-    assert_true(pstats(p).fence_waits_total >= 1);
+    assert_true(test_pool_stats(p).fence_waits_total >= 1);
     pthread_join(t, NULL);
     assert_ok(llmem_pool_free(p, b));
     llmem_pool_drain_fenced(p);
-    assert_int_equal(pstats(p).fenced_pending, 0);
+    assert_int_equal(test_pool_stats(p).fenced_pending, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
     assert_int_equal(cudaStreamDestroy(stream), cudaSuccess);
@@ -423,17 +406,7 @@ static void full_device_pool_waits_for_events(void **state)
 
 /* A cuda-vmm resource on device 0; skips on a device without virtual
  * memory management. */
-static llmem_resource *make_vmm(void)
-{
-    llmem_resource *r = NULL;
-    llmem_status st = llmem_cuda_vmm_resource_create(NULL, &r);
-    if (st == LLMEM_ENOTSUP) {
-        printf("skipped: %s\n", llmem_last_error());
-        skip();
-    }
-    assert_ok(st);
-    return r;
-}
+static llmem_resource *make_vmm(void) { return make_if_supported(llmem_cuda_vmm_resource_create); }
 
 static void vmm_commit_decommit_keeps_bytes(void **state)
 {
@@ -513,15 +486,15 @@ static void vmm_pool_grows_in_place(void **state)
         assert_non_null(blk[i]);
         pattern(host, MiB, (unsigned)i);
         assert_ok(llmem_resource_copy(r, blk[i], host, MiB));
-        llmem_pool_stats s = pstats(p);
+        llmem_pool_stats s = test_pool_stats(p);
         assert_int_equal(s.superblocks, 1);
         assert_true(s.committed_bytes <= s.used_bytes + 4 * MiB); /* physical memory follows demand */
     }
     for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_free(p, blk[i]));
-    uint64_t before = pstats(p).committed_bytes;
+    uint64_t before = test_pool_stats(p).committed_bytes;
     size_t released = llmem_pool_trim(p);
     assert_true(released >= (size_t)(N / 2) * 16 * MiB - 4 * MiB);
-    assert_int_equal(pstats(p).committed_bytes, before - released);
+    assert_int_equal(test_pool_stats(p).committed_bytes, before - released);
     for (int i = 1; i < N; i += 2) {
         pattern(host, MiB, (unsigned)i);
         assert_ok(llmem_resource_copy(r, back, blk[i], MiB));
@@ -529,7 +502,7 @@ static void vmm_pool_grows_in_place(void **state)
     }
     for (int i = 1; i < N; i += 2) assert_ok(llmem_pool_free(p, blk[i]));
     llmem_pool_trim(p);
-    assert_int_equal(pstats(p).committed_bytes, 0);
+    assert_int_equal(test_pool_stats(p).committed_bytes, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
     assert_int_equal(test_resource_stats(r).mapped_bytes, 0);
@@ -666,10 +639,10 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(cuda_contract),
-        cmocka_unit_test(async_contract),
-        cmocka_unit_test(managed_contract),
-        cmocka_unit_test(host_contract),
+        TEST_ROW("cuda_contract", contract_case, &contract_rows[0]),
+        TEST_ROW("async_contract", contract_case, &contract_rows[1]),
+        TEST_ROW("managed_contract", contract_case, &contract_rows[2]),
+        TEST_ROW("host_contract", contract_case, &contract_rows[3]),
         cmocka_unit_test_setup(managed_refuses_past_free_memory, test_quiet_logs),
         cmocka_unit_test(async_frees_and_maps_again),
         cmocka_unit_test(host_memory_is_cpu_writable),

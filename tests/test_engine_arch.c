@@ -23,24 +23,14 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/tmpdir.h"
 
 enum { N_POS = 120, WINDOW = 8, BLOCK = 4 };
-
-static char tmpdir[128];
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/llmem-arch-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmpdir_make("arch");
 }
 
 /* 2 layers, hidden 64, 4 heads of 16, 2 KV heads, FFN 128, vocabulary
@@ -54,9 +44,33 @@ static llmem_shape arch_shape(void)
 static void synth(const char *name, const char *arch, uint32_t window, char *path, size_t cap)
 {
     llmem_shape s = arch_shape();
-    snprintf(path, cap, "%s/%s.gguf", tmpdir, name);
+    snprintf(path, cap, "%s/%s.gguf", test_tmpdir(), name);
     llmem_synth_options so = {5, LLMEM_DTYPE_F32, NULL, false, NULL, arch, window};
     assert_ok(llmem_synth_gguf(&s, &so, path));
+}
+
+/* The synthetic model `name` of arch (window: its attention window), opened. */
+static llmem_model *open_synth(const char *name, const char *arch, uint32_t window)
+{
+    char path[256];
+    synth(name, arch, window, path, sizeof path);
+    llmem_model *m;
+    assert_ok(llmem_model_open(path, NULL, &m));
+    return m;
+}
+
+/* An engine of one thread over m: max_seqs sequences, KV blocks of BLOCK
+ * tokens, attention window attn_window (0: the model's). */
+static llmem_engine *small_engine(llmem_model *m, uint32_t max_seqs, uint32_t attn_window)
+{
+    llmem_engine_options o = llmem_engine_options_default();
+    o.threads = 1;
+    o.max_seqs = max_seqs;
+    o.kv_block_tokens = BLOCK;
+    o.attn_window = attn_window;
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, &o, &e));
+    return e;
 }
 
 /* ---- the scalar reference ------------------------------------------------------------ */
@@ -240,10 +254,7 @@ static void random_ids(int32_t *ids, size_t n, uint32_t vocab, uint64_t seed)
 static void qwen2_matches_reference(void **state)
 {
     (void)state;
-    char path[256];
-    synth("qwen2", "qwen2", 0, path, sizeof path);
-    llmem_model *m;
-    assert_ok(llmem_model_open(path, NULL, &m));
+    llmem_model *m = open_synth("qwen2", "qwen2", 0);
     const llmem_model_config *c = llmem_model_get_config(m);
     assert_int_equal(c->arch, LLMEM_ARCH_QWEN2);
     assert_int_equal(c->rope_style, LLMEM_ROPE_NEOX);
@@ -337,19 +348,10 @@ static void window_matches_reference(void **state)
 static void window_kv_stays_bounded(void **state)
 {
     (void)state;
-    char path[256];
-    synth("window-bounded", "llama", WINDOW, path, sizeof path);
-    llmem_model *m;
-    assert_ok(llmem_model_open(path, NULL, &m));
+    llmem_model *m = open_synth("window-bounded", "llama", WINDOW);
     uint64_t at[2][3];
     for (int full = 0; full < 2; full++) {
-        llmem_engine_options o = llmem_engine_options_default();
-        o.threads = 1;
-        o.max_seqs = 1;
-        o.kv_block_tokens = BLOCK;
-        o.attn_window = full ? LLMEM_ENGINE_FULL_ATTENTION : 0;
-        llmem_engine *e;
-        assert_ok(llmem_engine_create(m, &o, &e));
+        llmem_engine *e = small_engine(m, 1, full ? LLMEM_ENGINE_FULL_ATTENTION : 0);
         llmem_engine_info info;
         assert_ok(llmem_engine_get_info(e, &info));
         assert_int_equal(info.attn_window, full ? 0 : WINDOW);
@@ -484,16 +486,8 @@ static void bad_qwen2_files(void **state)
 static void window_long_prompt_is_passes(void **state)
 {
     (void)state;
-    char path[256];
-    synth("window-passes", "llama", WINDOW, path, sizeof path);
-    llmem_model *m;
-    assert_ok(llmem_model_open(path, NULL, &m));
-    llmem_engine_options o = llmem_engine_options_default();
-    o.threads = 1;
-    o.max_seqs = 2;
-    o.kv_block_tokens = BLOCK;
-    llmem_engine *e;
-    assert_ok(llmem_engine_create(m, &o, &e));
+    llmem_model *m = open_synth("window-passes", "llama", WINDOW);
+    llmem_engine *e = small_engine(m, 2, 0);
     llmem_engine_seq a, b;
     assert_ok(llmem_engine_seq_create(e, &a));
     assert_ok(llmem_engine_seq_create(e, &b));
@@ -524,10 +518,7 @@ static void window_long_prompt_is_passes(void **state)
 static void window_fork_matches_reference(void **state)
 {
     (void)state;
-    char path[256];
-    synth("window-fork", "qwen2", WINDOW, path, sizeof path);
-    llmem_model *m;
-    assert_ok(llmem_model_open(path, NULL, &m));
+    llmem_model *m = open_synth("window-fork", "qwen2", WINDOW);
     const uint32_t V = llmem_model_get_config(m)->shape.vocab;
     const size_t n = 90, split = 61;
     int32_t ids[N_POS];
@@ -535,12 +526,7 @@ static void window_fork_matches_reference(void **state)
     float *ref = malloc(n * V * sizeof(float));
     assert_non_null(ref);
     ref_logits(m, ids, n, WINDOW, true, ref);
-    llmem_engine_options o = llmem_engine_options_default();
-    o.threads = 1;
-    o.max_seqs = 2;
-    o.kv_block_tokens = BLOCK;
-    llmem_engine *e;
-    assert_ok(llmem_engine_create(m, &o, &e));
+    llmem_engine *e = small_engine(m, 2, 0);
     llmem_engine_seq a, b;
     assert_ok(llmem_engine_seq_create(e, &a));
     llmem_engine_batch_item it = {a, ids, (uint32_t)split};
@@ -575,5 +561,5 @@ int main(void)
         cmocka_unit_test(window_fork_matches_reference),
         cmocka_unit_test_setup(bad_qwen2_files, test_quiet_logs),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, test_tmpdir_teardown);
 }

@@ -60,6 +60,7 @@
  */
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/synth_model.h"
 
 #define KiB ((size_t)1 << 10)
@@ -556,29 +557,10 @@ static uint64_t engine_campaign(policy pol, unsigned ops, bool forever)
     return n;
 }
 
-static void engine_fail_once_retry(void **state)
-{
-    (void)state;
-    engine_campaign(POLICY_RETRY, 0, false);
-}
-
-static void engine_fail_once_preempt(void **state)
-{
-    (void)state;
-    engine_campaign(POLICY_PREEMPT, 0, false);
-}
-
-static void engine_fail_forever(void **state)
-{
-    (void)state;
-    engine_campaign(POLICY_PREEMPT, 0, true);
-}
-
-static void engine_fail_once_release_ops(void **state)
-{
-    (void)state;
-    engine_campaign(POLICY_RETRY, LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_DECOMMIT | LLMEM_FAULT_OP_COPY, false);
-}
+TEST_CASE(engine_fail_once_retry, engine_campaign(POLICY_RETRY, 0, false))
+TEST_CASE(engine_fail_once_preempt, engine_campaign(POLICY_PREEMPT, 0, false))
+TEST_CASE(engine_fail_forever, engine_campaign(POLICY_PREEMPT, 0, true))
+TEST_CASE(engine_fail_once_release_ops, engine_campaign(POLICY_RETRY, LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_DECOMMIT | LLMEM_FAULT_OP_COPY, false))
 
 /* ---- the replay campaign ------------------------------------------------------------ */
 
@@ -706,29 +688,10 @@ static void replay_campaign(bool controller, bool forever)
     llmem_trace_free(&tr);
 }
 
-static void replay_without_controller(void **state)
-{
-    (void)state;
-    replay_campaign(false, false);
-}
-
-static void replay_with_controller(void **state)
-{
-    (void)state;
-    replay_campaign(true, false);
-}
-
-static void replay_without_controller_forever(void **state)
-{
-    (void)state;
-    replay_campaign(false, true);
-}
-
-static void replay_with_controller_forever(void **state)
-{
-    (void)state;
-    replay_campaign(true, true);
-}
+TEST_CASE(replay_without_controller, replay_campaign(false, false))
+TEST_CASE(replay_with_controller, replay_campaign(true, false))
+TEST_CASE(replay_without_controller_forever, replay_campaign(false, true))
+TEST_CASE(replay_with_controller_forever, replay_campaign(true, true))
 
 static int setup_model(void **state)
 {

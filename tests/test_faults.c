@@ -23,6 +23,7 @@
  * failure must surface.
  */
 #include "test_util.h"
+#include "support/cases.h"
 
 #define KiB ((size_t)1 << 10)
 
@@ -61,45 +62,22 @@ static void ctx_fini(ctx *c)
     llmem_resource_destroy(c->base);
 }
 
-static llmem_fault_stats fstats(const ctx *c)
-{
-    llmem_fault_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_fault_resource_get_stats(c->fault, &s));
-    return s;
-}
+static llmem_fault_stats fstats(const ctx *c) { return test_fault_stats(c->fault); }
 
 static uint64_t injected(const ctx *c) { return fstats(c).injected_total; }
 
-static llmem_tracking_stats tstats(const ctx *c)
-{
-    llmem_tracking_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_tracking_resource_get_stats(c->track, &s));
-    return s;
-}
+static llmem_tracking_stats tstats(const ctx *c) { return test_tracking_stats(c->track); }
 
 /* After a pool is destroyed: nothing mapped anywhere, nothing refused. */
 static void assert_clean(const ctx *c)
 {
-    llmem_tracking_stats ts = tstats(c);
-    if (ts.live_mappings || ts.live_bytes) {
-        llmem_tracking_resource_report(c->track, stderr, NULL);
-        fail_msg("%llu mappings (%llu bytes) leaked", (unsigned long long)ts.live_mappings,
-                 (unsigned long long)ts.live_bytes);
-    }
-    assert_int_equal(ts.refused_total, 0); /* the pools never made an invalid call */
-    llmem_resource_stats rs;
-    memset(&rs, 0, sizeof rs);
-    assert_ok(llmem_resource_get_stats(c->base, &rs));
+    test_tracking_expect_clean(c->track); /* the pools never made an invalid call */
+    llmem_resource_stats rs = test_resource_stats(c->base);
     assert_int_equal(rs.mapped_bytes, 0);
     assert_int_equal(rs.mappings, 0);
     assert_int_equal(rs.map_calls_total, rs.unmap_calls_total);
     if (c->device) {
-        llmem_sim_stats ss = {0};
-        assert_ok(llmem_sim_resource_get_stats(c->base, &ss));
-        assert_int_equal(ss.used_bytes, 0);
-        assert_int_equal(ss.bad_copies_total, 0);
+        test_sim_expect_clean(c->base);
     }
 }
 
@@ -197,14 +175,6 @@ static void *arena_get(ctx *c, llmem_arena *a, size_t size, size_t align)
     return p;
 }
 
-static llmem_arena_stats astats(const llmem_arena *a)
-{
-    llmem_arena_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_arena_get_stats(a, &s));
-    return s;
-}
-
 static void arena_take(ctx *c, llmem_arena *a, blocks *b, size_t size, size_t align)
 {
     void *p = arena_get(c, a, size, align);
@@ -242,16 +212,16 @@ static void scenario_arena(ctx *c, const void *cfg)
         for (int i = 0; i < 5; i++, x++) arena_take(c, a, b, sizes[x % ns], aligns[x % na]);
         check_all(c, b);
         /* Everything the arena holds is mapped, and nothing else. */
-        llmem_arena_stats as = astats(a);
+        llmem_arena_stats as = test_arena_stats(a);
         assert_int_equal(tstats(c).live_bytes, as.reserved_bytes);
         assert_int_equal(tstats(c).live_mappings, as.chunks);
         assert_int_equal(as.failures_total, c->nulls);
         llmem_arena_reset(a);
         if (req == 2) {
             /* Between requests: give everything back, and grow again after. */
-            size_t held = (size_t)astats(a).reserved_bytes;
+            size_t held = (size_t)test_arena_stats(a).reserved_bytes;
             assert_int_equal(llmem_arena_trim(a), held);
-            assert_int_equal(astats(a).reserved_bytes, 0);
+            assert_int_equal(test_arena_stats(a).reserved_bytes, 0);
             assert_int_equal(tstats(c).live_mappings, 0);
         }
     }
@@ -458,17 +428,8 @@ static void campaign(bool device, scenario_fn run, const void *cfg, const char *
 
 /* ---- the tests ----------------------------------------------------------- */
 
-static void arena_campaign_os(void **state)
-{
-    (void)state;
-    campaign(false, scenario_arena, NULL, "arena");
-}
-
-static void arena_campaign_sim(void **state)
-{
-    (void)state;
-    campaign(true, scenario_arena, NULL, "arena");
-}
+TEST_CASE(arena_campaign_os, campaign(false, scenario_arena, NULL, "arena"))
+TEST_CASE(arena_campaign_sim, campaign(true, scenario_arena, NULL, "arena"))
 
 /* Blocks of 3000 bytes in chunks doubling from 16 KiB: ~6 chunks. */
 static const fixed_cfg cfg_plain = {"plain", 3000, 16 * KiB, 0, 0, 0, false, false, false, 160};

@@ -59,11 +59,7 @@ static void env_make(env *e, bool device, bool checked, size_t max_bytes)
 {
     memset(e, 0, sizeof *e);
     e->device = device;
-    if (device) {
-        llmem_sim_options so = llmem_sim_options_default();
-        so.capacity = 256 * MiB;
-        assert_ok(llmem_sim_resource_create(&so, &e->res));
-    }
+    if (device) e->res = test_sim_new(256 * MiB);
     llmem_pool_options o = llmem_pool_options_default();
     o.name = "fenced";
     o.resource = e->res;
@@ -81,14 +77,6 @@ static void env_free(env *e)
     llmem_resource_destroy(e->res);
 }
 
-static llmem_pool_stats stats_of(llmem_pool *p)
-{
-    llmem_pool_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
-}
-
 /* ---- never before the fence ------------------------------------------------------ */
 
 /* Free one block of `size` with a pending fence, then allocate `n` blocks
@@ -103,7 +91,7 @@ static void not_before_fence(bool device, bool checked, size_t size, int n)
     flag_fence f = {0};
     llmem_fence fence = fence_of(&f, true);
     assert_ok(llmem_pool_free_fenced(e.pool, a, &fence));
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.fenced_pending, 1);
     assert_true(s.fenced_pending_bytes >= size);
     assert_int_equal(s.fenced_frees_total, 1);
@@ -124,7 +112,7 @@ static void not_before_fence(bool device, bool checked, size_t size, int n)
     __atomic_store_n(&f.done, 1, __ATOMIC_RELEASE);
     assert_int_equal(llmem_pool_poll_fenced(e.pool), 1);
     assert_int_equal(f.drops, 1);
-    s = stats_of(e.pool);
+    s = test_pool_stats(e.pool);
     assert_int_equal(s.fenced_pending, 0);
     assert_int_equal(s.fenced_pending_bytes, 0);
     assert_int_equal(s.live_allocations, 0);
@@ -176,14 +164,14 @@ static void slow_paths_poll(void **state)
     for (int i = 0; i < 8; i += 2) f[i].done = 1;
     void *b = llmem_pool_alloc(e.pool, MiB, NULL); /* a large allocation: a slow path */
     assert_non_null(b);
-    assert_int_equal(stats_of(e.pool).fenced_pending, 4);
+    assert_int_equal(test_pool_stats(e.pool).fenced_pending, 4);
     for (int i = 0; i < 8; i++) assert_int_equal(f[i].drops, i % 2 == 0);
     assert_ok(llmem_pool_free(e.pool, b));
     /* Drain waits for the rest. */
     assert_int_equal(llmem_pool_drain_fenced(e.pool), 4);
     for (int i = 0; i < 8; i++) assert_int_equal(f[i].drops, 1);
-    assert_int_equal(stats_of(e.pool).fenced_pending, 0);
-    assert_int_equal(stats_of(e.pool).fence_waits_total, 0); /* a drain is not a forced wait */
+    assert_int_equal(test_pool_stats(e.pool).fenced_pending, 0);
+    assert_int_equal(test_pool_stats(e.pool).fence_waits_total, 0); /* a drain is not a forced wait */
     env_free(&e);
 }
 
@@ -205,10 +193,10 @@ static void full_pool_waits_for_fences(bool with_wait, bool device)
         llmem_fence fence = fence_of(&f[i], with_wait);
         assert_ok(llmem_pool_free_fenced(e.pool, blk[i], &fence));
     }
-    uint64_t failures = stats_of(e.pool).failures_total; /* the fill's last try */
+    uint64_t failures = test_pool_stats(e.pool).failures_total; /* the fill's last try */
     void *b = llmem_pool_alloc(e.pool, MiB, NULL);
     assert_non_null(b); /* instead of LLMEM_ENOMEM */
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_true(s.fence_waits_total >= 1);
     assert_int_equal(s.failures_total, failures);
     /* Oldest first: the first block's fence was the one completed. */
@@ -247,7 +235,7 @@ static void small_refill_waits(void **state)
     llmem_pool_flush_thread_cache(e.pool);
     void *b = llmem_pool_alloc(e.pool, 1024, NULL);
     assert_non_null(b);
-    assert_true(stats_of(e.pool).fence_waits_total >= 1);
+    assert_true(test_pool_stats(e.pool).fence_waits_total >= 1);
     assert_ok(llmem_pool_free(e.pool, b));
     llmem_pool_drain_fenced(e.pool);
     assert_int_equal(f.drops, n);
@@ -328,7 +316,7 @@ static void done_fence_frees_at_once(void **state)
     void *a = llmem_pool_alloc(e.pool, 5000, NULL);
     assert_ok(llmem_pool_free_fenced(e.pool, a, &fence));
     assert_int_equal(f.drops, 1);
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.fenced_pending, 0);
     assert_int_equal(s.fenced_frees_total, 0);
     assert_int_equal(s.live_allocations, 0);
@@ -346,10 +334,10 @@ static void shrink_sees_completed_fences(void **state)
     llmem_fence fence = fence_of(&f, true);
     assert_ok(llmem_pool_free_fenced(e.pool, a, &fence));
     assert_true(llmem_pool_trim(e.pool) < 3 * MiB); /* in flight: the block's pages stay */
-    assert_true(stats_of(e.pool).committed_bytes >= 3 * MiB);
+    assert_true(test_pool_stats(e.pool).committed_bytes >= 3 * MiB);
     f.done = 1;
     assert_true(llmem_pool_trim(e.pool) >= 3 * MiB);
-    assert_int_equal(stats_of(e.pool).reserved_bytes, 0);
+    assert_int_equal(test_pool_stats(e.pool).reserved_bytes, 0);
     env_free(&e);
 }
 

@@ -17,37 +17,18 @@
 #include <sys/stat.h>
 
 #include "test_util.h"
-
-static char dir[256];
+#include "support/tmpdir.h"
 
 static int make_dir(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "%s/llmem-test-file-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *path_in(const char *name)
-{
-    static char ring[8][512];
-    static unsigned k;
-    char *p = ring[k++ % 8];
-    snprintf(p, sizeof ring[0], "%s/%s", dir, name);
-    return p;
+    return test_tmpdir_make("test-file");
 }
 
 /* Files in the folder whose names end in ".tmp". */
 static int temporaries(void)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(test_tmpdir());
     assert_non_null(d);
     int n = 0;
     struct dirent *e;
@@ -90,7 +71,7 @@ static llmem_status write_through(const char *path, const char *text)
 static void outfile_new_and_replaced(void **state)
 {
     (void)state;
-    const char *p = path_in("out.txt");
+    const char *p = test_tmp_path("out.txt");
     assert_ok(write_through(p, "first\n"));
     assert_string_equal(read_text(p), "first\n");
     assert_int_equal(chmod(p, 0600), 0);
@@ -102,10 +83,10 @@ static void outfile_new_and_replaced(void **state)
     /* A relative path: the temporary file goes in the current folder. */
     char cwd[512];
     assert_non_null(getcwd(cwd, sizeof cwd));
-    assert_int_equal(chdir(dir), 0);
+    assert_int_equal(chdir(test_tmpdir()), 0);
     assert_ok(write_through("rel.txt", "rel\n"));
     assert_int_equal(chdir(cwd), 0);
-    assert_string_equal(read_text(path_in("rel.txt")), "rel\n");
+    assert_string_equal(read_text(test_tmp_path("rel.txt")), "rel\n");
     assert_int_equal(temporaries(), 0);
     /* Abort: nothing written, nothing left. */
     llmem_outfile *of;
@@ -121,8 +102,8 @@ static void outfile_new_and_replaced(void **state)
 static void outfile_refuses_what_is_not_a_regular_file(void **state)
 {
     (void)state;
-    const char *fifo = path_in("fifo"), *sub = path_in("sub"), *target = path_in("target.txt");
-    const char *link = path_in("link"), *dangling = path_in("dangling"), *nowhere = path_in("nowhere");
+    const char *fifo = test_tmp_path("fifo"), *sub = test_tmp_path("sub"), *target = test_tmp_path("target.txt");
+    const char *link = test_tmp_path("link"), *dangling = test_tmp_path("dangling"), *nowhere = test_tmp_path("nowhere");
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_int_equal(mkdir(sub, 0700), 0);
     write_text(target, "precious\n");
@@ -162,7 +143,7 @@ static void outfile_refuses_what_is_not_a_regular_file(void **state)
     if (strstr(llmem_last_error(), "timeline: timeline:")) fail_msg("doubled prefix: %s", llmem_last_error());
     llmem_timeline_destroy(tl);
     /* Refused while writing, too: the target became a FIFO meanwhile. */
-    const char *later = path_in("later");
+    const char *later = test_tmp_path("later");
     llmem_outfile *of;
     assert_ok(llmem_outfile_open(later, &of));
     fputs("x", llmem_outfile_stream(of));
@@ -180,14 +161,14 @@ static void outfile_failures_leave_nothing(void **state)
     assert_status(llmem_outfile_open(NULL, &of), LLMEM_EINVAL);
     assert_status(llmem_outfile_open("x", NULL), LLMEM_EINVAL);
     assert_status(llmem_outfile_open("", &of), LLMEM_EINVAL);
-    assert_status(llmem_outfile_open(path_in("sub/"), &of), LLMEM_EINVAL);
+    assert_status(llmem_outfile_open(test_tmp_path("sub/"), &of), LLMEM_EINVAL);
     assert_status(llmem_outfile_commit(NULL), LLMEM_EINVAL);
     assert_null(llmem_outfile_stream(NULL));
-    assert_status(llmem_outfile_open(path_in("no/such/folder.txt"), &of), LLMEM_EIO);
+    assert_status(llmem_outfile_open(test_tmp_path("no/such/folder.txt"), &of), LLMEM_EIO);
     assert_error_mentions("No such file or directory");
     /* A write the system refuses (the file size limit) fails the commit;
      * the old contents stay and no temporary file does. */
-    const char *p = path_in("limited.txt");
+    const char *p = test_tmp_path("limited.txt");
     write_text(p, "old\n");
     struct rlimit saved, small = {4096, 4096};
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
@@ -220,7 +201,7 @@ static void on_alarm(int sig)
 static void inputs_refuse_a_fifo_at_once(void **state)
 {
     (void)state;
-    const char *fifo = path_in("in.fifo");
+    const char *fifo = test_tmp_path("in.fifo");
     assert_int_equal(mkfifo(fifo, 0600), 0);
     signal(SIGALRM, on_alarm);
     alarm(20); /* the loaders used to wait for a writer forever */
@@ -240,9 +221,9 @@ static void inputs_refuse_a_fifo_at_once(void **state)
     assert_status(llmem_shape_load(fifo, &sh), LLMEM_EIO);
     assert_error_mentions("is a FIFO, not a regular file");
     /* A folder, and a missing file. */
-    assert_status(llmem_model_open(dir, NULL, &m), LLMEM_EIO);
+    assert_status(llmem_model_open(test_tmpdir(), NULL, &m), LLMEM_EIO);
     assert_error_mentions("is a directory");
-    assert_status(llmem_trace_load(path_in("absent.csv"), &tr), LLMEM_EIO);
+    assert_status(llmem_trace_load(test_tmp_path("absent.csv"), &tr), LLMEM_EIO);
     assert_error_mentions("No such file or directory");
     alarm(0);
     signal(SIGALRM, SIG_DFL);
@@ -256,5 +237,5 @@ int main(void)
         cmocka_unit_test(outfile_failures_leave_nothing),
         cmocka_unit_test(inputs_refuse_a_fifo_at_once),
     };
-    return cmocka_run_group_tests(tests, make_dir, remove_dir);
+    return cmocka_run_group_tests(tests, make_dir, test_tmpdir_teardown);
 }

@@ -7,6 +7,7 @@
  * test_fixed_threads.c.
  */
 #include "test_util.h"
+#include "support/log_capture.h"
 #include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
@@ -330,10 +331,7 @@ static void growth_case(variant v, size_t block_size, size_t chunk_bytes, size_t
         for (size_t k = 0; k < nchunks; k++) assert_int_equal(tc.sizes[k], want_sizes[k]);
     /* Destroy unmaps every chunk, live blocks included. */
     llmem_fixed_destroy(p);
-    llmem_tracking_stats t = tracking_of(tr);
-    assert_int_equal(t.live_mappings, 0);
-    assert_int_equal(t.live_bytes, 0);
-    assert_int_equal(t.refused_total, 0);
+    test_tracking_expect_clean(tr);
     llmem_resource_destroy(tr);
 }
 
@@ -602,20 +600,6 @@ static void growth_under_a_capped_resource(void **state)
 
 /* ---- checked mode ------------------------------------------------------------------- */
 
-typedef struct log_capture {
-    int count;
-    llmem_log_level level;
-    char last[512];
-} log_capture;
-
-static void capture_log(void *user, llmem_log_level level, const char *msg)
-{
-    log_capture *c = user;
-    c->count++;
-    c->level = level;
-    snprintf(c->last, sizeof c->last, "%s", msg);
-}
-
 static void expect_foreign(llmem_fixed *p, void *ptr, const char *name)
 {
     char txt[32];
@@ -654,8 +638,8 @@ static void checked_one(variant v, size_t block_size)
     assert_true(freed_raw(a, stride));
 
     /* Double free: refused, named, logged, memory untouched. */
-    log_capture cap = {0};
-    llmem_log_set(capture_log, &cap, LLMEM_LOG_WARN);
+    static test_log_capture cap;
+    test_log_capture_start(&cap, LLMEM_LOG_WARN);
     char txt[32];
     ptr_text(txt, sizeof txt, a);
     llmem_clear_error();

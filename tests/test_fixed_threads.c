@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
@@ -71,15 +72,6 @@ static void mark_dead(void *b)
 {
     uint32_t d = DEAD;
     memcpy(b, &d, sizeof d);
-}
-
-static llmem_fixed_stats stats_of(const llmem_fixed *p)
-{
-    llmem_fixed_stats s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    assert_ok(llmem_fixed_get_stats(p, &s));
-    return s;
 }
 
 typedef struct queue {
@@ -269,7 +261,7 @@ static void run_shared_pool(bool checked, size_t cache_blocks)
     /* Stats while they run: a consistent picture, never a wrapped count. */
     uint64_t polls = 0;
     while (__atomic_load_n(&sh.running, __ATOMIC_ACQUIRE) > 0) {
-        llmem_fixed_stats s = stats_of(sh.p);
+        llmem_fixed_stats s = test_fixed_stats(sh.p);
         if (s.blocks_in_use > s.blocks_capacity || s.blocks_in_use_peak > s.blocks_capacity)
             fail_msg("stats while running: in use %llu, peak %llu, capacity %llu",
                      (unsigned long long)s.blocks_in_use, (unsigned long long)s.blocks_in_use_peak,
@@ -298,7 +290,7 @@ static void run_shared_pool(bool checked, size_t cache_blocks)
 
     /* Every thread has exited: their caches came back through the key's
      * destructor, and the counters add up. */
-    llmem_fixed_stats s = stats_of(sh.p);
+    llmem_fixed_stats s = test_fixed_stats(sh.p);
     assert_int_equal(s.blocks_in_use, 0);
     assert_int_equal(s.allocs_total, allocs);
     assert_int_equal(s.frees_total, frees);
@@ -314,14 +306,14 @@ static void run_shared_pool(bool checked, size_t cache_blocks)
         all[i] = llmem_fixed_alloc(sh.p, NULL);
         assert_non_null(all[i]);
     }
-    llmem_fixed_stats s2 = stats_of(sh.p);
+    llmem_fixed_stats s2 = test_fixed_stats(sh.p);
     assert_int_equal(s2.blocks_capacity, cap);
     assert_int_equal(s2.chunks, s.chunks);
     assert_int_equal(s2.blocks_in_use, cap);
     for (size_t i = 0; i < cap; i++) assert_ok(llmem_fixed_free(sh.p, all[i]));
     free(all);
     llmem_fixed_flush_thread_cache(sh.p);
-    assert_int_equal(stats_of(sh.p).blocks_in_use, 0);
+    assert_int_equal(test_fixed_stats(sh.p).blocks_in_use, 0);
 
     pthread_barrier_destroy(&sh.produced);
     for (int i = 0; i < NT; i++) {
@@ -332,11 +324,7 @@ static void run_shared_pool(bool checked, size_t cache_blocks)
     llmem_fixed_destroy(sh.p);
 }
 
-static void eight_threads_cross_thread_frees(void **state)
-{
-    (void)state;
-    run_shared_pool(false, 0);
-}
+TEST_CASE(eight_threads_cross_thread_frees, run_shared_pool(false, 0))
 
 static void eight_threads_small_caches(void **state)
 {
@@ -344,11 +332,7 @@ static void eight_threads_small_caches(void **state)
     run_shared_pool(false, 4); /* refills and flushes all the time */
 }
 
-static void eight_threads_checked_with_double_free(void **state)
-{
-    (void)state;
-    run_shared_pool(true, 8);
-}
+TEST_CASE(eight_threads_checked_with_double_free, run_shared_pool(true, 8))
 
 /* ---- thread exit returns the cache --------------------------------------------- */
 
@@ -403,7 +387,7 @@ static void thread_exit_returns_its_cache(void **state)
     assert_ok(llmem_fixed_create(&o, &p));
     exit_arg a = {p, 64, 0, NULL, false};
     run_thread(&a);
-    llmem_fixed_stats s = stats_of(p);
+    llmem_fixed_stats s = test_fixed_stats(p);
     assert_int_equal(s.blocks_in_use, 0);
     assert_int_equal(s.allocs_total, 64);
     assert_int_equal(s.frees_total, 64);
@@ -416,7 +400,7 @@ static void thread_exit_returns_its_cache(void **state)
     llmem_status st = LLMEM_OK;
     assert_null(llmem_fixed_alloc(p, &st));
     assert_int_equal(st, LLMEM_ECAPACITY);
-    s = stats_of(p);
+    s = test_fixed_stats(p);
     assert_int_equal(s.blocks_capacity, 64);
     assert_int_equal(s.chunks, 1);
     assert_int_equal(s.blocks_in_use, 64);
@@ -435,7 +419,7 @@ static void thread_exit_returns_its_cache(void **state)
     for (int i = 0; i < THREADS; i++) {
         exit_arg e = {p, N, KEEP, kept[i], false};
         run_thread(&e);
-        s = stats_of(p);
+        s = test_fixed_stats(p);
         assert_int_equal(s.blocks_in_use, (uint64_t)(i + 1) * KEEP);
         assert_int_equal(s.allocs_total, (uint64_t)(i + 1) * N);
         assert_int_equal(s.frees_total, (uint64_t)(i + 1) * (N - KEEP));
@@ -449,7 +433,7 @@ static void thread_exit_returns_its_cache(void **state)
     for (int i = 0; i < THREADS; i++)
         for (int k = 0; k < KEEP; k++) assert_ok(llmem_fixed_free(p, kept[i][k])); /* cross-thread, after exit */
     llmem_fixed_flush_thread_cache(p);
-    s = stats_of(p);
+    s = test_fixed_stats(p);
     assert_int_equal(s.blocks_in_use, 0);
     assert_int_equal(s.allocs_total, s.frees_total);
     assert_int_equal(s.double_frees_total, 0);

@@ -29,6 +29,8 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/cases.h"
+#include "support/log_capture.h"
 
 #ifdef TEST_ASAN
 #define UNSEEN_WRITE(p, n) __asan_unpoison_memory_region((void *)(p), (n))
@@ -38,23 +40,12 @@
 
 /* ---- the last error-level log line --------------------------------------- */
 
-static char last_log[1024];
-static unsigned error_logs;
-
-static void capture_log(void *user, llmem_log_level level, const char *msg)
-{
-    (void)user;
-    if (level < LLMEM_LOG_ERROR) return;
-    error_logs++;
-    snprintf(last_log, sizeof last_log, "%s", msg);
-}
+static test_log_capture cap;
 
 static int setup_capture(void **state)
 {
     (void)state;
-    last_log[0] = '\0';
-    error_logs = 0;
-    llmem_log_set(capture_log, NULL, LLMEM_LOG_ERROR);
+    test_log_capture_start(&cap, LLMEM_LOG_ERROR);
     return 0;
 }
 
@@ -85,14 +76,6 @@ static llmem_pool *pool_new(const char *name, bool checked)
     llmem_pool *p = NULL;
     assert_ok(llmem_pool_create(&o, &p));
     return p;
-}
-
-static llmem_pool_stats pool_stats(llmem_pool *p)
-{
-    llmem_pool_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
 }
 
 /* Foreign, interior and large double frees: refused in both modes. */
@@ -128,7 +111,7 @@ static void pool_refusals(bool checked)
     assert_ok(llmem_pool_free(p, big));
     assert_status(llmem_pool_free(p, big), LLMEM_EDOUBLEFREE);
     assert_names(llmem_last_error(), name, big);
-    assert_int_equal(pool_stats(p).invalid_frees_total, 5);
+    assert_int_equal(test_pool_stats(p).invalid_frees_total, 5);
     assert_ok(llmem_pool_check(p));
 
     /* Still usable. */
@@ -138,22 +121,13 @@ static void pool_refusals(bool checked)
     assert_ok(llmem_pool_free(p, small));
     assert_ok(llmem_pool_free(other, theirs));
     free(heap);
-    assert_int_equal(pool_stats(p).live_allocations, 0);
+    assert_int_equal(test_pool_stats(p).live_allocations, 0);
     llmem_pool_destroy(p);
     llmem_pool_destroy(other);
 }
 
-static void pool_release_refusals(void **state)
-{
-    (void)state;
-    pool_refusals(false);
-}
-
-static void pool_checked_refusals(void **state)
-{
-    (void)state;
-    pool_refusals(true);
-}
+TEST_CASE(pool_release_refusals, pool_refusals(false))
+TEST_CASE(pool_checked_refusals, pool_refusals(true))
 
 /* A small block freed twice, in both modes: refused with
  * LLMEM_EDOUBLEFREE wherever the first free left it (this thread's cache,
@@ -197,7 +171,7 @@ static void small_double_free(bool checked)
         assert_status(llmem_pool_free(p, a), LLMEM_EDOUBLEFREE);
         assert_names(llmem_last_error(), name, a);
         assert_error_mentions("double free");
-        assert_int_equal(pool_stats(p).invalid_frees_total, ++refused);
+        assert_int_equal(test_pool_stats(p).invalid_frees_total, ++refused);
         assert_ok(llmem_pool_check(p));
         /* Handed out once, not twice: no two live blocks alike. */
         void *c[64];
@@ -209,23 +183,14 @@ static void small_double_free(bool checked)
         }
         for (int i = 0; i < 64; i++) assert_ok(llmem_pool_free(p, c[i]));
         assert_ok(llmem_pool_free(p, b));
-        assert_int_equal(pool_stats(p).live_allocations, 0);
-        assert_int_equal(pool_stats(p).allocs_total, pool_stats(p).frees_total);
+        assert_int_equal(test_pool_stats(p).live_allocations, 0);
+        assert_int_equal(test_pool_stats(p).allocs_total, test_pool_stats(p).frees_total);
     }
     llmem_pool_destroy(p);
 }
 
-static void pool_release_small_double_free(void **state)
-{
-    (void)state;
-    small_double_free(false);
-}
-
-static void pool_checked_small_double_free(void **state)
-{
-    (void)state;
-    small_double_free(true);
-}
+TEST_CASE(pool_release_small_double_free, small_double_free(false))
+TEST_CASE(pool_checked_small_double_free, small_double_free(true))
 
 /* A device pool (nothing written into its memory) refuses it too. */
 static void pool_device_small_double_free(void **state)
@@ -255,40 +220,32 @@ static void pool_device_small_double_free(void **state)
 
 /* Destroying a pool with live blocks says so: how many and how many bytes
  * (a leak, or memory still in use), instead of unmapping in silence. */
-static char warn_log[1024];
-
-static void capture_warn(void *user, llmem_log_level level, const char *msg)
-{
-    (void)user;
-    if (level == LLMEM_LOG_WARN) snprintf(warn_log, sizeof warn_log, "%s", msg);
-}
-
 static void pool_destroy_reports_live_blocks(void **state)
 {
     (void)state;
-    llmem_log_set(capture_warn, NULL, LLMEM_LOG_WARN);
+    test_log_capture_start(&cap, LLMEM_LOG_WARN);
     llmem_pool *p = pool_new("hard-leaky", false);
     void *a = llmem_pool_alloc(p, 100, NULL), *b = llmem_pool_alloc(p, 3000, NULL);
     void *c = llmem_pool_alloc(p, 1 << 20, NULL), *d = llmem_pool_alloc(p, 100, NULL);
     assert_ok(llmem_pool_free(p, d)); /* freed: not reported */
     (void)a, (void)b, (void)c;
-    warn_log[0] = '\0';
+    cap.last_at[LLMEM_LOG_WARN][0] = '\0';
     /* A destroy on a caller's error path leaves that error in place (the
      * report is a log line): the caller's last error is read after. */
     assert_null(llmem_pool_alloc(NULL, 1, NULL));
     assert_int_equal(llmem_last_status(), LLMEM_EINVAL);
     llmem_pool_destroy(p);
     /* 112 + 3072 + 1 MiB */
-    assert_non_null(strstr(warn_log, "'hard-leaky'"));
-    assert_non_null(strstr(warn_log, "3 live block(s) of 1051760 bytes"));
+    assert_non_null(strstr(cap.last_at[LLMEM_LOG_WARN], "'hard-leaky'"));
+    assert_non_null(strstr(cap.last_at[LLMEM_LOG_WARN], "3 live block(s) of 1051760 bytes"));
     assert_int_equal(llmem_last_status(), LLMEM_EINVAL);
     /* Nothing live: nothing said. */
     p = pool_new("hard-clean", false);
     a = llmem_pool_alloc(p, 100, NULL);
     assert_ok(llmem_pool_free(p, a));
-    warn_log[0] = '\0';
+    cap.last_at[LLMEM_LOG_WARN][0] = '\0';
     llmem_pool_destroy(p);
-    assert_string_equal(warn_log, "");
+    assert_string_equal(cap.last_at[LLMEM_LOG_WARN], "");
     llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
 }
 
@@ -307,9 +264,9 @@ static void pool_checked_overflow(void **state)
         assert_status(llmem_pool_free(p, a), LLMEM_ECORRUPT);
         assert_names(llmem_last_error(), "hard-checked", a);
         assert_error_mentions("out of bounds");
-        assert_int_equal(pool_stats(p).corruptions_total, i + 1);
+        assert_int_equal(test_pool_stats(p).corruptions_total, i + 1);
         /* The block was freed anyway: nothing live, the pool consistent. */
-        assert_int_equal(pool_stats(p).live_allocations, 0);
+        assert_int_equal(test_pool_stats(p).live_allocations, 0);
         assert_ok(llmem_pool_check(p));
     }
     llmem_pool_destroy(p);
@@ -331,26 +288,26 @@ static void pool_checked_write_after_free(void **state)
     assert_status(llmem_pool_check(p), LLMEM_ECORRUPT);
     assert_error_mentions("written after it was freed");
     assert_error_mentions("hard-checked");
-    uint64_t before = pool_stats(p).corruptions_total;
-    unsigned logs = error_logs;
+    uint64_t before = test_pool_stats(p).corruptions_total;
+    unsigned logs = cap.errors;
     /* The next allocation of the class takes that block (LIFO) and says so. */
     void *b = llmem_pool_alloc(p, 200, NULL);
     assert_non_null(b);
-    assert_int_equal(error_logs, logs + 1);
-    assert_non_null(strstr(last_log, "written after it was freed"));
-    assert_non_null(strstr(last_log, "hard-checked"));
-    assert_int_equal(pool_stats(p).corruptions_total, before + 1);
+    assert_int_equal(cap.errors, logs + 1);
+    assert_non_null(strstr(cap.last, "written after it was freed"));
+    assert_non_null(strstr(cap.last, "hard-checked"));
+    assert_int_equal(test_pool_stats(p).corruptions_total, before + 1);
     assert_ok(llmem_pool_check(p)); /* handed out, the block is live again */
     assert_ok(llmem_pool_free(p, b));
     assert_ok(llmem_pool_free(p, keep));
     /* An honest free/alloc cycle reports nothing. */
-    logs = error_logs;
+    logs = cap.errors;
     for (int i = 0; i < 100; i++) {
         void *c = llmem_pool_alloc(p, 200, NULL);
         memset(c, 0xff, 200);
         assert_ok(llmem_pool_free(p, c));
     }
-    assert_int_equal(error_logs, logs);
+    assert_int_equal(cap.errors, logs);
     llmem_pool_destroy(p);
 }
 
@@ -366,14 +323,6 @@ static llmem_fixed *fixed_new(const char *name, bool thread_safe)
     llmem_fixed *f = NULL;
     assert_ok(llmem_fixed_create(&o, &f));
     return f;
-}
-
-static llmem_fixed_stats fixed_stats(llmem_fixed *f)
-{
-    llmem_fixed_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_fixed_get_stats(f, &s));
-    return s;
 }
 
 static void fixed_checked(bool thread_safe)
@@ -393,7 +342,7 @@ static void fixed_checked(bool thread_safe)
     assert_ok(llmem_fixed_free(f, a));
     assert_status(llmem_fixed_free(f, a), LLMEM_EDOUBLEFREE);
     assert_names(llmem_last_error(), "hard-fixed", a);
-    llmem_fixed_stats s = fixed_stats(f);
+    llmem_fixed_stats s = test_fixed_stats(f);
     assert_int_equal(s.foreign_frees_total, 2);
     assert_int_equal(s.double_frees_total, 1);
     assert_int_equal(s.blocks_in_use, 1);
@@ -402,13 +351,13 @@ static void fixed_checked(bool thread_safe)
     /* A write after free is reported when the block is handed out again. */
     UNSEEN_WRITE(a + 50, 1);
     a[50] = 0;
-    unsigned logs = error_logs;
+    unsigned logs = cap.errors;
     void *c = llmem_fixed_alloc(f, NULL);
     assert_ptr_equal(c, a); /* LIFO */
-    assert_int_equal(error_logs, logs + 1);
-    assert_names(last_log, "hard-fixed", a);
-    assert_non_null(strstr(last_log, "written after it was freed"));
-    assert_int_equal(fixed_stats(f).corruptions_total, 1);
+    assert_int_equal(cap.errors, logs + 1);
+    assert_names(cap.last, "hard-fixed", a);
+    assert_non_null(strstr(cap.last, "written after it was freed"));
+    assert_int_equal(test_fixed_stats(f).corruptions_total, 1);
     /* Honest cycles report nothing. */
     assert_ok(llmem_fixed_free(f, c));
     for (int i = 0; i < 200; i++) {
@@ -416,22 +365,13 @@ static void fixed_checked(bool thread_safe)
         memset(d, 0xee, 96);
         assert_ok(llmem_fixed_free(f, d));
     }
-    assert_int_equal(error_logs, logs + 1);
+    assert_int_equal(cap.errors, logs + 1);
     assert_ok(llmem_fixed_free(f, b));
     llmem_fixed_destroy(f);
 }
 
-static void fixed_checked_plain(void **state)
-{
-    (void)state;
-    fixed_checked(false);
-}
-
-static void fixed_checked_thread_safe(void **state)
-{
-    (void)state;
-    fixed_checked(true);
-}
+TEST_CASE(fixed_checked_plain, fixed_checked(false))
+TEST_CASE(fixed_checked_thread_safe, fixed_checked(true))
 
 /* ---- the KV manager: stale sequence handles ----------------------------- */
 

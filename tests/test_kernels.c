@@ -26,6 +26,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 #include "llmem/model.h"
@@ -491,11 +492,7 @@ static void qmatmul_all(void)
     }
 }
 
-static void test_qmatmul(void **state)
-{
-    (void)state;
-    qmatmul_all();
-}
+TEST_CASE(test_qmatmul, qmatmul_all())
 
 static void test_qmatmul_portable(void **state)
 {

@@ -90,14 +90,6 @@ static llmem_kv_options geo(llmem_kv_strategy strategy, uint32_t B)
 
 static size_t elem_of(llmem_kv_dtype d) { return d == LLMEM_KV_F32 ? 4 : d == LLMEM_KV_I8 ? 1 : 2; }
 
-static llmem_kv_stats kstats(const llmem_kv *kv)
-{
-    llmem_kv_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_kv_get_stats(kv, &s));
-    return s;
-}
-
 static void dev_read(const model *m, void *dst, const void *src, size_t n) { test_kv_copy(m->dev, dst, src, n); }
 
 static void m_open(model *m, const llmem_kv_options *o, llmem_resource *dev)
@@ -301,7 +293,7 @@ static void m_verify(model *m)
         buf_blocks += (cap + m->B - 1) / m->B;
     }
     assert_ok(llmem_kv_check(m->kv));
-    llmem_kv_stats st = kstats(m->kv);
+    llmem_kv_stats st = test_kv_stats(m->kv);
     assert_int_equal(st.struct_size, sizeof st);
     assert_int_equal(st.sequences, m->n);
     assert_int_equal(st.prefix_hit_tokens_total, m->hits);
@@ -465,7 +457,7 @@ static llmem_status m_append(model *m, size_t i, size_t n, const int32_t *t, boo
         for (size_t j = 0; j < m->n && last; j++)
             if (j != i && block_of(m, &m->s[j], L - 1) == last) shared = true;
     }
-    llmem_kv_stats before = kstats(m->kv);
+    llmem_kv_stats before = test_kv_stats(m->kv);
     size_t fp = 4242;
     uint64_t inj = injected_now(m);
     llmem_status st = llmem_kv_seq_append(m->kv, s->h, n, pass ? t : NULL, &fp);
@@ -475,7 +467,7 @@ static llmem_status m_append(model *m, size_t i, size_t n, const int32_t *t, boo
         return st;
     }
     if (refused(m, st, "seq_append")) {
-        assert_int_equal(kstats(m->kv).preemptions_total, before.preemptions_total + 1);
+        assert_int_equal(test_kv_stats(m->kv).preemptions_total, before.preemptions_total + 1);
         return st;
     }
     assert_int_equal(fp, L);
@@ -486,7 +478,7 @@ static llmem_status m_append(model *m, size_t i, size_t n, const int32_t *t, boo
         for (size_t p = L; p < L + n; p++)
             if (p % m->B == m->B - 1 && p + 1 - m->B >= s->first) key_add(m, s->ph[p]);
     if (!pass) s->hashable = false;
-    llmem_kv_stats after = kstats(m->kv);
+    llmem_kv_stats after = test_kv_stats(m->kv);
     if (shared) assert_int_equal(after.cow_copies_total, before.cow_copies_total + 1);
     else assert_true(after.cow_copies_total <= before.cow_copies_total + 1);
     write_positions(m, s, L, L + n);
@@ -548,7 +540,7 @@ static void m_close(model *m)
 {
     m_verify(m);
     while (m->n) m_free(m, m->n - 1);
-    llmem_kv_stats st = kstats(m->kv);
+    llmem_kv_stats st = test_kv_stats(m->kv);
     assert_int_equal(st.sequences, 0);
     assert_int_equal(st.blocks_used, 0);
     assert_int_equal(st.tokens_written, 0);
@@ -595,7 +587,7 @@ static void geometry(void **state)
         assert_int_equal(llmem_kv_token_layer_bytes(kv), tb);
         assert_int_equal(llmem_kv_block_bytes(kv), 2 * tb * cases[c].B);
         assert_int_equal(llmem_kv_token_total_bytes(kv), 2 * tb * cases[c].layers);
-        llmem_kv_stats st = kstats(kv);
+        llmem_kv_stats st = test_kv_stats(kv);
         assert_int_equal(st.bytes_reserved, 0); /* nothing taken before the first token */
         assert_int_equal(st.blocks_total, 0);
         llmem_kv_destroy(kv);
@@ -724,7 +716,7 @@ static void create_rejects_bad_options(void **state)
         llmem_kv_seq h = 5;
         assert_status(llmem_kv_seq_create(kv, 32, &h), LLMEM_ENOTSUP);
         assert_int_equal(h, 0);
-        assert_int_equal(kstats(kv).sequences, 0);
+        assert_int_equal(test_kv_stats(kv).sequences, 0);
         assert_ok(llmem_kv_seq_create(kv, 0, &h));
         assert_ok(llmem_kv_seq_free(kv, h));
         llmem_kv_destroy(kv);
@@ -869,10 +861,7 @@ static void property_sim_device(void **state)
         pc.ops = pc.ops / 2;
         property_run(&pc, sim, 100 + c);
     }
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(sim);
     llmem_resource_destroy(sim);
 }
 
@@ -930,7 +919,7 @@ static void rollback_forgets_what_truncate_keeps(void **state)
     /* The room: what the stats say, without their walk. */
     llmem_kv_room r;
     assert_ok(llmem_kv_get_room(kv, &r));
-    llmem_kv_stats ks = kstats(kv);
+    llmem_kv_stats ks = test_kv_stats(kv);
     assert_int_equal(r.used_blocks, ks.blocks_used);
     assert_int_equal(r.free_blocks, ks.blocks_free);
     assert_int_equal(r.cached_blocks, ks.blocks_cached);
@@ -960,7 +949,7 @@ static void prefix_cache_hits_and_misses(void **state)
     assert_int_equal(m_match(&m, a, prompt, 64), 0);
     assert_ok(m_append(&m, a, 64, prompt, true));
     m_verify(&m);
-    llmem_kv_stats s0 = kstats(m.kv);
+    llmem_kv_stats s0 = test_kv_stats(m.kv);
     assert_int_equal(s0.prefix_miss_tokens_total, 64);
     assert_int_equal(s0.prefix_hit_tokens_total, 0);
     assert_int_equal(s0.blocks_used, 4);
@@ -969,7 +958,7 @@ static void prefix_cache_hits_and_misses(void **state)
     size_t b = m_create(&m, 0);
     assert_int_equal(m_match(&m, b, prompt, 64), 64);
     m_verify(&m);
-    llmem_kv_stats s1 = kstats(m.kv);
+    llmem_kv_stats s1 = test_kv_stats(m.kv);
     assert_int_equal(s1.prefix_hit_tokens_total, 64);
     assert_int_equal(s1.blocks_used, 4);
     assert_int_equal(s1.grows_total, s0.grows_total);
@@ -1000,14 +989,14 @@ static void prefix_cache_hits_and_misses(void **state)
     size_t h = m_create(&m, 0);
     assert_int_equal(m_match(&m, h, NULL, 0), 0);
     m_verify(&m);
-    llmem_kv_stats s2 = kstats(m.kv);
+    llmem_kv_stats s2 = test_kv_stats(m.kv);
     assert_int_equal(s2.prefix_hit_tokens_total, 64 + 64 + 48 + 32);
     assert_int_equal(s2.prefix_miss_tokens_total, 64 + 6 + 15 + 32 + 64 + 48);
 
     /* Freed, the blocks stay cached and a later request still hits them. */
     llmem_kv_seq ha = m.s[a].h;
     while (m.n) m_free(&m, m.n - 1);
-    llmem_kv_stats s3 = kstats(m.kv);
+    llmem_kv_stats s3 = test_kv_stats(m.kv);
     assert_int_equal(s3.blocks_used, 0);
     assert_int_equal(s3.blocks_cached, 4 + 2); /* the prompt's 4 and e's 2 */
     assert_int_equal(s3.evictions_total, 0);
@@ -1016,7 +1005,7 @@ static void prefix_cache_hits_and_misses(void **state)
     assert_int_equal(m_match(&m, i, prompt, 80), 64);
     assert_ok(m_append(&m, i, 16, prompt + 64, true));
     m_verify(&m);
-    assert_int_equal(kstats(m.kv).blocks_cached, 2);
+    assert_int_equal(test_kv_stats(m.kv).blocks_cached, 2);
     /* Appended without tokens, blocks are not registered. */
     size_t j = m_create(&m, 0);
     assert_ok(m_append(&m, j, 32, other, false));
@@ -1033,7 +1022,7 @@ static void prefix_cache_hits_and_misses(void **state)
     size_t got = 9;
     assert_ok(llmem_kv_seq_match_prefix(m.kv, m.s[b].h, prompt, 64, &got));
     assert_int_equal(got, 0);
-    assert_int_equal(kstats(m.kv).prefix_miss_tokens_total, 0);
+    assert_int_equal(test_kv_stats(m.kv).prefix_miss_tokens_total, 0);
     m_close(&m);
 }
 
@@ -1062,12 +1051,12 @@ static void slabs_follow_sequences(void **state)
     }
     /* a: 190 tokens, 12 blocks, 3 slabs; b: 158, 10 blocks, 3 slabs;
      * c: 220, 14 blocks, 4 slabs. */
-    llmem_kv_stats s = kstats(kv);
+    llmem_kv_stats s = test_kv_stats(kv);
     assert_int_equal(s.blocks_used, 12 + 10 + 14);
     assert_int_equal(s.blocks_total, 4 * (3 + 3 + 4));
     assert_int_equal(s.tokens_written, 190 + 158 + 220);
     assert_ok(llmem_kv_seq_free(kv, b));
-    s = kstats(kv);
+    s = test_kv_stats(kv);
     assert_int_equal(s.blocks_total, 4 * (3 + 4));
     assert_int_equal(s.blocks_free, 4 * (3 + 4) - 12 - 14);
     assert_true(s.shrinks_total >= 3);
@@ -1076,12 +1065,12 @@ static void slabs_follow_sequences(void **state)
     llmem_kv_seq d;
     assert_ok(llmem_kv_seq_create(kv, 0, &d));
     assert_ok(llmem_kv_seq_append(kv, d, 16, NULL, NULL));
-    assert_int_equal(kstats(kv).blocks_total, 4 * (3 + 4 + 1));
+    assert_int_equal(test_kv_stats(kv).blocks_total, 4 * (3 + 4 + 1));
     assert_ok(llmem_kv_seq_free(kv, a));
     assert_ok(llmem_kv_seq_free(kv, c));
-    assert_int_equal(kstats(kv).blocks_total, 4);
+    assert_int_equal(test_kv_stats(kv).blocks_total, 4);
     assert_ok(llmem_kv_seq_free(kv, d));
-    s = kstats(kv);
+    s = test_kv_stats(kv);
     assert_int_equal(s.blocks_total, 0);
     assert_int_equal(s.bytes_reserved, 0);
     llmem_kv_destroy(kv);
@@ -1116,7 +1105,7 @@ static void prefix_cache_lru_eviction(void **state)
         while (m.s[i].h != hs[p]) i++;
         m_free(&m, i);
     }
-    llmem_kv_stats s = kstats(m.kv);
+    llmem_kv_stats s = test_kv_stats(m.kv);
     assert_int_equal(s.blocks_cached, 6);
     /* Each sequence got a slab of its own (placement for whole-slab release). */
     assert_int_equal(s.blocks_total, 12);
@@ -1125,15 +1114,15 @@ static void prefix_cache_lru_eviction(void **state)
      * 6 free blocks in the three slabs come before any eviction. */
     size_t d = m_create(&m, 0);
     assert_ok(m_append(&m, d, 32, other, true));
-    assert_int_equal(kstats(m.kv).evictions_total, 0);
+    assert_int_equal(test_kv_stats(m.kv).evictions_total, 0);
     assert_ok(m_append(&m, d, 64, other + 32, true));
-    s = kstats(m.kv);
+    s = test_kv_stats(m.kv);
     assert_int_equal(s.evictions_total, 0);
     assert_int_equal(s.blocks_total, 12);
     assert_int_equal(s.blocks_cached, 6);
     /* Now it is: two more blocks evict A, the least recently used prefix. */
     assert_ok(m_append(&m, d, 32, other + 96, true));
-    s = kstats(m.kv);
+    s = test_kv_stats(m.kv);
     assert_int_equal(s.evictions_total, 2);
     assert_int_equal(s.blocks_cached, 4);
     m_verify(&m);
@@ -1151,7 +1140,7 @@ static void prefix_cache_lru_eviction(void **state)
     /* Matching made B the most recently used: the next eviction takes C,
      * and the end of its prefix first, so its start still matches. */
     assert_ok(m_append(&m, d, 16, other + 128, true));
-    assert_int_equal(kstats(m.kv).evictions_total, 3);
+    assert_int_equal(test_kv_stats(m.kv).evictions_total, 3);
     probe = m_create(&m, 0);
     assert_int_equal(m_match(&m, probe, pc, 32), 16);
     m_free(&m, probe);
@@ -1163,16 +1152,16 @@ static void prefix_cache_lru_eviction(void **state)
      * full, a request for 5 blocks fails and takes nothing. */
     size_t e = m_create(&m, 0);
     assert_int_equal(m_append(&m, e, 80, other + 144, true), LLMEM_ENOMEM);
-    s = kstats(m.kv);
+    s = test_kv_stats(m.kv);
     assert_int_equal(s.evictions_total, 3);
     assert_int_equal(s.blocks_cached, 3);
     m_verify(&m);
     /* trim(false) keeps the cache; trim(true) evicts it and gives slabs back. */
-    uint64_t before = kstats(m.kv).bytes_reserved;
+    uint64_t before = test_kv_stats(m.kv).bytes_reserved;
     assert_int_equal(llmem_kv_trim(m.kv, false), 0);
-    assert_int_equal(kstats(m.kv).blocks_cached, 3);
+    assert_int_equal(test_kv_stats(m.kv).blocks_cached, 3);
     size_t released = llmem_kv_trim(m.kv, true);
-    s = kstats(m.kv);
+    s = test_kv_stats(m.kv);
     assert_int_equal(s.blocks_cached, 0);
     assert_int_equal(s.bytes_reserved, before - released);
     assert_int_equal(s.evictions_total, 3 + 3);
@@ -1182,7 +1171,7 @@ static void prefix_cache_lru_eviction(void **state)
     m_verify(&m);
     while (m.n) m_free(&m, 0);
     assert_true(llmem_kv_trim(m.kv, true) > 0);
-    s = kstats(m.kv);
+    s = test_kv_stats(m.kv);
     assert_int_equal(s.bytes_reserved, 0);
     assert_int_equal(s.blocks_total, 0);
     assert_true(s.shrinks_total >= 3);
@@ -1203,7 +1192,7 @@ static void copy_on_write(void **state)
     size_t p = m_create(&m, 0);
     assert_ok(m_append(&m, p, 20, t, true)); /* last block partial: 4 of 16 */
     size_t c = m_fork(&m, p);
-    llmem_kv_stats s = kstats(m.kv);
+    llmem_kv_stats s = test_kv_stats(m.kv);
     assert_int_equal(s.blocks_used, 2); /* shared */
     assert_int_equal(s.cow_copies_total, 0);
     assert_int_equal(s.sequences, 2);
@@ -1213,7 +1202,7 @@ static void copy_on_write(void **state)
     int32_t ct[16];
     for (int i = 0; i < 16; i++) ct[i] = -1 - i;
     assert_ok(m_append(&m, c, 1, ct, true));
-    s = kstats(m.kv);
+    s = test_kv_stats(m.kv);
     assert_int_equal(s.cow_copies_total, 1);
     assert_int_equal(s.blocks_used, 3);
     assert_ptr_equal(block_of(&m, &m.s[p], 0), block_of(&m, &m.s[c], 0));
@@ -1222,30 +1211,30 @@ static void copy_on_write(void **state)
     /* The other way round: the parent writes after a fork. */
     size_t c2 = m_fork(&m, p);
     assert_ok(m_append(&m, p, 3, t + 20, true));
-    s = kstats(m.kv);
+    s = test_kv_stats(m.kv);
     assert_int_equal(s.cow_copies_total, 2);
     m_verify(&m);
     /* c2 now holds the old block alone: writing it copies nothing. */
     assert_ok(m_append(&m, c2, 5, ct, true));
-    assert_int_equal(kstats(m.kv).cow_copies_total, 2);
+    assert_int_equal(test_kv_stats(m.kv).cow_copies_total, 2);
     /* A fork at a block boundary shares only full blocks: no copy. */
     assert_ok(m_append(&m, p, 9, t + 23, true)); /* p: 32 tokens */
     size_t c3 = m_fork(&m, p);
     assert_ok(m_append(&m, c3, 16, t + 32, true));
     assert_ok(m_append(&m, p, 7, ct, true));
-    assert_int_equal(kstats(m.kv).cow_copies_total, 2);
+    assert_int_equal(test_kv_stats(m.kv).cow_copies_total, 2);
     m_verify(&m);
     /* A chain of forks of one partial block: each writer copies once. */
     size_t q = m_create(&m, 0);
     assert_ok(m_append(&m, q, 5, t, true));
     size_t f1 = m_fork(&m, q), f2 = m_fork(&m, q), f3 = m_fork(&m, f1);
-    uint64_t cw = kstats(m.kv).cow_copies_total;
+    uint64_t cw = test_kv_stats(m.kv).cow_copies_total;
     assert_ok(m_append(&m, f2, 1, ct, true));
     assert_ok(m_append(&m, f3, 1, ct + 1, true));
     assert_ok(m_append(&m, q, 1, ct + 2, true));
-    assert_int_equal(kstats(m.kv).cow_copies_total, cw + 3);
+    assert_int_equal(test_kv_stats(m.kv).cow_copies_total, cw + 3);
     assert_ok(m_append(&m, f1, 1, ct + 3, true)); /* the last holder writes in place */
-    assert_int_equal(kstats(m.kv).cow_copies_total, cw + 3);
+    assert_int_equal(test_kv_stats(m.kv).cow_copies_total, cw + 3);
     m_verify(&m);
     /* Freeing the parent leaves the child whole. */
     m_free(&m, p);
@@ -1263,7 +1252,7 @@ static void copy_on_write(void **state)
     c = m_fork(&m, p);
     assert_ok(m_append(&m, c, 2, ct, true));
     assert_ok(m_append(&m, p, 2, ct + 2, true));
-    assert_int_equal(kstats(m.kv).cow_copies_total, 1);
+    assert_int_equal(test_kv_stats(m.kv).cow_copies_total, 1);
     m_verify(&m);
     m_close(&m);
     llmem_sim_stats ss = {0};
@@ -1300,7 +1289,7 @@ static void windows_slide_and_recycle(void **state)
             assert_int_equal(in.first % 16, 0);
             assert_true(in.first == last_first || in.first == last_first + 16);
             last_first = in.first;
-            llmem_kv_stats s = kstats(m.kv);
+            llmem_kv_stats s = test_kv_stats(m.kv);
             assert_true(s.blocks_used <= 3);
             if (p == 50) grows = s.grows_total;
             if (p > 50 && !prefix) assert_int_equal(s.grows_total, grows); /* blocks are recycled */
@@ -1315,12 +1304,12 @@ static void windows_slide_and_recycle(void **state)
         m_verify(&m);
         if (prefix) {
             /* Dropped full blocks went to the cache, not back to the window. */
-            llmem_kv_stats s = kstats(m.kv);
+            llmem_kv_stats s = test_kv_stats(m.kv);
             assert_int_equal(s.blocks_cached, 200 / 16 - 2);
         }
         /* Fork a window sequence: the blocks are shared, each side slides alone. */
         size_t c = m_fork(&m, w);
-        assert_int_equal(kstats(m.kv).blocks_used, 3);
+        assert_int_equal(test_kv_stats(m.kv).blocks_used, 3);
         int32_t t[40];
         fill_tokens(t, 40, 90000);
         assert_ok(m_append(&m, c, 20, t, true));
@@ -1362,14 +1351,14 @@ static void windows_long_appends_and_prefix(void **state)
         size_t w = m_create(&m, 32);
         assert_ok(m_append(&m, w, 200, t, false)); /* 13 block positions, 3 blocks held */
         assert_int_equal(m.s[w].first, 160);
-        assert_int_equal(kstats(m.kv).blocks_used, 3);
+        assert_int_equal(test_kv_stats(m.kv).blocks_used, 3);
         m_verify(&m);
         m_free(&m, w);
         /* With tokens: only the blocks still held are registered. */
         w = m_create(&m, 32);
         assert_ok(m_append(&m, w, 200, t, true));
         m_verify(&m);
-        llmem_kv_stats s = kstats(m.kv);
+        llmem_kv_stats s = test_kv_stats(m.kv);
         assert_int_equal(s.blocks_used, 3);
         assert_true(s.bytes_reserved <= o.budget_bytes);
         size_t probe = m_create(&m, 0);
@@ -1388,11 +1377,11 @@ static void windows_long_appends_and_prefix(void **state)
         w = m_create(&m, 32);
         for (size_t p = 0; p < 160; p++) assert_ok(m_append(&m, w, 1, t + p, true));
         m_free(&m, w);
-        assert_int_equal(kstats(m.kv).blocks_cached, 10);
+        assert_int_equal(test_kv_stats(m.kv).blocks_cached, 10);
         w2 = m_create(&m, 32);
         assert_int_equal(m_match(&m, w2, t, 170), 160);
         assert_int_equal(m.s[w2].first, 112); /* 3 of the 10 blocks */
-        llmem_kv_stats s2 = kstats(m.kv);
+        llmem_kv_stats s2 = test_kv_stats(m.kv);
         assert_int_equal(s2.blocks_used, 3);
         assert_int_equal(s2.blocks_cached, 7);
         m_verify(&m);
@@ -1433,11 +1422,11 @@ static void out_of_memory_mid_append(void **state)
         assert_ok(m_append(&m, x, 40, t, true));  /* 3 blocks */
         assert_ok(m_append(&m, y, 64, t + 1, true)); /* 4 blocks: 1 left */
         m_verify(&m);
-        llmem_kv_stats before = kstats(m.kv);
+        llmem_kv_stats before = test_kv_stats(m.kv);
         assert_int_equal(before.blocks_free, 1);
         /* 30 more tokens need 2 blocks. */
         assert_int_equal(m_append(&m, x, 30, t + 40, true), LLMEM_ENOMEM);
-        llmem_kv_stats after = kstats(m.kv);
+        llmem_kv_stats after = test_kv_stats(m.kv);
         assert_int_equal(after.preemptions_total, before.preemptions_total + 1);
         assert_int_equal(after.blocks_used, before.blocks_used);
         assert_int_equal(after.blocks_free, 1); /* the one it took went back */
@@ -1473,7 +1462,7 @@ static void static_reserves_and_max_len(void **state)
     model m;
     m_open(&m, &o, NULL);
     size_t a = m_create(&m, 0);
-    llmem_kv_stats s = kstats(m.kv);
+    llmem_kv_stats s = test_kv_stats(m.kv);
     assert_int_equal(s.bytes_reserved, per); /* reserved at creation, before any token */
     assert_int_equal(s.tokens_reserved, 7 * 16);
     assert_int_equal(s.tokens_written, 0);
@@ -1483,14 +1472,14 @@ static void static_reserves_and_max_len(void **state)
     assert_status(llmem_kv_seq_create(m.kv, 0, &h), LLMEM_ENOMEM); /* the 4th */
     m.preempts++;
     assert_int_equal(h, 0);
-    assert_int_equal(kstats(m.kv).preemptions_total, 1);
+    assert_int_equal(test_kv_stats(m.kv).preemptions_total, 1);
     int32_t t[128];
     fill_tokens(t, 128, 3);
     assert_ok(m_append(&m, a, 100, t, true)); /* exactly max_seq_len */
     assert_int_equal(m_append(&m, a, 1, t, true), LLMEM_ERANGE);
     assert_int_equal(m_append(&m, 1, 101, t, true), LLMEM_ERANGE);
     assert_ok(m_append(&m, 1, 50, t, true));
-    assert_int_equal(kstats(m.kv).grows_total, 3); /* appends take nothing */
+    assert_int_equal(test_kv_stats(m.kv).grows_total, 3); /* appends take nothing */
     m_verify(&m);
     /* Forks copy (and need a reservation of their own). */
     assert_status(llmem_kv_seq_fork(m.kv, m.s[a].h, &h), LLMEM_ENOMEM);
@@ -1543,7 +1532,7 @@ static void buckets_grow_reuse_trim(void **state)
         int32_t t[128];
         fill_tokens(t, 128, 77);
         size_t a = m_create(&m, 0);
-        assert_int_equal(kstats(m.kv).bytes_reserved, 0); /* nothing until a token */
+        assert_int_equal(test_kv_stats(m.kv).bytes_reserved, 0); /* nothing until a token */
         size_t caps[] = {16, 32, 64, 100};
         size_t len = 0;
         for (int c = 0; c < 4; c++) {
@@ -1553,13 +1542,13 @@ static void buckets_grow_reuse_trim(void **state)
             llmem_kv_seq_info in;
             assert_ok(llmem_kv_seq_get_info(m.kv, m.s[a].h, &in));
             assert_int_equal(in.capacity, caps[c]);
-            llmem_kv_stats s = kstats(m.kv);
+            llmem_kv_stats s = test_kv_stats(m.kv);
             assert_int_equal(s.grows_total, (uint64_t)c + 1);
             assert_int_equal(s.bucket_copies_total, (uint64_t)c); /* contents copied at each growth */
             m_verify(&m);
         }
         /* The outgrown buffers are idle: still reserved, reused later. */
-        llmem_kv_stats s = kstats(m.kv);
+        llmem_kv_stats s = test_kv_stats(m.kv);
         size_t all = (1 + 2 + 4 + 7) * bb * o.layers;
         assert_int_equal(s.bytes_reserved, all);
         m_free(&m, a);
@@ -1570,7 +1559,7 @@ static void buckets_grow_reuse_trim(void **state)
         assert_ok(m_append(&m, c, 90, t + 2, true));
         size_t d = m_create(&m, 0);
         assert_ok(m_append(&m, d, 3, t + 3, true));
-        s = kstats(m.kv);
+        s = test_kv_stats(m.kv);
         assert_int_equal(s.grows_total, 4); /* every buffer came from the idle lists */
         assert_int_equal(s.bytes_reserved, all);
         m_verify(&m);
@@ -1579,18 +1568,18 @@ static void buckets_grow_reuse_trim(void **state)
         llmem_kv_seq_info in;
         assert_ok(llmem_kv_seq_get_info(m.kv, m.s[f].h, &in));
         assert_int_equal(in.capacity, 16);
-        assert_int_equal(kstats(m.kv).grows_total, 5);
+        assert_int_equal(test_kv_stats(m.kv).grows_total, 5);
         assert_ok(m_append(&m, f, 2, t, true));
         m_verify(&m);
         /* trim gives back only idle buffers: the 32 b outgrew. */
         size_t released = llmem_kv_trim(m.kv, false);
         assert_int_equal(released, 2 * bb * o.layers);
-        s = kstats(m.kv);
+        s = test_kv_stats(m.kv);
         assert_int_equal(s.bytes_reserved, all + bb * o.layers - released);
         m_verify(&m);
         while (m.n) m_free(&m, 0);
         assert_int_equal(llmem_kv_trim(m.kv, false), all + bb * o.layers - released);
-        s = kstats(m.kv);
+        s = test_kv_stats(m.kv);
         assert_int_equal(s.bytes_reserved, 0);
         assert_int_equal(s.shrinks_total, 5);
         m_close(&m);
@@ -1602,21 +1591,21 @@ static void buckets_grow_reuse_trim(void **state)
         assert_ok(m_append(&m, a, 64, t, true)); /* straight into the 64 class: 4 blocks */
         b = m_create(&m, 0);
         assert_ok(m_append(&m, b, 20, t + 5, true)); /* 32: 2 blocks, 6 of 8 held */
-        assert_int_equal(kstats(m.kv).grows_total, 2);
-        llmem_kv_stats s0 = kstats(m.kv);
+        assert_int_equal(test_kv_stats(m.kv).grows_total, 2);
+        llmem_kv_stats s0 = test_kv_stats(m.kv);
         assert_int_equal(m_append(&m, b, 20, t + 25, true), LLMEM_ENOMEM); /* 64 more would pass */
-        assert_int_equal(kstats(m.kv).preemptions_total, s0.preemptions_total + 1);
+        assert_int_equal(test_kv_stats(m.kv).preemptions_total, s0.preemptions_total + 1);
         m_verify(&m); /* b unchanged */
         m_free(&m, 0);
         assert_ok(m_append(&m, 0, 20, t + 25, true)); /* a's 64 is idle now: reused */
-        assert_int_equal(kstats(m.kv).grows_total, 2);
+        assert_int_equal(test_kv_stats(m.kv).grows_total, 2);
         /* A new class that does not fit gives idle buffers back first. */
         c = m_create(&m, 0);
         assert_ok(m_append(&m, c, 50, t, true)); /* 64: 4 blocks, 4 + 2 idle held: the idle 32 goes */
         m_verify(&m);
-        assert_int_equal(kstats(m.kv).shrinks_total, 1);
-        assert_int_equal(kstats(m.kv).grows_total, 3);
-        assert_int_equal(kstats(m.kv).bytes_reserved, 8 * bb * o.layers);
+        assert_int_equal(test_kv_stats(m.kv).shrinks_total, 1);
+        assert_int_equal(test_kv_stats(m.kv).grows_total, 3);
+        assert_int_equal(test_kv_stats(m.kv).bytes_reserved, 8 * bb * o.layers);
         m_close(&m);
         llmem_resource_destroy(sim);
     }
@@ -1641,7 +1630,7 @@ static void contiguous_positions_stay_put(void **state)
     llmem_kv_seq a, b;
     assert_ok(llmem_kv_seq_create(kv, 0, &a));
     assert_ok(llmem_kv_seq_create(kv, 0, &b));
-    assert_int_equal(kstats(kv).bytes_reserved, 0); /* address space only */
+    assert_int_equal(test_kv_stats(kv).bytes_reserved, 0); /* address space only */
     void *k0 = NULL, *v0 = NULL;
     for (size_t t = 0; t < 1000; t++) {
         assert_ok(llmem_kv_seq_append(kv, a, 1, NULL, NULL));
@@ -1652,7 +1641,7 @@ static void contiguous_positions_stay_put(void **state)
         /* Committed: the granules the tokens need, in every layer. */
         size_t need = (t + 1 + 15) / 16 * llmem_kv_block_bytes(kv);
         need = (need + page - 1) / page * page;
-        assert_int_equal(kstats(kv).bytes_reserved, need * o.layers);
+        assert_int_equal(test_kv_stats(kv).bytes_reserved, need * o.layers);
     }
     void *k, *v;
     assert_ok(llmem_kv_seq_token(kv, a, 1, 0, &k, &v));
@@ -1671,11 +1660,11 @@ static void contiguous_positions_stay_put(void **state)
     llmem_tracking_stats ts = {sizeof ts};
     assert_ok(llmem_tracking_resource_get_stats(track, &ts));
     assert_int_equal(ts.live_mappings, 2);
-    assert_true(kstats(kv).bytes_reserved <= (uint64_t)1000 * bpt + o.layers * page);
+    assert_true(test_kv_stats(kv).bytes_reserved <= (uint64_t)1000 * bpt + o.layers * page);
     assert_ok(llmem_kv_check(kv));
     assert_ok(llmem_kv_seq_free(kv, a));
     assert_ok(llmem_kv_seq_free(kv, b));
-    assert_int_equal(kstats(kv).bytes_reserved, 0);
+    assert_int_equal(test_kv_stats(kv).bytes_reserved, 0);
     llmem_kv_destroy(kv);
     assert_ok(llmem_tracking_resource_get_stats(track, &ts));
     assert_int_equal(ts.live_mappings, 0);
@@ -1722,7 +1711,7 @@ static void truncate_rules(void **state)
     assert_int_equal(m_truncate(&m, w, 47), LLMEM_ERANGE);
     assert_int_equal(m_truncate(&m, w, 0), LLMEM_ERANGE);
     assert_ok(m_truncate(&m, w, 48));
-    assert_int_equal(kstats(m.kv).blocks_used, 0);
+    assert_int_equal(test_kv_stats(m.kv).blocks_used, 0);
     assert_ok(m_append(&m, w, 40, t + 48, false));
     m_verify(&m);
 
@@ -1730,10 +1719,10 @@ static void truncate_rules(void **state)
     assert_ok(m_append(&m, p, 40, t, false));
     size_t c = m_fork(&m, p);
     assert_ok(m_truncate(&m, c, 20)); /* block 1 still shared, p holds it whole */
-    uint64_t cw = kstats(m.kv).cow_copies_total;
+    uint64_t cw = test_kv_stats(m.kv).cow_copies_total;
     int32_t u[8] = {-1, -2, -3, -4, -5, -6, -7, -8};
     assert_ok(m_append(&m, c, 8, u, true));
-    assert_int_equal(kstats(m.kv).cow_copies_total, cw + 1);
+    assert_int_equal(test_kv_stats(m.kv).cow_copies_total, cw + 1);
     m_verify(&m); /* p's positions 20..27 are its own */
 
     /* A block in the prefix cache: truncating into it and writing copies it,
@@ -1742,7 +1731,7 @@ static void truncate_rules(void **state)
     assert_ok(m_append(&m, q, 32, t + 10, true));
     assert_ok(m_truncate(&m, q, 20));
     assert_ok(m_append(&m, q, 8, u, true));
-    assert_int_equal(kstats(m.kv).cow_copies_total, cw + 2);
+    assert_int_equal(test_kv_stats(m.kv).cow_copies_total, cw + 2);
     size_t r = m_create(&m, 0);
     assert_int_equal(m_match(&m, r, t + 10, 32), 32);
     m_verify(&m);
@@ -1782,7 +1771,7 @@ static void stats_and_schema(void **state)
     size_t c = m_create(&m, 0);
     assert_int_equal(m_match(&m, c, t, 21), 16);
     m_verify(&m); /* blocks, slots and bytes against the shadow */
-    llmem_kv_stats s = kstats(m.kv);
+    llmem_kv_stats s = test_kv_stats(m.kv);
     /* a: 3 blocks (5 in the last); b shares 2, its copy holds 7; c shares 2. */
     assert_int_equal(s.blocks_used, 4);
     assert_int_equal(s.tokens_written, 8 + 8 + 5 + 7);
@@ -1804,7 +1793,7 @@ static void stats_and_schema(void **state)
     assert_int_equal(small.sequences, 2);
     assert_int_equal(small.blocks_total, 0xababababababababull);
     /* The schema renders every field. */
-    s = kstats(m.kv);
+    s = test_kv_stats(m.kv);
     const llmem_stats_schema *sc = llmem_kv_stats_schema();
     assert_non_null(sc);
     assert_string_equal(sc->name, "kv");
@@ -1963,7 +1952,7 @@ static void appends_take_no_malloc(void **state)
             tok[i] = 1000 * i + (int32_t)c;
             assert_ok(llmem_kv_seq_append(kv, s[i], 1, &tok[i], NULL));
         }
-        uint64_t grows = kstats(kv).grows_total;
+        uint64_t grows = test_kv_stats(kv).grows_total;
         struct mallinfo2 before = mallinfo2();
         for (int k = 0; k < 1000; k++)
             for (int i = 0; i < 2; i++) {
@@ -1976,7 +1965,7 @@ static void appends_take_no_malloc(void **state)
             fail_msg("case %zu: malloc moved across the appends: in use %zu -> %zu bytes, mmapped %zu -> %zu, "
                      "arena %zu -> %zu",
                      c, before.uordblks, after.uordblks, before.hblks, after.hblks, before.arena, after.arena);
-        llmem_kv_stats ks = kstats(kv);
+        llmem_kv_stats ks = test_kv_stats(kv);
         if (!cases[c].window) assert_true(ks.grows_total - grows >= 2 * (1000 / (16 * 8))); /* crossed 14 slabs */
         else assert_true(ks.shrinks_total + ks.grows_total > 0);
         llmem_kv_seq_info in;
@@ -2056,15 +2045,7 @@ static void fault_scenario(fctx *f, llmem_kv_strategy strategy, bool prefix, uns
     m_close(&m);
     llmem_pool_destroy(pool);
     /* Nothing left mapped. */
-    llmem_tracking_stats ts;
-    memset(&ts, 0, sizeof ts);
-    assert_ok(llmem_tracking_resource_get_stats(f->track, &ts));
-    if (ts.live_mappings) {
-        llmem_tracking_resource_report(f->track, stderr, NULL);
-        fail_msg("%llu mappings leaked", (unsigned long long)ts.live_mappings);
-    }
-    assert_int_equal(ts.live_bytes, 0);
-    assert_int_equal(ts.refused_total, 0); /* the pool and the manager never made an invalid call */
+    test_tracking_expect_clean(f->track); /* the pool and the manager never made an invalid call */
 }
 
 static void fault_arm(fctx *f, uint64_t nth, uint64_t count)
@@ -2268,13 +2249,13 @@ static void swap_round_trip(void **state)
     assert_ok(llmem_kv_seq_create(f.kv, 0, &a));
     assert_ok(llmem_kv_seq_append(f.kv, a, 100, t, NULL)); /* 7 blocks, the last partial */
     sw_fill(&f, a, 0, 100, 1);
-    llmem_kv_stats s0 = kstats(f.kv);
+    llmem_kv_stats s0 = test_kv_stats(f.kv);
     assert_int_equal(s0.blocks_used, 7);
     assert_int_equal(s0.swapped_sequences, 0);
 
     assert_ok(llmem_kv_seq_swap_out(f.kv, a));
     assert_ok(llmem_kv_check(f.kv));
-    llmem_kv_stats s1 = kstats(f.kv);
+    llmem_kv_stats s1 = test_kv_stats(f.kv);
     size_t want_map = (7 * bb * 2 + 4095) / 4096 * 4096;
     assert_int_equal(s1.blocks_used, 0); /* the device blocks went back */
     assert_int_equal(s1.swapped_sequences, 1);
@@ -2297,7 +2278,7 @@ static void swap_round_trip(void **state)
     assert_ok(llmem_kv_seq_create(f.kv, 0, &b));
     assert_ok(llmem_kv_seq_append(f.kv, b, 100, t + 100, NULL));
     sw_fill(&f, b, 0, 100, 2);
-    assert_int_equal(kstats(f.kv).blocks_used, 7);
+    assert_int_equal(test_kv_stats(f.kv).blocks_used, 7);
 
     assert_ok(llmem_kv_seq_swap_in(f.kv, a));
     assert_ok(llmem_kv_check(f.kv));
@@ -2309,7 +2290,7 @@ static void swap_round_trip(void **state)
     assert_int_equal(in.swap_bytes, 0);
     sw_verify(&f, a, 0, 100, 1); /* every byte, every layer, K and V */
     sw_verify(&f, b, 0, 100, 2);
-    llmem_kv_stats s2 = kstats(f.kv);
+    llmem_kv_stats s2 = test_kv_stats(f.kv);
     assert_int_equal(s2.blocks_used, 14);
     assert_int_equal(s2.swapped_sequences, 0);
     assert_int_equal(s2.swap_in_total, 1);
@@ -2369,19 +2350,19 @@ static void swap_shared_blocks(void **state)
         assert_ok(llmem_kv_seq_append(f.kv, p, 40, t, NULL)); /* 2 full blocks and a partial one */
         sw_fill(&f, p, 0, 40, 1);
         assert_ok(llmem_kv_seq_fork(f.kv, p, &c)); /* shares all three */
-        assert_int_equal(kstats(f.kv).blocks_used, 3);
+        assert_int_equal(test_kv_stats(f.kv).blocks_used, 3);
 
         /* Swap the parent out while the child shares every block. */
         assert_ok(llmem_kv_seq_swap_out(f.kv, p));
         assert_ok(llmem_kv_check(f.kv));
-        assert_int_equal(kstats(f.kv).blocks_used, 3); /* the child still holds them */
+        assert_int_equal(test_kv_stats(f.kv).blocks_used, 3); /* the child still holds them */
         sw_verify(&f, c, 0, 40, 1);
         assert_ok(llmem_kv_seq_append(f.kv, c, 10, t + 40, NULL)); /* no copy-on-write needed now */
-        assert_int_equal(kstats(f.kv).cow_copies_total, 0);
+        assert_int_equal(test_kv_stats(f.kv).cow_copies_total, 0);
         sw_fill(&f, c, 40, 50, 2);
         assert_ok(llmem_kv_seq_swap_in(f.kv, p));
         assert_ok(llmem_kv_check(f.kv));
-        assert_int_equal(kstats(f.kv).blocks_used, 7); /* c holds 4, p took 3 of its own */
+        assert_int_equal(test_kv_stats(f.kv).blocks_used, 7); /* c holds 4, p took 3 of its own */
         sw_verify(&f, p, 0, 40, 1);
         sw_verify(&f, c, 0, 40, 1);
         sw_verify(&f, c, 40, 50, 2);
@@ -2459,10 +2440,10 @@ static void swap_failures(void **state)
 
     /* The swap budget refuses the second: nothing changes. */
     assert_ok(llmem_kv_seq_swap_out(f.kv, a));
-    llmem_kv_stats before = kstats(f.kv);
+    llmem_kv_stats before = test_kv_stats(f.kv);
     assert_status(llmem_kv_seq_swap_out(f.kv, b), LLMEM_ENOMEM);
     assert_error_mentions("swap budget");
-    llmem_kv_stats after = kstats(f.kv);
+    llmem_kv_stats after = test_kv_stats(f.kv);
     assert_memory_equal(&before, &after, sizeof before);
     assert_false(sw_info(&f, b).swapped);
     assert_int_equal(sw_live_maps(&f), 1);
@@ -2476,10 +2457,10 @@ static void swap_failures(void **state)
     fo.status = LLMEM_EDEVICE;
     assert_ok(llmem_kv_seq_swap_in(f.kv, a)); /* room in the swap budget for b */
     assert_ok(llmem_fault_resource_arm(f.fault, &fo));
-    before = kstats(f.kv);
+    before = test_kv_stats(f.kv);
     assert_status(llmem_kv_seq_swap_out(f.kv, b), LLMEM_EDEVICE);
     assert_ok(llmem_fault_resource_arm(f.fault, NULL));
-    after = kstats(f.kv);
+    after = test_kv_stats(f.kv);
     before.swap_seconds_total = after.swap_seconds_total = 0; /* the failed copy's time counts */
     assert_memory_equal(&before, &after, sizeof before);
     assert_false(sw_info(&f, b).swapped);
@@ -2493,10 +2474,10 @@ static void swap_failures(void **state)
     assert_ok(llmem_kv_seq_create(f.kv, 0, &c));
     assert_ok(llmem_kv_seq_append(f.kv, c, 64, t + 128, NULL));
     sw_fill(&f, c, 0, 64, 3);
-    before = kstats(f.kv);
+    before = test_kv_stats(f.kv);
     assert_int_equal(before.blocks_used, 8);
     assert_status(llmem_kv_seq_swap_in(f.kv, a), LLMEM_ENOMEM);
-    after = kstats(f.kv);
+    after = test_kv_stats(f.kv);
     assert_memory_equal(&before, &after, sizeof before);
     assert_true(sw_info(&f, a).swapped);
     assert_int_equal(sw_live_maps(&f), 1);
@@ -2507,10 +2488,10 @@ static void swap_failures(void **state)
     assert_ok(llmem_kv_seq_free(f.kv, b));
     fo.fail_nth = 1;
     assert_ok(llmem_fault_resource_arm(f.fault, &fo));
-    before = kstats(f.kv);
+    before = test_kv_stats(f.kv);
     assert_status(llmem_kv_seq_swap_in(f.kv, a), LLMEM_EDEVICE);
     assert_ok(llmem_fault_resource_arm(f.fault, NULL));
-    after = kstats(f.kv);
+    after = test_kv_stats(f.kv);
     assert_int_equal(after.blocks_used, before.blocks_used);
     assert_int_equal(after.swapped_sequences, 1);
     assert_int_equal(after.swap_bytes_held, before.swap_bytes_held);
@@ -2530,7 +2511,7 @@ static void swap_failures(void **state)
     assert_int_equal(sw_live_maps(&f), 1);
     assert_ok(llmem_kv_seq_free(f.kv, c));
     assert_int_equal(sw_live_maps(&f), 0);
-    llmem_kv_stats s = kstats(f.kv);
+    llmem_kv_stats s = test_kv_stats(f.kv);
     assert_int_equal(s.swapped_sequences, 0);
     assert_int_equal(s.swap_bytes_held, 0);
     assert_int_equal(s.sequences, 1);
@@ -2567,7 +2548,7 @@ static void swap_throughput(void **state)
     }
     uint64_t ms = test_now_ms() - t0;
     sw_verify(&f, s, 2047, 2048, 9);
-    llmem_kv_stats st = kstats(f.kv);
+    llmem_kv_stats st = test_kv_stats(f.kv);
     assert_int_equal(st.bytes_swapped_out_total, (uint64_t)ROUNDS * 2048 * 2048 * 2 * 4);
     double bytes = (double)(st.bytes_swapped_out_total + st.bytes_swapped_in_total);
     print_message("kv swap through sim-device: %.0f MiB in %.3f s of copies (%.2f GB/s); %llu ms wall with maps\n",

@@ -58,6 +58,8 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/rng.h"
+#include "support/tmpdir.h"
 
 #include "../src/engine/kernels.h"
 
@@ -76,7 +78,6 @@
 #endif
 
 static const char *harness;
-static char tmpdir[128];
 static int skips; /* tests skipped: the binary then exits 77, so CTest shows the run as skipped */
 
 #define SKIP()      \
@@ -90,30 +91,16 @@ static const uint32_t qtypes[] = {LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYP
                                   LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K};
 #define NQ (sizeof qtypes / sizeof qtypes[0])
 
+/* The tests' one generator (support/rng.h), one stream for the whole run. */
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rnext(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static double runif(void) { return (double)(rnext() >> 11) * 0x1p-53; }
+static uint64_t rnext(void) { return test_rng_next(&rng); }
+static double runif(void) { return test_rng_unit(&rng); }
 
 static int setup(void **state)
 {
     (void)state;
     harness = getenv("LLMEM_LLAMACPP_HARNESS");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/llmem-oracle-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmpdir_make("oracle");
 }
 
 static bool have_harness(void)
@@ -221,8 +208,8 @@ static void dequant_matches(void **state)
             }
         }
         char in[192], out[192], args[512];
-        snprintf(in, sizeof in, "%s/blocks.bin", tmpdir);
-        snprintf(out, sizeof out, "%s/floats.bin", tmpdir);
+        snprintf(in, sizeof in, "%s/blocks.bin", test_tmpdir());
+        snprintf(out, sizeof out, "%s/floats.bin", test_tmpdir());
         FILE *f = fopen(in, "wb");
         assert_non_null(f);
         assert_int_equal(fwrite(q, bb, nb, f), nb);
@@ -320,7 +307,7 @@ static void engine_greedy(const char *path, const int32_t *prompt, size_t np, si
 
 static void quantize_to(const char *in, uint32_t type, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%s.gguf", tmpdir, llmem_dtype_name(type));
+    snprintf(out, cap, "%s/%s.gguf", test_tmpdir(), llmem_dtype_name(type));
     llmem_quantize_options qo = {type, false, false};
     llmem_quantize_report r = {sizeof r};
     assert_ok(llmem_model_quantize(in, out, &qo, &r));
@@ -366,7 +353,7 @@ static void harness_logits(const char *model, const int32_t *ids, size_t n, uint
     static char args[16384];
     char idsarg[8192], lpath[256];
     ids_arg(idsarg, sizeof idsarg, ids, n);
-    snprintf(lpath, sizeof lpath, "%s/logits.bin", tmpdir);
+    snprintf(lpath, sizeof lpath, "%s/logits.bin", test_tmpdir());
     snprintf(args, sizeof args, "logits '%s' '%s'%s", model, lpath, idsarg);
     run_harness(args, NULL, 0);
     read_logits(lpath, a, n, vocab);
@@ -549,7 +536,7 @@ static int forced_arch(const char *arch)
     for (size_t ti = 0; ti < NQ + 3; ti += ti < 3 ? 1 : TYPE_STRIDE) {
         uint32_t t = ti < 3 ? floats[ti] : qtypes[ti - 3];
         char path[256];
-        snprintf(path, sizeof path, "%s/random-%s-%s.gguf", tmpdir, arch, llmem_dtype_name(t));
+        snprintf(path, sizeof path, "%s/random-%s-%s.gguf", test_tmpdir(), arch, llmem_dtype_name(t));
         llmem_synth_options so = {7, t, NULL, false, NULL, arch, 0};
         assert_ok(llmem_synth_gguf(&sh, &so, path));
         harness_logits(path, ids, N, V, a, b);
@@ -675,7 +662,7 @@ static void tokenize_matches(void **state)
     if (!have_harness()) SKIP();
     llmem_shape sh = {"oracle-vocab", 1, 64, 2, 2, 32, 128, 2000, 256, 10000.0, 1};
     char path[256];
-    snprintf(path, sizeof path, "%s/vocab.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/vocab.gguf", test_tmpdir());
     llmem_synth_options so = {3, LLMEM_DTYPE_F32, NULL, false, NULL, NULL, 0};
     assert_ok(llmem_synth_gguf(&sh, &so, path));
     tokens_match(path, "llmem synth vocabulary");
@@ -691,7 +678,7 @@ static void tokenize_bpe_matches(void **state)
     for (size_t i = 0; i < sizeof pres / sizeof *pres; i++) {
         llmem_shape sh = {"oracle-bpe", 1, 64, 2, 2, 32, 128, 4000, 256, 10000.0, 1};
         char path[256], label[64];
-        snprintf(path, sizeof path, "%s/bpe-%s.gguf", tmpdir, pres[i]);
+        snprintf(path, sizeof path, "%s/bpe-%s.gguf", test_tmpdir(), pres[i]);
         llmem_synth_options so = {3, LLMEM_DTYPE_F32, NULL, false, pres[i], NULL, 0};
         assert_ok(llmem_synth_gguf(&sh, &so, path));
         snprintf(label, sizeof label, "gpt2 vocabulary, pre %s", pres[i]);
@@ -714,7 +701,7 @@ static void qwen2_greedy(void **state)
     static const uint32_t floats[] = {LLMEM_DTYPE_F32, LLMEM_DTYPE_F16, LLMEM_DTYPE_BF16};
     for (size_t ti = 0; ti < NQ + 3; ti += ti < 3 ? 1 : TYPE_STRIDE) {
         uint32_t t = ti < 3 ? floats[ti] : qtypes[ti - 3];
-        snprintf(path, sizeof path, "%s/qwen2-%s.gguf", tmpdir, llmem_dtype_name(t));
+        snprintf(path, sizeof path, "%s/qwen2-%s.gguf", test_tmpdir(), llmem_dtype_name(t));
         llmem_synth_options so = {11, t, NULL, false, NULL, "qwen2", 0};
         assert_ok(llmem_synth_gguf(&sh, &so, path));
         snprintf(args, sizeof args, "load '%s'", path);
@@ -757,10 +744,10 @@ int main(int argc, char **argv)
     size_t count;
     if (test_shared_group(argc, argv)) {
         test_require_shared("models/stories260K.gguf", NULL);
-        failed = cmocka_run_group_tests_name("test_oracle (shared data)", shared_tests, setup, teardown);
+        failed = cmocka_run_group_tests_name("test_oracle (shared data)", shared_tests, setup, test_tmpdir_teardown);
         count = sizeof shared_tests / sizeof shared_tests[0];
     } else {
-        failed = cmocka_run_group_tests(tests, setup, teardown);
+        failed = cmocka_run_group_tests(tests, setup, test_tmpdir_teardown);
         count = sizeof tests / sizeof tests[0];
     }
     /* Only the harness is ever missing here: every case skips then. */

@@ -4,6 +4,7 @@
  * pools, and a shadow-model property test over host and sim-device.
  */
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 static llmem_pool *new_pool(llmem_resource *r, bool checked)
@@ -55,16 +56,11 @@ static void fill(llmem_resource *dev, unsigned char *p, size_t n, unsigned char 
 
 static void verify(llmem_resource *dev, const unsigned char *p, size_t n, unsigned char tag)
 {
-    unsigned char buf[4096];
-    for (size_t off = 0; off < n; off += sizeof buf) {
-        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
-        if (dev) assert_ok(llmem_resource_copy(dev, buf, p + off, k));
-        else memcpy(buf, p + off, k);
-        for (size_t i = 0; i < k; i++)
-            if (buf[i] != (unsigned char)(tag + (off + i) * 7))
-                fail_msg("block %p byte %zu: %u, expected %u", (void *)p, off + i, buf[i],
-                         (unsigned char)(tag + (off + i) * 7));
-    }
+    unsigned char *buf = test_read_back(dev, p, n);
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != (unsigned char)(tag + i * 7))
+            fail_msg("block %p byte %zu: %u, expected %u", (void *)p, i, buf[i], (unsigned char)(tag + i * 7));
+    free(buf);
 }
 
 static int by_addr(const void *a, const void *b)
@@ -165,10 +161,7 @@ static void property_sim_device(void **state)
     llmem_resource *sim;
     assert_ok(llmem_sim_resource_create(&so, &sim));
     for (uint64_t seed = 21; seed <= 23; seed++) property_run(sim, seed == 23, seed, 1500, (size_t)8 << 20);
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(sim);
     llmem_resource_destroy(sim);
 }
 
@@ -736,17 +729,8 @@ static void compaction_run(llmem_resource *res, size_t budget)
     llmem_pool_destroy(p);
 }
 
-static void compaction_host(void **state)
-{
-    (void)state;
-    compaction_run(NULL, 0);
-}
-
-static void compaction_budget(void **state)
-{
-    (void)state;
-    compaction_run(NULL, 100000);
-}
+TEST_CASE(compaction_host, compaction_run(NULL, 0))
+TEST_CASE(compaction_budget, compaction_run(NULL, 100000))
 
 static void compaction_sim_device(void **state)
 {
@@ -754,10 +738,7 @@ static void compaction_sim_device(void **state)
     llmem_resource *sim;
     assert_ok(llmem_sim_resource_create(NULL, &sim));
     compaction_run(sim, 0);
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(sim);
     llmem_resource_destroy(sim);
 }
 

@@ -7,6 +7,7 @@
  * go through copy()); the same over cuda-vmm is in test_cuda.c.
  */
 #include "test_util.h"
+#include "support/cases.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -22,13 +23,8 @@ static void env_make(env *e, bool device, size_t reserve, size_t max_bytes)
 {
     memset(e, 0, sizeof *e);
     e->device = device;
-    if (device) {
-        llmem_sim_options so = llmem_sim_options_default();
-        so.capacity = 512 * MiB; /* physical; the reservation is address space */
-        assert_ok(llmem_sim_resource_create(&so, &e->base));
-    } else {
-        assert_ok(llmem_os_resource_create(NULL, &e->base));
-    }
+    /* 512 MiB physical on the device; the reservation is address space. */
+    e->base = device ? test_sim_new(512 * MiB) : test_os_new();
     assert_ok(llmem_tracking_resource_create(e->base, &e->track));
     llmem_pool_options o = llmem_pool_options_default();
     o.name = "in-place";
@@ -43,20 +39,9 @@ static void env_free(env *e)
 {
     assert_ok(llmem_pool_check(e->pool));
     llmem_pool_destroy(e->pool);
-    llmem_tracking_stats t;
-    memset(&t, 0, sizeof t);
-    assert_ok(llmem_tracking_resource_get_stats(e->track, &t));
-    assert_int_equal(t.live_mappings, 0);
+    assert_int_equal(test_tracking_stats(e->track).live_mappings, 0);
     llmem_resource_destroy(e->track);
     llmem_resource_destroy(e->base);
-}
-
-static llmem_pool_stats stats_of(llmem_pool *p)
-{
-    llmem_pool_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
 }
 
 /* Write and verify a block's pattern, directly or through copy(). */
@@ -83,7 +68,7 @@ static void grows_in_place(bool device)
 {
     env e;
     env_make(&e, device, 4 * GiB, 0);
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.reserved_bytes, 0); /* nothing mapped before the first allocation */
 
     /* A KV-cache-like growth: per-layer slabs of 2 MiB appended, plus
@@ -99,7 +84,7 @@ static void grows_in_place(bool device)
         put(&e, blk[i], size[i] < 4096 ? size[i] : 4096, (unsigned)i);
         if ((uintptr_t)blk[i] < lo) lo = (uintptr_t)blk[i];
         if ((uintptr_t)blk[i] + size[i] > hi) hi = (uintptr_t)blk[i] + size[i];
-        s = stats_of(e.pool);
+        s = test_pool_stats(e.pool);
         assert_int_equal(s.superblocks, 1);      /* never a second mapping */
         assert_int_equal(s.reserved_bytes, 4 * GiB);
         assert_true(s.committed_bytes < 2 * s.used_bytes + 8 * MiB); /* follows demand */
@@ -111,9 +96,9 @@ static void grows_in_place(bool device)
     /* Free every other block and shrink: committed memory goes back, the
      * range stays, the survivors do not move and keep their bytes. */
     for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_free(e.pool, blk[i]));
-    uint64_t before = stats_of(e.pool).committed_bytes;
+    uint64_t before = test_pool_stats(e.pool).committed_bytes;
     size_t released = llmem_pool_trim(e.pool);
-    s = stats_of(e.pool);
+    s = test_pool_stats(e.pool);
     assert_true(released > 0);
     assert_int_equal(s.committed_bytes, before - released);
     assert_int_equal(s.reserved_bytes, 4 * GiB);
@@ -131,24 +116,15 @@ static void grows_in_place(bool device)
     for (int i = 1; i < N; i += 2) check(&e, blk[i], size[i] < 4096 ? size[i] : 4096, (unsigned)i);
     for (int i = 0; i < N; i++) assert_ok(llmem_pool_free(e.pool, blk[i]));
     llmem_pool_trim(e.pool);
-    s = stats_of(e.pool);
+    s = test_pool_stats(e.pool);
     assert_int_equal(s.used_bytes, 0);
     assert_int_equal(s.committed_bytes, 0); /* everything decommitted */
     assert_int_equal(s.reserved_bytes, 4 * GiB); /* the range stays until destroy */
     env_free(&e);
 }
 
-static void host_grows_in_place(void **state)
-{
-    (void)state;
-    grows_in_place(false);
-}
-
-static void device_grows_in_place(void **state)
-{
-    (void)state;
-    grows_in_place(true);
-}
+TEST_CASE(host_grows_in_place, grows_in_place(false))
+TEST_CASE(device_grows_in_place, grows_in_place(true))
 
 /* Past the range: ordinary superblocks, and the range is still used first. */
 static void overflow_adds_superblocks(void **state)
@@ -160,18 +136,18 @@ static void overflow_adds_superblocks(void **state)
     void *b = llmem_pool_alloc(e.pool, 12 * MiB, NULL); /* does not fit the rest */
     assert_non_null(a);
     assert_non_null(b);
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.superblocks, 2);
     assert_ok(llmem_pool_free(e.pool, b));
     llmem_pool_trim(e.pool);
-    assert_int_equal(stats_of(e.pool).superblocks, 1); /* the extra one goes, the range stays */
+    assert_int_equal(test_pool_stats(e.pool).superblocks, 1); /* the extra one goes, the range stays */
     /* A request bigger than the whole range on the first growth. */
     assert_ok(llmem_pool_free(e.pool, a));
     env_free(&e);
     env_make(&e, true, 16 * MiB, 0);
     void *c = llmem_pool_alloc(e.pool, 40 * MiB, NULL);
     assert_non_null(c);
-    assert_int_equal(stats_of(e.pool).superblocks, 2);
+    assert_int_equal(test_pool_stats(e.pool).superblocks, 2);
     assert_ok(llmem_pool_free(e.pool, c));
     env_free(&e);
 }
@@ -186,7 +162,7 @@ static void reserve_past_the_range(void **state)
     env e;
     env_make(&e, false, 4 * MiB, 0);
     assert_ok(llmem_pool_reserve(e.pool, 10 * MiB));
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.superblocks, 2);
     assert_true(s.committed_bytes >= 10 * MiB);
     void *a = llmem_pool_alloc(e.pool, 10 * MiB, NULL);
@@ -209,7 +185,7 @@ static void compaction_keeps_the_range(void **state)
     llmem_pool_compact_report r;
     memset(&r, 0, sizeof r);
     assert_ok(llmem_pool_compact(e.pool, 0, &r));
-    llmem_pool_stats s = stats_of(e.pool);
+    llmem_pool_stats s = test_pool_stats(e.pool);
     assert_int_equal(s.superblocks, 1);
     assert_int_equal(s.reserved_bytes, 64 * MiB);
     for (int i = 0; i < 24; i++)
@@ -262,11 +238,11 @@ static void commit_failure_is_clean(void **state)
     fo.fail_nth = 1;
     fo.ops = LLMEM_FAULT_OP_COMMIT;
     assert_ok(llmem_fault_resource_arm(fault, &fo));
-    llmem_pool_stats s0 = stats_of(p);
+    llmem_pool_stats s0 = test_pool_stats(p);
     llmem_status st;
     assert_null(llmem_pool_alloc(p, 4 * MiB, &st));
     assert_int_equal(st, LLMEM_ENOMEM);
-    llmem_pool_stats s1 = stats_of(p);
+    llmem_pool_stats s1 = test_pool_stats(p);
     assert_int_equal(s1.committed_bytes, s0.committed_bytes);
     assert_int_equal(s1.used_bytes, s0.used_bytes);
     assert_ok(llmem_pool_check(p));

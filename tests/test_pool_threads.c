@@ -8,6 +8,8 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/inbox.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 enum { THREADS = 8, OPS = 20000, QUEUE = 256 };
@@ -19,11 +21,7 @@ typedef struct item {
 } item;
 
 /* A mutex-protected ring per thread: others push blocks for it to free. */
-typedef struct inbox {
-    pthread_mutex_t lock;
-    item q[QUEUE];
-    size_t head, count;
-} inbox;
+typedef test_inbox inbox; /* of QUEUE items */
 
 typedef struct shared {
     llmem_pool *pool;
@@ -51,27 +49,8 @@ static void release(shared *sh, int id, item *it)
     sh->frees[id]++;
 }
 
-static bool push(inbox *b, item it)
-{
-    pthread_mutex_lock(&b->lock);
-    bool ok = b->count < QUEUE;
-    if (ok) b->q[(b->head + b->count++) % QUEUE] = it;
-    pthread_mutex_unlock(&b->lock);
-    return ok;
-}
-
-static bool pop(inbox *b, item *it)
-{
-    pthread_mutex_lock(&b->lock);
-    bool ok = b->count > 0;
-    if (ok) {
-        *it = b->q[b->head];
-        b->head = (b->head + 1) % QUEUE;
-        b->count--;
-    }
-    pthread_mutex_unlock(&b->lock);
-    return ok;
-}
+static bool push(inbox *b, item it) { return test_inbox_push(b, &it); }
+static bool pop(inbox *b, item *it) { return test_inbox_pop(b, it); }
 
 static void *worker(void *arg)
 {
@@ -121,7 +100,7 @@ static void run(bool checked, bool with_large)
     o.checked = checked;
     assert_ok(llmem_pool_create(&o, &sh->pool));
     sh->with_large = with_large;
-    for (int i = 0; i < THREADS; i++) pthread_mutex_init(&sh->boxes[i].lock, NULL);
+    for (int i = 0; i < THREADS; i++) test_inbox_init(&sh->boxes[i], sizeof(item), QUEUE);
     pthread_barrier_init(&sh->done_producing, NULL, THREADS);
     pthread_t t[THREADS];
     targ args[THREADS];
@@ -148,28 +127,14 @@ static void run(bool checked, bool with_large)
     assert_ok(llmem_pool_get_stats(sh->pool, &st));
     assert_int_equal(st.reserved_bytes, 0);
     pthread_barrier_destroy(&sh->done_producing);
-    for (int i = 0; i < THREADS; i++) pthread_mutex_destroy(&sh->boxes[i].lock);
+    for (int i = 0; i < THREADS; i++) test_inbox_destroy(&sh->boxes[i]);
     llmem_pool_destroy(sh->pool);
     free(sh);
 }
 
-static void cross_thread_small(void **state)
-{
-    (void)state;
-    run(false, false);
-}
-
-static void cross_thread_mixed(void **state)
-{
-    (void)state;
-    run(false, true);
-}
-
-static void cross_thread_checked(void **state)
-{
-    (void)state;
-    run(true, true);
-}
+TEST_CASE(cross_thread_small, run(false, false))
+TEST_CASE(cross_thread_mixed, run(false, true))
+TEST_CASE(cross_thread_checked, run(true, true))
 
 /* Many short-lived threads: each exit returns its cache; the pool does
  * not grow without bound. */
@@ -316,17 +281,8 @@ static void idle_cache_reclaimed(bool background)
     pthread_cond_destroy(&d.cond);
 }
 
-static void idle_cache_reclaimed_by_shrink(void **state)
-{
-    (void)state;
-    idle_cache_reclaimed(false);
-}
-
-static void idle_cache_reclaimed_by_purger(void **state)
-{
-    (void)state;
-    idle_cache_reclaimed(true);
-}
+TEST_CASE(idle_cache_reclaimed_by_shrink, idle_cache_reclaimed(false))
+TEST_CASE(idle_cache_reclaimed_by_purger, idle_cache_reclaimed(true))
 
 /* Poll the pool's stats every 10 ms until done(stats) holds or the bound
  * passes; true if it held. The bound is generous (a loaded machine under
@@ -445,14 +401,11 @@ static void pm_fill(llmem_resource *dev, unsigned char *q, size_t n, unsigned ch
 
 static void pm_check(llmem_resource *dev, const unsigned char *q, size_t n, unsigned char tag)
 {
-    unsigned char buf[4096];
-    for (size_t off = 0; off < n; off += sizeof buf) {
-        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
-        if (dev) assert_ok(llmem_resource_copy(dev, buf, q + off, k));
-        else memcpy(buf, q + off, k);
-        for (size_t i = 0; i < k; i += 97)
-            if (buf[i] != tag) fail_msg("block %p lost byte %zu", (void *)q, off + i);
-    }
+    unsigned char *buf = test_read_back(dev, q, n);
+    for (size_t off = 0; off < n; off += 4096) /* every 97th byte of each 4 KiB */
+        for (size_t i = off; i < n && i < off + 4096; i += 97)
+            if (buf[i] != tag) fail_msg("block %p lost byte %zu", (void *)q, i);
+    free(buf);
 }
 
 typedef struct pm_live {
@@ -534,11 +487,7 @@ static void property_run(llmem_resource *dev)
     llmem_pool_destroy(p);
 }
 
-static void property_per_thread(void **state)
-{
-    (void)state;
-    property_run(NULL);
-}
+TEST_CASE(property_per_thread, property_run(NULL))
 
 static void property_per_thread_sim_device(void **state)
 {
@@ -546,10 +495,7 @@ static void property_per_thread_sim_device(void **state)
     llmem_resource *sim;
     assert_ok(llmem_sim_resource_create(NULL, &sim));
     property_run(sim);
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
-    assert_int_equal(ss.bad_copies_total, 0);
+    test_sim_expect_clean(sim);
     llmem_resource_destroy(sim);
 }
 

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/synth_model.h"
 
 /* A file in the shared folder's models/ (test_util.h: test_shared_path). */
 #define MODEL(rel) test_shared_path("models/" rel)
@@ -130,13 +131,7 @@ static void engine_peaks_synthetic_model(void **state)
     close(fd);
     llmem_gguf_writer *w;
     assert_ok(llmem_gguf_writer_create(&w));
-    assert_ok(llmem_gguf_add_str(w, "general.architecture", "llama"));
-    assert_ok(llmem_gguf_add_u32(w, "llama.context_length", 256));
-    assert_ok(llmem_gguf_add_u32(w, "llama.embedding_length", 128));
-    assert_ok(llmem_gguf_add_u32(w, "llama.block_count", 2));
-    assert_ok(llmem_gguf_add_u32(w, "llama.feed_forward_length", 352));
-    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count", 8));
-    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count_kv", 2));
+    test_gguf_llama_keys(w, 256, 128, 2, 352, 8, 2);
     const uint64_t D = 128, KV = 32, F = 352, V = 300;
     uint64_t d[2];
 #define T(name, a, b)                                                                                              \

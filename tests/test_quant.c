@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/rng.h"
 
 static const struct {
     uint32_t type;
@@ -30,14 +31,9 @@ static const struct {
 };
 #define NT (sizeof types / sizeof types[0])
 
+/* The tests' one generator (support/rng.h), one stream for the whole run. */
 static uint64_t rs = 88172645463325252ull;
-static double runif(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (double)(rs >> 11) * 0x1p-53;
-}
+static double runif(void) { return test_rng_unit(&rs); }
 
 static void test_sizes(void **state)
 {

@@ -33,14 +33,6 @@ static llmem_resource *os_new(const llmem_os_options *o)
     return r;
 }
 
-static llmem_os_stats ostats(const llmem_resource *r)
-{
-    llmem_os_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_os_resource_get_stats(r, &s));
-    return s;
-}
-
 static llmem_os_caps caps(void)
 {
     llmem_os_caps c;
@@ -390,22 +382,22 @@ static void thp_mode_aligns_and_advises(void **state)
     assert_int_equal((uintptr_t)p % huge, 0);
     p[0] = 1;
     p[big - 1] = 2;
-    uint64_t advised = ostats(r).thp_advised_bytes_total;
+    uint64_t advised = test_os_stats(r).thp_advised_bytes_total;
     if (c.thp_available) assert_int_equal(advised, big);
     else print_message("note: THP is 'never' here; advice counted: %llu bytes\n", (unsigned long long)advised);
 
     /* Below one huge page: no advice. */
     void *small;
     assert_ok(llmem_resource_map(r, 64 * KiB, 0, 0, &small));
-    assert_int_equal(ostats(r).thp_advised_bytes_total, advised);
+    assert_int_equal(test_os_stats(r).thp_advised_bytes_total, advised);
 
     /* A reservation is aligned at map time and advised when committed. */
     char *res;
     assert_ok(llmem_resource_map(r, res_size, 0, LLMEM_MAP_UNCOMMITTED, (void **)&res));
     assert_int_equal((uintptr_t)res % huge, 0);
-    assert_int_equal(ostats(r).thp_advised_bytes_total, advised);
+    assert_int_equal(test_os_stats(r).thp_advised_bytes_total, advised);
     assert_ok(llmem_resource_commit(r, res, 4 * MiB));
-    if (c.thp_available) assert_int_equal(ostats(r).thp_advised_bytes_total, advised + 4 * MiB);
+    if (c.thp_available) assert_int_equal(test_os_stats(r).thp_advised_bytes_total, advised + 4 * MiB);
     res[4 * MiB - 1] = 3;
 
     assert_ok(llmem_resource_unmap(r, p, big, big));
@@ -416,7 +408,7 @@ static void thp_mode_aligns_and_advises(void **state)
     /* Control: the default mode advises nothing. */
     r = os_new(NULL);
     assert_ok(llmem_resource_map(r, big, 0, 0, (void **)&p));
-    assert_int_equal(ostats(r).thp_advised_bytes_total, 0);
+    assert_int_equal(test_os_stats(r).thp_advised_bytes_total, 0);
     assert_ok(llmem_resource_unmap(r, p, big, big));
     llmem_resource_destroy(r);
 }
@@ -450,18 +442,57 @@ static llmem_resource *hugetlb_resource(bool strict, llmem_os_caps *c)
     return r;
 }
 
+/* hugetlb_resource for a case that needs huge pages free (with_free) or
+ * none free and no overcommit: skipped, saying why, on another host. */
+static llmem_resource *hugetlb_case(bool strict, bool with_free, llmem_os_caps *c)
+{
+    llmem_resource *r = hugetlb_resource(strict, c);
+    if (!r) skip();
+    if (!with_free && (c->hugetlb_free > 0 || hugetlb_overcommit_allowed())) {
+        print_message("skipped: this host has huge pages free (%llu) or overcommit; see the next test\n",
+                      (unsigned long long)c->hugetlb_free);
+        llmem_resource_destroy(r);
+        skip();
+    }
+    if (with_free && c->hugetlb_free == 0) {
+        print_message("skipped: no huge pages are reserved on this host (HugePages_Free 0); the fallback and "
+                      "ENOHUGE tests cover it\n");
+        llmem_resource_destroy(r);
+        skip();
+    }
+    return r;
+}
+
+/* One byte mapped through r: a whole huge page, aligned to it. */
+static char *map_one_byte_huge(llmem_resource *r, size_t huge)
+{
+    char *p;
+    assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
+    assert_int_equal((uintptr_t)p % huge, 0);
+    return p;
+}
+
+/* r's hugetlb figures: bytes in huge pages now, fallbacks so far. */
+static void expect_hugetlb(const llmem_resource *r, uint64_t bytes, uint64_t fallbacks)
+{
+    llmem_os_stats os = test_os_stats(r);
+    assert_int_equal(os.hugetlb_bytes, bytes);
+    assert_int_equal(os.hugetlb_fallbacks_total, fallbacks);
+}
+
+/* The huge page at p is memory: its first and last bytes hold what is written. */
+static void write_both_ends(char *p, size_t huge)
+{
+    p[0] = 1;
+    p[huge - 1] = 2;
+    assert_int_equal(p[0] + p[huge - 1], 3);
+}
+
 static void hugetlb_strict_without_free_pages_is_enohuge(void **state)
 {
     (void)state;
     llmem_os_caps c;
-    llmem_resource *r = hugetlb_resource(true, &c);
-    if (!r) skip();
-    if (c.hugetlb_free > 0 || hugetlb_overcommit_allowed()) {
-        print_message("skipped: this host has huge pages free (%llu) or overcommit; see the next test\n",
-                      (unsigned long long)c.hugetlb_free);
-        llmem_resource_destroy(r);
-        skip();
-    }
+    llmem_resource *r = hugetlb_case(true, false, &c);
     for (unsigned flags = 0; flags <= LLMEM_MAP_UNCOMMITTED; flags += LLMEM_MAP_UNCOMMITTED) {
         void *p = &p;
         llmem_clear_error();
@@ -472,9 +503,7 @@ static void hugetlb_strict_without_free_pages_is_enohuge(void **state)
     llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.failures_total, 2);
     assert_int_equal(s.mappings, 0);
-    llmem_os_stats os = ostats(r);
-    assert_int_equal(os.hugetlb_bytes, 0);
-    assert_int_equal(os.hugetlb_fallbacks_total, 0);
+    expect_hugetlb(r, 0, 0);
     llmem_resource_destroy(r);
 }
 
@@ -482,35 +511,21 @@ static void hugetlb_without_free_pages_falls_back(void **state)
 {
     (void)state;
     llmem_os_caps c;
-    llmem_resource *r = hugetlb_resource(false, &c);
-    if (!r) skip();
-    if (c.hugetlb_free > 0 || hugetlb_overcommit_allowed()) {
-        print_message("skipped: this host has huge pages free (%llu) or overcommit; see the next test\n",
-                      (unsigned long long)c.hugetlb_free);
-        llmem_resource_destroy(r);
-        skip();
-    }
+    llmem_resource *r = hugetlb_case(false, false, &c);
     const size_t huge = c.huge_page_size;
-    char *p;
-    assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
-    assert_int_equal((uintptr_t)p % huge, 0);
-    llmem_os_stats os = ostats(r);
-    assert_int_equal(os.hugetlb_fallbacks_total, 1);
-    assert_int_equal(os.hugetlb_bytes, 0);
-    if (c.thp_available) assert_int_equal(os.thp_advised_bytes_total, huge);
+    char *p = map_one_byte_huge(r, huge);
+    expect_hugetlb(r, 0, 1);
+    if (c.thp_available) assert_int_equal(test_os_stats(r).thp_advised_bytes_total, huge);
     assert_int_equal(test_resource_stats(r).mapped_bytes, huge); /* one granule: a whole huge page */
     assert_false(test_child_faults(touch_write, p + huge - 1));
-    p[0] = 1;
-    p[huge - 1] = 2;
-    assert_int_equal(p[0] + p[huge - 1], 3);
+    write_both_ends(p, huge);
 
     /* An uncommitted reservation falls back as well, and what it commits is
      * real memory (hugetlb address space with no huge page reserved behind
      * it would die of SIGBUS on first touch). */
     char *q;
     assert_ok(llmem_resource_map(r, 2 * huge, 0, LLMEM_MAP_UNCOMMITTED, (void **)&q));
-    assert_int_equal(ostats(r).hugetlb_fallbacks_total, 2);
-    assert_int_equal(ostats(r).hugetlb_bytes, 0);
+    expect_hugetlb(r, 0, 2);
     assert_true(test_child_faults(touch_read, q));
     assert_ok(llmem_resource_commit(r, q, huge));
     assert_false(test_child_faults(touch_write, q));
@@ -528,30 +543,17 @@ static void hugetlb_with_free_pages_maps_huge_pages(void **state)
 {
     (void)state;
     llmem_os_caps c;
-    llmem_resource *r = hugetlb_resource(true, &c);
-    if (!r) skip();
-    if (c.hugetlb_free == 0) {
-        print_message("skipped: no huge pages are reserved on this host (HugePages_Free 0); the fallback and "
-                      "ENOHUGE tests cover it\n");
-        llmem_resource_destroy(r);
-        skip();
-    }
+    llmem_resource *r = hugetlb_case(true, true, &c);
     const size_t huge = c.huge_page_size;
-    char *p;
-    assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
-    assert_int_equal((uintptr_t)p % huge, 0);
-    llmem_os_stats os = ostats(r);
-    assert_int_equal(os.hugetlb_bytes, huge);
-    assert_int_equal(os.hugetlb_fallbacks_total, 0);
-    p[0] = 1;
-    p[huge - 1] = 2;
-    assert_int_equal(p[0] + p[huge - 1], 3);
+    char *p = map_one_byte_huge(r, huge);
+    expect_hugetlb(r, huge, 0);
+    write_both_ends(p, huge);
     assert_ok(llmem_resource_decommit(r, p, huge));
     assert_ok(llmem_resource_commit(r, p, huge));
     p[0] = 3;
     assert_int_equal(p[0], 3);
     assert_ok(llmem_resource_unmap(r, p, huge, huge));
-    assert_int_equal(ostats(r).hugetlb_bytes, 0);
+    assert_int_equal(test_os_stats(r).hugetlb_bytes, 0);
     llmem_resource_destroy(r);
 }
 
@@ -576,17 +578,17 @@ static void numa_binding_to_node_zero(void **state)
     r = os_new(&o);
     char *p;
     assert_ok(llmem_resource_map(r, MiB, 0, 0, (void **)&p));
-    assert_int_equal(ostats(r).numa_bound_bytes_total, MiB);
+    assert_int_equal(test_os_stats(r).numa_bound_bytes_total, MiB);
     p[0] = 1;
     p[MiB - 1] = 2;
     char *q;
     assert_ok(llmem_resource_map(r, 2 * MiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&q));
-    assert_int_equal(ostats(r).numa_bound_bytes_total, 3 * MiB);
+    assert_int_equal(test_os_stats(r).numa_bound_bytes_total, 3 * MiB);
     assert_ok(llmem_resource_commit(r, q, MiB));
     q[0] = 3;
     assert_ok(llmem_resource_unmap(r, p, MiB, MiB));
     assert_ok(llmem_resource_unmap(r, q, 2 * MiB, MiB));
-    assert_int_equal(ostats(r).numa_bound_bytes_total, 3 * MiB); /* a counter: it stays */
+    assert_int_equal(test_os_stats(r).numa_bound_bytes_total, 3 * MiB); /* a counter: it stays */
     llmem_resource_destroy(r);
 }
 
@@ -626,31 +628,31 @@ static void mlock_option_locks_committed_memory(void **state)
         assert_int_equal(s.mappings, 0);
         assert_int_equal(s.mapped_bytes, 0);
         assert_int_equal(s.failures_total, 1);
-        assert_int_equal(ostats(r).mlocked_bytes, 0);
+        assert_int_equal(test_os_stats(r).mlocked_bytes, 0);
         llmem_resource_destroy(r);
         return;
     }
     assert_ok(st);
-    assert_int_equal(ostats(r).mlocked_bytes, 64 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 64 * KiB);
     if (MLOCK_IS_REAL) assert_int_equal(vmlck_bytes() - lck0, 64 * KiB);
     p[0] = 1;
 
     assert_ok(llmem_resource_decommit(r, p, 16 * KiB));
-    assert_int_equal(ostats(r).mlocked_bytes, 48 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 48 * KiB);
     if (MLOCK_IS_REAL) assert_int_equal(vmlck_bytes() - lck0, 48 * KiB);
     assert_ok(llmem_resource_commit(r, p, 16 * KiB));
-    assert_int_equal(ostats(r).mlocked_bytes, 64 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 64 * KiB);
 
     /* Reservations are locked as they are committed. */
     char *q;
     assert_ok(llmem_resource_map(r, 64 * KiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&q));
-    assert_int_equal(ostats(r).mlocked_bytes, 64 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 64 * KiB);
     assert_ok(llmem_resource_commit(r, q, 32 * KiB));
-    assert_int_equal(ostats(r).mlocked_bytes, 96 * KiB);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 96 * KiB);
 
     assert_ok(llmem_resource_unmap(r, p, 64 * KiB, 64 * KiB));
     assert_ok(llmem_resource_unmap(r, q, 64 * KiB, 32 * KiB));
-    assert_int_equal(ostats(r).mlocked_bytes, 0);
+    assert_int_equal(test_os_stats(r).mlocked_bytes, 0);
     if (MLOCK_IS_REAL) assert_int_equal(vmlck_bytes(), lck0);
     assert_int_equal(test_resource_stats(r).failures_total, 0);
     llmem_resource_destroy(r);
@@ -881,7 +883,7 @@ static void os_stats_refuse_other_resources(void **state)
 
     llmem_resource *r = os_new(NULL);
     assert_status(llmem_os_resource_get_stats(r, NULL), LLMEM_EINVAL);
-    s = ostats(r);
+    s = test_os_stats(r);
     assert_int_equal(s.struct_size, sizeof s);
     assert_int_equal(s.hugetlb_bytes + s.hugetlb_fallbacks_total + s.thp_advised_bytes_total + s.mlocked_bytes +
                          s.numa_bound_bytes_total,
@@ -934,9 +936,7 @@ static void unmap_rounds_the_committed_figure_like_the_size(void **state)
     assert_ok(llmem_sim_resource_create(NULL, &sim));
     assert_ok(llmem_resource_map(sim, 1, 0, 0, &p));
     assert_ok(llmem_resource_unmap(sim, p, 1, 1));
-    llmem_sim_stats ss = {0};
-    assert_ok(llmem_sim_resource_get_stats(sim, &ss));
-    assert_int_equal(ss.used_bytes, 0);
+    assert_int_equal(test_sim_stats(sim).used_bytes, 0);
     llmem_resource_destroy(sim);
 }
 

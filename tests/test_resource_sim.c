@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 
 #define KiB ((size_t)1024)
 #define MiB (KiB * 1024)
@@ -20,21 +21,6 @@ static llmem_resource *sim_new(const llmem_sim_options *o)
     assert_ok(llmem_sim_resource_create(o, &r));
     assert_non_null(r);
     return r;
-}
-
-static llmem_resource *sim_with_capacity(size_t capacity)
-{
-    llmem_sim_options o = llmem_sim_options_default();
-    o.capacity = capacity;
-    return sim_new(&o);
-}
-
-static llmem_sim_stats sstats(const llmem_resource *r)
-{
-    llmem_sim_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_sim_resource_get_stats(r, &s));
-    return s;
 }
 
 static uint64_t now_ns(void)
@@ -79,12 +65,12 @@ static void expect_device_filled(llmem_resource *r, const void *dev, unsigned ch
  * and as a failure, and not counted as a copy. */
 static void expect_bad_copy(llmem_resource *r, void *dst, const void *src, size_t n, const char *mentions)
 {
-    llmem_sim_stats before = sstats(r);
+    llmem_sim_stats before = test_sim_stats(r);
     llmem_resource_stats rb = test_resource_stats(r);
     llmem_clear_error();
     assert_status(llmem_resource_copy(r, dst, src, n), LLMEM_EINVAL);
     if (mentions) assert_error_mentions(mentions);
-    assert_int_equal(sstats(r).bad_copies_total, before.bad_copies_total + 1);
+    assert_int_equal(test_sim_stats(r).bad_copies_total, before.bad_copies_total + 1);
     llmem_resource_stats ra = test_resource_stats(r);
     assert_int_equal(ra.failures_total, rb.failures_total + 1);
     assert_int_equal(ra.copy_calls_total, rb.copy_calls_total);
@@ -127,13 +113,13 @@ static void map_returns_aligned_device_memory(void **state)
     llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.mapped_bytes, 2 * pg);
     assert_int_equal(s.mappings, 2);
-    llmem_sim_stats ss = sstats(r);
+    llmem_sim_stats ss = test_sim_stats(r);
     assert_int_equal(ss.used_bytes, 2 * pg);
     assert_int_equal(ss.used_peak_bytes, 2 * pg);
     assert_int_equal(ss.capacity_bytes, (size_t)1 << 30);
     assert_ok(llmem_resource_unmap(r, p, 1000, pg));
     assert_ok(llmem_resource_unmap(r, q, 1000, pg));
-    ss = sstats(r);
+    ss = test_sim_stats(r);
     assert_int_equal(ss.used_bytes, 0);
     assert_int_equal(ss.used_peak_bytes, 2 * pg);
     llmem_resource_destroy(r);
@@ -257,7 +243,7 @@ static void copy_round_trips_host_device_host(void **state)
     llmem_resource_stats s = test_resource_stats(r);
     assert_int_equal(s.copy_calls_total, 4);
     assert_int_equal(s.copy_bytes_total, 2 * n + 77 + (5 * pg - 77 - n));
-    assert_int_equal(sstats(r).bad_copies_total, 0);
+    assert_int_equal(test_sim_stats(r).bad_copies_total, 0);
     /* n == 0 is a no-op. */
     assert_ok(llmem_resource_copy(r, p, in, 0));
     assert_ok(llmem_resource_copy(r, NULL, NULL, 0));
@@ -315,7 +301,7 @@ static void copy_past_the_end_of_a_mapping_is_refused(void **state)
     assert_memory_equal(dst, zeros, sizeof dst);
     /* One byte past the end. */
     expect_bad_copy(r, p + pg - 1, src, 2, NULL);
-    assert_int_equal(sstats(r).bad_copies_total, 3);
+    assert_int_equal(test_sim_stats(r).bad_copies_total, 3);
     assert_ok(llmem_resource_unmap(r, p, pg, pg));
     llmem_resource_destroy(r);
 }
@@ -395,7 +381,7 @@ static void overlapping_copies_are_refused(void **state)
     memcpy(copy_of, host, sizeof host);
     expect_bad_copy(r, host + 1, host, 32, "overlap");
     assert_memory_equal(host, copy_of, sizeof host);
-    assert_int_equal(sstats(r).bad_copies_total, 4);
+    assert_int_equal(test_sim_stats(r).bad_copies_total, 4);
     assert_ok(llmem_resource_unmap(r, p, 2 * pg, 2 * pg));
     llmem_resource_destroy(r);
 }
@@ -422,7 +408,7 @@ static void copy_touching_uncommitted_memory_is_refused(void **state)
     /* Decommitted memory is uncommitted again. */
     assert_ok(llmem_resource_decommit(r, p, pg));
     expect_bad_copy(r, dst, p, 1, "uncommitted");
-    assert_int_equal(sstats(r).bad_copies_total, 5);
+    assert_int_equal(test_sim_stats(r).bad_copies_total, 5);
     assert_ok(llmem_resource_unmap(r, p, 4 * pg, 0));
     llmem_resource_destroy(r);
 }
@@ -432,15 +418,15 @@ static void copy_touching_uncommitted_memory_is_refused(void **state)
 static void capacity_is_enforced(void **state)
 {
     (void)state;
-    llmem_resource *r = sim_with_capacity(MiB);
-    assert_int_equal(sstats(r).capacity_bytes, MiB);
+    llmem_resource *r = test_sim_new(MiB);
+    assert_int_equal(test_sim_stats(r).capacity_bytes, MiB);
     void *p, *q = &q;
     assert_ok(llmem_resource_map(r, MiB, 0, 0, &p));
     llmem_clear_error();
     assert_status(llmem_resource_map(r, 4 * KiB, 0, 0, &q), LLMEM_ENOMEM);
     assert_null(q);
     assert_error_mentions("out of device memory");
-    llmem_sim_stats s = sstats(r);
+    llmem_sim_stats s = test_sim_stats(r);
     assert_int_equal(s.oom_total, 1);
     assert_int_equal(s.used_bytes, MiB);
     assert_int_equal(s.used_peak_bytes, MiB);
@@ -448,14 +434,14 @@ static void capacity_is_enforced(void **state)
     assert_int_equal(test_resource_stats(r).failures_total, 1);
 
     assert_ok(llmem_resource_unmap(r, p, MiB, MiB));
-    assert_int_equal(sstats(r).used_bytes, 0);
+    assert_int_equal(test_sim_stats(r).used_bytes, 0);
     assert_ok(llmem_resource_map(r, 4 * KiB, 0, 0, &q));
-    s = sstats(r);
+    s = test_sim_stats(r);
     assert_int_equal(s.used_bytes, 4 * KiB);
     assert_int_equal(s.used_peak_bytes, MiB);
     /* Too big from the start. */
     assert_status(llmem_resource_map(r, MiB, 0, 0, &p), LLMEM_ENOMEM);
-    assert_int_equal(sstats(r).oom_total, 2);
+    assert_int_equal(test_sim_stats(r).oom_total, 2);
     assert_ok(llmem_resource_unmap(r, q, 4 * KiB, 4 * KiB));
     llmem_resource_destroy(r);
 }
@@ -463,29 +449,29 @@ static void capacity_is_enforced(void **state)
 static void reservations_commit_against_capacity(void **state)
 {
     (void)state;
-    llmem_resource *r = sim_with_capacity(256 * KiB);
+    llmem_resource *r = test_sim_new(256 * KiB);
     char *p;
     /* A reservation is address space: bigger than the device is fine. */
     assert_ok(llmem_resource_map(r, MiB, 0, LLMEM_MAP_UNCOMMITTED, (void **)&p));
-    assert_int_equal(sstats(r).used_bytes, 0);
+    assert_int_equal(test_sim_stats(r).used_bytes, 0);
     assert_int_equal(test_resource_stats(r).committed_bytes, 0);
     assert_true(llmem_sim_resource_contains(r, p, MiB));
 
     assert_ok(llmem_resource_commit(r, p, 128 * KiB));
-    assert_int_equal(sstats(r).used_bytes, 128 * KiB);
+    assert_int_equal(test_sim_stats(r).used_bytes, 128 * KiB);
     assert_int_equal(test_resource_stats(r).committed_bytes, 128 * KiB);
     llmem_clear_error();
     assert_status(llmem_resource_commit(r, p, 128 * KiB), LLMEM_EINVAL);
     assert_error_mentions("already committed");
     assert_status(llmem_resource_commit(r, p + 64 * KiB, 128 * KiB), LLMEM_EINVAL); /* half committed */
-    assert_int_equal(sstats(r).used_bytes, 128 * KiB);
+    assert_int_equal(test_sim_stats(r).used_bytes, 128 * KiB);
 
     assert_ok(llmem_resource_commit(r, p + 128 * KiB, 128 * KiB));
-    assert_int_equal(sstats(r).used_bytes, 256 * KiB);
+    assert_int_equal(test_sim_stats(r).used_bytes, 256 * KiB);
     llmem_clear_error();
     assert_status(llmem_resource_commit(r, p + 512 * KiB, 4 * KiB), LLMEM_ENOMEM);
     assert_error_mentions("out of device memory");
-    assert_int_equal(sstats(r).oom_total, 1);
+    assert_int_equal(test_sim_stats(r).oom_total, 1);
     /* A refused commit left the range uncommitted. */
     unsigned char one = 1;
     expect_bad_copy(r, p + 512 * KiB, &one, 1, "uncommitted");
@@ -495,23 +481,23 @@ static void reservations_commit_against_capacity(void **state)
     assert_error_mentions("not committed");
     assert_status(llmem_resource_decommit(r, p + 192 * KiB, 128 * KiB), LLMEM_EINVAL); /* half uncommitted */
     assert_status(llmem_resource_commit(r, p + MiB - 4 * KiB, 8 * KiB), LLMEM_EINVAL);  /* runs past the end */
-    assert_int_equal(sstats(r).used_bytes, 256 * KiB);
+    assert_int_equal(test_sim_stats(r).used_bytes, 256 * KiB);
 
     /* unmap must be told the truth about what is committed. */
     llmem_clear_error();
     assert_status(llmem_resource_unmap(r, p, MiB, 0), LLMEM_EINVAL);
     assert_error_mentions("committed");
     assert_status(llmem_resource_unmap(r, p, MiB, MiB), LLMEM_EINVAL);
-    assert_int_equal(sstats(r).used_bytes, 256 * KiB);
+    assert_int_equal(test_sim_stats(r).used_bytes, 256 * KiB);
     assert_true(llmem_sim_resource_contains(r, p, MiB));
     assert_int_equal(test_resource_stats(r).mappings, 1);
     assert_int_equal(test_resource_stats(r).mapped_bytes, MiB);
 
     /* Decommit gives capacity back. */
     assert_ok(llmem_resource_decommit(r, p, 64 * KiB));
-    assert_int_equal(sstats(r).used_bytes, 192 * KiB);
+    assert_int_equal(test_sim_stats(r).used_bytes, 192 * KiB);
     assert_ok(llmem_resource_commit(r, p + 512 * KiB, 64 * KiB));
-    assert_int_equal(sstats(r).used_bytes, 256 * KiB);
+    assert_int_equal(test_sim_stats(r).used_bytes, 256 * KiB);
     assert_int_equal(test_resource_stats(r).committed_bytes, 256 * KiB);
     unsigned char in[100], out[100];
     pattern(in, sizeof in, 21);
@@ -520,7 +506,7 @@ static void reservations_commit_against_capacity(void **state)
     assert_memory_equal(in, out, sizeof in);
 
     assert_ok(llmem_resource_unmap(r, p, MiB, 256 * KiB));
-    llmem_sim_stats s = sstats(r);
+    llmem_sim_stats s = test_sim_stats(r);
     assert_int_equal(s.used_bytes, 0);
     assert_int_equal(s.used_peak_bytes, 256 * KiB);
     assert_int_equal(test_resource_stats(r).committed_bytes, 0);
@@ -573,14 +559,14 @@ static void unmap_with_wrong_pointer_or_size_is_refused(void **state)
     assert_int_equal(s.failures_total, 6);
     assert_int_equal(s.mappings, 1);
     assert_int_equal(s.unmap_calls_total, 0);
-    assert_int_equal(sstats(r).used_bytes, 4 * pg);
+    assert_int_equal(test_sim_stats(r).used_bytes, 4 * pg);
     /* Still a working mapping. */
     assert_true(llmem_sim_resource_contains(r, p, 4 * pg));
     expect_device_bytes(r, p + pg, in, sizeof in);
     assert_ok(llmem_resource_unmap(r, p, 4 * pg, 4 * pg));
     /* Twice is refused, and nothing is counted twice. */
     assert_status(llmem_resource_unmap(r, p, 4 * pg, 4 * pg), LLMEM_EINVAL);
-    assert_int_equal(sstats(r).used_bytes, 0);
+    assert_int_equal(test_sim_stats(r).used_bytes, 0);
     assert_int_equal(test_resource_stats(r).mapped_bytes, 0);
     assert_int_equal(test_resource_stats(r).unmap_calls_total, 1);
     llmem_resource_destroy(r);
@@ -596,24 +582,24 @@ static void map_and_unmap_costs_are_charged(void **state)
     o.map_cost_ns = map_cost;
     o.unmap_cost_ns = unmap_cost;
     llmem_resource *r = sim_new(&o);
-    assert_int_equal(sstats(r).cost_ns_total, 0);
+    assert_int_equal(test_sim_stats(r).cost_ns_total, 0);
     void *p;
     uint64_t t0 = now_ns();
     assert_ok(llmem_resource_map(r, page(), 0, 0, &p));
     uint64_t t1 = now_ns();
     if (t1 - t0 < map_cost) fail_msg("map took %llu ns, less than its 2 ms cost", (unsigned long long)(t1 - t0));
-    assert_int_equal(sstats(r).cost_ns_total, map_cost);
+    assert_int_equal(test_sim_stats(r).cost_ns_total, map_cost);
     t0 = now_ns();
     assert_ok(llmem_resource_unmap(r, p, page(), page()));
     t1 = now_ns();
     if (t1 - t0 < unmap_cost)
         fail_msg("unmap took %llu ns, less than its 1 ms cost", (unsigned long long)(t1 - t0));
-    assert_int_equal(sstats(r).cost_ns_total, map_cost + unmap_cost);
+    assert_int_equal(test_sim_stats(r).cost_ns_total, map_cost + unmap_cost);
     /* Copies are not charged. */
     unsigned char b = 0;
     assert_ok(llmem_resource_map(r, page(), 0, 0, &p));
     assert_ok(llmem_resource_copy(r, p, &b, 1));
-    assert_int_equal(sstats(r).cost_ns_total, 2 * map_cost + unmap_cost);
+    assert_int_equal(test_sim_stats(r).cost_ns_total, 2 * map_cost + unmap_cost);
     assert_ok(llmem_resource_unmap(r, p, page(), page()));
     llmem_resource_destroy(r);
 }
@@ -681,13 +667,13 @@ static void granularity_option_is_checked_and_applied(void **state)
     assert_ok(llmem_resource_map(r, 1, 0, 0, (void **)&p));
     assert_int_equal((uintptr_t)p % (2 * MiB), 0);
     assert_int_equal(test_resource_stats(r).mapped_bytes, 2 * MiB);
-    assert_int_equal(sstats(r).used_bytes, 2 * MiB);
+    assert_int_equal(test_sim_stats(r).used_bytes, 2 * MiB);
     assert_true(llmem_sim_resource_contains(r, p, 2 * MiB));
     assert_false(llmem_sim_resource_contains(r, p, 2 * MiB + 1));
     /* Commit and decommit work in whole granules. */
     assert_status(llmem_resource_decommit(r, p + page(), page()), LLMEM_EINVAL);
     assert_ok(llmem_resource_unmap(r, p, 1, 2 * MiB));
-    assert_int_equal(sstats(r).used_bytes, 0);
+    assert_int_equal(test_sim_stats(r).used_bytes, 0);
     llmem_resource_destroy(r);
 }
 
@@ -707,7 +693,7 @@ static void options_default_and_create_arguments(void **state)
     memset(&z, 0, sizeof z);
     llmem_resource *r = sim_new(&z);
     assert_string_equal(llmem_resource_name(r), "sim-device");
-    assert_int_equal(sstats(r).capacity_bytes, (size_t)1 << 30);
+    assert_int_equal(test_sim_stats(r).capacity_bytes, (size_t)1 << 30);
     assert_int_equal(llmem_resource_granularity(r), page());
     llmem_resource_destroy(r);
 
@@ -735,9 +721,9 @@ static void sim_stats_refuse_other_resources(void **state)
     llmem_resource_destroy(os);
     assert_status(llmem_sim_resource_get_stats(NULL, &s), LLMEM_EINVAL);
 
-    llmem_resource *r = sim_with_capacity(MiB);
+    llmem_resource *r = test_sim_new(MiB);
     assert_status(llmem_sim_resource_get_stats(r, NULL), LLMEM_EINVAL);
-    s = sstats(r);
+    s = test_sim_stats(r);
     assert_int_equal(s.struct_size, sizeof s);
     /* A shorter struct is filled only as far as it goes. */
     memset(&s, 0xCD, sizeof s);
@@ -760,7 +746,7 @@ static void sim_stats_refuse_other_resources(void **state)
 static void arena_over_sim_never_touches_device_memory(void **state)
 {
     (void)state;
-    llmem_resource *r = sim_with_capacity(64 * MiB);
+    llmem_resource *r = test_sim_new(64 * MiB);
     llmem_arena_options o = llmem_arena_options_default();
     o.name = "dev-arena";
     o.resource = r;
@@ -811,12 +797,12 @@ static void arena_over_sim_never_touches_device_memory(void **state)
     assert_int_equal(as.resets_total, 4);
     assert_int_equal(as.rollbacks_total, 4);
     assert_int_equal(as.used_bytes, 0);
-    assert_true(sstats(r).used_bytes > 0);
+    assert_true(test_sim_stats(r).used_bytes > 0);
     llmem_arena_trim(a);
     llmem_arena_destroy(a);
     free(buf);
-    assert_int_equal(sstats(r).used_bytes, 0);
-    assert_int_equal(sstats(r).bad_copies_total, 0);
+    assert_int_equal(test_sim_stats(r).used_bytes, 0);
+    assert_int_equal(test_sim_stats(r).bad_copies_total, 0);
     assert_int_equal(test_resource_stats(r).mappings, 0);
     llmem_resource_destroy(r);
 }
@@ -825,7 +811,7 @@ static void arena_over_sim_never_touches_device_memory(void **state)
 
 static void fixed_workload(bool thread_safe, bool checked)
 {
-    llmem_resource *r = sim_with_capacity(64 * MiB);
+    llmem_resource *r = test_sim_new(64 * MiB);
     llmem_fixed_options o = llmem_fixed_options_default();
     o.name = "dev-blocks";
     o.resource = r;
@@ -883,37 +869,18 @@ static void fixed_workload(bool thread_safe, bool checked)
     assert_ok(llmem_fixed_get_stats(p, &fs));
     assert_int_equal(fs.blocks_in_use, 0);
     assert_true(fs.allocs_total >= FIXED_BLOCKS + FIXED_BLOCKS / 2);
-    assert_true(sstats(r).used_bytes > 0);
+    assert_true(test_sim_stats(r).used_bytes > 0);
     llmem_fixed_destroy(p);
-    assert_int_equal(sstats(r).used_bytes, 0);
-    assert_int_equal(sstats(r).bad_copies_total, 0);
+    assert_int_equal(test_sim_stats(r).used_bytes, 0);
+    assert_int_equal(test_sim_stats(r).bad_copies_total, 0);
     assert_int_equal(test_resource_stats(r).mappings, 0);
     llmem_resource_destroy(r);
 }
 
-static void fixed_pool_over_sim_plain(void **state)
-{
-    (void)state;
-    fixed_workload(false, false);
-}
-
-static void fixed_pool_over_sim_checked(void **state)
-{
-    (void)state;
-    fixed_workload(false, true);
-}
-
-static void fixed_pool_over_sim_thread_safe(void **state)
-{
-    (void)state;
-    fixed_workload(true, false);
-}
-
-static void fixed_pool_over_sim_thread_safe_checked(void **state)
-{
-    (void)state;
-    fixed_workload(true, true);
-}
+TEST_CASE(fixed_pool_over_sim_plain, fixed_workload(false, false))
+TEST_CASE(fixed_pool_over_sim_checked, fixed_workload(false, true))
+TEST_CASE(fixed_pool_over_sim_thread_safe, fixed_workload(true, false))
+TEST_CASE(fixed_pool_over_sim_thread_safe_checked, fixed_workload(true, true))
 
 int main(void)
 {

@@ -18,6 +18,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
@@ -353,13 +354,7 @@ static void hammer_stack(bool device)
     assert_int_equal(maps, unmaps);
 
     /* Everything went back, at every layer. */
-    llmem_tracking_stats ts = {0};
-    assert_ok(llmem_tracking_resource_get_stats(s.track, &ts));
-    if (ts.live_mappings) llmem_tracking_resource_report(s.track, stderr, NULL);
-    assert_int_equal(ts.live_mappings, 0);
-    assert_int_equal(ts.live_bytes, 0);
-    assert_int_equal(ts.refused_total, 0);
-    assert_true(ts.peak_mappings > 1);
+    assert_true(test_tracking_expect_clean(s.track).peak_mappings > 1);
     size_t used = 1;
     assert_ok(llmem_limit_resource_usage(s.limit, &used, NULL));
     assert_int_equal(used, 0);
@@ -380,10 +375,7 @@ static void hammer_stack(bool device)
     assert_int_equal(test_resource_stats(s.limit).failures_total, failures);
     assert_int_equal(failures, injected + limited);
     if (device) {
-        llmem_sim_stats ss = {0};
-        assert_ok(llmem_sim_resource_get_stats(s.base, &ss));
-        assert_int_equal(ss.used_bytes, 0);
-        assert_int_equal(ss.bad_copies_total, 0);
+        test_sim_expect_clean(s.base);
     }
     llmem_resource_destroy(s.limit);
     llmem_resource_destroy(s.track);
@@ -391,17 +383,8 @@ static void hammer_stack(bool device)
     llmem_resource_destroy(s.base);
 }
 
-static void stack_hammered_over_sim(void **state)
-{
-    (void)state;
-    hammer_stack(true);
-}
-
-static void stack_hammered_over_os(void **state)
-{
-    (void)state;
-    hammer_stack(false);
-}
+TEST_CASE(stack_hammered_over_sim, hammer_stack(true))
+TEST_CASE(stack_hammered_over_os, hammer_stack(false))
 
 /* ===== 2. one thread-safe fixed pool, four threads ====================== */
 
@@ -560,33 +543,15 @@ static void fixed_pool_shared_by_threads(bool checked)
     assert_int_equal(ts.live_bytes, fs.reserved_bytes);
 
     llmem_fixed_destroy(s.pool);
-    assert_ok(llmem_tracking_resource_get_stats(track, &ts));
-    assert_int_equal(ts.live_mappings, 0);
-    assert_int_equal(ts.live_bytes, 0);
-    assert_int_equal(ts.refused_total, 0);
-    FILE *f = tmpfile();
-    assert_non_null(f);
-    size_t leaks = 1;
-    assert_ok(llmem_tracking_resource_report(track, f, &leaks));
-    fclose(f);
-    assert_int_equal(leaks, 0);
+    test_tracking_expect_clean(track);
     pthread_mutex_destroy(&s.lock);
     llmem_resource_destroy(track);
     assert_int_equal(test_resource_stats(os).mapped_bytes, 0);
     llmem_resource_destroy(os);
 }
 
-static void fixed_pool_four_threads(void **state)
-{
-    (void)state;
-    fixed_pool_shared_by_threads(false);
-}
-
-static void fixed_pool_four_threads_checked(void **state)
-{
-    (void)state;
-    fixed_pool_shared_by_threads(true);
-}
+TEST_CASE(fixed_pool_four_threads, fixed_pool_shared_by_threads(false))
+TEST_CASE(fixed_pool_four_threads_checked, fixed_pool_shared_by_threads(true))
 
 int main(void)
 {

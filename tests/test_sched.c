@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
 
 /* The real model of the shared folder (test_sched_shared runs the cases
@@ -258,11 +259,7 @@ static void preemption_recompute_same_tokens(void **state)
     preempted(false, true);
 }
 
-static void preemption_swap_same_tokens(void **state)
-{
-    (void)state;
-    preempted(true, false);
-}
+TEST_CASE(preemption_swap_same_tokens, preempted(true, false))
 
 static bool cancel_on_third_token(void *ctx, const llmem_sched_event *ev)
 {

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/log_capture.h"
 
 static void status_names_are_complete_and_distinct(void **state)
 {
@@ -63,25 +64,11 @@ static void last_error_is_per_thread(void **state)
     assert_string_equal(llmem_last_error(), ""); /* untouched in this thread */
 }
 
-typedef struct captured {
-    int calls;
-    llmem_log_level level;
-    char msg[512];
-} captured;
-
-static void capture(void *user, llmem_log_level level, const char *msg)
-{
-    captured *c = user;
-    c->calls++;
-    c->level = level;
-    snprintf(c->msg, sizeof c->msg, "%s", msg);
-}
-
 static void log_sink_receives_misuse_and_honours_level(void **state)
 {
     (void)state;
-    captured c = {0};
-    llmem_log_set(capture, &c, LLMEM_LOG_WARN);
+    static test_log_capture c;
+    test_log_capture_start(&c, LLMEM_LOG_WARN);
     assert_int_equal(llmem_log_level_get(), LLMEM_LOG_WARN);
     llmem_fixed_options o = llmem_fixed_options_default();
     o.name = "logged";
@@ -93,17 +80,17 @@ static void log_sink_receives_misuse_and_honours_level(void **state)
     assert_non_null(b);
     assert_ok(llmem_fixed_free(p, b));
     assert_status(llmem_fixed_free(p, b), LLMEM_EDOUBLEFREE);
-    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.count, 1);
     assert_int_equal(c.level, LLMEM_LOG_WARN);
-    assert_non_null(strstr(c.msg, "logged"));
-    assert_non_null(strstr(c.msg, "double free"));
+    assert_non_null(strstr(c.last, "logged"));
+    assert_non_null(strstr(c.last, "double free"));
     /* Above the threshold: nothing reaches the sink. */
-    llmem_log_set(capture, &c, LLMEM_LOG_ERROR);
+    llmem_log_set(test_log_capture_sink, &c, LLMEM_LOG_ERROR);
     assert_status(llmem_fixed_free(p, b), LLMEM_EDOUBLEFREE);
-    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.count, 1);
     llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);
     assert_status(llmem_fixed_free(p, b), LLMEM_EDOUBLEFREE);
-    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.count, 1);
     llmem_fixed_destroy(p);
 }
 

@@ -42,6 +42,7 @@
 #include <stdatomic.h>
 
 #include "test_util.h"
+#include "support/inbox.h"
 #include "support/kv_content.h"
 #include "support/rng.h"
 
@@ -100,11 +101,7 @@ typedef struct item {
     uint64_t seed;
 } item;
 
-typedef struct inbox {
-    pthread_mutex_t lock;
-    item q[INBOX];
-    size_t head, count;
-} inbox;
+typedef test_inbox inbox; /* of INBOX items */
 
 typedef struct shared {
     llmem_resource *os, *track;
@@ -140,27 +137,8 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static bool push(inbox *b, item it)
-{
-    pthread_mutex_lock(&b->lock);
-    bool ok = b->count < INBOX;
-    if (ok) b->q[(b->head + b->count++) % INBOX] = it;
-    pthread_mutex_unlock(&b->lock);
-    return ok;
-}
-
-static bool pop(inbox *b, item *it)
-{
-    pthread_mutex_lock(&b->lock);
-    bool ok = b->count > 0;
-    if (ok) {
-        *it = b->q[b->head];
-        b->head = (b->head + 1) % INBOX;
-        b->count--;
-    }
-    pthread_mutex_unlock(&b->lock);
-    return ok;
-}
+static bool push(inbox *b, item it) { return test_inbox_push(b, &it); }
+static bool pop(inbox *b, item *it) { return test_inbox_pop(b, it); }
 
 /* ---- KV contents ------------------------------------------------------------ */
 
@@ -549,7 +527,7 @@ static void stress(void **state)
     assert_ok(llmem_kv_create(&ko, &sh->kv));
     assert_int_equal(llmem_kv_token_layer_bytes(sh->kv), KV_TOKEN);
 
-    for (int i = 0; i < THREADS; i++) pthread_mutex_init(&sh->boxes[i].lock, NULL);
+    for (int i = 0; i < THREADS; i++) test_inbox_init(&sh->boxes[i], sizeof(item), INBOX);
     pthread_barrier_init(&sh->produced, NULL, THREADS);
     worker *w = calloc(THREADS, sizeof *w);
     assert_non_null(w);
@@ -598,15 +576,11 @@ static void stress(void **state)
     size_t leaks = 1;
     assert_ok(llmem_tracking_resource_report(sh->track, stdout, &leaks));
     assert_int_equal(leaks, 0);
-    llmem_tracking_stats ts = {sizeof ts};
-    assert_ok(llmem_tracking_resource_get_stats(sh->track, &ts));
-    assert_int_equal(ts.live_mappings, 0);
-    assert_int_equal(ts.live_bytes, 0);
-    assert_int_equal(ts.refused_total, 0);
+    test_tracking_expect_clean(sh->track);
     llmem_resource_destroy(sh->track);
     llmem_resource_destroy(sh->os);
     pthread_barrier_destroy(&sh->produced);
-    for (int i = 0; i < THREADS; i++) pthread_mutex_destroy(&sh->boxes[i].lock);
+    for (int i = 0; i < THREADS; i++) test_inbox_destroy(&sh->boxes[i]);
     free(w);
     free(sh);
 }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "test_util.h"
+#include "support/tmpdir.h"
 #include "support/rng.h"
 
 #if !defined(TEST_ASAN) && !defined(TEST_TSAN) && defined(__GLIBC__) &&                                    \
@@ -21,26 +22,13 @@
 #define TEST_MALLINFO 1
 #endif
 
-static char tmpdir[256];
-
 static int setup_dir(void **state)
 {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/llmem-timeline-XXXXXX", base && base[0] ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) return -1;
-    return 0;
+    return test_tmpdir_make("timeline");
 }
 
-static int teardown_dir(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static void path_in_tmp(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmpdir, name); }
+static void path_in_tmp(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", test_tmpdir(), name); }
 
 static bool exists(const char *path)
 {
@@ -636,5 +624,5 @@ int main(void)
         cmocka_unit_test(bad_input),
         cmocka_unit_test(demo_page),
     };
-    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+    return cmocka_run_group_tests(tests, setup_dir, test_tmpdir_teardown);
 }

@@ -26,7 +26,9 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/cases.h"
 #include "support/rng.h"
+#include "support/synth_model.h"
 
 /* A file in the shared folder's models/ (test_util.h: test_shared_path). */
 #define MODEL(rel) test_shared_path("models/" rel)
@@ -748,17 +750,8 @@ static void agree_with_reference(const char *path, uint32_t V, int texts, size_t
     llmem_tokenizer_destroy(t);
 }
 
-static void tok512_agrees_with_run_c(void **state)
-{
-    (void)state;
-    agree_with_reference(TOK512, 512, 400, 400);
-}
-
-static void llama32k_agrees_with_run_c(void **state)
-{
-    (void)state;
-    agree_with_reference(TOK32K, 32000, 200, 300);
-}
+TEST_CASE(tok512_agrees_with_run_c, agree_with_reference(TOK512, 512, 400, 400))
+TEST_CASE(llama32k_agrees_with_run_c, agree_with_reference(TOK32K, 32000, 200, 300))
 
 /* Hand-made vocabularies with many ties and chains of merges. */
 static void random_vocabularies_agree_with_run_c(void **state)
@@ -944,11 +937,7 @@ static void gguf_matches_bin(const char *bin, uint32_t V, const char *gguf)
     llmem_tokenizer_destroy(tb);
 }
 
-static void gguf_stories260k_matches_tok512(void **state)
-{
-    (void)state;
-    gguf_matches_bin(TOK512, 512, MODEL("stories260K.gguf"));
-}
+TEST_CASE(gguf_stories260k_matches_tok512, gguf_matches_bin(TOK512, 512, MODEL("stories260K.gguf")))
 
 static void gguf_llama32k_matches_bin(void **state)
 {
@@ -1009,12 +998,7 @@ static void gguf_write_file(const gguf_vocab *v, const char *path)
 {
     llmem_gguf_writer *w;
     assert_ok(llmem_gguf_writer_create(&w));
-    assert_ok(llmem_gguf_add_str(w, "general.architecture", "llama"));
-    assert_ok(llmem_gguf_add_u32(w, "llama.context_length", 16));
-    assert_ok(llmem_gguf_add_u32(w, "llama.embedding_length", 2));
-    assert_ok(llmem_gguf_add_u32(w, "llama.block_count", 1));
-    assert_ok(llmem_gguf_add_u32(w, "llama.feed_forward_length", 2));
-    assert_ok(llmem_gguf_add_u32(w, "llama.attention.head_count", 1));
+    test_gguf_llama_keys(w, 16, 2, 1, 2, 1, 0);
     if (v->model) assert_ok(llmem_gguf_add_str(w, "tokenizer.ggml.model", v->model));
     if (v->tokens && !v->scores_as_tokens)
         assert_ok(llmem_gguf_add_str_array(w, "tokenizer.ggml.tokens", v->tokens, v->ntokens));
@@ -1052,6 +1036,20 @@ static llmem_model *gguf_make(const gguf_vocab *v)
     return m;
 }
 
+/* Case c of a hostile-metadata table: no tokenizer from m, the status
+ * `want`, a message that mentions `mentions`; m is closed. */
+static void expect_refused(llmem_model *m, size_t c, llmem_status want, const char *mentions)
+{
+    llmem_tokenizer *t = (llmem_tokenizer *)1;
+    llmem_status st = llmem_tokenizer_from_model(m, &t);
+    if (st != want)
+        fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(want), llmem_last_error());
+    assert_null(t);
+    if (!strstr(llmem_last_error(), mentions))
+        fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_last_error(), mentions);
+    llmem_model_close(m);
+}
+
 static void gguf_hostile_metadata(void **state)
 {
     (void)state;
@@ -1075,15 +1073,7 @@ static void gguf_hostile_metadata(void **state)
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         llmem_model *m = gguf_make(&cases[c].v);
-        llmem_tokenizer *t = (llmem_tokenizer *)1;
-        llmem_status st = llmem_tokenizer_from_model(m, &t);
-        if (st != cases[c].want)
-            fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(cases[c].want),
-                     llmem_last_error());
-        assert_null(t);
-        if (!strstr(llmem_last_error(), cases[c].mentions))
-            fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_last_error(), cases[c].mentions);
-        llmem_model_close(m);
+        expect_refused(m, c, cases[c].want, cases[c].mentions);
     }
 }
 
@@ -1386,15 +1376,7 @@ static void bpe_hostile_metadata(void **state)
         }
         llmem_model *m = gguf_make(&g);
         v.tokens['A'] = saved;
-        llmem_tokenizer *t = (llmem_tokenizer *)1;
-        llmem_status st = llmem_tokenizer_from_model(m, &t);
-        if (st != cases[c].want)
-            fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(cases[c].want),
-                     llmem_last_error());
-        assert_null(t);
-        if (!strstr(llmem_last_error(), cases[c].mentions))
-            fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_last_error(), cases[c].mentions);
-        llmem_model_close(m);
+        expect_refused(m, c, cases[c].want, cases[c].mentions);
     }
 }
 

@@ -77,14 +77,10 @@
             fail_msg("last error \"%s\" does not mention \"%s\"", llmem_last_error(), (needle)); \
     } while (0)
 
-/* A resource's common statistics, or the test fails. */
-static inline llmem_resource_stats test_resource_stats(const llmem_resource *r)
-{
-    llmem_resource_stats s;
-    memset(&s, 0, sizeof s);
-    assert_ok(llmem_resource_get_stats(r, &s));
-    return s;
-}
+/* The statistics getters (test_resource_stats, test_pool_stats, ...), the
+ * base resources (test_os_new, test_sim_new) and the end-of-test checks
+ * (test_sim_expect_clean, test_tracking_expect_clean). */
+#include "support/resources.h"
 
 /* Monotonic milliseconds, for tests that must tell whether a delay passed. */
 static inline uint64_t test_now_ms(void)

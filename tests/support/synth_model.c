@@ -120,19 +120,25 @@ static void add(adder *a, const char *name, uint32_t nd, uint64_t d0, uint64_t d
     a->k++;
 }
 
+void test_gguf_llama_keys(llmem_gguf_writer *w, uint32_t ctx, uint32_t dim, uint32_t layers, uint32_t ffn,
+                          uint32_t heads, uint32_t kv_heads)
+{
+    check(llmem_gguf_add_str(w, "general.architecture", "llama"), "architecture");
+    check(llmem_gguf_add_u32(w, "llama.context_length", ctx), "context_length");
+    check(llmem_gguf_add_u32(w, "llama.embedding_length", dim), "embedding_length");
+    check(llmem_gguf_add_u32(w, "llama.block_count", layers), "block_count");
+    check(llmem_gguf_add_u32(w, "llama.feed_forward_length", ffn), "feed_forward_length");
+    check(llmem_gguf_add_u32(w, "llama.attention.head_count", heads), "head_count");
+    if (kv_heads) check(llmem_gguf_add_u32(w, "llama.attention.head_count_kv", kv_heads), "head_count_kv");
+}
+
 void test_synth_write(const test_synth_model *sm, const char *path)
 {
     llmem_gguf_writer *w;
     check(llmem_gguf_writer_create(&w), "llmem_gguf_writer_create");
     synth_ctx *c = calloc(1, sizeof *c);
     if (!c) fail_msg("out of memory");
-    check(llmem_gguf_add_str(w, "general.architecture", "llama"), "architecture");
-    check(llmem_gguf_add_u32(w, "llama.context_length", sm->ctx), "context_length");
-    check(llmem_gguf_add_u32(w, "llama.embedding_length", sm->dim), "embedding_length");
-    check(llmem_gguf_add_u32(w, "llama.block_count", sm->layers), "block_count");
-    check(llmem_gguf_add_u32(w, "llama.feed_forward_length", sm->ffn), "feed_forward_length");
-    check(llmem_gguf_add_u32(w, "llama.attention.head_count", sm->heads), "head_count");
-    check(llmem_gguf_add_u32(w, "llama.attention.head_count_kv", sm->kv_heads), "head_count_kv");
+    test_gguf_llama_keys(w, sm->ctx, sm->dim, sm->layers, sm->ffn, sm->heads, sm->kv_heads);
     check(llmem_gguf_add_u32(w, "llama.rope.dimension_count", sm->rope_dim), "rope.dimension_count");
     check(llmem_gguf_add_f32(w, "llama.rope.freq_base", sm->theta), "rope.freq_base");
     check(llmem_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f), "layer_norm_rms_epsilon");

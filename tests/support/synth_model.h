@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "llmem/model.h"
+
 typedef struct test_synth_model {
     uint32_t dim, ffn, heads, kv_heads, layers, vocab;
     uint32_t ctx;      /* llama.context_length */
@@ -23,6 +25,13 @@ typedef struct test_synth_model {
     uint32_t rope_dim; /* llama.rope.dimension_count */
     bool tied;         /* no output.weight: token_embd serves as the classifier */
 } test_synth_model;
+
+/* The llama keys every test model starts with: general.architecture
+ * "llama", llama.context_length, embedding_length, block_count,
+ * feed_forward_length, attention.head_count, and attention.head_count_kv
+ * unless kv_heads is 0. Fails the test on any error. */
+void test_gguf_llama_keys(llmem_gguf_writer *w, uint32_t ctx, uint32_t dim, uint32_t layers, uint32_t ffn,
+                          uint32_t heads, uint32_t kv_heads);
 
 /* Write the model to path (replacing it); fails the test on any error. */
 void test_synth_write(const test_synth_model *sm, const char *path);
