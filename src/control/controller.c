@@ -406,16 +406,10 @@ llmem_status llmem_controller_get_stats(const llmem_controller *cc, llmem_contro
 {
     if (!cc || !out) return llmem__fail(LLMEM_EINVAL, "controller stats: null argument");
     llmem_controller *c = (llmem_controller *)(uintptr_t)cc;
-    pthread_mutex_lock(&c->lock);
-    llmem_controller_stats s = c->st;
-    pthread_mutex_unlock(&c->lock);
-    s.struct_size = sizeof s;
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out_locked(out, &c->st, sizeof c->st, &c->lock);
 }
 
-#define F(kind, name, help) \
-    {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_controller_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_controller_stats, kind, U64, name, help)
 static const llmem_stat_field controller_fields[] = {
     F(GAUGE, stage, "The current stage (0 idle, 1 load, 2 prefill, 3 decode)."),
     F(COUNTER, events_total, "Decisions recorded."),
@@ -435,6 +429,4 @@ static const llmem_stat_field controller_fields[] = {
     F(COUNTER, decode_steps_total, "Decode stage events."),
 };
 #undef F
-static const llmem_stats_schema controller_schema = {"controller", sizeof(llmem_controller_stats),
-                                                     LLMEM_ARRAY_LEN(controller_fields), controller_fields};
-const llmem_stats_schema *llmem_controller_stats_schema(void) { return &controller_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_controller_stats_schema, "controller", llmem_controller_stats, controller_fields)

@@ -29,6 +29,18 @@ size_t llmem_stats_fill_size(size_t caller_struct_size, size_t current_size)
     return caller_struct_size;
 }
 
+llmem_status llmem__stats_out_locked(void *out, const void *guarded, size_t size, pthread_mutex_t *lock)
+{
+    size_t caller, n;
+    memcpy(&caller, out, sizeof caller);
+    n = llmem_stats_fill_size(caller, size);
+    pthread_mutex_lock(lock);
+    memcpy(out, guarded, n);
+    pthread_mutex_unlock(lock);
+    memcpy(out, &n, sizeof n);
+    return LLMEM_OK;
+}
+
 /* ---- validation -------------------------------------------------------- */
 
 static bool valid_key(const char *k)

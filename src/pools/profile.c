@@ -362,7 +362,7 @@ llmem_status llmem_profile_get_stats(const llmem_profile *pr, llmem_profile_stat
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_profile_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_profile_stats, kind, U64, name, help)
 static const llmem_stat_field profile_fields[] = {
     F(COUNTER, samples_total, "Allocations recorded."),
     F(COUNTER, allocations_total, "Allocations seen, estimated from the samples."),
@@ -371,6 +371,4 @@ static const llmem_stat_field profile_fields[] = {
     F(COUNTER, lifetimes_total, "Sampled allocations whose free was seen."),
 };
 #undef F
-static const llmem_stats_schema profile_schema = {"profile", sizeof(llmem_profile_stats),
-                                                  LLMEM_ARRAY_LEN(profile_fields), profile_fields};
-const llmem_stats_schema *llmem_profile_stats_schema(void) { return &profile_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_profile_stats_schema, "profile", llmem_profile_stats, profile_fields)

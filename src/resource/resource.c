@@ -227,7 +227,7 @@ llmem_status llmem_resource_get_stats(const llmem_resource *r, llmem_resource_st
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_resource_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_resource_stats, kind, U64, name, help)
 static const llmem_stat_field resource_fields[] = {
     F(GAUGE, mapped_bytes, "Address space currently mapped from the resource."),
     F(GAUGE, mapped_peak_bytes, "Highest mapped_bytes."),
@@ -245,10 +245,7 @@ static const llmem_stat_field resource_fields[] = {
 };
 #undef F
 
-static const llmem_stats_schema resource_schema = {"resource", sizeof(llmem_resource_stats),
-                                                   LLMEM_ARRAY_LEN(resource_fields), resource_fields};
-
-const llmem_stats_schema *llmem_resource_stats_schema(void) { return &resource_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_resource_stats_schema, "resource", llmem_resource_stats, resource_fields)
 
 void llmem_resource_destroy(llmem_resource *r)
 {

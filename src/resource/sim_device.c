@@ -383,11 +383,7 @@ llmem_status llmem_sim_resource_get_stats(const llmem_resource *r, llmem_sim_sta
     if (!r || !out || r->ops != &sim_ops)
         return llmem__fail(LLMEM_EINVAL, "sim-device stats: not a sim-device resource");
     sim_resource *s = (sim_resource *)(uintptr_t)r;
-    pthread_mutex_lock(&s->lock);
-    llmem_sim_stats v = s->st;
-    pthread_mutex_unlock(&s->lock);
-    llmem__stats_out(out, &v, sizeof v);
-    return LLMEM_OK;
+    return llmem__stats_out_locked(out, &s->st, sizeof s->st, &s->lock);
 }
 
 bool llmem_sim_resource_contains(const llmem_resource *r, const void *ptr, size_t n)
@@ -402,7 +398,7 @@ bool llmem_sim_resource_contains(const llmem_resource *r, const void *ptr, size_
     return ok;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_sim_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_sim_stats, kind, U64, name, help)
 static const llmem_stat_field sim_fields[] = {
     F(GAUGE, capacity_bytes, "Simulated device capacity."),
     F(GAUGE, used_bytes, "Committed device bytes now."),
@@ -412,6 +408,4 @@ static const llmem_stat_field sim_fields[] = {
     F(COUNTER, cost_ns_total, "Simulated nanoseconds charged to map and unmap calls."),
 };
 #undef F
-static const llmem_stats_schema sim_schema = {"sim_device", sizeof(llmem_sim_stats), LLMEM_ARRAY_LEN(sim_fields),
-                                              sim_fields};
-const llmem_stats_schema *llmem_sim_stats_schema(void) { return &sim_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_sim_stats_schema, "sim_device", llmem_sim_stats, sim_fields)
