@@ -113,23 +113,7 @@ static void put_prom_escaped(llmem__sbuf *b, const char *s)
     }
 }
 
-static void put_json_string(llmem__sbuf *b, const char *s)
-{
-    llmem__sbuf_putc(b, '"');
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        switch (*c) {
-        case '"': llmem__sbuf_puts(b, "\\\""); break;
-        case '\\': llmem__sbuf_puts(b, "\\\\"); break;
-        case '\n': llmem__sbuf_puts(b, "\\n"); break;
-        case '\r': llmem__sbuf_puts(b, "\\r"); break;
-        case '\t': llmem__sbuf_puts(b, "\\t"); break;
-        default:
-            if (*c < 0x20) llmem__sbuf_printf(b, "\\u%04x", *c);
-            else llmem__sbuf_putc(b, (char)*c);
-        }
-    }
-    llmem__sbuf_putc(b, '"');
-}
+static void put_json_string(llmem__sbuf *b, const char *s) { llmem__json_str(b, s, strlen(s)); }
 
 static bool field_present(const llmem_stat_field *f, size_t have)
 {

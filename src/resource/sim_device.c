@@ -52,8 +52,8 @@ static void charge(sim_resource *s, uint64_t ns)
     s->st.cost_ns_total += ns;
 }
 
-/* Index of the mapping containing p, or -1. Lock held. */
-static ptrdiff_t find(const sim_resource *s, uintptr_t p)
+/* First index whose mapping ends after p (count if none). Lock held. */
+static size_t lower(const sim_resource *s, uintptr_t p)
 {
     size_t lo = 0, hi = s->count;
     while (lo < hi) {
@@ -61,20 +61,22 @@ static ptrdiff_t find(const sim_resource *s, uintptr_t p)
         if (s->maps[mid].start + s->maps[mid].size <= p) lo = mid + 1;
         else hi = mid;
     }
-    if (lo < s->count && p >= s->maps[lo].start && p < s->maps[lo].start + s->maps[lo].size) return (ptrdiff_t)lo;
+    return lo;
+}
+
+/* Index of the mapping containing p, or -1. Lock held. */
+static ptrdiff_t find(const sim_resource *s, uintptr_t p)
+{
+    size_t i = lower(s, p);
+    if (i < s->count && p >= s->maps[i].start) return (ptrdiff_t)i;
     return -1;
 }
 
 /* Any mapping intersecting [p, p+n)? Lock held. */
 static bool intersects(const sim_resource *s, uintptr_t p, size_t n)
 {
-    size_t lo = 0, hi = s->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->maps[mid].start + s->maps[mid].size <= p) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < s->count && s->maps[lo].start < p + n;
+    size_t i = lower(s, p);
+    return i < s->count && s->maps[i].start < p + n;
 }
 
 static size_t granule(const sim_resource *s, const sim_map *m, uintptr_t p)
@@ -182,11 +184,8 @@ static llmem_status sim_map_op(llmem_resource *r, size_t size, size_t align, uns
             window(s, m.start, size, false);
         }
     }
-    size_t i = s->count;
-    while (i > 0 && s->maps[i - 1].start > m.start) {
-        s->maps[i] = s->maps[i - 1];
-        i--;
-    }
+    size_t i = lower(s, m.start);
+    memmove(&s->maps[i + 1], &s->maps[i], (s->count - i) * sizeof *s->maps);
     s->maps[i] = m;
     s->count++;
     pthread_mutex_unlock(&s->lock);
