@@ -271,28 +271,22 @@ int llmem_cmd_demo(int argc, char **argv)
 {
     const char *model_path = NULL, *timeline = NULL;
     bool tour = false, json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--tour")) tour = true;
-        else if (!strcmp(o, "--json")) json = true;
-        else if (!strcmp(o, "--model") && v) model_path = argv[++i];
-        else if (!strcmp(o, "--timeline") && v) timeline = argv[++i];
-        else if (!strcmp(o, "--seed") && v) {
+    tool_args cl = {"demo", usage, argc, argv};
+    while (tool_args_next(&cl)) {
+        if (tool_args_help(&cl)) return 0;
+        else if (tool_args_is(&cl, "--tour")) tour = true;
+        else if (tool_args_is(&cl, "--json")) json = true;
+        else if (tool_args_take(&cl, "--model")) model_path = cl.val;
+        else if (tool_args_take(&cl, "--timeline")) timeline = cl.val;
+        else if (tool_args_take(&cl, "--seed")) {
             char *end;
             errno = 0;
-            rng_state = strtoull(argv[++i], &end, 10) | 1;
+            rng_state = strtoull(cl.val, &end, 10) | 1;
             if (errno || *end) {
                 fprintf(stderr, "llmem demo: bad seed\n");
                 return 2;
             }
-        } else {
-            fprintf(stderr, "llmem demo: unknown or incomplete option '%s'\n", o);
-            usage(stderr);
-            return 2;
-        }
+        } else return tool_args_unknown(&cl);
     }
     if (tour) return llmem_demo_tour(json);
     llmem_log_set(NULL, NULL, LLMEM_LOG_OFF);

@@ -50,43 +50,32 @@ int llmem_cmd_plan(int argc, char **argv)
     double device = 0;
     bool json = false;
     uint32_t dtype = LLMEM_DTYPE_F16;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    tool_args cl = {"plan", usage, argc, argv};
+    while (tool_args_next(&cl)) {
         bool ok = true;
-#define TAKE(opt) (!strcmp(o, opt) && v && (i++, true))
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--json")) json = true;
-        else if (TAKE("--model")) model = v;
-        else if (TAKE("--shape")) shape_name = v;
-        else if (TAKE("--batch")) ok = tool_parse_u32(v, 1, 1u << 20, &batch);
-        else if (TAKE("--prompt-tokens")) ok = tool_parse_u32(v, 0, 1u << 24, &prompt);
-        else if (TAKE("--max-tokens")) ok = tool_parse_u32(v, 0, 1u << 24, &gen);
-        else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &threads);
-        else if (TAKE("--device-memory")) {
-            device = tool_parse_bytes(v);
+        if (tool_args_help(&cl)) return 0;
+        else if (tool_args_is(&cl, "--json")) json = true;
+        else if (tool_args_take(&cl, "--model")) model = cl.val;
+        else if (tool_args_take(&cl, "--shape")) shape_name = cl.val;
+        else if (tool_args_take(&cl, "--batch")) ok = tool_parse_u32(cl.val, 1, 1u << 20, &batch);
+        else if (tool_args_take(&cl, "--prompt-tokens")) ok = tool_parse_u32(cl.val, 0, 1u << 24, &prompt);
+        else if (tool_args_take(&cl, "--max-tokens")) ok = tool_parse_u32(cl.val, 0, 1u << 24, &gen);
+        else if (tool_args_take(&cl, "--threads")) ok = tool_parse_u32(cl.val, 1, 1024, &threads);
+        else if (tool_args_take(&cl, "--device-memory")) {
+            device = tool_parse_bytes(cl.val);
             if (device == TOOL_BYTES_TOO_LARGE) {
-                fprintf(stderr, "llmem plan: --device-memory '%s' is too large (at most 9e18 bytes)\n", v);
+                fprintf(stderr, "llmem plan: --device-memory '%s' is too large (at most 9e18 bytes)\n", cl.val);
                 return 2;
             }
             ok = device > 0;
         }
-        else if (TAKE("--dtype")) {
-            if (!strcmp(v, "f32")) dtype = LLMEM_DTYPE_F32;
-            else if (!strcmp(v, "f16")) dtype = LLMEM_DTYPE_F16;
-            else if (!strcmp(v, "q8_0")) dtype = LLMEM_DTYPE_Q8_0;
+        else if (tool_args_take(&cl, "--dtype")) {
+            if (!strcmp(cl.val, "f32")) dtype = LLMEM_DTYPE_F32;
+            else if (!strcmp(cl.val, "f16")) dtype = LLMEM_DTYPE_F16;
+            else if (!strcmp(cl.val, "q8_0")) dtype = LLMEM_DTYPE_Q8_0;
             else ok = false;
-        } else {
-            fprintf(stderr, "llmem plan: unknown or incomplete option '%s'\n", o);
-            usage(stderr);
-            return 2;
-        }
-#undef TAKE
-        if (!ok) {
-            fprintf(stderr, "llmem plan: bad value '%s' for %s\n", v, o);
-            return 2;
-        }
+        } else return tool_args_unknown(&cl);
+        if (!ok) return tool_args_bad_value(&cl);
     }
     if (!model == !shape_name) {
         fprintf(stderr, "llmem plan: give one of --model and --shape\n");

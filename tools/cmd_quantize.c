@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "tool_util.h"
 #include "llmem/llmem.h"
 
 static void usage(FILE *f)
@@ -27,23 +28,14 @@ int llmem_cmd_quantize(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *type = NULL;
     llmem_quantize_options o = {0, false, true};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
-            type = argv[++i];
-        } else if (!strcmp(argv[i], "--keep-output")) {
-            o.keep_output = true;
-        } else if (argv[i][0] == '-' || (in && out)) {
-            fprintf(stderr, "llmem quantize: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (!in) {
-            in = argv[i];
-        } else {
-            out = argv[i];
-        }
+    tool_args cl = {"quantize", usage, argc, argv};
+    while (tool_args_next(&cl)) {
+        if (tool_args_help(&cl)) return 0;
+        else if (tool_args_take(&cl, "--type")) type = cl.val;
+        else if (tool_args_is(&cl, "--keep-output")) o.keep_output = true;
+        else if (cl.opt[0] == '-' || (in && out)) return tool_args_unknown(&cl);
+        else if (!in) in = cl.opt;
+        else out = cl.opt;
     }
     if (!in || !out || !type) {
         usage(stderr);

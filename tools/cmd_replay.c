@@ -4,6 +4,7 @@
  * engine). Parses, calls llmem_replay_run per strategy, prints.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +17,11 @@
 #include "tool_util.h"
 
 /* A finite number > 0 (>= 0 when zero_ok), or false. */
+/* A finite number > 0 (>= 0 when zero_ok) into *out, or false. */
 static bool parse_pos_arg(const char *s, bool zero_ok, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < 0 || (v == 0 && !zero_ok)) return false;
+    double v;
+    if (!tool_parse_double(s, 0, DBL_MAX, &v) || (v == 0 && !zero_ok)) return false;
     *out = v;
     return true;
 }
@@ -240,79 +240,74 @@ typedef struct replay_args {
 static int parse_args(int argc, char **argv, replay_args *r)
 {
     llmem_replay_options *o = &r->o;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    tool_args cl = {"replay", usage, argc, argv};
+    while (tool_args_next(&cl)) {
         bool ok = true;
-#define TAKE(opt) (!strcmp(a, opt) && v && (i++, true))
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) r->json = true;
-        else if (!strcmp(a, "--prefix-cache")) o->prefix_cache = true;
-        else if (!strcmp(a, "--controller")) o->controller = true;
-        else if (TAKE("--timeline")) r->timeline_path = v, o->controller = true;
-        else if (TAKE("--calibrate")) r->calibrate = v;
-        else if (TAKE("--engine")) r->engine_path = v;
-        else if (TAKE("--first-request")) {
+        if (tool_args_help(&cl)) return 0;
+        else if (tool_args_is(&cl, "--json")) r->json = true;
+        else if (tool_args_is(&cl, "--prefix-cache")) o->prefix_cache = true;
+        else if (tool_args_is(&cl, "--controller")) o->controller = true;
+        else if (tool_args_take(&cl, "--timeline")) r->timeline_path = cl.val, o->controller = true;
+        else if (tool_args_take(&cl, "--calibrate")) r->calibrate = cl.val;
+        else if (tool_args_take(&cl, "--engine")) r->engine_path = cl.val;
+        else if (tool_args_take(&cl, "--first-request")) {
             uint32_t f;
-            ok = tool_parse_u32(v, 0, UINT32_MAX, &f);
+            ok = tool_parse_u32(cl.val, 0, UINT32_MAX, &f);
             o->first_request = f;
-        } else if (TAKE("--prompt-scale")) ok = parse_pos_arg(v, false, &o->prompt_scale);
-        else if (TAKE("--output-scale")) ok = parse_pos_arg(v, false, &o->output_scale);
-        else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &r->threads);
-        else if (TAKE("--step-model")) {
+        } else if (tool_args_take(&cl, "--prompt-scale")) ok = parse_pos_arg(cl.val, false, &o->prompt_scale);
+        else if (tool_args_take(&cl, "--output-scale")) ok = parse_pos_arg(cl.val, false, &o->output_scale);
+        else if (tool_args_take(&cl, "--threads")) ok = tool_parse_u32(cl.val, 1, 1024, &r->threads);
+        else if (tool_args_take(&cl, "--step-model")) {
             double c[4];
-            ok = sscanf(v, "linear:%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]) == 4;
+            ok = sscanf(cl.val, "linear:%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]) == 4;
             r->linear = llmem_step_model_linear(c[0], c[1], c[2], c[3]);
             ok = ok && llmem_step_model_check(&r->linear) == LLMEM_OK;
             o->model = &r->linear;
         }
-        else if (TAKE("--idle-decay-ms")) ok = tool_parse_u32(v, 0, 1u << 30, &o->idle_decay_ms);
-        else if (TAKE("--trace")) r->trace_path = v;
-        else if (TAKE("--model-shape")) r->shape = v;
-        else if (TAKE("--strategy")) r->strategy = v;
-        else if (TAKE("--kv-budget")) {
-            double b = tool_parse_bytes(v);
+        else if (tool_args_take(&cl, "--idle-decay-ms")) ok = tool_parse_u32(cl.val, 0, 1u << 30, &o->idle_decay_ms);
+        else if (tool_args_take(&cl, "--trace")) r->trace_path = cl.val;
+        else if (tool_args_take(&cl, "--model-shape")) r->shape = cl.val;
+        else if (tool_args_take(&cl, "--strategy")) r->strategy = cl.val;
+        else if (tool_args_take(&cl, "--kv-budget")) {
+            double b = tool_parse_bytes(cl.val);
             if (b == TOOL_BYTES_TOO_LARGE) {
-                fprintf(stderr, "llmem replay: --kv-budget '%s' is too large (at most 9e18 bytes)\n", v);
+                fprintf(stderr, "llmem replay: --kv-budget '%s' is too large (at most 9e18 bytes)\n", cl.val);
                 return 2;
             }
             if (b <= 0) {
-                fprintf(stderr, "llmem replay: --kv-budget '%s' is not a size (e.g. 8GiB)\n", v);
+                fprintf(stderr, "llmem replay: --kv-budget '%s' is not a size (e.g. 8GiB)\n", cl.val);
                 return 2;
             }
             o->kv_budget = (size_t)b;
-        } else if (TAKE("--max-seq-len")) ok = tool_parse_u32(v, 1, 1u << 24, &o->max_seq_len);
-        else if (TAKE("--block-tokens")) ok = tool_parse_u32(v, 1, 1u << 16, &o->block_tokens);
-        else if (TAKE("--slab-blocks")) ok = tool_parse_u32(v, 1, 1u << 16, &o->slab_blocks);
-        else if (TAKE("--max-batch")) ok = tool_parse_u32(v, 1, 1u << 20, &o->max_batch);
-        else if (TAKE("--max-prefill")) ok = tool_parse_u32(v, 1, 1u << 24, &o->max_prefill_tokens);
-        else if (TAKE("--requests")) {
+        } else if (tool_args_take(&cl, "--max-seq-len")) ok = tool_parse_u32(cl.val, 1, 1u << 24, &o->max_seq_len);
+        else if (tool_args_take(&cl, "--block-tokens")) ok = tool_parse_u32(cl.val, 1, 1u << 16, &o->block_tokens);
+        else if (tool_args_take(&cl, "--slab-blocks")) ok = tool_parse_u32(cl.val, 1, 1u << 16, &o->slab_blocks);
+        else if (tool_args_take(&cl, "--max-batch")) ok = tool_parse_u32(cl.val, 1, 1u << 20, &o->max_batch);
+        else if (tool_args_take(&cl, "--max-prefill")) ok = tool_parse_u32(cl.val, 1, 1u << 24, &o->max_prefill_tokens);
+        else if (tool_args_take(&cl, "--requests")) {
             uint32_t nreq;
-            ok = tool_parse_u32(v, 1, UINT32_MAX, &nreq);
+            ok = tool_parse_u32(cl.val, 1, UINT32_MAX, &nreq);
             o->max_requests = nreq;
-        } else if (TAKE("--speedup")) ok = parse_pos_arg(v, false, &o->speedup);
-        else if (TAKE("--bandwidth")) ok = parse_pos_arg(v, false, &o->bandwidth), o->bandwidth *= 1e9;
-        else if (TAKE("--tflops")) ok = parse_pos_arg(v, false, &o->peak_flops), o->peak_flops *= 1e12;
-        else if (TAKE("--mfu")) ok = parse_pos_arg(v, false, &o->mfu) && o->mfu <= 1;
-        else if (TAKE("--step-overhead-us")) ok = parse_pos_arg(v, true, &o->step_overhead_s), o->step_overhead_s /= 1e6;
-        else if (TAKE("--kv-dtype")) {
-            if (!strcmp(v, "f16") || !strcmp(v, "bf16")) o->kv_elem_bytes = 2;
-            else if (!strcmp(v, "f32")) o->kv_elem_bytes = 4;
-            else if (!strcmp(v, "i8") || !strcmp(v, "q8_0")) o->kv_elem_bytes = 1;
+        } else if (tool_args_take(&cl, "--speedup")) ok = parse_pos_arg(cl.val, false, &o->speedup);
+        else if (tool_args_take(&cl, "--bandwidth")) ok = parse_pos_arg(cl.val, false, &o->bandwidth), o->bandwidth *= 1e9;
+        else if (tool_args_take(&cl, "--tflops")) ok = parse_pos_arg(cl.val, false, &o->peak_flops), o->peak_flops *= 1e12;
+        else if (tool_args_take(&cl, "--mfu")) ok = parse_pos_arg(cl.val, false, &o->mfu) && o->mfu <= 1;
+        else if (tool_args_take(&cl, "--step-overhead-us")) ok = parse_pos_arg(cl.val, true, &o->step_overhead_s), o->step_overhead_s /= 1e6;
+        else if (tool_args_take(&cl, "--kv-dtype")) {
+            if (!strcmp(cl.val, "f16") || !strcmp(cl.val, "bf16")) o->kv_elem_bytes = 2;
+            else if (!strcmp(cl.val, "f32")) o->kv_elem_bytes = 4;
+            else if (!strcmp(cl.val, "i8") || !strcmp(cl.val, "q8_0")) o->kv_elem_bytes = 1;
             else {
                 fprintf(stderr, "llmem replay: --kv-dtype must be f16, f32 or i8\n");
                 return 2;
             }
         } else {
-            fprintf(stderr, "llmem replay: unknown or incomplete option '%s'\n\n", a);
+            fprintf(stderr, "llmem replay: unknown or incomplete option '%s'\n\n", cl.opt);
             usage(stderr);
             return 2;
         }
-#undef TAKE
         if (!ok) {
-            fprintf(stderr, "llmem replay: %s '%s' is out of range or not a number\n", a, v);
+            fprintf(stderr, "llmem replay: %s '%s' is out of range or not a number\n", cl.opt, cl.val);
             return 2;
         }
     }

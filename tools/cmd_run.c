@@ -16,7 +16,6 @@
  * the request at once with seeds seed, seed+1, ... (the engine's
  * multi-sequence steps).
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,10 +68,8 @@ static void usage(FILE *f)
 
 static bool parse_float(const char *s, float lo, float hi, float *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return false;
+    double v;
+    if (!tool_parse_double(s, lo, hi, &v)) return false;
     *out = (float)v;
     return true;
 }
@@ -539,64 +536,49 @@ int llmem_cmd_run(int argc, char **argv)
     a.seed = (uint64_t)time(NULL);
     a.batch = 1;
     a.eo = llmem_engine_options_default();
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    tool_args cl = {"run", usage, argc, argv};
+    while (tool_args_next(&cl)) {
         bool ok = true;
-#define TAKE(opt) (!strcmp(o, opt) && v && (i++, true))
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--print-ids")) a.print_ids = true;
-        else if (!strcmp(o, "--stats")) a.stats = true;
-        else if (!strcmp(o, "--stats=json")) a.stats = a.stats_json = true;
-        else if (!strcmp(o, "--stats=prometheus")) a.stats = a.stats_prom = true;
-        else if (TAKE("--events")) a.events = v;
-        else if (!strcmp(o, "--populate")) a.populate = true;
-        else if (!strcmp(o, "--warmup")) a.warmup = true;
-        else if (!strcmp(o, "--shared")) a.shared = true;
-        else if (!strcmp(o, "--mlock")) a.mlock = true;
-        else if (!strcmp(o, "--copy")) a.copy = true;
-        else if (!strcmp(o, "--sequential")) a.sequential = true;
-        else if (!strcmp(o, "--hugepage")) a.hugepage = true;
-        else if (TAKE("-z")) a.tokenizer = v;
-        else if (TAKE("--timeline")) a.timeline = v;
-        else if (TAKE("-i")) a.prompt = v;
-        else if (TAKE("-n")) ok = tool_parse_u32(v, 0, 1u << 24, &a.steps);
-        else if (TAKE("-t")) ok = parse_float(v, 0, 100, &a.temperature);
-        else if (TAKE("-p")) ok = parse_float(v, 0, 1, &a.top_p);
-        else if (TAKE("-s")) {
-            char *end;
-            errno = 0;
-            a.seed = strtoull(v, &end, 10);
-            ok = !errno && end != v && !*end && v[0] != '-';
-        } else if (TAKE("--threads")) ok = tool_parse_u32(v, 1, 1024, &a.threads);
-        else if (TAKE("--max-seq-len")) ok = tool_parse_u32(v, 1, 1u << 24, &a.eo.max_seq_len);
-        else if (TAKE("--batch")) ok = tool_parse_u32(v, 1, 256, &a.batch);
-        else if (TAKE("--alloc")) {
-            if (!strcmp(v, "llmem")) a.eo.alloc = LLMEM_ENGINE_ALLOC_LLMEM;
-            else if (!strcmp(v, "malloc")) a.eo.alloc = LLMEM_ENGINE_ALLOC_MALLOC;
+        if (tool_args_help(&cl)) return 0;
+        else if (tool_args_is(&cl, "--print-ids")) a.print_ids = true;
+        else if (tool_args_is(&cl, "--stats")) a.stats = true;
+        else if (tool_args_is(&cl, "--stats=json")) a.stats = a.stats_json = true;
+        else if (tool_args_is(&cl, "--stats=prometheus")) a.stats = a.stats_prom = true;
+        else if (tool_args_take(&cl, "--events")) a.events = cl.val;
+        else if (tool_args_is(&cl, "--populate")) a.populate = true;
+        else if (tool_args_is(&cl, "--warmup")) a.warmup = true;
+        else if (tool_args_is(&cl, "--shared")) a.shared = true;
+        else if (tool_args_is(&cl, "--mlock")) a.mlock = true;
+        else if (tool_args_is(&cl, "--copy")) a.copy = true;
+        else if (tool_args_is(&cl, "--sequential")) a.sequential = true;
+        else if (tool_args_is(&cl, "--hugepage")) a.hugepage = true;
+        else if (tool_args_take(&cl, "-z")) a.tokenizer = cl.val;
+        else if (tool_args_take(&cl, "--timeline")) a.timeline = cl.val;
+        else if (tool_args_take(&cl, "-i")) a.prompt = cl.val;
+        else if (tool_args_take(&cl, "-n")) ok = tool_parse_u32(cl.val, 0, 1u << 24, &a.steps);
+        else if (tool_args_take(&cl, "-t")) ok = parse_float(cl.val, 0, 100, &a.temperature);
+        else if (tool_args_take(&cl, "-p")) ok = parse_float(cl.val, 0, 1, &a.top_p);
+        else if (tool_args_take(&cl, "-s")) ok = tool_parse_u64(cl.val, &a.seed);
+        else if (tool_args_take(&cl, "--threads")) ok = tool_parse_u32(cl.val, 1, 1024, &a.threads);
+        else if (tool_args_take(&cl, "--max-seq-len")) ok = tool_parse_u32(cl.val, 1, 1u << 24, &a.eo.max_seq_len);
+        else if (tool_args_take(&cl, "--batch")) ok = tool_parse_u32(cl.val, 1, 256, &a.batch);
+        else if (tool_args_take(&cl, "--alloc")) {
+            if (!strcmp(cl.val, "llmem")) a.eo.alloc = LLMEM_ENGINE_ALLOC_LLMEM;
+            else if (!strcmp(cl.val, "malloc")) a.eo.alloc = LLMEM_ENGINE_ALLOC_MALLOC;
             else ok = false;
-        } else if (TAKE("--kv")) {
-            if (!strcmp(v, "paged")) a.eo.kv_strategy = LLMEM_KV_PAGED;
-            else if (!strcmp(v, "static")) a.eo.kv_strategy = LLMEM_KV_STATIC;
-            else if (!strcmp(v, "buckets")) a.eo.kv_strategy = LLMEM_KV_BUCKETS;
-            else if (!strcmp(v, "contiguous")) a.eo.kv_strategy = LLMEM_KV_CONTIGUOUS;
+        } else if (tool_args_take(&cl, "--kv")) {
+            if (!strcmp(cl.val, "paged")) a.eo.kv_strategy = LLMEM_KV_PAGED;
+            else if (!strcmp(cl.val, "static")) a.eo.kv_strategy = LLMEM_KV_STATIC;
+            else if (!strcmp(cl.val, "buckets")) a.eo.kv_strategy = LLMEM_KV_BUCKETS;
+            else if (!strcmp(cl.val, "contiguous")) a.eo.kv_strategy = LLMEM_KV_CONTIGUOUS;
             else ok = false;
-        } else if (TAKE("--kv-dtype")) {
-            if (!strcmp(v, "f32")) a.eo.kv_dtype = LLMEM_KV_F32;
-            else if (!strcmp(v, "f16")) a.eo.kv_dtype = LLMEM_KV_F16;
+        } else if (tool_args_take(&cl, "--kv-dtype")) {
+            if (!strcmp(cl.val, "f32")) a.eo.kv_dtype = LLMEM_KV_F32;
+            else if (!strcmp(cl.val, "f16")) a.eo.kv_dtype = LLMEM_KV_F16;
             else ok = false;
-        } else if (o[0] != '-' && !a.model) a.model = o;
-        else {
-            fprintf(stderr, "llmem run: unknown or incomplete option '%s'\n", o);
-            usage(stderr);
-            return 2;
-        }
-#undef TAKE
-        if (!ok) {
-            fprintf(stderr, "llmem run: bad value '%s' for %s\n", v, o);
-            return 2;
-        }
+        } else if (cl.opt[0] != '-' && !a.model) a.model = cl.opt;
+        else return tool_args_unknown(&cl);
+        if (!ok) return tool_args_bad_value(&cl);
     }
     if (!a.model) {
         usage(stderr);

@@ -747,16 +747,6 @@ static void usage(FILE *f)
             "contents changed.\n");
 }
 
-static bool parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
-}
-
 /* The options into k (*trace: --trace). 0, 2 for a bad option, -1 after
  * --help. */
 static int parse_args(soak *k, int argc, char **argv, const char **trace)
@@ -766,45 +756,27 @@ static int parse_args(soak *k, int argc, char **argv, const char **trace)
     k->max_drift = 0.02;
     k->decay_ms = 1000;
     k->seed = 0x50a4;
-    int rc = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    tool_args cl = {"soak", usage, argc, argv};
+    while (tool_args_next(&cl)) {
         double d;
         uint32_t u;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return -1;
-        } else if (!strcmp(o, "--minutes") && v && parse_double(v, 0.01, 1e6, &d)) {
-            k->seconds = d * 60;
-            i++;
-        } else if (!strcmp(o, "--seconds") && v && parse_double(v, 1, 1e8, &d)) {
-            k->seconds = d;
-            i++;
-        } else if (!strcmp(o, "--warmup") && v && parse_double(v, 0, 1e8, &d)) {
-            k->warmup_s = d;
-            i++;
-        } else if (!strcmp(o, "--max-drift") && v && parse_double(v, 0, 100, &d)) {
-            k->max_drift = d / 100;
-            i++;
-        } else if (!strcmp(o, "--idle-decay-ms") && v && tool_parse_u32(v, 10, 600000, &u)) {
-            k->decay_ms = u;
-            i++;
-        } else if (!strcmp(o, "--seed") && v && tool_parse_u32(v, 0, UINT32_MAX, &u)) {
-            k->seed = u;
-            i++;
-        } else if (!strcmp(o, "--samples") && v) {
-            k->samples_path = argv[++i];
-        } else if (!strcmp(o, "--trace") && v) {
-            *trace = argv[++i];
-        } else if (!strcmp(o, "--progress")) {
-            k->progress = true;
-        } else {
-            fprintf(stderr, "llmem soak: unknown, incomplete or out-of-range option '%s'\n", o);
+        /* A value out of range falls through to the message below. */
+        if (tool_args_help(&cl)) return -1;
+        else if (tool_args_take(&cl, "--minutes") && tool_parse_double(cl.val, 0.01, 1e6, &d)) k->seconds = d * 60;
+        else if (tool_args_take(&cl, "--seconds") && tool_parse_double(cl.val, 1, 1e8, &d)) k->seconds = d;
+        else if (tool_args_take(&cl, "--warmup") && tool_parse_double(cl.val, 0, 1e8, &d)) k->warmup_s = d;
+        else if (tool_args_take(&cl, "--max-drift") && tool_parse_double(cl.val, 0, 100, &d)) k->max_drift = d / 100;
+        else if (tool_args_take(&cl, "--idle-decay-ms") && tool_parse_u32(cl.val, 10, 600000, &u)) k->decay_ms = u;
+        else if (tool_args_take(&cl, "--seed") && tool_parse_u32(cl.val, 0, UINT32_MAX, &u)) k->seed = u;
+        else if (tool_args_take(&cl, "--samples")) k->samples_path = cl.val;
+        else if (tool_args_take(&cl, "--trace")) *trace = cl.val;
+        else if (tool_args_is(&cl, "--progress")) k->progress = true;
+        else {
+            fprintf(stderr, "llmem soak: unknown, incomplete or out-of-range option '%s'\n", cl.opt);
             usage(stderr);
-            rc = 2;
+            return 2;
         }
     }
-    if (rc) return rc;
     if (k->warmup_s < 0) k->warmup_s = fmin(300, fmax(2, k->seconds / 10));
     if (k->warmup_s >= k->seconds) {
         fprintf(stderr, "llmem soak: the warm-up must be shorter than the run\n");

@@ -3,12 +3,12 @@
  * synthetic weights (llmem/synth.h does the writing; this parses the
  * arguments and reports).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "tool_util.h"
 #include "llmem/llmem.h"
 
 llmem_status llmem_tool_synth_gguf(const llmem_shape *shape, uint32_t type, uint64_t seed, const char *path)
@@ -53,56 +53,34 @@ int llmem_cmd_synth(int argc, char **argv)
     llmem_synth_options so = {1, LLMEM_DTYPE_F32, NULL, true, NULL, NULL, 0};
     llmem_shape s;
     bool llama2c = false;
-    unsigned long long ctx = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    uint32_t ctx = 0;
+    tool_args cl = {"synth", usage, argc, argv};
+    while (tool_args_next(&cl)) {
         bool ok = true;
-#define TAKE(opt) (!strcmp(o, opt) && v && (i++, true))
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (TAKE("--shape")) shape = v;
-        else if (TAKE("-o")) out = v;
-        else if (TAKE("--vocab")) so.vocab_path = v;
-        else if (TAKE("--chat-template")) {
-            ok = !strcmp(v, "chatml") || !strcmp(v, "llama2");
-            so.chat_template = v;
-        } else if (TAKE("--bpe")) {
-            ok = !strcmp(v, "gpt-2") || !strcmp(v, "qwen2") || !strcmp(v, "llama-bpe");
-            so.bpe_pre = v;
+        if (tool_args_help(&cl)) return 0;
+        else if (tool_args_take(&cl, "--shape")) shape = cl.val;
+        else if (tool_args_take(&cl, "-o")) out = cl.val;
+        else if (tool_args_take(&cl, "--vocab")) so.vocab_path = cl.val;
+        else if (tool_args_take(&cl, "--chat-template")) {
+            ok = !strcmp(cl.val, "chatml") || !strcmp(cl.val, "llama2");
+            so.chat_template = cl.val;
+        } else if (tool_args_take(&cl, "--bpe")) {
+            ok = !strcmp(cl.val, "gpt-2") || !strcmp(cl.val, "qwen2") || !strcmp(cl.val, "llama-bpe");
+            so.bpe_pre = cl.val;
         }
-        else if (TAKE("--arch")) {
-            ok = !strcmp(v, "llama") || !strcmp(v, "qwen2");
-            so.arch = v;
-        } else if (TAKE("--window")) {
-            char *end;
-            errno = 0;
-            unsigned long long x = strtoull(v, &end, 10);
-            ok = !errno && end != v && !*end && v[0] != '-' && x >= 1 && x <= (1u << 24);
-            so.sliding_window = (uint32_t)x;
-        } else if (TAKE("--seed") || TAKE("--ctx")) {
-            char *end;
-            errno = 0;
-            unsigned long long x = strtoull(v, &end, 10);
-            ok = !errno && end != v && !*end && v[0] != '-';
-            if (!strcmp(o, "--seed")) so.seed = x;
-            else ok = ok && x >= 1 && x <= (1u << 24), ctx = x;
-        } else if (TAKE("--type")) {
-            ok = llmem_dtype_parse(v, &so.type) == LLMEM_OK;
-        } else if (TAKE("--format")) {
-            if (!strcmp(v, "gguf")) llama2c = false;
-            else if (!strcmp(v, "llama2c")) llama2c = true;
+        else if (tool_args_take(&cl, "--arch")) {
+            ok = !strcmp(cl.val, "llama") || !strcmp(cl.val, "qwen2");
+            so.arch = cl.val;
+        } else if (tool_args_take(&cl, "--window")) ok = tool_parse_u32(cl.val, 1, 1u << 24, &so.sliding_window);
+        else if (tool_args_take(&cl, "--seed")) ok = tool_parse_u64(cl.val, &so.seed);
+        else if (tool_args_take(&cl, "--ctx")) ok = tool_parse_u32(cl.val, 1, 1u << 24, &ctx);
+        else if (tool_args_take(&cl, "--type")) ok = llmem_dtype_parse(cl.val, &so.type) == LLMEM_OK;
+        else if (tool_args_take(&cl, "--format")) {
+            if (!strcmp(cl.val, "gguf")) llama2c = false;
+            else if (!strcmp(cl.val, "llama2c")) llama2c = true;
             else ok = false;
-        } else {
-            fprintf(stderr, "llmem synth: unknown or incomplete option '%s'\n", o);
-            usage(stderr);
-            return 2;
-        }
-#undef TAKE
-        if (!ok) {
-            fprintf(stderr, "llmem synth: bad value '%s' for %s\n", v, o);
-            return 2;
-        }
+        } else return tool_args_unknown(&cl);
+        if (!ok) return tool_args_bad_value(&cl);
     }
     if (!shape || !out) {
         usage(stderr);
@@ -113,7 +91,7 @@ int llmem_cmd_synth(int argc, char **argv)
         fprintf(stderr, "llmem synth: %s: %s\n", shape, llmem_last_error());
         return 1;
     }
-    if (ctx) s.max_ctx = (uint32_t)ctx;
+    if (ctx) s.max_ctx = ctx;
     if (llama2c && so.type != LLMEM_DTYPE_F32) {
         fprintf(stderr, "llmem synth: llama2.c checkpoints are f32 only\n");
         return 2;

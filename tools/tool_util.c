@@ -31,14 +31,69 @@ double tool_parse_bytes(const char *s)
     return -1;
 }
 
-bool tool_parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+bool tool_parse_u64(const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return false;
+    if (errno || end == s || *end || s[0] == '-') return false;
+    *out = v;
+    return true;
+}
+
+bool tool_parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    uint64_t v;
+    if (!tool_parse_u64(s, &v) || v < lo || v > hi) return false;
     *out = (uint32_t)v;
     return true;
+}
+
+bool tool_parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool tool_args_next(tool_args *cl)
+{
+    cl->i++;
+    cl->val = NULL;
+    cl->opt = cl->i < cl->argc ? cl->argv[cl->i] : NULL;
+    return cl->opt != NULL;
+}
+
+bool tool_args_help(const tool_args *cl)
+{
+    if (strcmp(cl->opt, "--help") && strcmp(cl->opt, "-h")) return false;
+    cl->usage(stdout);
+    return true;
+}
+
+bool tool_args_is(const tool_args *cl, const char *name) { return !strcmp(cl->opt, name); }
+
+bool tool_args_take(tool_args *cl, const char *name)
+{
+    if (strcmp(cl->opt, name) || cl->i + 1 >= cl->argc) return false;
+    cl->val = cl->argv[++cl->i];
+    return true;
+}
+
+int tool_args_unknown(const tool_args *cl)
+{
+    fprintf(stderr, "llmem %s: unknown or incomplete option '%s'\n", cl->cmd, cl->opt);
+    cl->usage(stderr);
+    return 2;
+}
+
+int tool_args_bad_value(const tool_args *cl)
+{
+    fprintf(stderr, "llmem %s: bad value '%s' for %s\n", cl->cmd, cl->val, cl->opt);
+    return 2;
 }
 
 uint64_t tool_now_ns(void)

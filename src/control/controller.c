@@ -227,6 +227,25 @@ static uint64_t to_bytes(double x)
     return (uint64_t)ceil(x);
 }
 
+/* After a reserve the controller asked the pool for (st its answer,
+ * `before` the committed bytes before it, s the figures after it): an
+ * event of `action` with reason, counted in *count with the bytes it added
+ * in *added, or a FAIL with fail_reason. False when it failed. Lock held. */
+static bool reserve_done(llmem_controller *c, uint64_t now, llmem_status st, uint64_t before,
+                         const llmem_pool_stats *s, llmem_controller_action action, uint64_t *count, uint64_t *added,
+                         const char *fail_reason, const char *reason, uint64_t bytes)
+{
+    if (st) {
+        c->st.failures_total++;
+        record(c, now, LLMEM_CONTROLLER_FAIL, before, s->committed_bytes, fail_reason, bytes);
+        return false;
+    }
+    (*count)++;
+    if (s->committed_bytes > before) *added += s->committed_bytes - before;
+    record(c, now, action, before, s->committed_bytes, reason, bytes);
+    return true;
+}
+
 /* Lock held. */
 static void prefill(llmem_controller *c, uint64_t now, const llmem_stage_event *ev)
 {
@@ -262,14 +281,8 @@ static void prefill(llmem_controller *c, uint64_t now, const llmem_stage_event *
     uint64_t before = s.committed_bytes;
     llmem_status st = bytes > SIZE_MAX ? LLMEM_EOVERFLOW : llmem_pool_reserve(c->o.pool, (size_t)bytes);
     pool_figures(c, &s);
-    if (st) {
-        c->st.failures_total++;
-        record(c, now, LLMEM_CONTROLLER_FAIL, before, s.committed_bytes, "prefill: the pool refused the reserve", bytes);
-        return;
-    }
-    c->st.reserves_total++;
-    if (s.committed_bytes > before) c->st.bytes_reserved_ahead_total += s.committed_bytes - before;
-    record(c, now, LLMEM_CONTROLLER_RESERVE, before, s.committed_bytes, reason, bytes);
+    reserve_done(c, now, st, before, &s, LLMEM_CONTROLLER_RESERVE, &c->st.reserves_total,
+                 &c->st.bytes_reserved_ahead_total, "prefill: the pool refused the reserve", reason, bytes);
 }
 
 /* Lock held. */
@@ -296,15 +309,9 @@ static void decode(llmem_controller *c, uint64_t now)
     c->armed = false;
     c->used_at_grow = s.used_bytes;
     c->last_step = step;
-    if (st) {
-        c->st.failures_total++;
-        record(c, now, LLMEM_CONTROLLER_FAIL, before, s.committed_bytes, "decode: the pool refused to grow", step);
+    if (!reserve_done(c, now, st, before, &s, LLMEM_CONTROLLER_GROW, &c->st.grows_total, &c->st.bytes_grown_total,
+                      "decode: the pool refused to grow", "decode: used/committed above the high watermark", step))
         return;
-    }
-    c->st.grows_total++;
-    if (s.committed_bytes > before) c->st.bytes_grown_total += s.committed_bytes - before;
-    record(c, now, LLMEM_CONTROLLER_GROW, before, s.committed_bytes, "decode: used/committed above the high watermark",
-           step);
     double next = (double)step * c->o.grow_factor;
     c->grow_step = next >= (double)c->o.grow_max_bytes ? c->o.grow_max_bytes : (size_t)next;
     c->st.grow_step_bytes = c->grow_step;
@@ -406,16 +413,10 @@ llmem_status llmem_controller_get_stats(const llmem_controller *cc, llmem_contro
 {
     if (!cc || !out) return llmem__fail(LLMEM_EINVAL, "controller stats: null argument");
     llmem_controller *c = (llmem_controller *)(uintptr_t)cc;
-    pthread_mutex_lock(&c->lock);
-    llmem_controller_stats s = c->st;
-    pthread_mutex_unlock(&c->lock);
-    s.struct_size = sizeof s;
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out_locked(out, &c->st, sizeof c->st, &c->lock);
 }
 
-#define F(kind, name, help) \
-    {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_controller_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_controller_stats, kind, U64, name, help)
 static const llmem_stat_field controller_fields[] = {
     F(GAUGE, stage, "The current stage (0 idle, 1 load, 2 prefill, 3 decode)."),
     F(COUNTER, events_total, "Decisions recorded."),
@@ -435,6 +436,4 @@ static const llmem_stat_field controller_fields[] = {
     F(COUNTER, decode_steps_total, "Decode stage events."),
 };
 #undef F
-static const llmem_stats_schema controller_schema = {"controller", sizeof(llmem_controller_stats),
-                                                     LLMEM_ARRAY_LEN(controller_fields), controller_fields};
-const llmem_stats_schema *llmem_controller_stats_schema(void) { return &controller_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_controller_stats_schema, "controller", llmem_controller_stats, controller_fields)

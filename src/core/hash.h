@@ -1,5 +1,5 @@
 /*
- * hash.h - the one 64-bit mixer, and the prefix chain built on it. Not
+ * hash.h - the 64-bit mixers, and the prefix chain built on one. Not
  * installed; the tests include it too (tests/support/rng.h), so the KV
  * content models of the scheduler's simulation and of the tests are one.
  *
@@ -18,13 +18,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The finaliser both mixers below are: xor-shift by a, multiply by the
+ * odd m1, xor-shift by b, multiply by the odd m2, xor-shift by c. */
+static inline uint64_t llmem__xmx(uint64_t x, unsigned a, uint64_t m1, unsigned b, uint64_t m2, unsigned c)
+{
+    x ^= x >> a;
+    x *= m1;
+    x ^= x >> b;
+    x *= m2;
+    return x ^ (x >> c);
+}
+
 static inline uint64_t llmem__mix64(uint64_t x)
 {
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    return x ^ (x >> 33);
+    return llmem__xmx(x, 31, 0x7fb5d329728ea185ull, 27, 0x81dadef4bc2dd44dull, 33);
+}
+
+/* MurmurHash3's 64-bit finaliser, the same shape with other constants: the
+ * prefix cache's block hashes and hash-table slots (kv_prefix.c) and the
+ * allocation profiler's tables (profile.c) use it. Kept apart from
+ * llmem__mix64 so neither's values change. */
+static inline uint64_t llmem__fmix64(uint64_t x)
+{
+    return llmem__xmx(x, 33, 0xff51afd7ed558ccdull, 33, 0xc4ceb9fe1a85ec53ull, 33);
 }
 
 /* The prefix hash through position pos, from the one before it (0 before

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/types.h>
@@ -124,6 +125,28 @@ static inline void llmem__stats_out(void *out, void *filled, size_t size)
     memcpy(filled, &n, sizeof n);
     memcpy(out, filled, n);
 }
+
+/* llmem__stats_out of a stats struct that `lock` guards (a module's
+ * counters kept under its mutex): the copy is taken under the lock, the
+ * caller's struct is written without it. Returns LLMEM_OK. (stats.c) */
+llmem_status llmem__stats_out_locked(void *out, const void *guarded, size_t size, pthread_mutex_t *lock);
+
+/* A row of a stats schema (llmem/stats.h): the field `name` of the stats
+ * struct `type`, a GAUGE or COUNTER (`kind`) whose value is U64 or DOUBLE
+ * (`vtype`). Files wrap it in a local F(kind, name, help) for their struct. */
+#define LLMEM__STAT_FIELD(type, kind, vtype, name, help) \
+    {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_##vtype, offsetof(type, name)}
+
+/* The static schema `var` named `label` for the struct `type`, whose rows
+ * are the array `fields`; metric names are `prefix` + field, or
+ * llmem_<label>_<field> when prefix is NULL. */
+#define LLMEM__SCHEMA(var, label, type, fields, prefix) \
+    static const llmem_stats_schema var = {label, sizeof(type), LLMEM_ARRAY_LEN(fields), fields, prefix}
+
+/* The same schema behind a public getter `fn` (llmem_<thing>_stats_schema). */
+#define LLMEM__STATS_SCHEMA_GETTER(fn, label, type, fields) \
+    LLMEM__SCHEMA(fields##_schema_, label, type, fields, NULL); \
+    const llmem_stats_schema *fn(void) { return &fields##_schema_; }
 
 /* Number of errors recorded in this thread so far: compare before and after
  * a call to know whether it left its own message. */

@@ -75,3 +75,27 @@ void llmem__sbuf_printf(llmem__sbuf *b, const char *fmt, ...)
     }
     b->len += (size_t)n;
 }
+
+void llmem__json_str(llmem__sbuf *b, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    llmem__sbuf_putc(b, '"');
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': llmem__sbuf_puts(b, "\\\""); break;
+        case '\\': llmem__sbuf_puts(b, "\\\\"); break;
+        case '\n': llmem__sbuf_puts(b, "\\n"); break;
+        case '\r': llmem__sbuf_puts(b, "\\r"); break;
+        case '\t': llmem__sbuf_puts(b, "\\t"); break;
+        default:
+            if (c < 0x20 || c == 0x7f) {
+                char e[7] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0};
+                llmem__sbuf_puts(b, e);
+            } else {
+                llmem__sbuf_putc(b, (char)c);
+            }
+        }
+    }
+    llmem__sbuf_putc(b, '"');
+}

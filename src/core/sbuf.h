@@ -22,4 +22,9 @@ void llmem__sbuf_putc(llmem__sbuf *b, char c);
 void llmem__sbuf_puts(llmem__sbuf *b, const char *s);
 void llmem__sbuf_printf(llmem__sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Append a JSON string literal of s[0..len), quotes included: quote,
+ * backslash, control characters, NUL and DEL escaped; other bytes as they
+ * are (valid UTF-8 assumed). */
+void llmem__json_str(llmem__sbuf *b, const char *s, size_t len);
+
 #endif /* LLMEM_SBUF_H */

@@ -29,6 +29,18 @@ size_t llmem_stats_fill_size(size_t caller_struct_size, size_t current_size)
     return caller_struct_size;
 }
 
+llmem_status llmem__stats_out_locked(void *out, const void *guarded, size_t size, pthread_mutex_t *lock)
+{
+    size_t caller, n;
+    memcpy(&caller, out, sizeof caller);
+    n = llmem_stats_fill_size(caller, size);
+    pthread_mutex_lock(lock);
+    memcpy(out, guarded, n);
+    pthread_mutex_unlock(lock);
+    memcpy(out, &n, sizeof n);
+    return LLMEM_OK;
+}
+
 /* ---- validation -------------------------------------------------------- */
 
 static bool valid_key(const char *k)
@@ -101,23 +113,7 @@ static void put_prom_escaped(llmem__sbuf *b, const char *s)
     }
 }
 
-static void put_json_string(llmem__sbuf *b, const char *s)
-{
-    llmem__sbuf_putc(b, '"');
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        switch (*c) {
-        case '"': llmem__sbuf_puts(b, "\\\""); break;
-        case '\\': llmem__sbuf_puts(b, "\\\\"); break;
-        case '\n': llmem__sbuf_puts(b, "\\n"); break;
-        case '\r': llmem__sbuf_puts(b, "\\r"); break;
-        case '\t': llmem__sbuf_puts(b, "\\t"); break;
-        default:
-            if (*c < 0x20) llmem__sbuf_printf(b, "\\u%04x", *c);
-            else llmem__sbuf_putc(b, (char)*c);
-        }
-    }
-    llmem__sbuf_putc(b, '"');
-}
+static void put_json_string(llmem__sbuf *b, const char *s) { llmem__json_str(b, s, strlen(s)); }
 
 static bool field_present(const llmem_stat_field *f, size_t have)
 {

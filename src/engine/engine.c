@@ -1080,8 +1080,8 @@ llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *o
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_engine_stats, name)}
-#define D(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_DOUBLE, offsetof(llmem_engine_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_engine_stats, kind, U64, name, help)
+#define D(kind, name, help) LLMEM__STAT_FIELD(llmem_engine_stats, kind, DOUBLE, name, help)
 static const llmem_stat_field engine_fields[] = {
     F(COUNTER, steps_total, "Forward steps run."),
     F(COUNTER, prefill_tokens_total, "Tokens processed in prefill steps."),
@@ -1108,6 +1108,4 @@ static const llmem_stat_field engine_fields[] = {
 };
 #undef F
 #undef D
-static const llmem_stats_schema engine_schema = {"engine", sizeof(llmem_engine_stats), LLMEM_ARRAY_LEN(engine_fields),
-                                                 engine_fields};
-const llmem_stats_schema *llmem_engine_stats_schema(void) { return &engine_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_engine_stats_schema, "engine", llmem_engine_stats, engine_fields)

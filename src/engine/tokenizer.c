@@ -161,6 +161,19 @@ static size_t store_piece(char *dst, const char *s, size_t len, llmem__tok_store
 
 static const char hex_upper[] = "0123456789ABCDEF";
 
+/* One vocabulary entry as a builder's getter gives it. */
+typedef struct tok_entry {
+    const char *s;
+    size_t len;
+    float score;
+    bool unlisted;
+} tok_entry;
+
+static llmem_status get_entry(llmem__tok_get_fn get, void *ctx, uint32_t i, tok_entry *e)
+{
+    return get(ctx, i, &e->s, &e->len, &e->score, &e->unlisted);
+}
+
 llmem_status llmem__tok_build(uint32_t V, llmem__tok_get_fn get, void *ctx, llmem__tok_store how, int32_t bos,
                               int32_t eos, llmem_tokenizer **out)
 {
@@ -168,13 +181,10 @@ llmem_status llmem__tok_build(uint32_t V, llmem__tok_get_fn get, void *ctx, llme
     size_t blob = 0;
     uint32_t maxlen = 0;
     for (uint32_t i = 0; i < V; i++) {
-        const char *s;
-        size_t len;
-        float score;
-        bool unlisted;
-        llmem_status st = get(ctx, i, &s, &len, &score, &unlisted);
+        tok_entry e;
+        llmem_status st = get_entry(get, ctx, i, &e);
         if (st) return st;
-        size_t n = store_piece(NULL, s, len, how);
+        size_t n = store_piece(NULL, e.s, e.len, how);
         if (n > UINT32_MAX) return llmem__fail(LLMEM_EFORMAT, "tokenizer: token %u is over 4 GiB", i);
         if (n > maxlen) maxlen = (uint32_t)n;
         if (!llmem__add_ok(blob, n + 1, &blob)) return llmem__fail(LLMEM_EOVERFLOW, "tokenizer: vocabulary too large");
@@ -204,24 +214,21 @@ llmem_status llmem__tok_build(uint32_t V, llmem__tok_get_fn get, void *ctx, llme
     size_t o = 0;
     uint32_t ns = 0;
     for (uint32_t i = 0; i < V; i++) {
-        const char *s;
-        size_t len;
-        float score;
-        bool unlisted;
-        llmem_status st = get(ctx, i, &s, &len, &score, &unlisted);
+        tok_entry e;
+        llmem_status st = get_entry(get, ctx, i, &e);
         if (st) {
             free(mem);
             return st;
         }
         char *dst = t->blob + o;
-        size_t n = store_piece(dst, s, len, how);
+        size_t n = store_piece(dst, e.s, e.len, how);
         /* Both passes read the same immutable bytes (the caller's image, a
          * read-only mapping), so pass 1's sizes hold. */
         dst[n] = '\0';
         t->off[i] = (uint32_t)o;
-        t->score[i] = score;
+        t->score[i] = e.score;
         o += n + 1;
-        if (unlisted) continue;
+        if (e.unlisted) continue;
         t->sorted[ns++] = (int32_t)i;
     }
     t->off[V] = (uint32_t)o;

@@ -618,7 +618,7 @@ llmem_status llmem_kv_get_stats(const llmem_kv *ckv, llmem_kv_stats *out)
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_kv_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_kv_stats, kind, U64, name, help)
 static const llmem_stat_field kv_fields[] = {
     F(GAUGE, sequences, "Live sequences."),
     F(GAUGE, blocks_total, "Blocks in all slabs."),
@@ -644,9 +644,8 @@ static const llmem_stat_field kv_fields[] = {
     F(COUNTER, bytes_swapped_in_total, "KV bytes copied back from swap memory."),
     F(GAUGE, swap_bytes_held, "Swap memory mapped."),
     F(GAUGE, swap_bytes_held_peak, "Highest swap_bytes_held."),
-    {"swap_seconds_total", "Seconds spent copying to and from swap memory.", LLMEM_METRIC_COUNTER,
-     LLMEM_VALUE_DOUBLE, offsetof(llmem_kv_stats, swap_seconds_total)},
+    LLMEM__STAT_FIELD(llmem_kv_stats, COUNTER, DOUBLE, swap_seconds_total,
+                      "Seconds spent copying to and from swap memory."),
 };
 #undef F
-static const llmem_stats_schema kv_schema = {"kv", sizeof(llmem_kv_stats), LLMEM_ARRAY_LEN(kv_fields), kv_fields};
-const llmem_stats_schema *llmem_kv_stats_schema(void) { return &kv_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_kv_stats_schema, "kv", llmem_kv_stats, kv_fields)

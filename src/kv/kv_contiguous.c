@@ -106,12 +106,7 @@ static llmem_status contiguous_fork(llmem_kv *kv, kv_seq *c, const kv_seq *p)
     if (!p->buf) return LLMEM_OK;
     llmem_status st = vbuf_new(kv, &c->buf);
     if (!st) st = vbuf_fit(kv, c->buf, p->length);
-    if (!st) st = llmem__kv_buf_copy(kv, c->buf, p->buf, p->length);
-    if (st) {
-        contiguous_seq_fini(kv, c);
-        kv->st.preemptions_total++;
-    }
-    return st;
+    return llmem__kv_buf_fork_fill(kv, c, p, st, contiguous_seq_fini);
 }
 
 /* Commit in place: nothing moves. */
@@ -140,24 +135,15 @@ static void contiguous_stats(llmem_kv *kv, llmem_kv_stats *s, uint64_t *written)
 }
 
 static const llmem__kv_ops contiguous_ops = {
+    LLMEM__KV_BUF_OPS,
     .name = "contiguous",
-    .windows = false,
     .init = contiguous_init,
-    .destroy = llmem__kv_buf_destroy,
     .seq_init = contiguous_seq_init,
     .seq_fini = contiguous_seq_fini,
     .fork = contiguous_fork,
     .append = contiguous_append,
-    .truncate = NULL,
-    .block_base = llmem__kv_buf_block_base,
-    .seq_info = llmem__kv_buf_seq_info,
-    .room = NULL,
     .trim = NULL,
-    .check = llmem__kv_buf_check,
     .stats = contiguous_stats,
-    .swap_out = NULL,
-    .swap_in = NULL,
-    .match_prefix = NULL,
 };
 
 const llmem__kv_ops *llmem__kv_contiguous_ops(void) { return &contiguous_ops; }

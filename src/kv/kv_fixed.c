@@ -130,6 +130,17 @@ llmem_status llmem__kv_buf_copy(llmem_kv *kv, kv_buf *dst, const kv_buf *src, si
 
 /* ---- what every buffer strategy shares ---------------------------------------------- */
 
+llmem_status llmem__kv_buf_fork_fill(llmem_kv *kv, kv_seq *c, const kv_seq *p, llmem_status st,
+                                     void (*fini)(llmem_kv *kv, kv_seq *s))
+{
+    if (!st) st = llmem__kv_buf_copy(kv, c->buf, p->buf, p->length);
+    if (st) {
+        fini(kv, c);
+        kv->st.preemptions_total++;
+    }
+    return st;
+}
+
 llmem_status llmem__kv_buf_append_check(llmem_kv *kv, kv_seq *s, size_t n, bool *fits)
 {
     size_t want = s->length + n;
@@ -209,13 +220,7 @@ static void static_seq_fini(llmem_kv *kv, kv_seq *s)
 
 static llmem_status static_fork(llmem_kv *kv, kv_seq *c, const kv_seq *p)
 {
-    llmem_status st = buf_new(kv, p->buf->capacity, -1, &c->buf);
-    if (!st) st = llmem__kv_buf_copy(kv, c->buf, p->buf, p->length);
-    if (st) {
-        static_seq_fini(kv, c);
-        kv->st.preemptions_total++;
-    }
-    return st;
+    return llmem__kv_buf_fork_fill(kv, c, p, buf_new(kv, p->buf->capacity, -1, &c->buf), static_seq_fini);
 }
 
 /* The buffer holds max_seq_len tokens from the start: the check is all. */
@@ -229,24 +234,15 @@ static llmem_status static_append(llmem_kv *kv, kv_seq *s, size_t n, const int32
 }
 
 static const llmem__kv_ops static_ops = {
+    LLMEM__KV_BUF_OPS,
     .name = "static",
-    .windows = false,
     .init = NULL,
-    .destroy = llmem__kv_buf_destroy,
     .seq_init = static_seq_init,
     .seq_fini = static_seq_fini,
     .fork = static_fork,
     .append = static_append,
-    .truncate = NULL,
-    .block_base = llmem__kv_buf_block_base,
-    .seq_info = llmem__kv_buf_seq_info,
-    .room = NULL,
     .trim = NULL,
-    .check = llmem__kv_buf_check,
     .stats = fixed_stats,
-    .swap_out = NULL,
-    .swap_in = NULL,
-    .match_prefix = NULL,
 };
 
 const llmem__kv_ops *llmem__kv_static_ops(void) { return &static_ops; }
@@ -280,13 +276,7 @@ static llmem_status buckets_fork(llmem_kv *kv, kv_seq *c, const kv_seq *p)
     if (!p->buf) return LLMEM_OK;
     size_t cap;
     int cls = bucket_for(kv, p->length ? p->length : 1, &cap);
-    llmem_status st = buf_new(kv, cap, cls, &c->buf);
-    if (!st) st = llmem__kv_buf_copy(kv, c->buf, p->buf, p->length);
-    if (st) {
-        buckets_seq_fini(kv, c);
-        kv->st.preemptions_total++;
-    }
-    return st;
+    return llmem__kv_buf_fork_fill(kv, c, p, buf_new(kv, cap, cls, &c->buf), buckets_seq_fini);
 }
 
 /* Outgrown: a buffer of the next class that fits, what it holds copied. */
@@ -330,24 +320,15 @@ static void buckets_trim(llmem_kv *kv, bool evict_cached)
 }
 
 static const llmem__kv_ops buckets_ops = {
+    LLMEM__KV_BUF_OPS,
     .name = "buckets",
-    .windows = false,
     .init = buckets_init,
-    .destroy = llmem__kv_buf_destroy,
     .seq_init = NULL,
     .seq_fini = buckets_seq_fini,
     .fork = buckets_fork,
     .append = buckets_append,
-    .truncate = NULL,
-    .block_base = llmem__kv_buf_block_base,
-    .seq_info = llmem__kv_buf_seq_info,
-    .room = NULL,
     .trim = buckets_trim,
-    .check = llmem__kv_buf_check,
     .stats = fixed_stats,
-    .swap_out = NULL,
-    .swap_in = NULL,
-    .match_prefix = NULL,
 };
 
 const llmem__kv_ops *llmem__kv_buckets_ops(void) { return &buckets_ops; }

@@ -276,6 +276,12 @@ static inline size_t llmem__kv_buf_bytes(const llmem_kv *kv, size_t capacity)
 void llmem__kv_buf_release(llmem_kv *kv, kv_buf *b);
 /* Copy the first n tokens of one buffer into another, every layer. */
 llmem_status llmem__kv_buf_copy(llmem_kv *kv, kv_buf *dst, const kv_buf *src, size_t n);
+/* The end of a buffer strategy's fork of p into c: `st` says whether c's
+ * buffer was made; if so, p's tokens are copied into it. If either failed,
+ * fini(kv, c) undoes c and the fork counts as a preemption. Returns the
+ * status. */
+llmem_status llmem__kv_buf_fork_fill(llmem_kv *kv, kv_seq *c, const kv_seq *p, llmem_status st,
+                                     void (*fini)(llmem_kv *kv, kv_seq *s));
 /* Every buffer strategy's members over s->buf: the append's max_seq_len
  * check (*fits: the buffer already holds length + n), block_base,
  * seq_info, check, destroy (release every buffer, idle ones too), and the
@@ -286,6 +292,14 @@ void llmem__kv_buf_seq_info(const llmem_kv *kv, const kv_seq *s, llmem_kv_seq_in
 llmem_status llmem__kv_buf_check(llmem_kv *kv);
 void llmem__kv_buf_destroy(llmem_kv *kv);
 void llmem__kv_buf_stats_used(const llmem_kv *kv, llmem_kv_stats *s, uint64_t *written);
+/* The ops-table members every buffer strategy (STATIC, BUCKETS,
+ * CONTIGUOUS) shares: one buffer per sequence, no windows, no truncate,
+ * room, swap or prefix matching. Each table starts with it and names the
+ * rest. */
+#define LLMEM__KV_BUF_OPS                                                                                         \
+    .windows = false, .destroy = llmem__kv_buf_destroy, .truncate = NULL, .block_base = llmem__kv_buf_block_base, \
+    .seq_info = llmem__kv_buf_seq_info, .room = NULL, .check = llmem__kv_buf_check, .swap_out = NULL,            \
+    .swap_in = NULL, .match_prefix = NULL
 
 /* ---- kv_contiguous.c ---------------------------------------------------------------- */
 

@@ -21,21 +21,14 @@
  *    oldest first; a CACHED block is hashed and has ref 0.
  * Caller holds kv->lock for everything here.
  */
+#include "hash.h"
 #include "kv_internal.h"
-
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
 
 uint64_t llmem__kv_hash_block(uint64_t parent, const int32_t *t, uint32_t n)
 {
-    uint64_t h = mix64(parent ^ 0x6b76636163686521ull);
-    for (uint32_t i = 0; i < n; i++) h = mix64(h ^ ((uint64_t)(uint32_t)t[i] + 0x9e3779b97f4a7c15ull * (i + 1)));
+    uint64_t h = llmem__fmix64(parent ^ 0x6b76636163686521ull);
+    for (uint32_t i = 0; i < n; i++)
+        h = llmem__fmix64(h ^ ((uint64_t)(uint32_t)t[i] + 0x9e3779b97f4a7c15ull * (i + 1)));
     return h ? h : 1;
 }
 
@@ -67,7 +60,7 @@ void llmem__kv_lru_push(llmem_kv *kv, uint32_t b)
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-static size_t ht_slot(const llmem_kv *kv, uint64_t h) { return (size_t)mix64(h) & (kv->ht_cap - 1); }
+static size_t ht_slot(const llmem_kv *kv, uint64_t h) { return (size_t)llmem__fmix64(h) & (kv->ht_cap - 1); }
 
 uint32_t llmem__kv_ht_find(const llmem_kv *kv, uint64_t h, uint64_t parent, const int32_t *tokens)
 {
@@ -94,7 +87,7 @@ bool llmem__kv_ht_resize(llmem_kv *kv, size_t ncap)
     for (size_t i = 0; i < ncap; i++) nb[i] = NONE;
     for (size_t i = 0; i < kv->ht_cap; i++) {
         if (kv->ht_block[i] == NONE) continue;
-        size_t j = (size_t)mix64(kv->ht_hash[i]) & (ncap - 1);
+        size_t j = (size_t)llmem__fmix64(kv->ht_hash[i]) & (ncap - 1);
         while (nb[j] != NONE) j = (j + 1) & (ncap - 1);
         nh[j] = kv->ht_hash[i];
         nb[j] = kv->ht_block[i];

@@ -44,6 +44,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -736,12 +737,32 @@ static llmem_status find(const llmem_model *m, const char *key, const llmem__met
                        m->config.format == LLMEM_MODEL_LLAMA2C ? " (llama2.c files have no metadata)" : "");
 }
 
+/* Fail with "gguf: metadata '<key>'" followed by fmt's text: how every
+ * complaint about an entry's value starts. */
+static llmem_status meta_fail(llmem_status st, const llmem__meta *e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static llmem_status meta_fail(llmem_status st, const llmem__meta *e, const char *fmt, ...)
+{
+    char k[64], rest[256];
+    llmem__show(k, sizeof k, e->key, e->key_len);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rest, sizeof rest, fmt, ap);
+    va_end(ap);
+    return llmem__fail(st, "gguf: metadata '%s'%s", k, rest);
+}
+
 static llmem_status mismatch(const llmem__meta *e, const char *want)
 {
-    char k[64];
-    llmem__show(k, sizeof k, e->key, e->key_len);
-    return llmem__fail(LLMEM_EFORMAT, "gguf: metadata '%s' (offset %llu) is %s, not %s", k, (ull)e->offset,
-                       meta_type_name(e->type), want);
+    return meta_fail(LLMEM_EFORMAT, e, " (offset %llu) is %s, not %s", (ull)e->offset, meta_type_name(e->type), want);
+}
+
+/* find, then the caller's out arguments (have_out: all non-null). */
+static llmem_status lookup(const llmem_model *m, const char *key, bool have_out, const llmem__meta **out)
+{
+    llmem_status st = find(m, key, out);
+    if (!st && !have_out) st = llmem__fail(LLMEM_EINVAL, "model: null argument");
+    return st;
 }
 
 /* An integer of type t at p as sign and magnitude; false if t is not one. */
@@ -767,9 +788,8 @@ static bool read_int(const uint8_t *p, uint32_t t, bool *neg, uint64_t *mag)
 llmem_status llmem_model_meta_bool(const llmem_model *m, const char *key, bool *out)
 {
     const llmem__meta *e;
-    llmem_status st = find(m, key, &e);
+    llmem_status st = lookup(m, key, out != NULL, &e);
     if (st) return st;
-    if (!out) return llmem__fail(LLMEM_EINVAL, "model: null argument");
     if (e->type != LLMEM_META_BOOL) return mismatch(e, "a bool");
     *out = m->base[e->value] != 0;
     return LLMEM_OK;
@@ -778,17 +798,14 @@ llmem_status llmem_model_meta_bool(const llmem_model *m, const char *key, bool *
 llmem_status llmem_model_meta_u32(const llmem_model *m, const char *key, uint32_t *out)
 {
     const llmem__meta *e;
-    llmem_status st = find(m, key, &e);
+    llmem_status st = lookup(m, key, out != NULL, &e);
     if (st) return st;
-    if (!out) return llmem__fail(LLMEM_EINVAL, "model: null argument");
     bool neg;
     uint64_t mag;
     if (!read_int(m->base + e->value, e->type, &neg, &mag)) return mismatch(e, "an integer");
     if (neg || mag > UINT32_MAX) {
-        char k[64];
-        llmem__show(k, sizeof k, e->key, e->key_len);
-        return llmem__fail(LLMEM_EFORMAT, "gguf: metadata '%s' (offset %llu): %s%llu does not fit a u32", k,
-                           (ull)e->offset, neg ? "-" : "", (ull)mag);
+        return meta_fail(LLMEM_EFORMAT, e, " (offset %llu): %s%llu does not fit a u32", (ull)e->offset,
+                         neg ? "-" : "", (ull)mag);
     }
     *out = (uint32_t)mag;
     return LLMEM_OK;
@@ -797,9 +814,8 @@ llmem_status llmem_model_meta_u32(const llmem_model *m, const char *key, uint32_
 llmem_status llmem_model_meta_f32(const llmem_model *m, const char *key, float *out)
 {
     const llmem__meta *e;
-    llmem_status st = find(m, key, &e);
+    llmem_status st = lookup(m, key, out != NULL, &e);
     if (st) return st;
-    if (!out) return llmem__fail(LLMEM_EINVAL, "model: null argument");
     if (e->type == LLMEM_META_F32) {
         memcpy(out, m->base + e->value, 4);
         return LLMEM_OK;
@@ -808,10 +824,7 @@ llmem_status llmem_model_meta_f32(const llmem_model *m, const char *key, float *
         double d;
         memcpy(&d, m->base + e->value, 8);
         if (isfinite(d) && fabs(d) > FLT_MAX) {
-            char k[64];
-            llmem__show(k, sizeof k, e->key, e->key_len);
-            return llmem__fail(LLMEM_EFORMAT, "gguf: metadata '%s' (offset %llu): f64 %g does not fit an f32", k,
-                               (ull)e->offset, d);
+            return meta_fail(LLMEM_EFORMAT, e, " (offset %llu): f64 %g does not fit an f32", (ull)e->offset, d);
         }
         *out = (float)d;
         return LLMEM_OK;
@@ -822,9 +835,8 @@ llmem_status llmem_model_meta_f32(const llmem_model *m, const char *key, float *
 llmem_status llmem_model_meta_str(const llmem_model *m, const char *key, const char **s, size_t *len)
 {
     const llmem__meta *e;
-    llmem_status st = find(m, key, &e);
+    llmem_status st = lookup(m, key, s && len, &e);
     if (st) return st;
-    if (!s || !len) return llmem__fail(LLMEM_EINVAL, "model: null argument");
     if (e->type != LLMEM_META_STRING) return mismatch(e, "a string");
     *len = (size_t)ld64(m->base + e->value);
     *s = (const char *)m->base + e->value + 8;
@@ -834,43 +846,37 @@ llmem_status llmem_model_meta_str(const llmem_model *m, const char *key, const c
 llmem_status llmem_model_meta_array(const llmem_model *m, const char *key, llmem_meta_array *out)
 {
     const llmem__meta *e;
-    llmem_status st = find(m, key, &e);
+    llmem_status st = lookup(m, key, out != NULL, &e);
     if (st) return st;
-    if (!out) return llmem__fail(LLMEM_EINVAL, "model: null argument");
     if (e->type != LLMEM_META_ARRAY) return mismatch(e, "an array");
     out->type = (llmem_meta_type)e->elem_type;
     out->count = e->count;
     return LLMEM_OK;
 }
 
-/* The array entry for key with element i in range. */
-static llmem_status array_elem(const llmem_model *m, const char *key, uint64_t i, const llmem__meta **out)
+/* The array entry for key with element i in range, then the caller's out
+ * arguments (have_out: all non-null). */
+static llmem_status array_elem(const llmem_model *m, const char *key, uint64_t i, bool have_out,
+                               const llmem__meta **out)
 {
     llmem_status st = find(m, key, out);
     if (st) return st;
     const llmem__meta *e = *out;
     if (e->type != LLMEM_META_ARRAY) return mismatch(e, "an array");
-    if (i >= e->count) {
-        char k[64];
-        llmem__show(k, sizeof k, e->key, e->key_len);
-        return llmem__fail(LLMEM_ERANGE, "gguf: metadata '%s': index %llu out of range (%llu elements)", k, (ull)i,
-                           (ull)e->count);
-    }
+    if (i >= e->count)
+        return meta_fail(LLMEM_ERANGE, e, ": index %llu out of range (%llu elements)", (ull)i, (ull)e->count);
+    if (!have_out) return llmem__fail(LLMEM_EINVAL, "model: null argument");
     return LLMEM_OK;
 }
 
 llmem_status llmem_model_meta_array_str(const llmem_model *m, const char *key, uint64_t i, const char **s, size_t *len)
 {
     const llmem__meta *e;
-    llmem_status st = array_elem(m, key, i, &e);
+    llmem_status st = array_elem(m, key, i, s && len, &e);
     if (st) return st;
-    if (!s || !len) return llmem__fail(LLMEM_EINVAL, "model: null argument");
-    if (e->elem_type != LLMEM_META_STRING) {
-        char k[64];
-        llmem__show(k, sizeof k, e->key, e->key_len);
-        return llmem__fail(LLMEM_EFORMAT, "gguf: metadata '%s' (offset %llu) is an array of %s, not of strings", k,
-                           (ull)e->offset, meta_type_name(e->elem_type));
-    }
+    if (e->elem_type != LLMEM_META_STRING)
+        return meta_fail(LLMEM_EFORMAT, e, " (offset %llu) is an array of %s, not of strings", (ull)e->offset,
+                         meta_type_name(e->elem_type));
     *len = (size_t)ld64(m->base + e->str_off[i]);
     *s = (const char *)m->base + e->str_off[i] + 8;
     return LLMEM_OK;
@@ -879,16 +885,12 @@ llmem_status llmem_model_meta_array_str(const llmem_model *m, const char *key, u
 llmem_status llmem_model_meta_array_num(const llmem_model *m, const char *key, uint64_t i, double *out)
 {
     const llmem__meta *e;
-    llmem_status st = array_elem(m, key, i, &e);
+    llmem_status st = array_elem(m, key, i, out != NULL, &e);
     if (st) return st;
-    if (!out) return llmem__fail(LLMEM_EINVAL, "model: null argument");
     uint32_t sz = scalar_size(e->elem_type);
-    if (!sz) {
-        char k[64];
-        llmem__show(k, sizeof k, e->key, e->key_len);
-        return llmem__fail(LLMEM_EFORMAT, "gguf: metadata '%s' (offset %llu) is an array of %s, not of numbers", k,
-                           (ull)e->offset, meta_type_name(e->elem_type));
-    }
+    if (!sz)
+        return meta_fail(LLMEM_EFORMAT, e, " (offset %llu) is an array of %s, not of numbers", (ull)e->offset,
+                         meta_type_name(e->elem_type));
     const uint8_t *p = m->base + e->value + i * sz;
     bool neg;
     uint64_t mag;

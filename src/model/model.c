@@ -546,7 +546,7 @@ llmem_status llmem_model_get_stats(const llmem_model *m, llmem_model_stats *out)
     return LLMEM_OK;
 }
 
-#define F(kind, type, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_##type, offsetof(llmem_model_stats, name)}
+#define F(kind, type, name, help) LLMEM__STAT_FIELD(llmem_model_stats, kind, type, name, help)
 static const llmem_stat_field model_fields[] = {
     F(GAUGE, U64, file_bytes, "Size of the model file."),
     F(GAUGE, U64, mapped_bytes, "Bytes of address space mapped for the file (whole pages)."),
@@ -556,6 +556,4 @@ static const llmem_stat_field model_fields[] = {
     F(GAUGE, DOUBLE, open_seconds, "Seconds open took: parse, map, hints, populate."),
 };
 #undef F
-static const llmem_stats_schema model_schema = {"model", sizeof(llmem_model_stats), LLMEM_ARRAY_LEN(model_fields),
-                                                model_fields};
-const llmem_stats_schema *llmem_model_stats_schema(void) { return &model_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_model_stats_schema, "model", llmem_model_stats, model_fields)

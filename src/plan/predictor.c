@@ -326,16 +326,12 @@ llmem_status llmem_predictor_get_stats(const llmem_predictor *p, llmem_predictor
     return LLMEM_OK;
 }
 
+#define F(kind, type, name, help) LLMEM__STAT_FIELD(llmem_predictor_stats, kind, type, name, help)
 static const llmem_stat_field predictor_fields[] = {
-    {"observations", "Measured peaks fed to the corrector.", LLMEM_METRIC_COUNTER, LLMEM_VALUE_U64,
-     offsetof(llmem_predictor_stats, observations)},
-    {"formula_error", "Mean relative error of the op formulas on the observations.", LLMEM_METRIC_GAUGE,
-     LLMEM_VALUE_DOUBLE, offsetof(llmem_predictor_stats, formula_error)},
-    {"corrector_error", "Mean relative error of the corrector, each scored before it was added.",
-     LLMEM_METRIC_GAUGE, LLMEM_VALUE_DOUBLE, offsetof(llmem_predictor_stats, corrector_error)},
-    {"corrector_in_use", "1 when the corrector predicts better than the formulas.", LLMEM_METRIC_GAUGE,
-     LLMEM_VALUE_U64, offsetof(llmem_predictor_stats, corrector_in_use)},
+    F(COUNTER, U64, observations, "Measured peaks fed to the corrector."),
+    F(GAUGE, DOUBLE, formula_error, "Mean relative error of the op formulas on the observations."),
+    F(GAUGE, DOUBLE, corrector_error, "Mean relative error of the corrector, each scored before it was added."),
+    F(GAUGE, U64, corrector_in_use, "1 when the corrector predicts better than the formulas."),
 };
-static const llmem_stats_schema predictor_schema = {"predictor", sizeof(llmem_predictor_stats),
-                                                    LLMEM_ARRAY_LEN(predictor_fields), predictor_fields};
-const llmem_stats_schema *llmem_predictor_stats_schema(void) { return &predictor_schema; }
+#undef F
+LLMEM__STATS_SCHEMA_GETTER(llmem_predictor_stats_schema, "predictor", llmem_predictor_stats, predictor_fields)

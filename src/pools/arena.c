@@ -396,7 +396,7 @@ llmem_status llmem_arena_get_stats(const llmem_arena *a, llmem_arena_stats *out)
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_arena_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_arena_stats, kind, U64, name, help)
 static const llmem_stat_field arena_fields[] = {
     F(GAUGE, used_bytes, "Bytes handed out since the last reset, padding and skipped chunk tails included."),
     F(GAUGE, used_peak_bytes, "Highest used_bytes."),
@@ -413,6 +413,4 @@ static const llmem_stat_field arena_fields[] = {
     F(COUNTER, failures_total, "Allocations refused."),
 };
 #undef F
-static const llmem_stats_schema arena_schema = {"arena", sizeof(llmem_arena_stats), LLMEM_ARRAY_LEN(arena_fields),
-                                                arena_fields};
-const llmem_stats_schema *llmem_arena_stats_schema(void) { return &arena_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_arena_stats_schema, "arena", llmem_arena_stats, arena_fields)

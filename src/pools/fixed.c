@@ -694,7 +694,7 @@ llmem_status llmem_fixed_get_stats(const llmem_fixed *cp, llmem_fixed_stats *out
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_fixed_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_fixed_stats, kind, U64, name, help)
 static const llmem_stat_field fixed_fields[] = {
     F(GAUGE, block_size, "Requested block size in bytes."),
     F(GAUGE, stride, "Bytes between blocks."),
@@ -711,6 +711,4 @@ static const llmem_stat_field fixed_fields[] = {
     F(COUNTER, corruptions_total, "Free blocks found written after their free (checked host pools)."),
 };
 #undef F
-static const llmem_stats_schema fixed_schema = {"fixed", sizeof(llmem_fixed_stats), LLMEM_ARRAY_LEN(fixed_fields),
-                                                fixed_fields};
-const llmem_stats_schema *llmem_fixed_stats_schema(void) { return &fixed_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_fixed_stats_schema, "fixed", llmem_fixed_stats, fixed_fields)

@@ -168,7 +168,7 @@ llmem_status llmem_multipool_get_stats(const llmem_multipool *mp, llmem_multipoo
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_multipool_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_multipool_stats, kind, U64, name, help)
 static const llmem_stat_field multipool_fields[] = {
     F(GAUGE, dedicated_pools, "Sizes with a fixed pool of their own."),
     F(COUNTER, dedicated_allocs_total, "Allocations served by a dedicated pool."),
@@ -178,6 +178,4 @@ static const llmem_stat_field multipool_fields[] = {
     F(GAUGE, reserved_bytes, "Bytes mapped by all the pools."),
 };
 #undef F
-static const llmem_stats_schema multipool_schema = {"multipool", sizeof(llmem_multipool_stats),
-                                                    LLMEM_ARRAY_LEN(multipool_fields), multipool_fields};
-const llmem_stats_schema *llmem_multipool_stats_schema(void) { return &multipool_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_multipool_stats_schema, "multipool", llmem_multipool_stats, multipool_fields)

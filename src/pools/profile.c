@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "internal.h"
 #include "llmem/profile.h"
 
@@ -48,15 +49,6 @@ struct llmem_profile {
 };
 
 static _Thread_local uint64_t tl_tick;
-
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
 
 llmem_profile_options llmem_profile_options_default(void)
 {
@@ -103,7 +95,7 @@ void llmem_profile_destroy(llmem_profile *pr)
 static pentry *entry_for(llmem_profile *pr, uint64_t size, bool create)
 {
     size_t mask = pr->cap - 1;
-    for (size_t i = mix(size) & mask, n = 0; n < pr->cap; i = (i + 1) & mask, n++) {
+    for (size_t i = llmem__fmix64(size) & mask, n = 0; n < pr->cap; i = (i + 1) & mask, n++) {
         uint64_t k = __atomic_load_n(&pr->table[i].size, __ATOMIC_ACQUIRE);
         if (k == size) return &pr->table[i];
         if (k != 0) continue;
@@ -121,7 +113,7 @@ static pentry *entry_for(llmem_profile *pr, uint64_t size, bool create)
     return NULL;
 }
 
-static inline size_t filter_slot(uintptr_t p) { return (size_t)(mix((uint64_t)p) % FILTER_SIZE); }
+static inline size_t filter_slot(uintptr_t p) { return (size_t)(llmem__fmix64((uint64_t)p) % FILTER_SIZE); }
 
 void llmem_profile_record_alloc(llmem_profile *pr, size_t size, const void *ptr)
 {
@@ -137,7 +129,7 @@ void llmem_profile_record_alloc(llmem_profile *pr, size_t size, const void *ptr)
     uintptr_t p = (uintptr_t)ptr;
     pthread_mutex_lock(&pr->lock);
     if (pr->live_count < LIVE_CAP / 2) {
-        size_t i = mix((uint64_t)p) & (LIVE_CAP - 1);
+        size_t i = llmem__fmix64((uint64_t)p) & (LIVE_CAP - 1);
         while (pr->live[i].ptr && pr->live[i].ptr != p) i = (i + 1) & (LIVE_CAP - 1);
         if (!pr->live[i].ptr) {
             pr->live_count++;
@@ -156,7 +148,7 @@ void llmem_profile_record_free(llmem_profile *pr, const void *ptr)
     uint8_t *f = &pr->filter[filter_slot(p)];
     if (!__atomic_load_n(f, __ATOMIC_RELAXED)) return; /* not sampled: the common case */
     pthread_mutex_lock(&pr->lock);
-    size_t i = mix((uint64_t)p) & (LIVE_CAP - 1);
+    size_t i = llmem__fmix64((uint64_t)p) & (LIVE_CAP - 1);
     while (pr->live[i].ptr && pr->live[i].ptr != p) i = (i + 1) & (LIVE_CAP - 1);
     if (pr->live[i].ptr == p) {
         live_sample s = pr->live[i];
@@ -165,7 +157,7 @@ void llmem_profile_record_free(llmem_profile *pr, const void *ptr)
         for (;;) {
             j = (j + 1) & (LIVE_CAP - 1);
             if (!pr->live[j].ptr) break;
-            size_t home = mix((uint64_t)pr->live[j].ptr) & (LIVE_CAP - 1);
+            size_t home = llmem__fmix64((uint64_t)pr->live[j].ptr) & (LIVE_CAP - 1);
             if (((j - home) & (LIVE_CAP - 1)) >= ((j - i) & (LIVE_CAP - 1))) {
                 pr->live[i] = pr->live[j];
                 i = j;
@@ -327,7 +319,7 @@ llmem_status llmem_profile_load(llmem_profile *pr, const char *path)
             break;
         }
         if (distinct >= pr->max_sizes) continue; /* more sizes than this profile keeps */
-        size_t mask = pr->cap - 1, i = mix(size) & mask;
+        size_t mask = pr->cap - 1, i = llmem__fmix64(size) & mask;
         while (table[i].size && table[i].size != size) i = (i + 1) & mask;
         if (!table[i].size) distinct++;
         /* Counts in the file are allocations; this profile keeps samples. */
@@ -362,7 +354,7 @@ llmem_status llmem_profile_get_stats(const llmem_profile *pr, llmem_profile_stat
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_profile_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_profile_stats, kind, U64, name, help)
 static const llmem_stat_field profile_fields[] = {
     F(COUNTER, samples_total, "Allocations recorded."),
     F(COUNTER, allocations_total, "Allocations seen, estimated from the samples."),
@@ -371,6 +363,4 @@ static const llmem_stat_field profile_fields[] = {
     F(COUNTER, lifetimes_total, "Sampled allocations whose free was seen."),
 };
 #undef F
-static const llmem_stats_schema profile_schema = {"profile", sizeof(llmem_profile_stats),
-                                                  LLMEM_ARRAY_LEN(profile_fields), profile_fields};
-const llmem_stats_schema *llmem_profile_stats_schema(void) { return &profile_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_profile_stats_schema, "profile", llmem_profile_stats, profile_fields)

@@ -45,10 +45,12 @@ llmem_replay_options llmem_replay_options_default(void)
     o.idle_decay_ms = 1000;
     o.max_batch = 256;
     o.max_prefill_tokens = 8192;
-    o.bandwidth = 3.35e12;
-    o.peak_flops = 989e12;
-    o.mfu = 0.5;
-    o.step_overhead_s = 0.0003;
+    /* The roofline's own defaults (an H100), so the two never disagree. */
+    const llmem_step_model rf = llmem_step_model_roofline(NULL, o.weight_elem_bytes, o.kv_elem_bytes);
+    o.bandwidth = rf.bandwidth;
+    o.peak_flops = rf.peak_flops;
+    o.mfu = rf.mfu;
+    o.step_overhead_s = rf.overhead_s;
     o.prompt_scale = 1.0;
     o.output_scale = 1.0;
     return o;

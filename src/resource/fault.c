@@ -21,8 +21,7 @@
 #include "llmem/fault_resource.h"
 
 typedef struct fault_resource {
-    llmem_resource base;
-    llmem_resource *up;
+    llmem__adaptor a;
     pthread_mutex_t lock;       /* guards everything below */
     llmem_fault_options opts;
     uint64_t rng;
@@ -74,7 +73,7 @@ static llmem_status decide(fault_resource *f, unsigned op, size_t bytes, size_t 
     llmem_status st = LLMEM_OK;
     if (why) {
         f->st.injected_total++;
-        st = llmem__fail(o->status, "fault '%s': injected %s failure of %s call #%llu (%s)", f->base.info.name, why,
+        st = llmem__fail(o->status, "fault '%s': injected %s failure of %s call #%llu (%s)", f->a.base.info.name, why,
                          op_name(op), (unsigned long long)k, llmem_status_name(o->status));
     } else {
         f->st.bytes_total += bytes;
@@ -100,7 +99,7 @@ static llmem_status fault_map(llmem_resource *r, size_t size, size_t align, unsi
     uint64_t gen;
     llmem_status st = decide(f, LLMEM_FAULT_OP_MAP, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size, &claimed, &gen);
     if (st) return st;
-    st = llmem_resource_map_tagged(f->up, size, align, flags, tag, out);
+    st = llmem_resource_map_tagged(f->a.up, size, align, flags, tag, out);
     if (st) give_back(f, claimed, gen);
     return st;
 }
@@ -112,7 +111,7 @@ static llmem_status fault_unmap(llmem_resource *r, void *ptr, size_t size, size_
     uint64_t gen;
     llmem_status st = decide(f, LLMEM_FAULT_OP_UNMAP, 0, &claimed, &gen);
     if (st) return st;
-    return llmem_resource_unmap(f->up, ptr, size, committed);
+    return llmem_resource_unmap(f->a.up, ptr, size, committed);
 }
 
 static llmem_status fault_commit(llmem_resource *r, void *ptr, size_t size)
@@ -122,7 +121,7 @@ static llmem_status fault_commit(llmem_resource *r, void *ptr, size_t size)
     uint64_t gen;
     llmem_status st = decide(f, LLMEM_FAULT_OP_COMMIT, size, &claimed, &gen);
     if (st) return st;
-    st = llmem_resource_commit(f->up, ptr, size);
+    st = llmem_resource_commit(f->a.up, ptr, size);
     if (st) give_back(f, claimed, gen);
     return st;
 }
@@ -133,7 +132,7 @@ static llmem_status fault_decommit(llmem_resource *r, void *ptr, size_t size)
     size_t claimed;
     uint64_t gen;
     llmem_status st = decide(f, LLMEM_FAULT_OP_DECOMMIT, 0, &claimed, &gen);
-    return st ? st : llmem_resource_decommit(f->up, ptr, size);
+    return st ? st : llmem_resource_decommit(f->a.up, ptr, size);
 }
 
 static llmem_status fault_copy(llmem_resource *r, void *dst, const void *src, size_t n)
@@ -142,7 +141,7 @@ static llmem_status fault_copy(llmem_resource *r, void *dst, const void *src, si
     size_t claimed;
     uint64_t gen;
     llmem_status st = decide(f, LLMEM_FAULT_OP_COPY, 0, &claimed, &gen);
-    return st ? st : llmem_resource_copy(f->up, dst, src, n);
+    return st ? st : llmem_resource_copy(f->a.up, dst, src, n);
 }
 
 static void fault_destroy(llmem_resource *r)
@@ -188,21 +187,18 @@ static llmem_status normalise(const llmem_fault_options *in, llmem_fault_options
 llmem_status llmem_fault_resource_create(llmem_resource *upstream, const llmem_fault_options *opts,
                                          llmem_resource **out)
 {
-    if (!out) return llmem__fail(LLMEM_EINVAL, "fault: null out");
-    *out = NULL;
-    if (!upstream) return llmem__fail(LLMEM_EINVAL, "fault: null upstream");
-    llmem_fault_options o;
-    llmem_status st = normalise(opts, &o);
+    llmem_status st = llmem__adaptor_check("fault", upstream, out);
     if (st) return st;
-    fault_resource *f = calloc(1, sizeof *f);
-    if (!f) return llmem__fail(LLMEM_ENOMEM, "fault: out of memory");
-    llmem__adaptor_init(&f->base, &fault_ops, "fault", upstream);
-    f->up = upstream;
+    llmem_fault_options o;
+    st = normalise(opts, &o);
+    if (st) return st;
+    fault_resource *f = llmem__adaptor_new(sizeof *f, &fault_ops, "fault", upstream);
+    if (!f) return LLMEM_ENOMEM;
     f->opts = o;
     f->rng = o.seed;
     f->st.struct_size = sizeof f->st;
     pthread_mutex_init(&f->lock, NULL);
-    *out = &f->base;
+    *out = &f->a.base;
     return LLMEM_OK;
 }
 
@@ -226,20 +222,14 @@ llmem_status llmem_fault_resource_get_stats(const llmem_resource *r, llmem_fault
 {
     if (!r || !out || r->ops != &fault_ops) return llmem__fail(LLMEM_EINVAL, "fault stats: not a fault resource");
     fault_resource *f = (fault_resource *)(uintptr_t)r;
-    pthread_mutex_lock(&f->lock);
-    llmem_fault_stats s = f->st;
-    pthread_mutex_unlock(&f->lock);
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out_locked(out, &f->st, sizeof f->st, &f->lock);
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_fault_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_fault_stats, kind, U64, name, help)
 static const llmem_stat_field fault_fields[] = {
     F(COUNTER, calls_total, "Counted calls since the last arm."),
     F(COUNTER, injected_total, "Failures injected since the last arm."),
     F(COUNTER, bytes_total, "Bytes mapped and committed through it since the last arm."),
 };
 #undef F
-static const llmem_stats_schema fault_schema = {"fault", sizeof(llmem_fault_stats), LLMEM_ARRAY_LEN(fault_fields),
-                                                fault_fields};
-const llmem_stats_schema *llmem_fault_stats_schema(void) { return &fault_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_fault_stats_schema, "fault", llmem_fault_stats, fault_fields)

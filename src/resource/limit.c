@@ -5,14 +5,11 @@
  * goes upstream and handed back if upstream fails, so concurrent callers can
  * never overshoot the cap together.
  */
-#include <stdlib.h>
-
 #include "adaptor.h"
 #include "llmem/limit_resource.h"
 
 typedef struct limit_resource {
-    llmem_resource base;
-    llmem_resource *up;
+    llmem__adaptor a;
     llmem_limit_what what;
     uint64_t limit;  /* atomic */
     uint64_t used;   /* atomic */
@@ -25,7 +22,7 @@ static llmem_status claim(limit_resource *l, size_t n)
         uint64_t lim = llmem__ld(&l->limit);
         if (n > lim || cur > lim - n)
             return llmem__fail(LLMEM_ENOMEM, "limit '%s': %zu more bytes would pass the cap (%llu of %llu in use)",
-                               l->base.info.name, n, (unsigned long long)cur, (unsigned long long)lim);
+                               l->a.base.info.name, n, (unsigned long long)cur, (unsigned long long)lim);
         if (__atomic_compare_exchange_n(&l->used, &cur, cur + n, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             return LLMEM_OK;
     }
@@ -37,7 +34,7 @@ static llmem_status limit_map(llmem_resource *r, size_t size, size_t align, unsi
     size_t n = (l->what == LLMEM_LIMIT_MAPPED || !(flags & LLMEM_MAP_UNCOMMITTED)) ? size : 0;
     llmem_status st = n ? claim(l, n) : LLMEM_OK;
     if (st) return st;
-    st = llmem_resource_map_tagged(l->up, size, align, flags, tag, out);
+    st = llmem_resource_map_tagged(l->a.up, size, align, flags, tag, out);
     if (st) llmem__sub(&l->used, n);
     return st;
 }
@@ -46,7 +43,7 @@ static llmem_status limit_unmap(llmem_resource *r, void *ptr, size_t size, size_
 {
     limit_resource *l = (limit_resource *)r;
     /* The wrapper has rounded committed to whole granules, as commits are. */
-    llmem_status st = llmem_resource_unmap(l->up, ptr, size, committed);
+    llmem_status st = llmem_resource_unmap(l->a.up, ptr, size, committed);
     if (!st) llmem__sub(&l->used, l->what == LLMEM_LIMIT_MAPPED ? size : committed);
     return st;
 }
@@ -57,7 +54,7 @@ static llmem_status limit_commit(llmem_resource *r, void *ptr, size_t size)
     bool counted = l->what == LLMEM_LIMIT_COMMITTED;
     llmem_status st = counted ? claim(l, size) : LLMEM_OK;
     if (st) return st;
-    st = llmem_resource_commit(l->up, ptr, size);
+    st = llmem_resource_commit(l->a.up, ptr, size);
     if (st && counted) llmem__sub(&l->used, size);
     return st;
 }
@@ -65,25 +62,18 @@ static llmem_status limit_commit(llmem_resource *r, void *ptr, size_t size)
 static llmem_status limit_decommit(llmem_resource *r, void *ptr, size_t size)
 {
     limit_resource *l = (limit_resource *)r;
-    llmem_status st = llmem_resource_decommit(l->up, ptr, size);
+    llmem_status st = llmem_resource_decommit(l->a.up, ptr, size);
     if (!st && l->what == LLMEM_LIMIT_COMMITTED) llmem__sub(&l->used, size);
     return st;
 }
-
-static llmem_status limit_copy(llmem_resource *r, void *dst, const void *src, size_t n)
-{
-    return llmem_resource_copy(((limit_resource *)r)->up, dst, src, n);
-}
-
-static void limit_destroy(llmem_resource *r) { free(r); }
 
 static const llmem_resource_ops limit_ops = {
     .map = limit_map,
     .unmap = limit_unmap,
     .commit = limit_commit,
     .decommit = limit_decommit,
-    .copy = limit_copy,
-    .destroy = limit_destroy,
+    .copy = llmem__adaptor_copy,
+    .destroy = llmem__adaptor_free,
 };
 
 llmem_limit_options llmem_limit_options_default(void)
@@ -95,19 +85,17 @@ llmem_limit_options llmem_limit_options_default(void)
 llmem_status llmem_limit_resource_create(llmem_resource *upstream, const llmem_limit_options *opts,
                                          llmem_resource **out)
 {
-    if (!out) return llmem__fail(LLMEM_EINVAL, "limit: null out");
-    *out = NULL;
-    if (!upstream || !opts) return llmem__fail(LLMEM_EINVAL, "limit: null %s", upstream ? "options" : "upstream");
+    llmem_status st = llmem__adaptor_check("limit", upstream, out);
+    if (st) return st;
+    if (!opts) return llmem__fail(LLMEM_EINVAL, "limit: null options");
     if (opts->limit_bytes == 0) return llmem__fail(LLMEM_EINVAL, "limit: limit_bytes must be > 0");
     if ((unsigned)opts->what > LLMEM_LIMIT_MAPPED)
         return llmem__fail(LLMEM_EINVAL, "limit: unknown mode %d", (int)opts->what);
-    limit_resource *l = calloc(1, sizeof *l);
-    if (!l) return llmem__fail(LLMEM_ENOMEM, "limit: out of memory");
-    llmem__adaptor_init(&l->base, &limit_ops, "limit", upstream);
-    l->up = upstream;
+    limit_resource *l = llmem__adaptor_new(sizeof *l, &limit_ops, "limit", upstream);
+    if (!l) return LLMEM_ENOMEM;
     l->what = opts->what;
     l->limit = opts->limit_bytes;
-    *out = &l->base;
+    *out = &l->a.base;
     return LLMEM_OK;
 }
 

@@ -531,7 +531,7 @@ llmem_status llmem_os_resource_get_stats(const llmem_resource *r, llmem_os_stats
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_os_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_os_stats, kind, U64, name, help)
 static const llmem_stat_field os_fields[] = {
     F(GAUGE, hugetlb_bytes, "Bytes mapped with MAP_HUGETLB now."),
     F(COUNTER, hugetlb_fallbacks_total, "Huge page mappings that fell back to normal pages."),
@@ -540,5 +540,4 @@ static const llmem_stat_field os_fields[] = {
     F(COUNTER, numa_bound_bytes_total, "Bytes bound to the NUMA node."),
 };
 #undef F
-static const llmem_stats_schema os_schema = {"os", sizeof(llmem_os_stats), LLMEM_ARRAY_LEN(os_fields), os_fields};
-const llmem_stats_schema *llmem_os_stats_schema(void) { return &os_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_os_stats_schema, "os", llmem_os_stats, os_fields)

@@ -57,9 +57,10 @@ llmem_status llmem_resource_round(const llmem_resource *r, size_t size, size_t *
     return LLMEM_OK;
 }
 
-/* Validate a (ptr, size) range argument and round size. */
+/* Validate the resource and a (ptr, size) range argument, and round size. */
 static llmem_status check_range(llmem_resource *r, const void *ptr, size_t size, const char *op, size_t *rounded)
 {
+    if (!r) return llmem__fail(LLMEM_EINVAL, "resource: null resource passed to %s", op);
     if (!ptr) return failed(r, llmem__fail(LLMEM_EINVAL, "resource '%s': %s of a null pointer", r->info.name, op), op);
     if (size == 0) return failed(r, llmem__fail(LLMEM_EINVAL, "resource '%s': %s of size 0", r->info.name, op), op);
     if ((uintptr_t)ptr & (r->info.granularity - 1))
@@ -120,7 +121,6 @@ llmem_status llmem_resource_map(llmem_resource *r, size_t size, size_t align, un
 
 llmem_status llmem_resource_unmap(llmem_resource *r, void *ptr, size_t size, size_t committed)
 {
-    if (!r) return llmem__fail(LLMEM_EINVAL, "resource: null resource passed to unmap");
     size_t rounded;
     llmem_status st = check_range(r, ptr, size, "unmap", &rounded);
     if (st) return st;
@@ -148,7 +148,6 @@ llmem_status llmem_resource_unmap(llmem_resource *r, void *ptr, size_t size, siz
 
 llmem_status llmem_resource_commit(llmem_resource *r, void *ptr, size_t size)
 {
-    if (!r) return llmem__fail(LLMEM_EINVAL, "resource: null resource passed to commit");
     size_t rounded;
     llmem_status st = check_range(r, ptr, size, "commit", &rounded);
     if (st) return st;
@@ -164,7 +163,6 @@ llmem_status llmem_resource_commit(llmem_resource *r, void *ptr, size_t size)
 
 llmem_status llmem_resource_decommit(llmem_resource *r, void *ptr, size_t size)
 {
-    if (!r) return llmem__fail(LLMEM_EINVAL, "resource: null resource passed to decommit");
     size_t rounded;
     llmem_status st = check_range(r, ptr, size, "decommit", &rounded);
     if (st) return st;
@@ -227,7 +225,7 @@ llmem_status llmem_resource_get_stats(const llmem_resource *r, llmem_resource_st
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_resource_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_resource_stats, kind, U64, name, help)
 static const llmem_stat_field resource_fields[] = {
     F(GAUGE, mapped_bytes, "Address space currently mapped from the resource."),
     F(GAUGE, mapped_peak_bytes, "Highest mapped_bytes."),
@@ -245,10 +243,7 @@ static const llmem_stat_field resource_fields[] = {
 };
 #undef F
 
-static const llmem_stats_schema resource_schema = {"resource", sizeof(llmem_resource_stats),
-                                                   LLMEM_ARRAY_LEN(resource_fields), resource_fields};
-
-const llmem_stats_schema *llmem_resource_stats_schema(void) { return &resource_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_resource_stats_schema, "resource", llmem_resource_stats, resource_fields)
 
 void llmem_resource_destroy(llmem_resource *r)
 {

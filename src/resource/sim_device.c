@@ -52,8 +52,8 @@ static void charge(sim_resource *s, uint64_t ns)
     s->st.cost_ns_total += ns;
 }
 
-/* Index of the mapping containing p, or -1. Lock held. */
-static ptrdiff_t find(const sim_resource *s, uintptr_t p)
+/* First index whose mapping ends after p (count if none). Lock held. */
+static size_t lower(const sim_resource *s, uintptr_t p)
 {
     size_t lo = 0, hi = s->count;
     while (lo < hi) {
@@ -61,20 +61,22 @@ static ptrdiff_t find(const sim_resource *s, uintptr_t p)
         if (s->maps[mid].start + s->maps[mid].size <= p) lo = mid + 1;
         else hi = mid;
     }
-    if (lo < s->count && p >= s->maps[lo].start && p < s->maps[lo].start + s->maps[lo].size) return (ptrdiff_t)lo;
+    return lo;
+}
+
+/* Index of the mapping containing p, or -1. Lock held. */
+static ptrdiff_t find(const sim_resource *s, uintptr_t p)
+{
+    size_t i = lower(s, p);
+    if (i < s->count && p >= s->maps[i].start) return (ptrdiff_t)i;
     return -1;
 }
 
 /* Any mapping intersecting [p, p+n)? Lock held. */
 static bool intersects(const sim_resource *s, uintptr_t p, size_t n)
 {
-    size_t lo = 0, hi = s->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->maps[mid].start + s->maps[mid].size <= p) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < s->count && s->maps[lo].start < p + n;
+    size_t i = lower(s, p);
+    return i < s->count && s->maps[i].start < p + n;
 }
 
 static size_t granule(const sim_resource *s, const sim_map *m, uintptr_t p)
@@ -182,11 +184,8 @@ static llmem_status sim_map_op(llmem_resource *r, size_t size, size_t align, uns
             window(s, m.start, size, false);
         }
     }
-    size_t i = s->count;
-    while (i > 0 && s->maps[i - 1].start > m.start) {
-        s->maps[i] = s->maps[i - 1];
-        i--;
-    }
+    size_t i = lower(s, m.start);
+    memmove(&s->maps[i + 1], &s->maps[i], (s->count - i) * sizeof *s->maps);
     s->maps[i] = m;
     s->count++;
     pthread_mutex_unlock(&s->lock);
@@ -383,11 +382,7 @@ llmem_status llmem_sim_resource_get_stats(const llmem_resource *r, llmem_sim_sta
     if (!r || !out || r->ops != &sim_ops)
         return llmem__fail(LLMEM_EINVAL, "sim-device stats: not a sim-device resource");
     sim_resource *s = (sim_resource *)(uintptr_t)r;
-    pthread_mutex_lock(&s->lock);
-    llmem_sim_stats v = s->st;
-    pthread_mutex_unlock(&s->lock);
-    llmem__stats_out(out, &v, sizeof v);
-    return LLMEM_OK;
+    return llmem__stats_out_locked(out, &s->st, sizeof s->st, &s->lock);
 }
 
 bool llmem_sim_resource_contains(const llmem_resource *r, const void *ptr, size_t n)
@@ -402,7 +397,7 @@ bool llmem_sim_resource_contains(const llmem_resource *r, const void *ptr, size_
     return ok;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_sim_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_sim_stats, kind, U64, name, help)
 static const llmem_stat_field sim_fields[] = {
     F(GAUGE, capacity_bytes, "Simulated device capacity."),
     F(GAUGE, used_bytes, "Committed device bytes now."),
@@ -412,6 +407,4 @@ static const llmem_stat_field sim_fields[] = {
     F(COUNTER, cost_ns_total, "Simulated nanoseconds charged to map and unmap calls."),
 };
 #undef F
-static const llmem_stats_schema sim_schema = {"sim_device", sizeof(llmem_sim_stats), LLMEM_ARRAY_LEN(sim_fields),
-                                              sim_fields};
-const llmem_stats_schema *llmem_sim_stats_schema(void) { return &sim_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_sim_stats_schema, "sim_device", llmem_sim_stats, sim_fields)

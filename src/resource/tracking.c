@@ -25,8 +25,7 @@ typedef struct track_entry {
 } track_entry;
 
 typedef struct tracking_resource {
-    llmem_resource base;
-    llmem_resource *up;
+    llmem__adaptor a;
     pthread_mutex_t lock;  /* guards everything below */
     track_entry *v;        /* sorted by ptr */
     size_t count, cap;
@@ -56,6 +55,20 @@ static track_entry *containing(tracking_resource *t, uintptr_t p, size_t n)
     return NULL;
 }
 
+/* Put e in its place (room for it is there) and count it, peaks included.
+ * Lock held. */
+static void insert(tracking_resource *t, const track_entry *e)
+{
+    size_t i = lower(t, e->ptr);
+    memmove(&t->v[i + 1], &t->v[i], (t->count - i) * sizeof *t->v);
+    t->v[i] = *e;
+    t->count++;
+    t->st.live_mappings = t->count;
+    t->st.live_bytes += e->size;
+    if (t->st.live_bytes > t->st.peak_bytes) t->st.peak_bytes = t->st.live_bytes;
+    if (t->count > t->st.peak_mappings) t->st.peak_mappings = t->count;
+}
+
 static llmem_status refuse(tracking_resource *t, llmem_status st)
 {
     t->st.refused_total++;
@@ -67,7 +80,7 @@ static llmem_status tr_map(llmem_resource *r, size_t size, size_t align, unsigne
 {
     tracking_resource *t = (tracking_resource *)r;
     void *p = NULL;
-    llmem_status st = llmem_resource_map_tagged(t->up, size, align, flags, tag, &p);
+    llmem_status st = llmem_resource_map_tagged(t->a.up, size, align, flags, tag, &p);
     if (st) return st;
     pthread_mutex_lock(&t->lock);
     if (t->count + t->pending >= t->cap) {
@@ -75,7 +88,7 @@ static llmem_status tr_map(llmem_resource *r, size_t size, size_t align, unsigne
         track_entry *n = realloc(t->v, ncap * sizeof *n);
         if (!n) {
             pthread_mutex_unlock(&t->lock);
-            llmem_resource_unmap(t->up, p, size, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size);
+            llmem_resource_unmap(t->a.up, p, size, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size);
             return llmem__fail(LLMEM_ENOMEM, "tracking '%s': out of memory for metadata", r->info.name);
         }
         t->v = n;
@@ -83,14 +96,7 @@ static llmem_status tr_map(llmem_resource *r, size_t size, size_t align, unsigne
     }
     track_entry e = {(uintptr_t)p, size, (flags & LLMEM_MAP_UNCOMMITTED) ? 0 : size, ++t->next_seq, {0}};
     llmem__copy_name(e.tag, sizeof e.tag, tag, "");
-    size_t i = lower(t, e.ptr);
-    memmove(&t->v[i + 1], &t->v[i], (t->count - i) * sizeof *t->v);
-    t->v[i] = e;
-    t->count++;
-    t->st.live_mappings = t->count;
-    t->st.live_bytes += size;
-    if (t->st.live_bytes > t->st.peak_bytes) t->st.peak_bytes = t->st.live_bytes;
-    if (t->count > t->st.peak_mappings) t->st.peak_mappings = t->count;
+    insert(t, &e);
     pthread_mutex_unlock(&t->lock);
     *out = p;
     return LLMEM_OK;
@@ -121,21 +127,12 @@ static llmem_status tr_unmap(llmem_resource *r, void *ptr, size_t size, size_t c
     t->st.live_mappings = t->count;
     t->st.live_bytes -= size;
     pthread_mutex_unlock(&t->lock);
-    llmem_status st = llmem_resource_unmap(t->up, ptr, size, committed);
+    llmem_status st = llmem_resource_unmap(t->a.up, ptr, size, committed);
     pthread_mutex_lock(&t->lock);
     t->pending--;
-    if (st) {
-        i = lower(t, e.ptr);
-        memmove(&t->v[i + 1], &t->v[i], (t->count - i) * sizeof *t->v);
-        t->v[i] = e;
-        t->count++;
-        t->st.live_mappings = t->count;
-        t->st.live_bytes += size;
-        /* A map may have come in while it was out: back in, the figures
-         * can pass the peaks they never reached with it gone. */
-        if (t->st.live_bytes > t->st.peak_bytes) t->st.peak_bytes = t->st.live_bytes;
-        if (t->count > t->st.peak_mappings) t->st.peak_mappings = t->count;
-    }
+    /* A map may have come in while it was out: back in, the figures can
+     * pass the peaks they never reached with it gone. */
+    if (st) insert(t, &e);
     pthread_mutex_unlock(&t->lock);
     return st;
 }
@@ -155,7 +152,7 @@ static llmem_status tr_commit_change(llmem_resource *r, void *ptr, size_t size, 
                                      r->info.name, op, size, (void *)e->ptr, e->tag, e->committed, e->size));
     uintptr_t key = e->ptr;
     pthread_mutex_unlock(&t->lock);
-    llmem_status st = commit ? llmem_resource_commit(t->up, ptr, size) : llmem_resource_decommit(t->up, ptr, size);
+    llmem_status st = commit ? llmem_resource_commit(t->a.up, ptr, size) : llmem_resource_decommit(t->a.up, ptr, size);
     if (st) return st;
     pthread_mutex_lock(&t->lock);
     size_t i = lower(t, key);
@@ -170,11 +167,6 @@ static llmem_status tr_commit_change(llmem_resource *r, void *ptr, size_t size, 
 static llmem_status tr_commit(llmem_resource *r, void *ptr, size_t size) { return tr_commit_change(r, ptr, size, true); }
 static llmem_status tr_decommit(llmem_resource *r, void *ptr, size_t size) { return tr_commit_change(r, ptr, size, false); }
 
-static llmem_status tr_copy(llmem_resource *r, void *dst, const void *src, size_t n)
-{
-    return llmem_resource_copy(((tracking_resource *)r)->up, dst, src, n);
-}
-
 static llmem_status copy_by_age(const tracking_resource *t, track_entry **out, size_t *n);
 
 #define DESTROY_REPORT_LINES 16 /* mappings named one by one when destroyed with live ones */
@@ -188,16 +180,16 @@ static void report_at_destroy(const tracking_resource *t)
     if (!t->count) return;
     llmem__log(LLMEM_LOG_ERROR,
                "tracking '%s': destroyed with %zu live mapping%s (%llu bytes), left mapped upstream: a leak",
-               t->base.info.name, t->count, t->count == 1 ? "" : "s", (unsigned long long)t->st.live_bytes);
+               t->a.base.info.name, t->count, t->count == 1 ? "" : "s", (unsigned long long)t->st.live_bytes);
     track_entry *copy;
     size_t n;
     if (copy_by_age(t, &copy, &n)) return; /* out of memory: the summary above stands */
     for (size_t i = 0; i < n && i < DESTROY_REPORT_LINES; i++)
         llmem__log(LLMEM_LOG_ERROR, "tracking '%s': leak: %zu bytes at %p (tag '%s', map #%llu, %zu committed)",
-                   t->base.info.name, copy[i].size, (void *)copy[i].ptr, copy[i].tag[0] ? copy[i].tag : "-",
+                   t->a.base.info.name, copy[i].size, (void *)copy[i].ptr, copy[i].tag[0] ? copy[i].tag : "-",
                    (unsigned long long)copy[i].seq, copy[i].committed);
     if (n > DESTROY_REPORT_LINES)
-        llmem__log(LLMEM_LOG_ERROR, "tracking '%s': ... and %zu more", t->base.info.name, n - DESTROY_REPORT_LINES);
+        llmem__log(LLMEM_LOG_ERROR, "tracking '%s': ... and %zu more", t->a.base.info.name, n - DESTROY_REPORT_LINES);
     free(copy);
 }
 
@@ -215,22 +207,19 @@ static const llmem_resource_ops tracking_ops = {
     .unmap = tr_unmap,
     .commit = tr_commit,
     .decommit = tr_decommit,
-    .copy = tr_copy,
+    .copy = llmem__adaptor_copy,
     .destroy = tr_destroy,
 };
 
 llmem_status llmem_tracking_resource_create(llmem_resource *upstream, llmem_resource **out)
 {
-    if (!out) return llmem__fail(LLMEM_EINVAL, "tracking: null out");
-    *out = NULL;
-    if (!upstream) return llmem__fail(LLMEM_EINVAL, "tracking: null upstream");
-    tracking_resource *t = calloc(1, sizeof *t);
-    if (!t) return llmem__fail(LLMEM_ENOMEM, "tracking: out of memory");
-    llmem__adaptor_init(&t->base, &tracking_ops, "tracking", upstream);
-    t->up = upstream;
+    llmem_status st = llmem__adaptor_check("tracking", upstream, out);
+    if (st) return st;
+    tracking_resource *t = llmem__adaptor_new(sizeof *t, &tracking_ops, "tracking", upstream);
+    if (!t) return LLMEM_ENOMEM;
     t->st.struct_size = sizeof t->st;
     pthread_mutex_init(&t->lock, NULL);
-    *out = &t->base;
+    *out = &t->a.base;
     return LLMEM_OK;
 }
 
@@ -243,11 +232,7 @@ llmem_status llmem_tracking_resource_get_stats(const llmem_resource *r, llmem_tr
 {
     tracking_resource *t = as_tracking(r);
     if (!t || !out) return llmem__fail(LLMEM_EINVAL, "tracking stats: not a tracking resource");
-    pthread_mutex_lock(&t->lock);
-    llmem_tracking_stats s = t->st;
-    pthread_mutex_unlock(&t->lock);
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out_locked(out, &t->st, sizeof t->st, &t->lock);
 }
 
 static int by_seq(const void *a, const void *b)
@@ -264,7 +249,7 @@ static llmem_status copy_by_age(const tracking_resource *t, track_entry **out, s
     *n = t->count;
     if (!t->count) return LLMEM_OK;
     track_entry *copy = malloc(t->count * sizeof *copy);
-    if (!copy) return llmem__fail(LLMEM_ENOMEM, "tracking '%s': out of memory for a snapshot", t->base.info.name);
+    if (!copy) return llmem__fail(LLMEM_ENOMEM, "tracking '%s': out of memory for a snapshot", t->a.base.info.name);
     memcpy(copy, t->v, t->count * sizeof *copy);
     qsort(copy, t->count, sizeof *copy, by_seq);
     *out = copy;
@@ -313,7 +298,7 @@ llmem_status llmem_tracking_resource_report(const llmem_resource *r, FILE *f, si
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_tracking_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_tracking_stats, kind, U64, name, help)
 static const llmem_stat_field tracking_fields[] = {
     F(GAUGE, live_mappings, "Mappings live now."),
     F(GAUGE, live_bytes, "Bytes in live mappings."),
@@ -322,6 +307,4 @@ static const llmem_stat_field tracking_fields[] = {
     F(COUNTER, refused_total, "Calls refused as invalid."),
 };
 #undef F
-static const llmem_stats_schema tracking_schema = {"tracking", sizeof(llmem_tracking_stats),
-                                                   LLMEM_ARRAY_LEN(tracking_fields), tracking_fields};
-const llmem_stats_schema *llmem_tracking_stats_schema(void) { return &tracking_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_tracking_stats_schema, "tracking", llmem_tracking_stats, tracking_fields)

@@ -207,6 +207,25 @@ static void cancel_locked(llmem_sched *s, sreq *r)
     }
 }
 
+/* Request id into *r, or LLMEM_EINVAL "sched <what>: unknown request".
+ * mu held. */
+static llmem_status find_req(const llmem_sched *s, llmem_sched_req id, const char *what, sreq **r)
+{
+    *r = llmem__sched_lookup(s, id);
+    if (!*r) return llmem__fail(LLMEM_EINVAL, "sched %s: unknown request %llx", what, (unsigned long long)id);
+    return LLMEM_OK;
+}
+
+/* find_req, and sample one of its samples (else LLMEM_ERANGE). mu held. */
+static llmem_status find_sample(const llmem_sched *s, llmem_sched_req id, uint32_t sample, const char *what,
+                                sreq **r)
+{
+    llmem_status st = find_req(s, id, what, r);
+    if (!st && sample >= (*r)->n)
+        st = llmem__fail(LLMEM_ERANGE, "sched %s: sample %u of %u", what, sample, (*r)->n);
+    return st;
+}
+
 /* Cancel request id (what is unfinished ends CANCELLED, its KV freed at
  * once) and, with release, free its record and table slot too. Both under
  * step_mu (unless the caller is the stepping thread's own callback) and mu;
@@ -217,11 +236,9 @@ static llmem_status end_request(llmem_sched *s, llmem_sched_req id, bool release
     bool locked = lock_step(s);
     pthread_mutex_lock(&s->mu);
     size_t events = s->eb.n;
-    sreq *r = llmem__sched_lookup(s, id);
-    llmem_status st = LLMEM_OK;
-    if (!r) {
-        st = llmem__fail(LLMEM_EINVAL, "sched %s: unknown request %llx", what, (unsigned long long)id);
-    } else {
+    sreq *r;
+    llmem_status st = find_req(s, id, what, &r);
+    if (!st) {
         cancel_locked(s, r);
         s->eb.n = events;
         if (release) {
@@ -247,11 +264,9 @@ llmem_status llmem_sched_get_info(llmem_sched *s, llmem_sched_req id, uint32_t s
 {
     if (!s || !out) return llmem__fail(LLMEM_EINVAL, "sched info: null argument");
     pthread_mutex_lock(&s->mu);
-    sreq *r = llmem__sched_lookup(s, id);
-    llmem_status st = LLMEM_OK;
-    if (!r) st = llmem__fail(LLMEM_EINVAL, "sched info: unknown request %llx", (unsigned long long)id);
-    else if (sample >= r->n) st = llmem__fail(LLMEM_ERANGE, "sched info: sample %u of %u", sample, r->n);
-    else {
+    sreq *r;
+    llmem_status st = find_sample(s, id, sample, "info", &r);
+    if (!st) {
         const unit *u = &r->u[sample];
         memset(out, 0, sizeof *out);
         out->state = u->state;
@@ -280,11 +295,9 @@ llmem_status llmem_sched_read(llmem_sched *s, llmem_sched_req id, uint32_t sampl
     if (n) *n = 0;
     if (!s || !n || (cap && !out)) return llmem__fail(LLMEM_EINVAL, "sched read: null argument");
     pthread_mutex_lock(&s->mu);
-    sreq *r = llmem__sched_lookup(s, id);
-    llmem_status st = LLMEM_OK;
-    if (!r) st = llmem__fail(LLMEM_EINVAL, "sched read: unknown request %llx", (unsigned long long)id);
-    else if (sample >= r->n) st = llmem__fail(LLMEM_ERANGE, "sched read: sample %u of %u", sample, r->n);
-    else {
+    sreq *r;
+    llmem_status st = find_sample(s, id, sample, "read", &r);
+    if (!st) {
         const unit *u = &r->u[sample];
         size_t k = 0;
         for (size_t i = from; i < u->visible && k < cap; i++) out[k++] = u->tok[r->prompt_len + i];
@@ -305,11 +318,8 @@ llmem_status llmem_sched_wait(llmem_sched *s, llmem_sched_req id, uint64_t *prog
     pthread_mutex_lock(&s->mu);
     llmem_status st = LLMEM_OK;
     for (;;) {
-        sreq *r = llmem__sched_lookup(s, id);
-        if (!r) {
-            st = llmem__fail(LLMEM_EINVAL, "sched wait: unknown request %llx", (unsigned long long)id);
-            break;
-        }
+        sreq *r;
+        if ((st = find_req(s, id, "wait", &r)) != LLMEM_OK) break;
         if (r->progress != *progress || !r->unfinished) {
             *progress = r->progress;
             break;

@@ -78,8 +78,8 @@ llmem_status llmem_sched_get_sim_stats(llmem_sched *s, llmem_sched_sim_stats *ou
     return st;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_sched_stats, name)}
-#define D(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_DOUBLE, offsetof(llmem_sched_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_sched_stats, kind, U64, name, help)
+#define D(kind, name, help) LLMEM__STAT_FIELD(llmem_sched_stats, kind, DOUBLE, name, help)
 static const llmem_stat_field sched_fields[] = {
     F(GAUGE, requests_waiting, "Requests none of whose samples is admitted."),
     F(GAUGE, requests_running, "Requests with a sample admitted."),
@@ -115,6 +115,4 @@ static const llmem_stat_field sched_fields[] = {
 };
 #undef F
 #undef D
-static const llmem_stats_schema sched_schema = {"sched", sizeof(llmem_sched_stats), LLMEM_ARRAY_LEN(sched_fields),
-                                                sched_fields};
-const llmem_stats_schema *llmem_sched_stats_schema(void) { return &sched_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_sched_stats_schema, "sched", llmem_sched_stats, sched_fields)

@@ -15,8 +15,4 @@
  * is set when they are a valid beginning cut short by avail. */
 size_t llmem__utf8_char(const unsigned char *p, size_t avail, bool *incomplete);
 
-/* A JSON string literal of s[0..len) (valid UTF-8 assumed; control
- * characters and NUL escaped), quotes included. */
-void llmem__json_str(llmem__sbuf *b, const char *s, size_t len);
-
 #endif /* LLMEM_SERVE_INTERNAL_H */

@@ -127,7 +127,7 @@ typedef struct vllm_stats {
         generation_tokens_total;
 } vllm_stats;
 
-#define F(kind, type, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_##type, offsetof(vllm_stats, name)}
+#define F(kind, type, name, help) LLMEM__STAT_FIELD(vllm_stats, kind, type, name, help)
 static const llmem_stat_field vllm_fields[] = {
     F(GAUGE, U64, num_requests_running, "Number of requests in model execution batches."),
     F(GAUGE, U64, num_requests_waiting, "Number of requests waiting to be processed."),
@@ -141,35 +141,33 @@ static const llmem_stat_field vllm_fields[] = {
     F(COUNTER, U64, generation_tokens_total, "Number of generation tokens processed."),
 };
 #undef F
-static const llmem_stats_schema vllm_schema = {"vllm", sizeof(vllm_stats), LLMEM_ARRAY_LEN(vllm_fields), vllm_fields,
-                                               "vllm:"};
+LLMEM__SCHEMA(vllm_schema, "vllm", vllm_stats, vllm_fields, "vllm:");
 
 typedef struct vllm_success {
     size_t struct_size;
     uint64_t request_success_total;
 } vllm_success;
 static const llmem_stat_field success_fields[] = {
-    {"request_success_total", "Count of successfully processed samples, by reason.", LLMEM_METRIC_COUNTER,
-     LLMEM_VALUE_U64, offsetof(vllm_success, request_success_total)},
+    LLMEM__STAT_FIELD(vllm_success, COUNTER, U64, request_success_total,
+                      "Count of successfully processed samples, by reason."),
 };
-static const llmem_stats_schema success_schema = {"vllm_success", sizeof(vllm_success), 1, success_fields, "vllm:"};
+LLMEM__SCHEMA(success_schema, "vllm_success", vllm_success, success_fields, "vllm:");
 
 typedef struct process_stats {
     size_t struct_size;
     uint64_t resident_bytes;
 } process_stats;
 static const llmem_stat_field process_fields[] = {
-    {"resident_bytes", "Resident memory of the server process.", LLMEM_METRIC_GAUGE, LLMEM_VALUE_U64,
-     offsetof(process_stats, resident_bytes)},
+    LLMEM__STAT_FIELD(process_stats, GAUGE, U64, resident_bytes, "Resident memory of the server process."),
 };
-static const llmem_stats_schema process_schema = {"process", sizeof(process_stats), 1, process_fields, NULL};
+LLMEM__SCHEMA(process_schema, "process", process_stats, process_fields, NULL);
 
 typedef struct step_model_stats {
     size_t struct_size;
     double c0_seconds, prefill_token_seconds, decode_seq_seconds, attn_pair_seconds, fit_error;
     uint64_t fit_steps;
 } step_model_stats;
-#define F(kind, type, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_##type, offsetof(step_model_stats, name)}
+#define F(kind, type, name, help) LLMEM__STAT_FIELD(step_model_stats, kind, type, name, help)
 static const llmem_stat_field step_model_fields[] = {
     F(GAUGE, DOUBLE, c0_seconds, "Fitted fixed cost of a scheduler step (the server's latest 4096 steps)."),
     F(GAUGE, DOUBLE, prefill_token_seconds, "Fitted cost of a step per prefilled token."),
@@ -179,8 +177,7 @@ static const llmem_stat_field step_model_fields[] = {
     F(GAUGE, U64, fit_steps, "Steps the step model was fitted on."),
 };
 #undef F
-static const llmem_stats_schema step_model_schema = {"step_model", sizeof(step_model_stats),
-                                                     LLMEM_ARRAY_LEN(step_model_fields), step_model_fields};
+LLMEM__SCHEMA(step_model_schema, "step_model", step_model_stats, step_model_fields, NULL);
 
 llmem_status llmem_server_step_model(llmem_server *s, llmem_step_model *out, llmem_server_step_fit *fit)
 {

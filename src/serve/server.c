@@ -728,8 +728,7 @@ llmem_status llmem_server_get_stats(llmem_server *s, llmem_server_stats *out)
     return LLMEM_OK;
 }
 
-#define F(kind, field, help)                                                                                       \
-    {#field, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_server_stats, field)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_server_stats, kind, U64, name, help)
 static const llmem_stat_field server_fields[] = {
     F(COUNTER, http_requests_total, "HTTP requests answered."),
     F(COUNTER, http_2xx_total, "HTTP answers 2xx."),
@@ -747,7 +746,4 @@ static const llmem_stat_field server_fields[] = {
 };
 #undef F
 
-static const llmem_stats_schema server_schema = {"server", sizeof(llmem_server_stats),
-                                                 sizeof server_fields / sizeof server_fields[0], server_fields};
-
-const llmem_stats_schema *llmem_server_stats_schema(void) { return &server_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_server_stats_schema, "server", llmem_server_stats, server_fields)
