@@ -13,6 +13,10 @@
  *            naive f32 loop compiled here at the tool's optimisation, the
  *            baseline of the ratio column (dispatched f32, one thread,
  *            over naive).
+ *   q4_k x8  a yi-coder-1.5b FFN projection (n = 2048, d = 5504) in q4_k,
+ *            read in place and repacked 8 rows interleaved as the engine
+ *            does at load (kernels_q4k_x8.h), batch 1 and 32, 1 and 2
+ *            threads, on the dispatched path.
  *   threads  the latency of one empty llmem__threads_run: back to back
  *            (workers spinning) and after a 2 ms idle gap (workers asleep:
  *            one wake-up round trip), teams of 1, 2, 3 and 8.
@@ -30,6 +34,7 @@
 #include "llmem/llmem.h"
 
 #include "../src/engine/kernels.h"
+#include "../src/engine/kernels_q4k_x8.h"
 #include "../src/engine/threads.h"
 
 #define F32 LLMEM_DTYPE_F32
@@ -266,6 +271,46 @@ int llmem_bench_kernels(int argc, char **argv)
     }
     llmem__kernels_force_portable(false);
     if (!json) printf("  %-10s %-6s %8.2f %8s %8.2f %8s\n", "naive", "f32", naive1, "-", naive32, "-");
+    {
+        /* q4_k at a yi-coder-1.5b FFN shape, in place and repacked. */
+        const size_t qn = 2048, qd = 5504, qb = 32;
+        void *wq = make_weights(LLMEM_DTYPE_Q4_K, qn, qd, &rng), *w8 = malloc(llmem__q4k_x8_bytes(qn, qd));
+        float *qx = malloc(qb * qn * sizeof(float)), *qy = malloc(qb * qd * sizeof(float));
+        void *old = scratch;
+        scratch = aligned_alloc(64, llmem__matmul_scratch_bytes(LLMEM_DTYPE_Q4_K, qn, qb));
+        if (!wq || !w8 || !qx || !qy || !scratch) {
+            free(wq);
+            free(w8);
+            free(qx);
+            free(qy);
+            free(scratch);
+            scratch = old;
+            goto oom;
+        }
+        for (size_t i = 0; i < qb * qn; i++) qx[i] = rnd_f(&rng);
+        llmem__q4k_x8_pack(w8, wq, qn, qd);
+        if (!json) printf("\nq4_k n=2048 d=5504 (%s), GFLOPS\n  %-10s %8s %8s %8s %8s\n", llmem__kernels_isa(), "layout",
+                          "b1 t1", "b1 t2", "b32 t1", "b32 t2");
+        for (int lay = 0; lay < 2; lay++) {
+            double g[4];
+            int k = 0;
+            for (size_t batch = 1; batch <= qb; batch += qb - 1)
+                for (unsigned th = 1; th <= 2; th++)
+                    g[k++] = gflops(team[th], false, qx, lay ? w8 : wq, lay ? LLMEM__WTYPE_Q4K_X8 : LLMEM_DTYPE_Q4_K,
+                                    qn, qd, batch, qy, min_s, rounds);
+            if (json)
+                printf("{\"bench\":\"q4k_x8\",\"path\":\"%s\",\"layout\":\"%s\",\"b1_t1\":%.3f,\"b1_t2\":%.3f,"
+                       "\"b32_t1\":%.3f,\"b32_t2\":%.3f}\n",
+                       llmem__kernels_isa(), lay ? "x8" : "in place", g[0], g[1], g[2], g[3]);
+            else printf("  %-10s %8.2f %8.2f %8.2f %8.2f\n", lay ? "x8" : "in place", g[0], g[1], g[2], g[3]);
+        }
+        free(wq);
+        free(w8);
+        free(qx);
+        free(qy);
+        free(scratch);
+        scratch = old;
+    }
     rc = bench_threads(json);
     if (0) {
     oom:

@@ -23,6 +23,8 @@
 
 #include "test_util.h"
 #include "support/synth_model.h"
+#include "llmem/synth.h"
+#include "../src/engine/kernels.h"
 
 /* A file in the shared folder's models/ (test_util.h: test_shared_path). */
 #define MODEL(rel) test_shared_path("models/" rel)
@@ -731,6 +733,110 @@ static void weight_types_agree_with_f32(void **state)
     unlink(path);
 }
 
+
+/* q4_K matrices are repacked 8 rows interleaved at load when the model is
+ * a private, unlocked file mapping and the kernels are AVX2 (then counted
+ * as converted weights and no longer as mapped ones); the logits are
+ * bitwise those of the same file read in place: copied, shared, from
+ * memory, and the malloc baseline, on one and two threads. The shape
+ * (rows of 256, 300 classifier rows: 37 groups of 8 and 4 tail rows) runs
+ * every q4_K matrix through the repacked kernels, prefill and decode. */
+static void q4k_logits(const char *path, int how, unsigned threads, float *out, uint64_t *converted, uint64_t *mapped)
+{
+    llmem_model_options mo = llmem_model_options_default();
+    mo.copy = how == 1;
+    mo.shared = how == 2;
+    llmem_model *m;
+    void *bytes = NULL;
+    if (how == 3) { /* a memory model */
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        long sz = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        bytes = malloc((size_t)sz);
+        assert_non_null(bytes);
+        assert_int_equal(fread(bytes, 1, (size_t)sz, f), (size_t)sz);
+        fclose(f);
+        assert_ok(llmem_model_open_memory(bytes, (size_t)sz, &m));
+    } else {
+        assert_ok(llmem_model_open(path, &mo, &m));
+    }
+    uint32_t vocab = llmem_model_get_config(m)->shape.vocab;
+    llmem_engine_options eo = llmem_engine_options_default();
+    eo.threads = threads;
+    if (how == 4) eo.alloc = LLMEM_ENGINE_ALLOC_MALLOC;
+    llmem_engine *e;
+    assert_ok(llmem_engine_create(m, &eo, &e));
+    llmem_engine_stats es = {sizeof es};
+    assert_ok(llmem_engine_get_stats(e, &es));
+    *converted = es.weights_converted_bytes;
+    *mapped = es.weights_mapped_bytes;
+    llmem_engine_seq s;
+    assert_ok(llmem_engine_seq_create(e, &s));
+    int32_t toks[20], fed[5];
+    for (int i = 0; i < 20; i++) toks[i] = (i * 7 + 3) % (int32_t)vocab;
+    llmem_engine_batch_item it = {s, toks, 20};
+    for (int k = 0; k < 5; k++) {
+        assert_ok(llmem_engine_step(e, &it, 1));
+        memcpy(out + (size_t)k * vocab, llmem_engine_logits(e, 0), vocab * sizeof *out);
+        fed[k] = (int32_t)((k * 37 + 11) % (int)vocab);
+        it = (llmem_engine_batch_item){s, &fed[k], 1};
+    }
+    llmem_engine_destroy(e);
+    llmem_model_close(m);
+    free(bytes);
+}
+
+static void q4k_repacked_bitwise(void **state)
+{
+    (void)state;
+    char path[64];
+    strcpy(path, "/tmp/llmem-test-engine-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    llmem_shape sh = {"q4k-test", 2, 256, 4, 2, 64, 512, 300, 64, 10000.0, 0};
+    llmem_synth_options so = {0};
+    so.seed = 7;
+    so.type = LLMEM_DTYPE_Q4_K;
+    assert_ok(llmem_synth_gguf(&sh, &so, path));
+    enum { V = 300, K = 5 };
+    static float want[K * V], got[K * V];
+    const bool avx2 = !strncmp(llmem__kernels_isa(), "avx2", 4);
+    for (unsigned threads = 1; threads <= 2; threads++) {
+        uint64_t conv0, map0, conv, map;
+        q4k_logits(path, 0, threads, want, &conv0, &map0);
+        static const char *const how[] = {"private", "copied", "shared", "memory", "malloc baseline"};
+        uint64_t conv_in_place = 0, map_in_place = 0;
+        for (int h = 1; h <= 4; h++) {
+            q4k_logits(path, h, threads, got, &conv, &map);
+            if (memcmp(got, want, sizeof got) != 0) {
+                size_t i = 0;
+                while (memcmp(&got[i], &want[i], sizeof got[i]) == 0) i++;
+                fail_msg("q4_K model, %u threads (%s): %s logit %zu is %.9g, the private mapping's %.9g", threads,
+                         llmem__kernels_isa(), how[h], i, got[i], want[i]);
+            }
+            conv_in_place = conv;
+            map_in_place = map;
+        }
+        /* Repacked: 1184 bytes per 8 rows and super-block against 1152. */
+        print_message("q4_K model, %u threads (%s): converted %llu bytes, mapped %llu (in place: %llu, %llu)\n", threads,
+                      llmem__kernels_isa(), (unsigned long long)conv0, (unsigned long long)map0,
+                      (unsigned long long)conv_in_place, (unsigned long long)map_in_place);
+        if (avx2) {
+            assert_true(conv0 > conv_in_place);
+            assert_true(map0 < map_in_place);
+            uint64_t moved = map_in_place - map0;
+            assert_true(conv0 - conv_in_place >= moved && conv0 - conv_in_place <= moved + moved / 32);
+        } else {
+            assert_int_equal(conv0, conv_in_place);
+            assert_int_equal(map0, map_in_place);
+        }
+    }
+    unlink(path);
+}
+
 static void tiny_random_f16_gguf_runs(void **state)
 {
     (void)state;
@@ -761,6 +867,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(workspace_plan_near_lower_bound, test_quiet_logs),
         cmocka_unit_test(weight_types_agree_with_f32),
+        cmocka_unit_test(q4k_repacked_bitwise),
     };
     /* The real checkpoints of the shared folder (test_engine_shared). */
     const struct CMUnitTest shared_tests[] = {

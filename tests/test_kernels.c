@@ -33,6 +33,7 @@
 
 #include "../src/engine/kernels.h"
 #include "../src/engine/kernels_q.h"
+#include "../src/engine/kernels_q4k_x8.h"
 
 #define F32 LLMEM_DTYPE_F32
 #define F16 LLMEM_DTYPE_F16
@@ -502,6 +503,155 @@ static void test_qmatmul_portable(void **state)
     llmem__kernels_force_portable(false);
 }
 
+
+/* ---- q4_K repacked 8 rows interleaved (kernels_q4k_x8.h) ----------------------
+ *
+ * The repacked matrix must give the q4_K reference kernel's bits through
+ * every kernel over it (the scalar one of the layout, AVX2, AVX-VNNI where
+ * the machine has it, llmem__matmul on every team), for every row range,
+ * including ranges that start or end inside a group of 8. Weights: the
+ * quantised and random-byte rows of qmat_make, and (extreme) every level
+ * 15, every scale and min 63, large d and dmin, against activations of
+ * all -127 or +-127 and rows of random bytes (-128 included). */
+
+typedef void (*x8_rows_fn)(float *, const void *, const void *, size_t, size_t, size_t, size_t, size_t);
+
+static void x8_check_range(x8_rows_fn f, const char *name, const uint8_t *act, const uint8_t *w8, const float *yr,
+                           size_t n, size_t d, size_t batch, size_t r0, size_t r1, const char *what)
+{
+    float *y = malloc(batch * d * sizeof(float) + 1);
+    assert_non_null(y);
+    memset(y, 0xff, batch * d * sizeof(float));
+    f(y, act, w8, n, d, batch, r0, r1);
+    for (size_t b = 0; b < batch; b++)
+        for (size_t r = 0; r < d; r++) {
+            uint32_t u;
+            memcpy(&u, &y[b * d + r], 4);
+            if (r < r0 || r >= r1) {
+                if (u != 0xffffffffu) fail_msg("q4_K x8 %s (%s) rows [%zu, %zu) wrote row %zu", name, what, r0, r1, r);
+            } else if (memcmp(&y[b * d + r], &yr[b * d + r], 4) != 0) {
+                fail_msg("q4_K x8 %s (%s) n=%zu d=%zu batch=%zu rows [%zu, %zu): y[%zu][%zu] = %.9g, the q4_K reference "
+                         "gave %.9g", name, what, n, d, batch, r0, r1, b, r, y[b * d + r], yr[b * d + r]);
+            }
+        }
+    free(y);
+}
+
+/* mode 0: qmat_make rows; 1: extreme weights. act_mode 0: quantised x; 1: all -127; 2: +-127; 3: random bytes. */
+static void x8_case(size_t n, size_t d, int mode, int act_mode)
+{
+    const uint32_t t = LLMEM_DTYPE_Q4_K;
+    const size_t maxb = 9, ab = llmem__act_row_bytes(t, n), nb = n / 256;
+    size_t rb;
+    uint8_t *w = qmat_make(t, n, d, &rb);
+    if (mode == 1)
+        for (size_t r = 0; r < d; r++)
+            for (size_t k = 0; k < nb; k++) {
+                uint8_t *blk = w + r * rb + k * 144;
+                memset(blk + 4, 0xff, 140);
+                uint16_t h = (uint16_t)(r % 2 ? 0x5bff : 0x3c00), hm = (uint16_t)(r % 3 ? 0x57ff : 0xbc00);
+                memcpy(blk, &h, 2);
+                memcpy(blk + 2, &hm, 2);
+            }
+    uint8_t *w8 = malloc(llmem__q4k_x8_bytes(n, d) + 1);
+    float *x = malloc(maxb * n * sizeof(float)), *yr = malloc(maxb * d * sizeof(float)), *y = malloc(maxb * d * sizeof(float));
+    uint8_t *act = aligned_alloc(64, maxb * ab);
+    void *scratch = aligned_alloc(64, llmem__matmul_scratch_bytes(LLMEM__WTYPE_Q4K_X8, n, maxb));
+    assert_true(w8 && x && yr && y && act && scratch);
+    assert_int_equal(llmem__q4k_x8_bytes(n, d), d / 8 * nb * LLMEM__X8_BLOCK + d % 8 * rb);
+    assert_int_equal(llmem__matmul_scratch_bytes(LLMEM__WTYPE_Q4K_X8, n, maxb), maxb * ab);
+    llmem__q4k_x8_pack(w8, w, n, d);
+    for (size_t i = 0; i < maxb * n; i++) {
+        x[i] = act_mode == 1 ? 1.0f : act_mode == 2 ? (i % 3 ? 1.0f : -1.0f) : rng_f() * (i % 97 == 0 ? 30.0f : 1.0f);
+    }
+    if (act_mode == 0) memset(x, 0, n / 2 * sizeof(float)); /* zero blocks in the first row */
+    memset(act, 0, maxb * ab);
+    for (size_t b = 0; b < maxb; b++) {
+        uint8_t *row = act + b * ab;
+        llmem__act_quantize_ref(t, x + b * n, n, row);
+        if (act_mode != 3) continue;
+        int8_t *qs = (int8_t *)row;
+        int16_t *bs = (int16_t *)(void *)(row + n);
+        float *dd = (float *)(void *)(row + n + 2 * (n / 16));
+        for (size_t i = 0; i < n; i++) qs[i] = (int8_t)(test_rng_next(&rng_state) & 0xff);
+        for (size_t g = 0; g < n / 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += qs[16 * g + (size_t)j];
+            bs[g] = (int16_t)sum;
+        }
+        for (size_t k = 0; k < nb; k++) dd[k] = rng_f() * 0.01f;
+    }
+    if (act_mode == 1 || act_mode == 2) assert_int_equal(((const int8_t *)act)[0], -127);
+    llmem__qrows_ref(yr, act, w, t, n, d, maxb, 0, d);
+    char what[64];
+    snprintf(what, sizeof what, "weights %d, activations %d", mode, act_mode);
+    x8_rows_fn fns[3] = {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni};
+    const char *names[3] = {"reference", "avx2", "avx2+vnni"};
+    const bool has_avx2 = !strncmp(llmem__kernels_isa(), "avx2", 4), has_vnni = !strcmp(llmem__kernels_isa(), "avx2+vnni");
+    const size_t cuts[][2] = {{0, d}, {d > 3 ? 3 : 0, d}, {d > 1 ? 1 : 0, d > 13 ? 13 : d}, {d > 5 ? 5 : 0, d > 6 ? 6 : d},
+                              {d > 9 ? 9 : 0, d > 35 ? 35 : d}, {d > 8 ? 8 : 0, d > 16 ? 16 : d}};
+    for (int f = 0; f < 3; f++) {
+        if ((f == 1 && !has_avx2) || (f == 2 && !has_vnni)) continue;
+        for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++)
+            for (size_t batch = 1; batch <= maxb; batch += batch < 5 ? 1 : 4)
+                x8_check_range(fns[f], names[f], act, w8, yr, n, d, batch, cuts[c][0], cuts[c][1], what);
+    }
+    /* Through the matmul, on every team and batch: the q4_K matmul's bits. */
+    if (act_mode == 0)
+        for (size_t batch = 1; batch <= maxb; batch++)
+            for (unsigned k = 0; k <= 4; k++) {
+                float *y1 = malloc(maxb * d * sizeof(float));
+                assert_non_null(y1);
+                llmem__matmul(k ? teams[k] : NULL, y1, x, w, t, n, d, batch, scratch);
+                memset(y, 0xff, maxb * d * sizeof(float));
+                llmem__matmul(k ? teams[k] : NULL, y, x, w8, LLMEM__WTYPE_Q4K_X8, n, d, batch, scratch);
+                if (memcmp(y, y1, batch * d * sizeof(float)) != 0)
+                    fail_msg("q4_K x8 matmul n=%zu d=%zu batch=%zu threads=%u (%s): not the q4_K matmul's bits", n, d,
+                             batch, k, llmem__kernels_isa());
+                if (memcmp(y, yr, batch * d * sizeof(float)) != 0)
+                    fail_msg("q4_K x8 matmul n=%zu d=%zu batch=%zu threads=%u (%s): not the reference's bits", n, d,
+                             batch, k, llmem__kernels_isa());
+                for (size_t i = batch * d; i < maxb * d; i++) {
+                    uint32_t u;
+                    memcpy(&u, &y[i], 4);
+                    if (u != 0xffffffffu) fail_msg("q4_K x8 matmul wrote past batch %zu at %zu", batch, i);
+                }
+                free(y1);
+            }
+    free(w);
+    free(w8);
+    free(x);
+    free(yr);
+    free(y);
+    free(act);
+    free(scratch);
+}
+
+static void x8_all(void)
+{
+    static const size_t ds[] = {1, 7, 8, 17, 40};
+    static const size_t ns[] = {256, 768, 256 * 9};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++)
+            for (int a = 0; a < 4; a++) x8_case(ns[i], ds[j], 0, a);
+    for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++)
+        for (int a = 0; a < 4; a++) x8_case(512, ds[j], 1, a);
+}
+
+static void test_q4k_x8(void **state)
+{
+    (void)state;
+    x8_all();
+}
+
+static void test_q4k_x8_portable(void **state)
+{
+    (void)state;
+    llmem__kernels_force_portable(true);
+    x8_all();
+    llmem__kernels_force_portable(false);
+}
+
 /* ---- f16 ------------------------------------------------------------------ */
 
 static void test_f16_all_halves(void **state)
@@ -851,6 +1001,8 @@ int main(void)
         cmocka_unit_test(test_matmul_supports),
         cmocka_unit_test(test_qmatmul),
         cmocka_unit_test(test_qmatmul_portable),
+        cmocka_unit_test(test_q4k_x8),
+        cmocka_unit_test(test_q4k_x8_portable),
         cmocka_unit_test(test_f16_all_halves),
         cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_dequant_q8_0),

@@ -193,7 +193,7 @@ typedef struct llmem_engine_stats {
     double decode_seconds_total;
     uint64_t sequences;                /* live */
     uint64_t weights_mapped_bytes;     /* tensor bytes read in place */
-    uint64_t weights_converted_bytes;  /* copies made (1-D tensors not in f32) */
+    uint64_t weights_converted_bytes;  /* copies made (1-D tensors not in f32; q4_K matrices repacked) */
     uint64_t workspace_bytes;          /* the activation arena */
     uint64_t workspace_peak_bytes;     /* most of it one step used */
     uint64_t workspace_naive_bytes;    /* the largest step's buffers laid end to end */

@@ -46,7 +46,10 @@
 
 #include "../core/internal.h"
 #include "engine_internal.h"
+#include "../model/model_release.h"
+#include "../model/quant_internal.h"
 #include "kernels.h"
+#include "kernels_q4k_x8.h"
 #include "threads.h"
 
 llmem_engine_options llmem_engine_options_default(void)
@@ -233,6 +236,81 @@ static llmem_status bind_weights(llmem_engine *e)
     }
     n = 0;
     return bind_vectors(e, true, &n);
+}
+
+/* ---- repacked weights -----------------------------------------------------------------
+ *
+ * On the AVX2 paths, every q4_K matrix is copied at load into the 8-row
+ * interleaved layout of kernels_q4k_x8.h (same values, same results, about
+ * 2x the decode matmul's speed), in one mapping of the pool's resource
+ * tagged "engine-weights" and counted as converted weights. After each
+ * matrix is copied its file pages are given back (llmem__model_release),
+ * so the peak stays about the model plus one matrix. Only for a private,
+ * unlocked file mapping: a shared or mlocked mapping, a copied model or a
+ * memory model keeps its tensors and reads them in place, as does the
+ * malloc baseline. The classifier is repacked only when it is not the
+ * embedding table, which lookups read by rows. */
+
+/* The i-th matrix slot of the engine (7 a layer, then the classifier), or
+ * false past the last. */
+static bool mat_slot(llmem_engine *e, size_t i, const void ***w, uint32_t **type, size_t *n, size_t *d)
+{
+    if (i < (size_t)e->L * 7) {
+        eng_layer *ly = &e->layers[i / 7];
+        const size_t dim = e->dim, qd = e->qdim, kvd = e->kvdim, ffn = e->ffn;
+        switch (i % 7) {
+        case 0: *w = &ly->wq; *type = &ly->tq; *n = dim; *d = qd; break;
+        case 1: *w = &ly->wk; *type = &ly->tk; *n = dim; *d = kvd; break;
+        case 2: *w = &ly->wv; *type = &ly->tv; *n = dim; *d = kvd; break;
+        case 3: *w = &ly->wo; *type = &ly->to; *n = qd; *d = dim; break;
+        case 4: *w = &ly->w1; *type = &ly->t1; *n = dim; *d = ffn; break;
+        case 5: *w = &ly->w2; *type = &ly->t2; *n = ffn; *d = dim; break;
+        default: *w = &ly->w3; *type = &ly->t3; *n = dim; *d = ffn; break;
+        }
+        return true;
+    }
+    if (i > (size_t)e->L * 7) return false;
+    *w = &e->wcls;
+    *type = &e->wcls_type;
+    *n = e->dim;
+    *d = e->vocab;
+    return true;
+}
+
+static bool repack_this(const llmem_engine *e, const void *w, uint32_t type)
+{
+    return type == LLMEM_DTYPE_Q4_K && !(w == e->embd && e->wcls == e->embd);
+}
+
+static llmem_status repack_weights(llmem_engine *e)
+{
+    if (e->use_malloc || !llmem__model_releasable(e->model) || strncmp(llmem__kernels_isa(), "avx2", 4) != 0)
+        return LLMEM_OK;
+    const void **w;
+    uint32_t *type;
+    size_t n, d, total = 0;
+    for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++)
+        if (repack_this(e, *w, *type)) total += (llmem__q4k_x8_bytes(n, d) + 63) & ~(size_t)63;
+    if (!total) return LLMEM_OK;
+    llmem_status st = llmem_resource_round(e->res, total, &e->repacked_map);
+    if (!st) st = llmem_resource_map_tagged(e->res, e->repacked_map, 0, 0, "engine-weights", &e->repacked);
+    if (st) {
+        e->repacked = NULL;
+        return llmem__fail(st, "engine: no memory for %zu bytes of repacked q4_K weights", total);
+    }
+    size_t off = 0;
+    for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++) {
+        if (!repack_this(e, *w, *type)) continue;
+        uint8_t *dst = (uint8_t *)e->repacked + off;
+        llmem__q4k_x8_pack(dst, *w, n, d);
+        llmem__model_release(e->model, *w, n / 256 * sizeof(llmem__q4_k) * d);
+        *w = dst;
+        *type = LLMEM__WTYPE_Q4K_X8;
+        off += (llmem__q4k_x8_bytes(n, d) + 63) & ~(size_t)63;
+        e->repacked_bytes += llmem__q4k_x8_bytes(n, d);
+        e->st.weights_mapped_bytes -= n / 256 * sizeof(llmem__q4_k) * d;
+    }
+    return LLMEM_OK;
 }
 
 /* ---- the activation workspace --------------------------------------------------------- */
@@ -453,6 +531,10 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
         goto fail;
     }
     if ((st = bind_weights(e))) goto fail;
+    e->st.weights_mapped_bytes = 0;
+    for (size_t i = 0; i < llmem_model_tensor_count(m); i++)
+        e->st.weights_mapped_bytes += llmem_model_tensor_at(m, i)->bytes;
+    if ((st = repack_weights(e))) goto fail;
 
     if (!e->use_malloc) {
         llmem_kv_options ko = llmem_kv_options_default();
@@ -504,10 +586,7 @@ llmem_status llmem_engine_create(const llmem_model *m, const llmem_engine_option
         ao.buffer_bytes = e->ws_bytes + WS_ALIGN;
         if ((st = llmem_arena_create(&ao, &e->arena))) goto fail;
     }
-    e->st.weights_mapped_bytes = 0;
-    for (size_t i = 0; i < llmem_model_tensor_count(m); i++)
-        e->st.weights_mapped_bytes += llmem_model_tensor_at(m, i)->bytes;
-    e->st.weights_converted_bytes = e->converted_bytes;
+    e->st.weights_converted_bytes = e->converted_bytes + e->repacked_bytes;
     e->st.workspace_bytes = e->use_malloc ? 0 : e->ws_bytes;
     notify(e, LLMEM_STAGE_IDLE, 0, 0);
     *out = e;
@@ -541,6 +620,7 @@ void llmem_engine_destroy(llmem_engine *e)
     llmem_arena_destroy(e->arena);
     if (e->ws_base) llmem_resource_unmap(e->res, e->ws_base, e->ws_map, e->ws_commit_end);
     keep_free(e, e->converted, e->converted_bytes);
+    if (e->repacked) llmem_resource_unmap(e->res, e->repacked, e->repacked_map, e->repacked_map);
     keep_free(e, e->seqs, (size_t)e->o.max_seqs * sizeof *e->seqs);
     keep_free(e, e->sub_items, (size_t)e->o.max_seqs * sizeof *e->sub_items);
     keep_free(e, e->layers, (size_t)e->L * sizeof *e->layers);
@@ -1090,7 +1170,7 @@ static const llmem_stat_field engine_fields[] = {
     D(COUNTER, decode_seconds_total, "Seconds spent in decode steps."),
     F(GAUGE, sequences, "Live sequences."),
     F(GAUGE, weights_mapped_bytes, "Tensor bytes read in place from the mapped file."),
-    F(GAUGE, weights_converted_bytes, "Bytes of weights converted to f32 copies."),
+    F(GAUGE, weights_converted_bytes, "Bytes of weights copied at load: f32 copies of 1-D tensors, repacked q4_K matrices."),
     F(GAUGE, workspace_bytes, "Bytes of the activation arena."),
     F(GAUGE, workspace_peak_bytes, "Most of the arena one step used."),
     F(GAUGE, workspace_naive_bytes, "The largest step's activation buffers laid end to end."),

@@ -61,6 +61,10 @@ struct llmem_engine {
     eng_layer *layers;
     float *converted;       /* 1-D tensors converted to f32, one block */
     size_t converted_bytes;
+    void *repacked;         /* q4_K matrices repacked 8 rows interleaved (kernels_q4k_x8.h): one mapping
+                               from res, tagged "engine-weights"; NULL when none */
+    size_t repacked_map;    /* its mapped size */
+    size_t repacked_bytes;  /* the repacked copies' bytes; the source tensors' pages were given back */
     size_t xq_row;          /* bytes of the widest quantised activation row a matmul needs (0: no block types) */
     llmem_engine_batch_item *sub_items; /* max_seqs: a windowed step's passes */
 

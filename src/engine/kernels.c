@@ -56,6 +56,7 @@
  */
 #include "kernels.h"
 #include "kernels_q.h"
+#include "kernels_q4k_x8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -366,6 +367,8 @@ typedef struct kernel_path {
     void (*act_quantize)(uint32_t wtype, const float *x, size_t n, void *row);
     void (*qrows)(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d, size_t batch,
                   size_t r0, size_t r1);
+    /* q4_K repacked 8 rows interleaved (kernels_q4k_x8.h) */
+    void (*qrows_x8)(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0, size_t r1);
 } kernel_path;
 
 static const kernel_path path_portable = {
@@ -376,6 +379,7 @@ static const kernel_path path_portable = {
     /* .f16_row = */ f16_row_portable,
     /* .act_quantize = */ llmem__act_quantize_ref,
     /* .qrows = */ llmem__qrows_ref,
+    /* .qrows_x8 = */ llmem__q4k_x8_rows_ref,
 };
 
 #ifdef KERNELS_X86
@@ -387,6 +391,7 @@ static const kernel_path path_x86 = {
     /* .f16_row = */ f16_row_x86,
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_avx2,
+    /* .qrows_x8 = */ llmem__q4k_x8_rows_avx2,
 };
 
 /* AVX2 with AVX-VNNI for the integer dot products (same results). */
@@ -398,6 +403,7 @@ static const kernel_path path_x86_vnni = {
     /* .f16_row = */ f16_row_x86,
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_vnni,
+    /* .qrows_x8 = */ llmem__q4k_x8_rows_vnni,
 };
 #endif
 
@@ -454,12 +460,13 @@ void llmem__kernels_force_portable(bool on) { __atomic_store_n(&force_portable, 
 
 bool llmem__matmul_supports(uint32_t wtype)
 {
-    return wtype == LLMEM_DTYPE_F32 || wtype == LLMEM_DTYPE_F16 || wtype == LLMEM_DTYPE_BF16 || llmem__is_qtype(wtype);
+    return wtype == LLMEM_DTYPE_F32 || wtype == LLMEM_DTYPE_F16 || wtype == LLMEM_DTYPE_BF16 || llmem__is_qtype(wtype) ||
+           wtype == LLMEM__WTYPE_Q4K_X8;
 }
 
 size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch)
 {
-    return llmem__act_row_bytes(wtype, n) * batch;
+    return llmem__act_row_bytes(wtype == LLMEM__WTYPE_Q4K_X8 ? LLMEM_DTYPE_Q4_K : wtype, n) * batch;
 }
 
 typedef struct mm_job {
@@ -471,6 +478,7 @@ typedef struct mm_job {
     size_t n, d, batch;
     void *act;               /* block types: the quantised activation rows (stride act_bytes) */
     size_t act_bytes;
+    bool x8;                 /* w is q4_K repacked 8 rows interleaved (type is then Q4_K) */
 } mm_job;
 
 static void mm_part(void *ctx, unsigned index, unsigned count)
@@ -479,7 +487,8 @@ static void mm_part(void *ctx, unsigned index, unsigned count)
     size_t lo, hi;
     llmem__threads_split(j->d, MM_GRAIN, index, count, &lo, &hi);
     if (lo >= hi) return;
-    if (j->act) j->path->qrows(j->y, j->act, j->w, j->type, j->n, j->d, j->batch, lo, hi);
+    if (j->x8) j->path->qrows_x8(j->y, j->act, j->w, j->n, j->d, j->batch, lo, hi);
+    else if (j->act) j->path->qrows(j->y, j->act, j->w, j->type, j->n, j->d, j->batch, lo, hi);
     else j->path->rows(j->y, j->x, j->w, j->type, j->n, j->d, j->batch, lo, hi);
 }
 
@@ -499,7 +508,9 @@ void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, 
                    size_t batch, void *scratch)
 {
     if (d == 0 || batch == 0) return;
-    mm_job j = {path_get(), y, x, w, wtype, n, d, batch, NULL, 0};
+    const bool x8 = wtype == LLMEM__WTYPE_Q4K_X8;
+    if (x8) wtype = LLMEM_DTYPE_Q4_K;
+    mm_job j = {path_get(), y, x, w, wtype, n, d, batch, NULL, 0, x8};
     bool team = th && llmem__threads_count(th) > 1;
     if (llmem__is_qtype(wtype)) {
         /* x quantised once for every weight row. */

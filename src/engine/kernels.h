@@ -31,6 +31,10 @@
 void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, uint32_t wtype, size_t n, size_t d,
                    size_t batch, void *scratch);
 
+/* The wtype llmem__matmul takes for a q4_K matrix repacked 8 rows
+ * interleaved by llmem__q4k_x8_pack (kernels_q4k_x8.h): not a GGUF type. */
+#define LLMEM__WTYPE_Q4K_X8 0x10000u
+
 /* Bytes of scratch llmem__matmul needs for a batch over rows of n of wtype. */
 size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch);
 

@@ -689,3 +689,132 @@ KQ_TARGET void KQ_EXPORT(float *y, const void *act, const void *w, uint32_t wtyp
     }
 }
 
+
+/* ---- q4_K, 8 rows interleaved (kernels_q4k_x8.h) ----
+ *
+ * One 32-byte load is dword j of pair p of the 8 rows' levels (lane i =
+ * row i); its low nibbles meet the broadcast activation bytes 64p + 4j..,
+ * its high nibbles 64p + 32 + 4j..: one broadcast feeds 8 rows and the
+ * levels stream from one contiguous region. Per 32-group the 4-product
+ * sums add up in int16 (AVX2: 8 maddubs of at most 2 x 15 x 128 each, at
+ * most 30720) or int32 (VNNI), then one multiply by the group's scale per
+ * lane; the mins' term is one madd per pair of groups against the
+ * activation's sums of 32. Exact integers, then the reference's float
+ * epilogue per super-block, one row a lane: the bits of the q4_K path. */
+#ifdef KQ_EXPORT_X8
+#include "kernels_q4k_x8.h"
+
+/* Group g's scales of the 8 rows (8 bytes at p) as VNNI's int32 lanes or
+ * AVX2's int16 pairs (s, s) per lane. */
+KQ_INLINE __m256i x8_scales(const uint8_t *p)
+{
+#if KQ_VNNI
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+#else
+    uint64_t v;
+    memcpy(&v, p, 8);
+    const __m256i idx = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1, 4, -1, 4, -1, 5, -1, 5,
+                                         -1, 6, -1, 6, -1, 7, -1, 7, -1);
+    return _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)v), idx);
+#endif
+}
+
+/* acc[g] lane i: row i of the group (blocks wg) against activation row g
+ * (stride ab), g < G. */
+KQ_INLINE void x8_group(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg, __m256 acc[MAXB])
+{
+    const size_t nb = n / 256;
+    const __m256i m15 = _mm256_set1_epi8(15);
+    a8k a[MAXB];
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8k_view(act + (size_t)g * ab, n);
+        acc[g] = _mm256_setzero_ps();
+    }
+    for (size_t k = 0; k < nb; k++) {
+        const uint8_t *blk = wg + k * LLMEM__X8_BLOCK;
+        __m256i sumi[MAXB];
+KQ_UNROLL
+        for (int g = 0; g < G; g++) sumi[g] = _mm256_setzero_si256();
+KQ_UNROLL
+        for (int p = 0; p < 4; p++) {
+            __m256i sl[MAXB], sh[MAXB];
+KQ_UNROLL
+            for (int g = 0; g < G; g++) sl[g] = sh[g] = _mm256_setzero_si256();
+KQ_UNROLL
+            for (int j = 0; j < 8; j++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(blk + (size_t)(p * 8 + j) * 32));
+                const __m256i lo = _mm256_and_si256(raw, m15), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m15);
+KQ_UNROLL
+                for (int g = 0; g < G; g++) {
+                    const int8_t *xq = a[g].qs + 256 * k + (size_t)(64 * p + 4 * j);
+#if KQ_VNNI
+                    sl[g] = _mm256_dpbusd_avx_epi32(sl[g], lo, bcast32(xq));
+                    sh[g] = _mm256_dpbusd_avx_epi32(sh[g], hi, bcast32(xq + 32));
+#else
+                    sl[g] = _mm256_add_epi16(sl[g], _mm256_maddubs_epi16(lo, bcast32(xq)));
+                    sh[g] = _mm256_add_epi16(sh[g], _mm256_maddubs_epi16(hi, bcast32(xq + 32)));
+#endif
+                }
+            }
+            const __m256i s0 = x8_scales(blk + 1024 + 16 * (size_t)p), s1 = x8_scales(blk + 1024 + 16 * (size_t)p + 8);
+KQ_UNROLL
+            for (int g = 0; g < G; g++)
+#if KQ_VNNI
+                sumi[g] = _mm256_add_epi32(sumi[g], _mm256_add_epi32(_mm256_mullo_epi32(sl[g], s0),
+                                                                     _mm256_mullo_epi32(sh[g], s1)));
+#else
+                sumi[g] = _mm256_add_epi32(sumi[g], _mm256_add_epi32(_mm256_madd_epi16(sl[g], s0),
+                                                                     _mm256_madd_epi16(sh[g], s1)));
+#endif
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 1152)));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 1168)));
+        const __m256i mp0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 1088)));
+        const __m256i mp1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 1104)));
+        const __m256i mp2 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 1120)));
+        const __m256i mp3 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 1136)));
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            const int16_t *bs = a[g].bs + 16 * k;
+            /* the activation's sums of 32: B_q = bs[2q] + bs[2q + 1], as int16 */
+            const __m128i B = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
+                                             _mm_loadu_si128((const __m128i *)(const void *)(bs + 8)));
+            __m256i sm = _mm256_madd_epi16(mp0, _mm256_broadcastd_epi32(B));
+            sm = _mm256_add_epi32(sm, _mm256_madd_epi16(mp1, _mm256_broadcastd_epi32(_mm_srli_si128(B, 4))));
+            sm = _mm256_add_epi32(sm, _mm256_madd_epi16(mp2, _mm256_broadcastd_epi32(_mm_srli_si128(B, 8))));
+            sm = _mm256_add_epi32(sm, _mm256_madd_epi16(mp3, _mm256_broadcastd_epi32(_mm_srli_si128(B, 12))));
+            const __m256 da = _mm256_set1_ps(a[g].d[k]);
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(sumi[g])));
+            acc[g] = _mm256_sub_ps(acc[g], _mm256_mul_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(sm)));
+        }
+    }
+}
+
+KQ_TARGET void KQ_EXPORT_X8(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                            size_t r1)
+{
+    const size_t nb = n / 256, ab = llmem__act_row_bytes(LLMEM_DTYPE_Q4_K, n), d8 = d / 8 * 8;
+    const uint8_t *w8 = w, *a0 = act;
+    size_t r = r0;
+    while (r < r1 && r < d8) {
+        const size_t g = r / 8, lo = r % 8, hi = r1 - 8 * g < 8 ? r1 - 8 * g : 8;
+        const uint8_t *wg = w8 + g * nb * LLMEM__X8_BLOCK;
+        for (size_t b = 0; b < batch;) {
+            const int G = batch - b >= MAXB ? MAXB : 1;
+            __m256 acc[MAXB];
+            if (G == MAXB) x8_group(MAXB, a0 + b * ab, ab, n, wg, acc);
+            else x8_group(1, a0 + b * ab, ab, n, wg, acc);
+            for (int gg = 0; gg < G; gg++) {
+                float res[8];
+                _mm256_storeu_ps(res, acc[gg]);
+                for (size_t i = lo; i < hi; i++) y[(b + (size_t)gg) * d + 8 * g + i] = res[i];
+            }
+            b += (size_t)G;
+        }
+        r = 8 * g + hi;
+    }
+    if (r < r1) /* the tail rows, as q4_K */
+        qrows_t(LLMEM_DTYPE_Q4_K, y + d8, a0, w8 + d / 8 * nb * LLMEM__X8_BLOCK, n, d, batch, r - d8, r1 - d8);
+}
+#endif

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "model_internal.h"
+#include "model_release.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels say EINVAL and we touch pages instead */
@@ -423,6 +424,7 @@ llmem_status llmem_model_open(const char *path, const llmem_model_options *opts,
         if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
     }
     if (progress) populate_with_progress(m, path);
+    m->releasable = !o.copy && !o.shared && !o.mlock;
     if (o.mlock && mlock(map, size) != 0) {
         e = errno;
         struct rlimit rl = {0, 0};
@@ -557,3 +559,19 @@ static const llmem_stat_field model_fields[] = {
 };
 #undef F
 LLMEM__STATS_SCHEMA_GETTER(llmem_model_stats_schema, "model", llmem_model_stats, model_fields)
+
+/* ---- giving pages back (model_release.h) ---- */
+
+bool llmem__model_releasable(const llmem_model *m) { return m && m->releasable; }
+
+void llmem__model_release(const llmem_model *m, const void *p, size_t bytes)
+{
+    if (!llmem__model_releasable(m) || !p || !bytes) return;
+    uintptr_t lo = (uintptr_t)p, hi = lo + bytes, base = (uintptr_t)m->base;
+    if (lo < base || hi > base + m->size) return;
+    /* Whole pages only: a page shared with a neighbouring tensor stays. */
+    const uintptr_t pg = (uintptr_t)llmem__page_size();
+    lo = (lo + pg - 1) & ~(pg - 1);
+    hi &= ~(pg - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advisory: an error leaves the pages resident */
+}

@@ -60,6 +60,8 @@ struct llmem_model {
     /* The file as opened (llmem_model_check_file); path NULL for memory models. */
     char *path;
     bool copied;               /* read into anonymous memory (options.copy), not mapped from the file */
+    bool releasable;           /* a private, unlocked mapping of the file (not shared, mlock, copy or
+                                  memory): llmem__model_release may give its pages back */
     dev_t dev;
     ino_t ino;
     off_t file_size;

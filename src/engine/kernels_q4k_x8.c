@@ -1,0 +1,107 @@
+/*
+ * kernels_q4k_x8.c - the 8-row interleaved q4_K layout (kernels_q4k_x8.h):
+ * the repack and the scalar reference over it. The reference decodes each
+ * row's super-block back to the q4_K values and sums as
+ * llmem__qdot_ref does, so it gives that function's bits.
+ */
+#include "kernels_q4k_x8.h"
+
+#include <string.h>
+
+#include "llmem/model.h"
+
+#include "../core/half.h"
+#include "../model/quant_internal.h"
+#include "kernels_q.h"
+#include "kernels_q_layout.h"
+
+#define QK 256
+#define QB sizeof(llmem__q4_k)
+
+size_t llmem__q4k_x8_bytes(size_t n, size_t d)
+{
+    const size_t nb = n / QK;
+    return d / 8 * nb * LLMEM__X8_BLOCK + d % 8 * nb * QB;
+}
+
+void llmem__q4k_x8_pack(void *dst, const void *src, size_t n, size_t d)
+{
+    const size_t nb = n / QK, rb = nb * QB;
+    const uint8_t *s = src;
+    uint8_t *o = dst;
+    for (size_t g = 0; g < d / 8; g++)
+        for (size_t k = 0; k < nb; k++, o += LLMEM__X8_BLOCK) {
+            uint8_t *qs = o, *sc = o + 1024, *mn = o + 1088;
+            uint16_t *dd = (uint16_t *)(void *)(o + 1152);
+            for (size_t i = 0; i < 8; i++) {
+                const llmem__q4_k *b = (const void *)(s + (8 * g + i) * rb + k * QB);
+                for (size_t p = 0; p < 4; p++)
+                    for (size_t j = 0; j < 8; j++) memcpy(qs + ((p * 8 + j) * 8 + i) * 4, b->qs + 32 * p + 4 * j, 4);
+                uint8_t s8[8], m8[8];
+                llmem__k4_scales_mins(b->scales, s8, m8);
+                for (size_t q = 0; q < 8; q++) {
+                    sc[q * 8 + i] = s8[q];
+                    mn[(q / 2) * 16 + i * 2 + q % 2] = m8[q];
+                }
+                dd[i] = b->d;
+                dd[8 + i] = b->dmin;
+            }
+        }
+    memcpy(o, s + d / 8 * 8 * rb, d % 8 * rb);
+}
+
+/* Row i (< 8) of block blk: its levels (element order), scales, mins, d, dmin. */
+static void x8_read(const uint8_t *blk, size_t i, int q[256], int sc[8], int mn[8], float *d, float *dmin)
+{
+    for (size_t p = 0; p < 4; p++)
+        for (size_t j = 0; j < 8; j++)
+            for (size_t b = 0; b < 4; b++) {
+                uint8_t v = blk[((p * 8 + j) * 8 + i) * 4 + b];
+                q[64 * p + 4 * j + b] = v & 15;
+                q[64 * p + 32 + 4 * j + b] = v >> 4;
+            }
+    for (size_t g = 0; g < 8; g++) {
+        sc[g] = blk[1024 + g * 8 + i];
+        mn[g] = blk[1088 + (g / 2) * 16 + i * 2 + g % 2];
+    }
+    uint16_t h[2];
+    memcpy(&h[0], blk + 1152 + 2 * i, 2);
+    memcpy(&h[1], blk + 1168 + 2 * i, 2);
+    *d = llmem__f16_to_f32(h[0]);
+    *dmin = llmem__f16_to_f32(h[1]);
+}
+
+void llmem__q4k_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                            size_t r1)
+{
+    const size_t nb = n / QK, ab = llmem__act_row_bytes(LLMEM_DTYPE_Q4_K, n), d8 = d / 8 * 8;
+    const uint8_t *w8 = w, *tail = w8 + d / 8 * nb * LLMEM__X8_BLOCK;
+    for (size_t r = r0; r < r1; r++) {
+        if (r >= d8) { /* a tail row, as q4_K */
+            for (size_t b = 0; b < batch; b++)
+                y[b * d + r] = llmem__qdot_ref(LLMEM_DTYPE_Q4_K, tail + (r - d8) * nb * QB, (const uint8_t *)act + b * ab, n);
+            continue;
+        }
+        for (size_t b = 0; b < batch; b++) {
+            a8k a = a8k_view((const uint8_t *)act + b * ab, n);
+            float acc = 0;
+            for (size_t k = 0; k < nb; k++) {
+                int q[256], sc[8], mn[8];
+                float dw, dm;
+                x8_read(w8 + (r / 8 * nb + k) * LLMEM__X8_BLOCK, r % 8, q, sc, mn, &dw, &dm);
+                const int8_t *qa = a.qs + 256 * k;
+                const int16_t *bs = a.bs + 16 * k;
+                int sumi = 0, summ = 0;
+                for (int g = 0; g < 8; g++) {
+                    int s = 0, sa = bs[2 * g] + bs[2 * g + 1];
+                    for (int j = 0; j < 32; j++) s += q[32 * g + j] * qa[32 * g + j];
+                    sumi += sc[g] * s;
+                    summ += mn[g] * sa;
+                }
+                acc += (dw * a.d[k]) * (float)sumi;
+                acc -= (dm * a.d[k]) * (float)summ;
+            }
+            y[b * d + r] = acc;
+        }
+    }
+}

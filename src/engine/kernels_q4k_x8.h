@@ -1,0 +1,58 @@
+/*
+ * kernels_q4k_x8.h - q4_K weight matrices repacked 8 rows interleaved, for
+ * the decode matmul (kernels_q4k_x8.c: the layout, the repack and the
+ * scalar reference; kernels_q_x86.h: the AVX2 and AVX-VNNI kernels).
+ * Private to llmem.
+ *
+ * Why. A q4_K row is read one super-block (144 bytes) at a time; to fill a
+ * vector with 8 rows' sums the decode kernel reduces 8 rows' lanes, and its
+ * 8-bit scales are unpacked from 12 packed bytes per super-block per row.
+ * Interleaved, the 4-bit levels of 8 rows for the same 4 columns are one
+ * 32-bit lane each of one 32-byte load, so one broadcast of 4 activation
+ * bytes feeds 8 rows (lane i = row i), no lane reduction is needed, and the
+ * scales and mins are stored decoded. The copy is 1184 bytes per 8 rows and
+ * super-block against 1152 (2.8% more).
+ *
+ * Layout of a matrix of d rows of n (n a multiple of 256, nb = n / 256):
+ * the d / 8 groups of 8 rows, each nb blocks of X8_BLOCK bytes (block k:
+ * super-block k of the group's 8 rows), then the d % 8 tail rows as q4_K
+ * rows (144 nb bytes each), unchanged. Block k of rows i = 0..7:
+ *   qs[1024]  byte ((p * 8 + j) * 8 + i) * 4 + b = byte 32 p + 4 j + b of
+ *             row i's qs (p < 4, j < 8, b < 4): low nibble the level of
+ *             element 64 p + 4 j + b, high nibble of element 64 p + 32 + 4 j + b
+ *   sc[64]    byte g * 8 + i: row i's 6-bit scale of 32-group g
+ *   mn[64]    byte (g / 2) * 16 + i * 2 + g % 2: row i's 6-bit min of group g
+ *   d[8]      f16, row i's d; then dmin[8], f16
+ * The values are q4_K's exactly, so every kernel over it gives the bits of
+ * the q4_K kernels (kernels_q.c's order: super-blocks in increasing order
+ * into one float, acc += (d da) sumi, then acc -= (dmin da) summ).
+ */
+#ifndef LLMEM_ENGINE_KERNELS_Q4K_X8_H
+#define LLMEM_ENGINE_KERNELS_Q4K_X8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LLMEM__X8_BLOCK 1184 /* bytes of one super-block of 8 rows */
+
+/* Bytes of the repacked copy of a q4_K matrix of d rows of n. */
+size_t llmem__q4k_x8_bytes(size_t n, size_t d);
+
+/* Repack src (d q4_K rows of n) into dst (llmem__q4k_x8_bytes(n, d)
+ * bytes; no overlap). */
+void llmem__q4k_x8_pack(void *dst, const void *src, size_t n, size_t d);
+
+/* y[b*d + r] for r in [r0, r1), b < batch: row r of the repacked matrix w
+ * against activation row b (the A8K rows of kernels_q.h for q4_K, stride
+ * llmem__act_row_bytes(Q4_K, n)). The bits of llmem__qrows_ref over the
+ * matrix before repacking. The reference, then the vector paths (when
+ * compiled; callers check the CPU). */
+void llmem__q4k_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                            size_t r1);
+void llmem__q4k_x8_rows_avx2(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                             size_t r1);
+void llmem__q4k_x8_rows_vnni(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                             size_t r1);
+
+#endif
