@@ -908,6 +908,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(refused_reserve_is_an_event),
         cmocka_unit_test(on_stage_keeps_the_heap),
     };
-    return test_main(argc, argv, "test_controller", TEST_GROUP(tests, test_quiet_logs, NULL), TEST_GROUP(shared_tests, test_quiet_logs, NULL),
+    return test_main(argc, argv, "test_controller", TEST_GROUP(tests, test_quiet_logs, NULL),
+                     TEST_GROUP(shared_tests, test_quiet_logs, NULL),
                      (const char *const[]){"models/stories260K.bin", NULL});
 }

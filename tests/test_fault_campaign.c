@@ -560,7 +560,8 @@ static uint64_t engine_campaign(policy pol, unsigned ops, bool forever)
 TEST_CASE(engine_fail_once_retry, engine_campaign(POLICY_RETRY, 0, false))
 TEST_CASE(engine_fail_once_preempt, engine_campaign(POLICY_PREEMPT, 0, false))
 TEST_CASE(engine_fail_forever, engine_campaign(POLICY_PREEMPT, 0, true))
-TEST_CASE(engine_fail_once_release_ops, engine_campaign(POLICY_RETRY, LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_DECOMMIT | LLMEM_FAULT_OP_COPY, false))
+TEST_CASE(engine_fail_once_release_ops,
+          engine_campaign(POLICY_RETRY, LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_DECOMMIT | LLMEM_FAULT_OP_COPY, false))
 
 /* ---- the replay campaign ------------------------------------------------------------ */
 

@@ -1043,7 +1043,8 @@ static void expect_refused(llmem_model *m, size_t c, llmem_status want, const ch
     llmem_tokenizer *t = (llmem_tokenizer *)1;
     llmem_status st = llmem_tokenizer_from_model(m, &t);
     if (st != want)
-        fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(want), llmem_last_error());
+        fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(want),
+                 llmem_last_error());
     assert_null(t);
     if (!strstr(llmem_last_error(), mentions))
         fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_last_error(), mentions);

@@ -187,7 +187,8 @@ typedef struct test_group {
     CMFixtureFunction setup, teardown;
 } test_group;
 
-#define TEST_GROUP(array, setup, teardown) ((test_group){(array), sizeof(array) / sizeof((array)[0]), (setup), (teardown)})
+#define TEST_GROUP(array, setup, teardown)                                                       \
+    ((test_group){(array), sizeof(array) / sizeof((array)[0]), (setup), (teardown)})
 
 /* main()'s answer for a test with a shared-data group: with --shared, the
  * group `shared` (named "<name> (shared data)") once every file of the
@@ -200,7 +201,8 @@ typedef struct test_group {
 static inline int test_main(int argc, char **argv, const char *name, test_group tests, test_group shared,
                             const char *const *needs)
 {
-    if (!test_shared_group(argc, argv)) return _cmocka_run_group_tests(name, tests.tests, tests.n, tests.setup, tests.teardown);
+    if (!test_shared_group(argc, argv))
+        return _cmocka_run_group_tests(name, tests.tests, tests.n, tests.setup, tests.teardown);
     for (const char *const *n = needs; *n; n++) test_require_shared(*n, NULL);
     char group[256];
     snprintf(group, sizeof group, "%s (shared data)", name);
