@@ -892,10 +892,6 @@ int main(int argc, char **argv)
     const struct CMUnitTest shared_tests[] = {
         cmocka_unit_test(engine_prefill_makes_no_resource_call),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("models/stories260K.bin", NULL);
-        return cmocka_run_group_tests_name("test_controller (shared data)", shared_tests, test_quiet_logs, NULL);
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reserve_before_prefill),
         cmocka_unit_test(no_hint_no_reserve),
@@ -912,5 +908,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(refused_reserve_is_an_event),
         cmocka_unit_test(on_stage_keeps_the_heap),
     };
-    return cmocka_run_group_tests(tests, test_quiet_logs, NULL);
+    return test_main(argc, argv, "test_controller", TEST_GROUP(tests, test_quiet_logs, NULL),
+                     TEST_GROUP(shared_tests, test_quiet_logs, NULL),
+                     (const char *const[]){"models/stories260K.bin", NULL});
 }

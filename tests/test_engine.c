@@ -883,10 +883,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(full_kv_is_enomem_and_keeps_sequences, test_quiet_logs),
         cmocka_unit_test(tiny_random_f16_gguf_runs),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("models/stories260K.bin", "models/stories260K.gguf", "models/tok512.bin",
-                            "models/llama-2-tiny-random.gguf", "models/reference", NULL);
-        return cmocka_run_group_tests_name("test_engine (shared data)", shared_tests, NULL, NULL);
-    }
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return test_main(argc, argv, "test_engine", TEST_GROUP(tests, NULL, NULL), TEST_GROUP(shared_tests, NULL, NULL),
+                     (const char *const[]){"models/stories260K.bin", "models/stories260K.gguf", "models/tok512.bin",
+                                           "models/llama-2-tiny-random.gguf", "models/reference", NULL});
 }

@@ -560,7 +560,8 @@ static uint64_t engine_campaign(policy pol, unsigned ops, bool forever)
 TEST_CASE(engine_fail_once_retry, engine_campaign(POLICY_RETRY, 0, false))
 TEST_CASE(engine_fail_once_preempt, engine_campaign(POLICY_PREEMPT, 0, false))
 TEST_CASE(engine_fail_forever, engine_campaign(POLICY_PREEMPT, 0, true))
-TEST_CASE(engine_fail_once_release_ops, engine_campaign(POLICY_RETRY, LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_DECOMMIT | LLMEM_FAULT_OP_COPY, false))
+TEST_CASE(engine_fail_once_release_ops,
+          engine_campaign(POLICY_RETRY, LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_DECOMMIT | LLMEM_FAULT_OP_COPY, false))
 
 /* ---- the replay campaign ------------------------------------------------------------ */
 
@@ -719,16 +720,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(replay_without_controller_forever),
         cmocka_unit_test(replay_with_controller_forever),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("traces/AzureLLMInferenceTrace_code.csv", NULL);
-        return cmocka_run_group_tests_name("test_fault_campaign (shared data)", shared_tests, setup_model,
-                                           teardown_model);
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(engine_fail_once_retry),
         cmocka_unit_test(engine_fail_once_preempt),
         cmocka_unit_test(engine_fail_forever),
         cmocka_unit_test(engine_fail_once_release_ops),
     };
-    return cmocka_run_group_tests(tests, setup_model, teardown_model);
+    return test_main(argc, argv, "test_fault_campaign", TEST_GROUP(tests, setup_model, teardown_model),
+                     TEST_GROUP(shared_tests, setup_model, teardown_model),
+                     (const char *const[]){"traces/AzureLLMInferenceTrace_code.csv", NULL});
 }

@@ -103,7 +103,8 @@ static void outfile_refuses_what_is_not_a_regular_file(void **state)
 {
     (void)state;
     const char *fifo = test_tmp_path("fifo"), *sub = test_tmp_path("sub"), *target = test_tmp_path("target.txt");
-    const char *link = test_tmp_path("link"), *dangling = test_tmp_path("dangling"), *nowhere = test_tmp_path("nowhere");
+    const char *link = test_tmp_path("link"), *dangling = test_tmp_path("dangling");
+    const char *nowhere = test_tmp_path("nowhere");
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_int_equal(mkdir(sub, 0700), 0);
     write_text(target, "precious\n");

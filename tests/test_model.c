@@ -1611,10 +1611,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(truncation_real_models),
         cmocka_unit_test(shared_models),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("models/stories260K.bin", "models/stories260K.gguf", "models/llama-2-tiny-random.gguf",
-                            NULL);
-        return cmocka_run_group_tests_name("test_model (shared data)", shared_tests, make_tmpdir, remove_tmpdir);
-    }
-    return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+    return test_main(argc, argv, "test_model", TEST_GROUP(tests, make_tmpdir, remove_tmpdir),
+                     TEST_GROUP(shared_tests, make_tmpdir, remove_tmpdir),
+                     (const char *const[]){"models/stories260K.bin", "models/stories260K.gguf",
+                                           "models/llama-2-tiny-random.gguf", NULL});
 }

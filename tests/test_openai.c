@@ -446,15 +446,12 @@ static void test_textstream(void **state)
 
 int main(int argc, char **argv)
 {
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("models/tok512.bin", NULL);
-        const struct CMUnitTest shared_tests[] = {
-            cmocka_unit_test(test_render_llama2),
-            cmocka_unit_test(test_render_chatml),
-            cmocka_unit_test(test_textstream),
-        };
-        return cmocka_run_group_tests_name("shared data", shared_tests, NULL, NULL);
-    }
+    /* The tokenizer of the shared folder (test_openai_shared). */
+    const struct CMUnitTest shared_tests[] = {
+        cmocka_unit_test(test_render_llama2),
+        cmocka_unit_test(test_render_chatml),
+        cmocka_unit_test(test_textstream),
+    };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_fields),
         cmocka_unit_test(test_chat_fields),
@@ -462,5 +459,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_template_detect),
         cmocka_unit_test(test_utf8_sanitize),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return test_main(argc, argv, "test_openai", TEST_GROUP(tests, NULL, NULL), TEST_GROUP(shared_tests, NULL, NULL),
+                     (const char *const[]){"models/tok512.bin", NULL});
 }

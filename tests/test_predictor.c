@@ -272,10 +272,6 @@ int main(int argc, char **argv)
     const struct CMUnitTest shared_tests[] = {
         cmocka_unit_test(engine_peaks_real_models),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("models/stories260K.bin", "models/llama-2-tiny-random.gguf", NULL);
-        return cmocka_run_group_tests_name("test_predictor (shared data)", shared_tests, NULL, NULL);
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sizes_of_llama_2_7b),
         cmocka_unit_test(engine_peaks_synthetic_model),
@@ -283,5 +279,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(reserve_scales_data_dependent_part),
         cmocka_unit_test_setup(bad_input, test_quiet_logs),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return test_main(argc, argv, "test_predictor", TEST_GROUP(tests, NULL, NULL), TEST_GROUP(shared_tests, NULL, NULL),
+                     (const char *const[]){"models/stories260K.bin", "models/llama-2-tiny-random.gguf", NULL});
 }

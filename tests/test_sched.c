@@ -933,9 +933,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(admission_and_bad_input),
         cmocka_unit_test(calibration_on_the_engine),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("models/stories260K.bin", NULL);
-        return cmocka_run_group_tests_name("test_sched (shared data)", shared_tests, setup, teardown);
-    }
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return test_main(argc, argv, "test_sched", TEST_GROUP(tests, NULL, NULL), TEST_GROUP(shared_tests, setup, teardown),
+                     (const char *const[]){"models/stories260K.bin", NULL});
 }

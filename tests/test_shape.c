@@ -245,10 +245,6 @@ int main(int argc, char **argv)
     const struct CMUnitTest shared_tests[] = {
         cmocka_unit_test(tiny_preset_matches_checkpoint),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("models/stories260K.bin", NULL);
-        return cmocka_run_group_tests_name("test_shape (shared data)", shared_tests, NULL, NULL);
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(presets_have_published_sizes),
         cmocka_unit_test(unknown_preset_and_nulls),
@@ -256,5 +252,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(config_json_bad),
         cmocka_unit_test(sizes_are_overflow_checked),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return test_main(argc, argv, "test_shape", TEST_GROUP(tests, NULL, NULL), TEST_GROUP(shared_tests, NULL, NULL),
+                     (const char *const[]){"models/stories260K.bin", NULL});
 }

@@ -1043,7 +1043,8 @@ static void expect_refused(llmem_model *m, size_t c, llmem_status want, const ch
     llmem_tokenizer *t = (llmem_tokenizer *)1;
     llmem_status st = llmem_tokenizer_from_model(m, &t);
     if (st != want)
-        fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(want), llmem_last_error());
+        fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(want),
+                 llmem_last_error());
     assert_null(t);
     if (!strstr(llmem_last_error(), mentions))
         fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_last_error(), mentions);
@@ -1441,12 +1442,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(gguf_llama32k_matches_bin),
         cmocka_unit_test(llama2c_checkpoint_has_no_vocabulary),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("models/tok512.bin", "models/tokenizer-llama2-32k.bin", "models/stories260K.bin",
-                            "models/stories260K.gguf", "models/llama-2-tiny-random.gguf",
-                            "models/reference/stories260K.once.256.ids", "models/reference/stories260K.lily.128.ids",
-                            NULL);
-        return cmocka_run_group_tests_name("test_tokenizer (shared data)", shared_tests, test_quiet_logs, NULL);
-    }
-    return cmocka_run_group_tests(tests, test_quiet_logs, NULL);
+    return test_main(argc, argv, "test_tokenizer", TEST_GROUP(tests, test_quiet_logs, NULL),
+                     TEST_GROUP(shared_tests, test_quiet_logs, NULL),
+                     (const char *const[]){"models/tok512.bin", "models/tokenizer-llama2-32k.bin",
+                                           "models/stories260K.bin", "models/stories260K.gguf",
+                                           "models/llama-2-tiny-random.gguf",
+                                           "models/reference/stories260K.once.256.ids",
+                                           "models/reference/stories260K.lily.128.ids", NULL});
 }

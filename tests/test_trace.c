@@ -166,14 +166,11 @@ int main(int argc, char **argv)
     const struct CMUnitTest shared_tests[] = {
         cmocka_unit_test(real_trace),
     };
-    if (test_shared_group(argc, argv)) {
-        test_require_shared("traces/AzureLLMInferenceTrace_code.csv", NULL);
-        return cmocka_run_group_tests_name("test_trace (shared data)", shared_tests, NULL, NULL);
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(azure_format),
         cmocka_unit_test(simple_format_any_order_and_prefixes),
         cmocka_unit_test(malformed),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return test_main(argc, argv, "test_trace", TEST_GROUP(tests, NULL, NULL), TEST_GROUP(shared_tests, NULL, NULL),
+                     (const char *const[]){"traces/AzureLLMInferenceTrace_code.csv", NULL});
 }

@@ -14,11 +14,9 @@
  *    (cmocka's skip() counts as a pass in CTest). They sit in a group of
  *    their own that main() runs when called with --shared:
  *
- *        if (test_shared_group(argc, argv)) {
- *            test_require_shared("models/stories260K.bin", "models/reference", NULL);
- *            return cmocka_run_group_tests_name("shared data", shared_tests, NULL, NULL);
- *        }
- *        return cmocka_run_group_tests(tests, NULL, NULL);
+ *        return test_main(argc, argv, "test_x", TEST_GROUP(tests, NULL, NULL),
+ *                         TEST_GROUP(shared_tests, NULL, NULL),
+ *                         (const char *const[]){"models/stories260K.bin", "models/reference", NULL});
  *
  *    registered by llmem_add_test(name SHARED) as a second CTest entry
  *    name_shared (label "shared", SKIP_RETURN_CODE 77).
@@ -180,6 +178,35 @@ static inline void test_require_shared(const char *rel, ...)
         }
     }
     va_end(ap);
+}
+
+/* One group of cases with its fixtures, for test_main. */
+typedef struct test_group {
+    const struct CMUnitTest *tests;
+    size_t n;
+    CMFixtureFunction setup, teardown;
+} test_group;
+
+#define TEST_GROUP(array, setup, teardown)                                                       \
+    ((test_group){(array), sizeof(array) / sizeof((array)[0]), (setup), (teardown)})
+
+/* main()'s answer for a test with a shared-data group: with --shared, the
+ * group `shared` (named "<name> (shared data)") once every file of the
+ * NULL-terminated `needs` is there (else exit 77, test_require_shared);
+ * otherwise the group `tests`.
+ *
+ *     return test_main(argc, argv, "test_shape", TEST_GROUP(tests, NULL, NULL),
+ *                      TEST_GROUP(shared_tests, NULL, NULL), (const char *const[]){"models/x.bin", NULL});
+ */
+static inline int test_main(int argc, char **argv, const char *name, test_group tests, test_group shared,
+                            const char *const *needs)
+{
+    if (!test_shared_group(argc, argv))
+        return _cmocka_run_group_tests(name, tests.tests, tests.n, tests.setup, tests.teardown);
+    for (const char *const *n = needs; *n; n++) test_require_shared(*n, NULL);
+    char group[256];
+    snprintf(group, sizeof group, "%s (shared data)", name);
+    return _cmocka_run_group_tests(group, shared.tests, shared.n, shared.setup, shared.teardown);
 }
 
 /* Silence llmem's default stderr log for tests that misuse on purpose. */
