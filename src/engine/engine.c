@@ -731,23 +731,20 @@ llmem_status llmem_engine_seq_fork(llmem_engine *e, llmem_engine_seq parent, llm
     return LLMEM_OK;
 }
 
-llmem_status llmem_engine_seq_swap_out(llmem_engine *e, llmem_engine_seq s)
+/* Swap live sequence s out (or in) through its KV sequence; `what` names
+ * the call in messages. */
+static llmem_status seq_swap(llmem_engine *e, llmem_engine_seq s, bool out, const char *what)
 {
-    if (!e) return llmem__fail(LLMEM_EINVAL, "engine seq swap out: null engine");
+    if (!e) return llmem__fail(LLMEM_EINVAL, "engine seq %s: null engine", what);
     eng_seq *q = seq_get(e, s);
     if (!q) return llmem__fail(LLMEM_EINVAL, "engine: sequence %u is not live", s);
-    if (!e->kv) return llmem__fail(LLMEM_ENOTSUP, "engine seq swap out: not with ALLOC_MALLOC");
-    return llmem_kv_seq_swap_out(e->kv, q->kvs);
+    if (!e->kv) return llmem__fail(LLMEM_ENOTSUP, "engine seq %s: not with ALLOC_MALLOC", what);
+    return out ? llmem_kv_seq_swap_out(e->kv, q->kvs) : llmem_kv_seq_swap_in(e->kv, q->kvs);
 }
 
-llmem_status llmem_engine_seq_swap_in(llmem_engine *e, llmem_engine_seq s)
-{
-    if (!e) return llmem__fail(LLMEM_EINVAL, "engine seq swap in: null engine");
-    eng_seq *q = seq_get(e, s);
-    if (!q) return llmem__fail(LLMEM_EINVAL, "engine: sequence %u is not live", s);
-    if (!e->kv) return llmem__fail(LLMEM_ENOTSUP, "engine seq swap in: not with ALLOC_MALLOC");
-    return llmem_kv_seq_swap_in(e->kv, q->kvs);
-}
+llmem_status llmem_engine_seq_swap_out(llmem_engine *e, llmem_engine_seq s) { return seq_swap(e, s, true, "swap out"); }
+
+llmem_status llmem_engine_seq_swap_in(llmem_engine *e, llmem_engine_seq s) { return seq_swap(e, s, false, "swap in"); }
 
 size_t llmem_engine_seq_length(const llmem_engine *e, llmem_engine_seq s)
 {

@@ -256,15 +256,22 @@ static llmem_status copy_by_age(const tracking_resource *t, track_entry **out, s
     return LLMEM_OK;
 }
 
+/* Take the lock and a snapshot of the live entries, oldest first
+ * (copy_by_age): the caller unlocks, and frees *copy, whatever the status. */
+static llmem_status lock_snapshot(tracking_resource *t, track_entry **copy, size_t *n)
+{
+    pthread_mutex_lock(&t->lock);
+    return copy_by_age(t, copy, n);
+}
+
 llmem_status llmem_tracking_resource_foreach(const llmem_resource *r,
                                              bool (*fn)(void *user, const llmem_tracking_entry *e), void *user)
 {
     tracking_resource *t = as_tracking(r);
     if (!t || !fn) return llmem__fail(LLMEM_EINVAL, "tracking foreach: not a tracking resource or null callback");
-    pthread_mutex_lock(&t->lock);
     track_entry *copy;
     size_t n;
-    llmem_status st = copy_by_age(t, &copy, &n);
+    llmem_status st = lock_snapshot(t, &copy, &n);
     for (size_t i = 0; !st && i < n; i++) {
         llmem_tracking_entry e = {(void *)copy[i].ptr, copy[i].size, copy[i].committed, copy[i].tag, copy[i].seq};
         if (!fn(user, &e)) break;
@@ -280,10 +287,9 @@ llmem_status llmem_tracking_resource_report(const llmem_resource *r, FILE *f, si
     if (!t || !f) return llmem__fail(LLMEM_EINVAL, "tracking report: not a tracking resource or null stream");
     /* One snapshot of the entries and the figures, so the lines and the
      * summary agree even while other threads map; written without the lock. */
-    pthread_mutex_lock(&t->lock);
     track_entry *copy;
     size_t n;
-    llmem_status st = copy_by_age(t, &copy, &n);
+    llmem_status st = lock_snapshot(t, &copy, &n);
     llmem_tracking_stats s = t->st;
     pthread_mutex_unlock(&t->lock);
     if (st) return st;
