@@ -293,6 +293,31 @@ static size_t source_size(uint32_t type, size_t n, size_t d)
     return type == LLMEM_DTYPE_Q4_K ? n / 256 * sizeof(llmem__q4_k) * d : n / 32 * sizeof(llmem__q5_0) * d;
 }
 
+/* One matrix to repack, split over the thread team by whole groups of 8
+ * rows: each group's blocks depend on its 8 rows only; the last part
+ * also copies the tail rows. */
+typedef struct repack_job {
+    uint8_t *dst;
+    const uint8_t *src;
+    uint32_t type;
+    size_t n, d;
+} repack_job;
+
+static void repack_part(void *ctx, unsigned index, unsigned count)
+{
+    const repack_job *j = ctx;
+    const bool k4 = j->type == LLMEM_DTYPE_Q4_K;
+    const size_t groups = j->d / 8, last = j->d % 8 ? 1 : 0;
+    size_t g0, g1;
+    llmem__threads_split(groups + last, 1, index, count, &g0, &g1);
+    if (g0 >= g1) return;
+    const size_t rows = (g1 > groups ? j->d : 8 * g1) - 8 * g0;
+    const size_t dst_off = k4 ? llmem__q4k_x8_bytes(j->n, 8 * g0) : llmem__q5_0_x8_bytes(j->n, 8 * g0);
+    const size_t src_off = 8 * g0 * source_size(j->type, j->n, 1);
+    if (k4) llmem__q4k_x8_pack(j->dst + dst_off, j->src + src_off, j->n, rows);
+    else llmem__q5_0_x8_pack(j->dst + dst_off, j->src + src_off, j->n, rows);
+}
+
 static llmem_status repack_weights(llmem_engine *e)
 {
     if (e->use_malloc || !llmem__model_releasable(e->model) || strncmp(llmem__kernels_isa(), "avx2", 4) != 0)
@@ -315,8 +340,8 @@ static llmem_status repack_weights(llmem_engine *e)
         uint8_t *dst = (uint8_t *)e->repacked + off;
         const bool k4 = *type == LLMEM_DTYPE_Q4_K;
         const size_t bytes = repacked_size(*type, n, d), src = source_size(*type, n, d);
-        if (k4) llmem__q4k_x8_pack(dst, *w, n, d);
-        else llmem__q5_0_x8_pack(dst, *w, n, d);
+        repack_job job = {dst, *w, *type, n, d};
+        llmem__threads_run(e->th, repack_part, &job);
         llmem__model_release(e->model, *w, src);
         *w = dst;
         *type = k4 ? LLMEM__WTYPE_Q4K_X8 : LLMEM__WTYPE_Q5_0_X8;
