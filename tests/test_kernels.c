@@ -504,9 +504,9 @@ static void test_qmatmul_portable(void **state)
 }
 
 
-/* ---- q4_K repacked 8 rows interleaved (kernels_q4k_x8.h) ----------------------
+/* ---- q4_K and q5_0 repacked 8 rows interleaved (kernels_q4k_x8.h) -------------
  *
- * The repacked matrix must give the q4_K reference kernel's bits through
+ * The repacked matrix must give the q4_K (q5_0) reference kernel's bits through
  * every kernel over it (the scalar one of the layout, AVX2, AVX-VNNI where
  * the machine has it, llmem__matmul on every team), for every row range,
  * including ranges that start or end inside a group of 8. Weights: the
@@ -528,9 +528,9 @@ static void x8_check_range(x8_rows_fn f, const char *name, const uint8_t *act, c
             uint32_t u;
             memcpy(&u, &y[b * d + r], 4);
             if (r < r0 || r >= r1) {
-                if (u != 0xffffffffu) fail_msg("q4_K x8 %s (%s) rows [%zu, %zu) wrote row %zu", name, what, r0, r1, r);
+                if (u != 0xffffffffu) fail_msg("x8 %s (%s) rows [%zu, %zu) wrote row %zu", name, what, r0, r1, r);
             } else if (memcmp(&y[b * d + r], &yr[b * d + r], 4) != 0) {
-                fail_msg("q4_K x8 %s (%s) n=%zu d=%zu batch=%zu rows [%zu, %zu): y[%zu][%zu] = %.9g, the q4_K reference "
+                fail_msg("x8 %s (%s) n=%zu d=%zu batch=%zu rows [%zu, %zu): y[%zu][%zu] = %.9g, the in-place reference "
                          "gave %.9g", name, what, n, d, batch, r0, r1, b, r, y[b * d + r], yr[b * d + r]);
             }
         }
@@ -538,29 +538,33 @@ static void x8_check_range(x8_rows_fn f, const char *name, const uint8_t *act, c
 }
 
 /* mode 0: qmat_make rows; 1: extreme weights. act_mode 0: quantised x; 1: all -127; 2: +-127; 3: random bytes. */
-static void x8_case(size_t n, size_t d, int mode, int act_mode)
+static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
 {
-    const uint32_t t = LLMEM_DTYPE_Q4_K;
-    const size_t maxb = 9, ab = llmem__act_row_bytes(t, n), nb = n / 256;
+    const bool k4 = t == LLMEM_DTYPE_Q4_K;
+    const uint32_t wt = k4 ? LLMEM__WTYPE_Q4K_X8 : LLMEM__WTYPE_Q5_0_X8;
+    const size_t maxb = 9, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32), bb = k4 ? 144 : 22;
     size_t rb;
     uint8_t *w = qmat_make(t, n, d, &rb);
     if (mode == 1)
         for (size_t r = 0; r < d; r++)
             for (size_t k = 0; k < nb; k++) {
-                uint8_t *blk = w + r * rb + k * 144;
-                memset(blk + 4, 0xff, 140);
+                uint8_t *blk = w + r * rb + k * bb;
+                memset(blk + 2, (r + k) % 4 == 3 ? 0 : 0xff, bb - 2); /* every level 15 (q5_0: 31, or 0) */
                 uint16_t h = (uint16_t)(r % 2 ? 0x5bff : 0x3c00), hm = (uint16_t)(r % 3 ? 0x57ff : 0xbc00);
                 memcpy(blk, &h, 2);
-                memcpy(blk + 2, &hm, 2);
+                if (k4) memcpy(blk + 2, &hm, 2);
             }
-    uint8_t *w8 = malloc(llmem__q4k_x8_bytes(n, d) + 1);
+    const size_t xbytes = k4 ? llmem__q4k_x8_bytes(n, d) : llmem__q5_0_x8_bytes(n, d);
+    uint8_t *w8 = malloc(xbytes + 1);
     float *x = malloc(maxb * n * sizeof(float)), *yr = malloc(maxb * d * sizeof(float)), *y = malloc(maxb * d * sizeof(float));
     uint8_t *act = aligned_alloc(64, maxb * ab);
-    void *scratch = aligned_alloc(64, llmem__matmul_scratch_bytes(LLMEM__WTYPE_Q4K_X8, n, maxb));
+    void *scratch = aligned_alloc(64, llmem__matmul_scratch_bytes(wt, n, maxb));
     assert_true(w8 && x && yr && y && act && scratch);
-    assert_int_equal(llmem__q4k_x8_bytes(n, d), d / 8 * nb * LLMEM__X8_BLOCK + d % 8 * rb);
-    assert_int_equal(llmem__matmul_scratch_bytes(LLMEM__WTYPE_Q4K_X8, n, maxb), maxb * ab);
-    llmem__q4k_x8_pack(w8, w, n, d);
+    if (k4) assert_int_equal(xbytes, d / 8 * nb * LLMEM__X8_BLOCK + d % 8 * rb);
+    else assert_int_equal(xbytes, d * rb); /* exactly the source's size */
+    assert_int_equal(llmem__matmul_scratch_bytes(wt, n, maxb), maxb * ab);
+    if (k4) llmem__q4k_x8_pack(w8, w, n, d);
+    else llmem__q5_0_x8_pack(w8, w, n, d);
     for (size_t i = 0; i < maxb * n; i++) {
         x[i] = act_mode == 1 ? 1.0f : act_mode == 2 ? (i % 3 ? 1.0f : -1.0f) : rng_f() * (i % 97 == 0 ? 30.0f : 1.0f);
     }
@@ -571,21 +575,39 @@ static void x8_case(size_t n, size_t d, int mode, int act_mode)
         llmem__act_quantize_ref(t, x + b * n, n, row);
         if (act_mode != 3) continue;
         int8_t *qs = (int8_t *)row;
-        int16_t *bs = (int16_t *)(void *)(row + n);
-        float *dd = (float *)(void *)(row + n + 2 * (n / 16));
         for (size_t i = 0; i < n; i++) qs[i] = (int8_t)(test_rng_next(&rng_state) & 0xff);
-        for (size_t g = 0; g < n / 16; g++) {
-            int sum = 0;
-            for (int j = 0; j < 16; j++) sum += qs[16 * g + (size_t)j];
-            bs[g] = (int16_t)sum;
+        if (k4) {
+            int16_t *bs = (int16_t *)(void *)(row + n);
+            float *dd = (float *)(void *)(row + n + 2 * (n / 16));
+            for (size_t g = 0; g < n / 16; g++) {
+                int sum = 0;
+                for (int j = 0; j < 16; j++) sum += qs[16 * g + (size_t)j];
+                bs[g] = (int16_t)sum;
+            }
+            for (size_t k = 0; k < nb; k++) dd[k] = rng_f() * 0.01f;
+        } else { /* A8: d, s, then the exact sums xs */
+            float *dd = (float *)(void *)(row + n);
+            int32_t *xs = (int32_t *)(void *)(row + n + 8 * (n / 32));
+            for (size_t k = 0; k < nb; k++) {
+                int sum = 0;
+                for (int j = 0; j < 32; j++) sum += qs[32 * k + (size_t)j];
+                xs[k] = sum;
+                dd[k] = rng_f() * 0.01f;
+            }
         }
-        for (size_t k = 0; k < nb; k++) dd[k] = rng_f() * 0.01f;
     }
-    if (act_mode == 1 || act_mode == 2) assert_int_equal(((const int8_t *)act)[0], -127);
+    /* the extremes: all -127 (q4_K's scale is minus the largest; q5_0's all +127), or +-127 */
+    if (act_mode == 1) assert_int_equal(((const int8_t *)act)[0], k4 ? -127 : 127);
+    if (act_mode == 2) assert_int_equal(((const int8_t *)act)[0], -127);
     llmem__qrows_ref(yr, act, w, t, n, d, maxb, 0, d);
     char what[64];
-    snprintf(what, sizeof what, "weights %d, activations %d", mode, act_mode);
+    snprintf(what, sizeof what, "%s, weights %d, activations %d", type_name(t), mode, act_mode);
     x8_rows_fn fns[3] = {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni};
+    if (!k4) {
+        fns[0] = llmem__q5_0_x8_rows_ref;
+        fns[1] = llmem__q5_0_x8_rows_avx2;
+        fns[2] = llmem__q5_0_x8_rows_vnni;
+    }
     const char *names[3] = {"reference", "avx2", "avx2+vnni"};
     const bool has_avx2 = !strncmp(llmem__kernels_isa(), "avx2", 4), has_vnni = !strcmp(llmem__kernels_isa(), "avx2+vnni");
     const size_t cuts[][2] = {{0, d}, {d > 3 ? 3 : 0, d}, {d > 1 ? 1 : 0, d > 13 ? 13 : d}, {d > 5 ? 5 : 0, d > 6 ? 6 : d},
@@ -604,17 +626,17 @@ static void x8_case(size_t n, size_t d, int mode, int act_mode)
                 assert_non_null(y1);
                 llmem__matmul(k ? teams[k] : NULL, y1, x, w, t, n, d, batch, scratch);
                 memset(y, 0xff, maxb * d * sizeof(float));
-                llmem__matmul(k ? teams[k] : NULL, y, x, w8, LLMEM__WTYPE_Q4K_X8, n, d, batch, scratch);
+                llmem__matmul(k ? teams[k] : NULL, y, x, w8, wt, n, d, batch, scratch);
                 if (memcmp(y, y1, batch * d * sizeof(float)) != 0)
-                    fail_msg("q4_K x8 matmul n=%zu d=%zu batch=%zu threads=%u (%s): not the q4_K matmul's bits", n, d,
-                             batch, k, llmem__kernels_isa());
+                    fail_msg("%s x8 matmul n=%zu d=%zu batch=%zu threads=%u (%s): not the in-place matmul's bits",
+                             type_name(t), n, d, batch, k, llmem__kernels_isa());
                 if (memcmp(y, yr, batch * d * sizeof(float)) != 0)
-                    fail_msg("q4_K x8 matmul n=%zu d=%zu batch=%zu threads=%u (%s): not the reference's bits", n, d,
-                             batch, k, llmem__kernels_isa());
+                    fail_msg("%s x8 matmul n=%zu d=%zu batch=%zu threads=%u (%s): not the reference's bits",
+                             type_name(t), n, d, batch, k, llmem__kernels_isa());
                 for (size_t i = batch * d; i < maxb * d; i++) {
                     uint32_t u;
                     memcpy(&u, &y[i], 4);
-                    if (u != 0xffffffffu) fail_msg("q4_K x8 matmul wrote past batch %zu at %zu", batch, i);
+                    if (u != 0xffffffffu) fail_msg("x8 matmul wrote past batch %zu at %zu", batch, i);
                 }
                 free(y1);
             }
@@ -631,11 +653,18 @@ static void x8_all(void)
 {
     static const size_t ds[] = {1, 7, 8, 17, 40};
     static const size_t ns[] = {256, 768, 256 * 9};
+    static const size_t ns5[] = {32, 288, 32 * 43};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
         for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++)
-            for (int a = 0; a < 4; a++) x8_case(ns[i], ds[j], 0, a);
+            for (int a = 0; a < 4; a++) {
+                x8_case(LLMEM_DTYPE_Q4_K, ns[i], ds[j], 0, a);
+                x8_case(LLMEM_DTYPE_Q5_0, ns5[i], ds[j], 0, a);
+            }
     for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++)
-        for (int a = 0; a < 4; a++) x8_case(512, ds[j], 1, a);
+        for (int a = 0; a < 4; a++) {
+            x8_case(LLMEM_DTYPE_Q4_K, 512, ds[j], 1, a);
+            x8_case(LLMEM_DTYPE_Q5_0, 64, ds[j], 1, a);
+        }
 }
 
 static void test_q4k_x8(void **state)

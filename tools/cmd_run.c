@@ -65,7 +65,7 @@ static void usage(FILE *f)
             "  --timeline F     run the stage-aware controller and write its memory timeline to F (HTML)\n"
             "  --events F       run the controller and write its decisions to F as JSON lines\n"
             "\n"
-            "On AVX2 machines the engine copies every Q4_K matrix at load into a layout 8 rows interleaved\n"
+            "On AVX2 machines the engine copies every Q4_K and Q5_0 matrix at load into a layout 8 rows interleaved\n"
             "(same results, faster decode) and gives the file's pages of it back, so memory stays about one\n"
             "model. --shared, --mlock, --copy and --alloc malloc skip that and read the weights in place.\n");
 }

@@ -27,12 +27,13 @@
  * or the whole max_seq_len buffer). Position p lives in block p / len at
  * row p % len.
  *
- * Size: about 1,100 lines, over the project's 1,000, because it holds one
- * object's whole life (weights bound, workspace planned, create, sequences,
- * the step) and each section reads the struct the one before it filled.
- * Attention, rope and the KV tables are in attention.c; the weights
- * section (binding and converting tensors, about 140 lines) is the next
- * piece to move out if the file grows again.
+ * Size: about 1,250 lines, over the project's 1,000, because it holds one
+ * object's whole life (weights bound and repacked, workspace planned,
+ * create, sequences, the step) and each section reads the struct the one
+ * before it filled. Attention, rope and the KV tables are in attention.c;
+ * the weights sections (binding, converting and repacking tensors, about
+ * 270 lines) are the next piece to move out: they have grown past the
+ * point this note set.
  */
 #include <math.h>
 #include <stdio.h>
@@ -240,9 +241,9 @@ static llmem_status bind_weights(llmem_engine *e)
 
 /* ---- repacked weights -----------------------------------------------------------------
  *
- * On the AVX2 paths, every q4_K matrix is copied at load into the 8-row
- * interleaved layout of kernels_q4k_x8.h (same values, same results, about
- * 2x the decode matmul's speed), in one mapping of the pool's resource
+ * On the AVX2 paths, every q4_K and q5_0 matrix is copied at load into the
+ * 8-row interleaved layouts of kernels_q4k_x8.h (same values, same results,
+ * about 2x the q4_K decode matmul's speed), in one mapping of the pool's resource
  * tagged "engine-weights" and counted as converted weights. After each
  * matrix is copied its file pages are given back (llmem__model_release),
  * so the peak stays about the model plus one matrix. Only for a private,
@@ -279,7 +280,43 @@ static bool mat_slot(llmem_engine *e, size_t i, const void ***w, uint32_t **type
 
 static bool repack_this(const llmem_engine *e, const void *w, uint32_t type)
 {
-    return type == LLMEM_DTYPE_Q4_K && !(w == e->embd && e->wcls == e->embd);
+    return (type == LLMEM_DTYPE_Q4_K || type == LLMEM_DTYPE_Q5_0) && !(w == e->embd && e->wcls == e->embd);
+}
+
+/* Bytes of the repacked copy, and of the tensor as the file holds it. */
+static size_t repacked_size(uint32_t type, size_t n, size_t d)
+{
+    return type == LLMEM_DTYPE_Q4_K ? llmem__q4k_x8_bytes(n, d) : llmem__q5_0_x8_bytes(n, d);
+}
+
+static size_t source_size(uint32_t type, size_t n, size_t d)
+{
+    return type == LLMEM_DTYPE_Q4_K ? n / 256 * sizeof(llmem__q4_k) * d : n / 32 * sizeof(llmem__q5_0) * d;
+}
+
+/* One matrix to repack, split over the thread team by whole groups of 8
+ * rows: each group's blocks depend on its 8 rows only; the last part
+ * also copies the tail rows. */
+typedef struct repack_job {
+    uint8_t *dst;
+    const uint8_t *src;
+    uint32_t type;
+    size_t n, d;
+} repack_job;
+
+static void repack_part(void *ctx, unsigned index, unsigned count)
+{
+    const repack_job *j = ctx;
+    const bool k4 = j->type == LLMEM_DTYPE_Q4_K;
+    const size_t groups = j->d / 8, last = j->d % 8 ? 1 : 0;
+    size_t g0, g1;
+    llmem__threads_split(groups + last, 1, index, count, &g0, &g1);
+    if (g0 >= g1) return;
+    const size_t rows = (g1 > groups ? j->d : 8 * g1) - 8 * g0;
+    const size_t dst_off = k4 ? llmem__q4k_x8_bytes(j->n, 8 * g0) : llmem__q5_0_x8_bytes(j->n, 8 * g0);
+    const size_t src_off = 8 * g0 * source_size(j->type, j->n, 1);
+    if (k4) llmem__q4k_x8_pack(j->dst + dst_off, j->src + src_off, j->n, rows);
+    else llmem__q5_0_x8_pack(j->dst + dst_off, j->src + src_off, j->n, rows);
 }
 
 static llmem_status repack_weights(llmem_engine *e)
@@ -290,25 +327,28 @@ static llmem_status repack_weights(llmem_engine *e)
     uint32_t *type;
     size_t n, d, total = 0;
     for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++)
-        if (repack_this(e, *w, *type)) total += (llmem__q4k_x8_bytes(n, d) + 63) & ~(size_t)63;
+        if (repack_this(e, *w, *type)) total += (repacked_size(*type, n, d) + 63) & ~(size_t)63;
     if (!total) return LLMEM_OK;
     llmem_status st = llmem_resource_round(e->res, total, &e->repacked_map);
     if (!st) st = llmem_resource_map_tagged(e->res, e->repacked_map, 0, 0, "engine-weights", &e->repacked);
     if (st) {
         e->repacked = NULL;
-        return llmem__fail(st, "engine: no memory for %zu bytes of repacked q4_K weights", total);
+        return llmem__fail(st, "engine: no memory for %zu bytes of repacked q4_K/q5_0 weights", total);
     }
     size_t off = 0;
     for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++) {
         if (!repack_this(e, *w, *type)) continue;
         uint8_t *dst = (uint8_t *)e->repacked + off;
-        llmem__q4k_x8_pack(dst, *w, n, d);
-        llmem__model_release(e->model, *w, n / 256 * sizeof(llmem__q4_k) * d);
+        const bool k4 = *type == LLMEM_DTYPE_Q4_K;
+        const size_t bytes = repacked_size(*type, n, d), src = source_size(*type, n, d);
+        repack_job job = {dst, *w, *type, n, d};
+        llmem__threads_run(e->th, repack_part, &job);
+        llmem__model_release(e->model, *w, src);
         *w = dst;
-        *type = LLMEM__WTYPE_Q4K_X8;
-        off += (llmem__q4k_x8_bytes(n, d) + 63) & ~(size_t)63;
-        e->repacked_bytes += llmem__q4k_x8_bytes(n, d);
-        e->st.weights_mapped_bytes -= n / 256 * sizeof(llmem__q4_k) * d;
+        *type = k4 ? LLMEM__WTYPE_Q4K_X8 : LLMEM__WTYPE_Q5_0_X8;
+        off += (bytes + 63) & ~(size_t)63;
+        e->repacked_bytes += bytes;
+        e->st.weights_mapped_bytes -= src;
     }
     return LLMEM_OK;
 }

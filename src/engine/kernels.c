@@ -369,6 +369,8 @@ typedef struct kernel_path {
                   size_t r0, size_t r1);
     /* q4_K repacked 8 rows interleaved (kernels_q4k_x8.h) */
     void (*qrows_x8)(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0, size_t r1);
+    void (*qrows_x8_q5_0)(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                          size_t r1);
 } kernel_path;
 
 static const kernel_path path_portable = {
@@ -380,6 +382,7 @@ static const kernel_path path_portable = {
     /* .act_quantize = */ llmem__act_quantize_ref,
     /* .qrows = */ llmem__qrows_ref,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_ref,
+    /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_ref,
 };
 
 #ifdef KERNELS_X86
@@ -392,6 +395,7 @@ static const kernel_path path_x86 = {
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_avx2,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_avx2,
+    /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_avx2,
 };
 
 /* AVX2 with AVX-VNNI for the integer dot products (same results). */
@@ -404,6 +408,7 @@ static const kernel_path path_x86_vnni = {
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_vnni,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_vnni,
+    /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_vnni,
 };
 #endif
 
@@ -461,12 +466,12 @@ void llmem__kernels_force_portable(bool on) { __atomic_store_n(&force_portable, 
 bool llmem__matmul_supports(uint32_t wtype)
 {
     return wtype == LLMEM_DTYPE_F32 || wtype == LLMEM_DTYPE_F16 || wtype == LLMEM_DTYPE_BF16 || llmem__is_qtype(wtype) ||
-           wtype == LLMEM__WTYPE_Q4K_X8;
+           wtype == LLMEM__WTYPE_Q4K_X8 || wtype == LLMEM__WTYPE_Q5_0_X8;
 }
 
 size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch)
 {
-    return llmem__act_row_bytes(wtype == LLMEM__WTYPE_Q4K_X8 ? LLMEM_DTYPE_Q4_K : wtype, n) * batch;
+    return llmem__act_row_bytes(llmem__x8_base_type(wtype), n) * batch;
 }
 
 typedef struct mm_job {
@@ -478,7 +483,7 @@ typedef struct mm_job {
     size_t n, d, batch;
     void *act;               /* block types: the quantised activation rows (stride act_bytes) */
     size_t act_bytes;
-    bool x8;                 /* w is q4_K repacked 8 rows interleaved (type is then Q4_K) */
+    bool x8;                 /* w is repacked 8 rows interleaved (type is then its base type, Q4_K or Q5_0) */
 } mm_job;
 
 static void mm_part(void *ctx, unsigned index, unsigned count)
@@ -487,7 +492,8 @@ static void mm_part(void *ctx, unsigned index, unsigned count)
     size_t lo, hi;
     llmem__threads_split(j->d, MM_GRAIN, index, count, &lo, &hi);
     if (lo >= hi) return;
-    if (j->x8) j->path->qrows_x8(j->y, j->act, j->w, j->n, j->d, j->batch, lo, hi);
+    if (j->x8 && j->type == LLMEM_DTYPE_Q4_K) j->path->qrows_x8(j->y, j->act, j->w, j->n, j->d, j->batch, lo, hi);
+    else if (j->x8) j->path->qrows_x8_q5_0(j->y, j->act, j->w, j->n, j->d, j->batch, lo, hi);
     else if (j->act) j->path->qrows(j->y, j->act, j->w, j->type, j->n, j->d, j->batch, lo, hi);
     else j->path->rows(j->y, j->x, j->w, j->type, j->n, j->d, j->batch, lo, hi);
 }
@@ -508,8 +514,8 @@ void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, 
                    size_t batch, void *scratch)
 {
     if (d == 0 || batch == 0) return;
-    const bool x8 = wtype == LLMEM__WTYPE_Q4K_X8;
-    if (x8) wtype = LLMEM_DTYPE_Q4_K;
+    const bool x8 = llmem__x8_base_type(wtype) != wtype;
+    wtype = llmem__x8_base_type(wtype);
     mm_job j = {path_get(), y, x, w, wtype, n, d, batch, NULL, 0, x8};
     bool team = th && llmem__threads_count(th) > 1;
     if (llmem__is_qtype(wtype)) {

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "llmem/model.h"
+
 #include "../core/half.h"
 #include "threads.h"
 
@@ -34,6 +36,15 @@ void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, 
 /* The wtype llmem__matmul takes for a q4_K matrix repacked 8 rows
  * interleaved by llmem__q4k_x8_pack (kernels_q4k_x8.h): not a GGUF type. */
 #define LLMEM__WTYPE_Q4K_X8 0x10000u
+/* The same for q5_0 (llmem__q5_0_x8_pack). */
+#define LLMEM__WTYPE_Q5_0_X8 0x10001u
+
+/* The GGUF type a repacked wtype holds (its activation rows'); wtype itself otherwise. */
+static inline uint32_t llmem__x8_base_type(uint32_t wtype)
+{
+    return wtype == LLMEM__WTYPE_Q4K_X8 ? (uint32_t)LLMEM_DTYPE_Q4_K
+         : wtype == LLMEM__WTYPE_Q5_0_X8 ? (uint32_t)LLMEM_DTYPE_Q5_0 : wtype;
+}
 
 /* Bytes of scratch llmem__matmul needs for a batch over rows of n of wtype. */
 size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch);

@@ -55,4 +55,29 @@ void llmem__q4k_x8_rows_avx2(float *y, const void *act, const void *w, size_t n,
 void llmem__q4k_x8_rows_vnni(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
                              size_t r1);
 
+/* ---- q5_0, the same interleave ----
+ *
+ * The 32-element q5_0 blocks (ffn_down of a q4_K file whose rows are not
+ * whole super-blocks) the same way, in exactly the source's size: the d / 8
+ * groups of 8 rows, each n / 32 blocks of X8_Q5_0_BLOCK bytes, then the
+ * d % 8 tail rows as q5_0 rows. Block k of rows i = 0..7:
+ *   qs[128]  byte (j * 8 + i) * 4 + b = qs[4 j + b] of row i (j < 4, b < 4):
+ *            low nibble element 4 j + b, high nibble element 16 + 4 j + b
+ *   qh[32]   byte i * 4 + b: bit j the fifth bit of row i's element 4 j + b,
+ *            bit 4 + j that of element 16 + 4 j + b
+ *   d[8]     f16, row i's scale
+ * Results are the q5_0 kernels' bits (acc += (d da) sum per block, in
+ * increasing order). */
+#define LLMEM__X8_Q5_0_BLOCK 176
+
+size_t llmem__q5_0_x8_bytes(size_t n, size_t d);
+void llmem__q5_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
+/* As llmem__q4k_x8_rows_*, over A8 activation rows (q5_0's). */
+void llmem__q5_0_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                             size_t r1);
+void llmem__q5_0_x8_rows_avx2(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                              size_t r1);
+void llmem__q5_0_x8_rows_vnni(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                              size_t r1);
+
 #endif

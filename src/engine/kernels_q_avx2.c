@@ -13,6 +13,7 @@
 #define KQ_VNNI 0
 #define KQ_EXPORT llmem__qrows_avx2
 #define KQ_EXPORT_X8 llmem__q4k_x8_rows_avx2
+#define KQ_EXPORT_X8_Q5_0 llmem__q5_0_x8_rows_avx2
 #include "kernels_q_x86.h"
 const bool llmem__qrows_avx2_built = true;
 #else
@@ -25,6 +26,11 @@ void llmem__q4k_x8_rows_avx2(float *y, const void *act, const void *w, size_t n,
                              size_t r1)
 {
     llmem__q4k_x8_rows_ref(y, act, w, n, d, batch, r0, r1);
+}
+void llmem__q5_0_x8_rows_avx2(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch,
+                              size_t r0, size_t r1)
+{
+    llmem__q5_0_x8_rows_ref(y, act, w, n, d, batch, r0, r1);
 }
 const bool llmem__qrows_avx2_built = false;
 #endif

@@ -817,4 +817,86 @@ KQ_TARGET void KQ_EXPORT_X8(float *y, const void *act, const void *w, size_t n, 
     if (r < r1) /* the tail rows, as q4_K */
         qrows_t(LLMEM_DTYPE_Q4_K, y + d8, a0, w8 + d / 8 * nb * LLMEM__X8_BLOCK, n, d, batch, r - d8, r1 - d8);
 }
+
+/* q5_0, 8 rows interleaved: dword j of the 8 rows' nibbles is one load,
+ * the fifth bits of the 8 rows one more (lane i = row i; byte b's bit j
+ * for element 4j + b, bit 4 + j for 16 + 4j + b), moved to bit 4 by one
+ * shift each. Per block the 8 products of each row sum in int16 four
+ * maddubs at a time (at most 4 x 2 x 31 x 128 = 31744), then int32; the
+ * levels are q + 16, so 16 x the activation block's sum comes off. */
+KQ_INLINE void x8_q5_0_group(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg, __m256 acc[MAXB])
+{
+    const size_t nb = n / 32;
+    const __m256i m15 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
+    a8 a[MAXB];
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8_view(act + (size_t)g * ab, n);
+        acc[g] = _mm256_setzero_ps();
+    }
+    for (size_t k = 0; k < nb; k++) {
+        const uint8_t *blk = wg + k * LLMEM__X8_Q5_0_BLOCK;
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 128));
+        __m256i s0[MAXB], s1[MAXB];
+KQ_UNROLL
+        for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm256_setzero_si256();
+KQ_UNROLL
+        for (int j = 0; j < 4; j++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 32 * (size_t)j));
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4 - j), m16));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m15),
+                                               _mm256_and_si256(_mm256_srli_epi16(qh, j), m16));
+KQ_UNROLL
+            for (int g = 0; g < G; g++) {
+                const int8_t *xq = a[g].qs + 32 * k + 4 * (size_t)j;
+#if KQ_VNNI
+                s0[g] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s0[g], lo, bcast32(xq)), hi, bcast32(xq + 16));
+#else
+                s0[g] = _mm256_add_epi16(s0[g], _mm256_maddubs_epi16(lo, bcast32(xq)));
+                s1[g] = _mm256_add_epi16(s1[g], _mm256_maddubs_epi16(hi, bcast32(xq + 16)));
+#endif
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 160)));
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+#if KQ_VNNI
+            __m256i sum = s0[g];
+#else
+            const __m256i one = _mm256_set1_epi16(1);
+            __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(s0[g], one), _mm256_madd_epi16(s1[g], one));
+#endif
+            sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(16 * a[g].xs[k]));
+            const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(a[g].d[k]));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+KQ_TARGET void KQ_EXPORT_X8_Q5_0(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch,
+                                 size_t r0, size_t r1)
+{
+    const size_t nb = n / 32, ab = llmem__act_row_bytes(LLMEM_DTYPE_Q5_0, n), d8 = d / 8 * 8;
+    const uint8_t *w8 = w, *a0 = act;
+    size_t r = r0;
+    while (r < r1 && r < d8) {
+        const size_t g = r / 8, lo = r % 8, hi = r1 - 8 * g < 8 ? r1 - 8 * g : 8;
+        const uint8_t *wg = w8 + g * nb * LLMEM__X8_Q5_0_BLOCK;
+        for (size_t b = 0; b < batch;) {
+            const int G = batch - b >= MAXB ? MAXB : 1;
+            __m256 acc[MAXB];
+            if (G == MAXB) x8_q5_0_group(MAXB, a0 + b * ab, ab, n, wg, acc);
+            else x8_q5_0_group(1, a0 + b * ab, ab, n, wg, acc);
+            for (int gg = 0; gg < G; gg++) {
+                float res[8];
+                _mm256_storeu_ps(res, acc[gg]);
+                for (size_t i = lo; i < hi; i++) y[(b + (size_t)gg) * d + 8 * g + i] = res[i];
+            }
+            b += (size_t)G;
+        }
+        r = 8 * g + hi;
+    }
+    if (r < r1) /* the tail rows, as q5_0 */
+        qrows_t(LLMEM_DTYPE_Q5_0, y + d8, a0, w8 + d / 8 * nb * LLMEM__X8_Q5_0_BLOCK, n, d, batch, r - d8, r1 - d8);
+}
 #endif
