@@ -130,29 +130,40 @@ static void attention_part(void *ctx, unsigned index, unsigned count)
         size_t pos = b->tok_pos[t];
         size_t p0 = e->window && pos >= e->window ? pos + 1 - e->window : 0;
         const float *qv = b->q + t * e->qdim + h * hd;
-        for (size_t p = p0; p <= pos; p++) {
-            const void *kr = cache_row(b, e, b->ktab, item, p);
-            float sc;
-            if (f16) {
-                const uint16_t *k16 = (const uint16_t *)kr + kvoff;
-                sc = 0;
-                for (size_t i = 0; i < hd; i++) sc += qv[i] * llmem__f16_to_f32(k16[i]);
-            } else {
-                sc = llmem__dot(qv, (const float *)kr + kvoff, hd);
+        float *o = b->att_out + t * e->qdim + h * hd;
+        memset(o, 0, hd * sizeof *o);
+        if (!f16) {
+            /* Runs of positions within one cache block, whose rows are
+             * contiguous: one kernel call per run, the order of the
+             * position-by-position loop (kernels.h). */
+            size_t len = b->tab_len[item], stride = e->tok_bytes / sizeof(float);
+            for (size_t p = p0; p <= pos;) {
+                size_t run = len - p % len;
+                if (run > pos + 1 - p) run = pos + 1 - p;
+                llmem__dot_rows(att + (p - p0), qv, (const float *)cache_row(b, e, b->ktab, item, p) + kvoff, stride,
+                                run, hd, scale);
+                p += run;
             }
+            llmem__softmax(att, pos + 1 - p0);
+            for (size_t p = p0; p <= pos;) {
+                size_t run = len - p % len;
+                if (run > pos + 1 - p) run = pos + 1 - p;
+                llmem__axpy_rows(o, att + (p - p0), (const float *)cache_row(b, e, b->vtab, item, p) + kvoff, stride,
+                                 run, hd);
+                p += run;
+            }
+            continue;
+        }
+        for (size_t p = p0; p <= pos; p++) {
+            const uint16_t *k16 = (const uint16_t *)cache_row(b, e, b->ktab, item, p) + kvoff;
+            float sc = 0;
+            for (size_t i = 0; i < hd; i++) sc += qv[i] * llmem__f16_to_f32(k16[i]);
             att[p - p0] = sc * scale;
         }
         llmem__softmax(att, pos + 1 - p0);
-        float *o = b->att_out + t * e->qdim + h * hd;
-        memset(o, 0, hd * sizeof *o);
         for (size_t p = p0; p <= pos; p++) {
-            const void *vr = cache_row(b, e, b->vtab, item, p);
-            if (f16) {
-                const uint16_t *v16 = (const uint16_t *)vr + kvoff;
-                for (size_t i = 0; i < hd; i++) o[i] += att[p - p0] * llmem__f16_to_f32(v16[i]);
-            } else {
-                llmem__axpy(o, att[p - p0], (const float *)vr + kvoff, hd);
-            }
+            const uint16_t *v16 = (const uint16_t *)cache_row(b, e, b->vtab, item, p) + kvoff;
+            for (size_t i = 0; i < hd; i++) o[i] += att[p - p0] * llmem__f16_to_f32(v16[i]);
         }
     }
 }

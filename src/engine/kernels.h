@@ -61,6 +61,14 @@ float llmem__dot(const float *a, const float *b, size_t n);
 /* y += alpha * x */
 void llmem__axpy(float *y, float alpha, const float *x, size_t n);
 
+/* Attention over a run of cache rows x + j * stride (j < rows, stride in
+ * floats), bitwise what the row-by-row loops give on the same path:
+ * dot_rows: out[j] = llmem__dot(q, k + j * stride, n) * scale;
+ * axpy_rows: llmem__axpy(y, alpha[j], x + j * stride, n) for j = 0, 1, ...
+ * in turn (y held in registers across the rows). */
+void llmem__dot_rows(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n, float scale);
+void llmem__axpy_rows(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n);
+
 /* IEEE half <-> float (round to nearest even): core/half.h. */
 
 /* The instruction set the kernels run on: "avx2" (AVX2 + FMA + F16C, chosen
