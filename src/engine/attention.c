@@ -49,9 +49,17 @@ void llmem__rope_neox(float *v, size_t n_heads, size_t head_dim, size_t rope_dim
     }
 }
 
-void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t T)
+typedef struct qkv_ctx {
+    const llmem_engine *e;
+    const eng_layer *ly;
+    step_bufs *b;
+    size_t T;
+} qkv_ctx;
+
+/* Biases and rope of rows [lo, hi): each row on its own. */
+static void qkv_rows(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t lo, size_t hi)
 {
-    for (size_t r = 0; r < T; r++) {
+    for (size_t r = lo; r < hi; r++) {
         float *q = b->q + r * e->qdim, *k = b->k + r * e->kvdim, *v = b->v + r * e->kvdim;
         if (ly->bq) llmem__axpy(q, 1.0f, ly->bq, e->qdim);
         if (ly->bk) llmem__axpy(k, 1.0f, ly->bk, e->kvdim);
@@ -64,6 +72,26 @@ void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_b
             llmem__rope(k, e->kvh, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
         }
     }
+}
+
+static void qkv_part(void *ctx, unsigned index, unsigned count)
+{
+    qkv_ctx *c = ctx;
+    size_t lo, hi;
+    llmem__threads_split(c->T, 1, index, count, &lo, &hi);
+    qkv_rows(c->e, c->ly, c->b, lo, hi);
+}
+
+/* A prefill step's rows on the team (rope's cos/sin per row add up), a
+ * decode step's few on the caller. */
+void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t T)
+{
+    if (T < 8 || llmem__threads_count(e->th) < 2) {
+        qkv_rows(e, ly, b, 0, T);
+        return;
+    }
+    qkv_ctx c = {e, ly, b, T};
+    llmem__threads_run(e->th, qkv_part, &c);
 }
 
 llmem_status llmem__engine_fill_table(llmem_engine *e, step_bufs *b, const eng_seq *q, uint32_t item, uint32_t layer)

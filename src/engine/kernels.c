@@ -707,3 +707,62 @@ void llmem__axpy_rows(float *y, const float *alpha, const float *x, size_t strid
 {
     path_get()->axpy_rows(y, alpha, x, stride, rows, n);
 }
+
+/* Element-wise and row-wise work of a prefill step on the team: below these
+ * sizes (a decode step) one thread is faster than a run. Each element or row
+ * is computed as the serial call computes it, so the results do not depend
+ * on the team. */
+#define TEAM_MIN_ELEMS 8192
+#define TEAM_MIN_ROWS 8
+
+typedef struct swiglu_job {
+    float *a;
+    const float *b;
+    size_t n;
+} swiglu_job;
+
+static void swiglu_part(void *ctx, unsigned index, unsigned count)
+{
+    swiglu_job *j = ctx;
+    size_t lo, hi;
+    llmem__threads_split(j->n, 64, index, count, &lo, &hi);
+    if (hi > lo) llmem__swiglu(j->a + lo, j->b + lo, hi - lo);
+}
+
+void llmem__swiglu_team(llmem__threads *th, float *a, const float *b, size_t n)
+{
+    if (llmem__threads_count(th) < 2 || n < TEAM_MIN_ELEMS) {
+        llmem__swiglu(a, b, n);
+        return;
+    }
+    swiglu_job j = {a, b, n};
+    llmem__threads_run(th, swiglu_part, &j);
+}
+
+typedef struct rmsnorm_job {
+    float *o, *x;
+    const float *add, *w;
+    size_t n, rows;
+    float eps;
+} rmsnorm_job;
+
+static void rmsnorm_part(void *ctx, unsigned index, unsigned count)
+{
+    rmsnorm_job *j = ctx;
+    size_t lo, hi;
+    llmem__threads_split(j->rows, 1, index, count, &lo, &hi);
+    for (size_t r = lo; r < hi; r++) {
+        if (j->add) llmem__axpy(j->x + r * j->n, 1.0f, j->add + r * j->n, j->n);
+        llmem__rmsnorm(j->o + r * j->n, j->x + r * j->n, j->w, j->n, j->eps);
+    }
+}
+
+void llmem__rmsnorm_rows(llmem__threads *th, float *o, float *x, const float *add, const float *w, size_t n,
+                         size_t rows, float eps)
+{
+    rmsnorm_job j = {o, x, add, w, n, rows, eps};
+    if (llmem__threads_count(th) < 2 || rows < TEAM_MIN_ROWS || rows * n < TEAM_MIN_ELEMS)
+        rmsnorm_part(&j, 0, 1);
+    else
+        llmem__threads_run(th, rmsnorm_part, &j);
+}

@@ -56,6 +56,16 @@ void llmem__rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, siz
 /* a = silu(a) * b, element-wise (SwiGLU). */
 void llmem__swiglu(float *a, const float *b, size_t n);
 
+/* llmem__swiglu split over the team th when n is large (a prefill step),
+ * one thread otherwise; the same results either way. */
+void llmem__swiglu_team(llmem__threads *th, float *a, const float *b, size_t n);
+
+/* For each of `rows` rows of n: x[r] += add[r] (llmem__axpy by 1; none
+ * when add is NULL), then o[r] = llmem__rmsnorm(x[r]); the rows split over
+ * the team th when there are many, with the same results. */
+void llmem__rmsnorm_rows(llmem__threads *th, float *o, float *x, const float *add, const float *w, size_t n,
+                         size_t rows, float eps);
+
 float llmem__dot(const float *a, const float *b, size_t n);
 
 /* y += alpha * x */
