@@ -49,9 +49,17 @@ void llmem__rope_neox(float *v, size_t n_heads, size_t head_dim, size_t rope_dim
     }
 }
 
-void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t T)
+typedef struct qkv_ctx {
+    const llmem_engine *e;
+    const eng_layer *ly;
+    step_bufs *b;
+    size_t T;
+} qkv_ctx;
+
+/* Biases and rope of rows [lo, hi): each row on its own. */
+static void qkv_rows(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t lo, size_t hi)
 {
-    for (size_t r = 0; r < T; r++) {
+    for (size_t r = lo; r < hi; r++) {
         float *q = b->q + r * e->qdim, *k = b->k + r * e->kvdim, *v = b->v + r * e->kvdim;
         if (ly->bq) llmem__axpy(q, 1.0f, ly->bq, e->qdim);
         if (ly->bk) llmem__axpy(k, 1.0f, ly->bk, e->kvdim);
@@ -64,6 +72,26 @@ void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_b
             llmem__rope(k, e->kvh, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
         }
     }
+}
+
+static void qkv_part(void *ctx, unsigned index, unsigned count)
+{
+    qkv_ctx *c = ctx;
+    size_t lo, hi;
+    llmem__threads_split(c->T, 1, index, count, &lo, &hi);
+    qkv_rows(c->e, c->ly, c->b, lo, hi);
+}
+
+/* A prefill step's rows on the team (rope's cos/sin per row add up), a
+ * decode step's few on the caller. */
+void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t T)
+{
+    if (T < 8 || llmem__threads_count(e->th) < 2) {
+        qkv_rows(e, ly, b, 0, T);
+        return;
+    }
+    qkv_ctx c = {e, ly, b, T};
+    llmem__threads_run(e->th, qkv_part, &c);
 }
 
 llmem_status llmem__engine_fill_table(llmem_engine *e, step_bufs *b, const eng_seq *q, uint32_t item, uint32_t layer)
@@ -130,29 +158,40 @@ static void attention_part(void *ctx, unsigned index, unsigned count)
         size_t pos = b->tok_pos[t];
         size_t p0 = e->window && pos >= e->window ? pos + 1 - e->window : 0;
         const float *qv = b->q + t * e->qdim + h * hd;
-        for (size_t p = p0; p <= pos; p++) {
-            const void *kr = cache_row(b, e, b->ktab, item, p);
-            float sc;
-            if (f16) {
-                const uint16_t *k16 = (const uint16_t *)kr + kvoff;
-                sc = 0;
-                for (size_t i = 0; i < hd; i++) sc += qv[i] * llmem__f16_to_f32(k16[i]);
-            } else {
-                sc = llmem__dot(qv, (const float *)kr + kvoff, hd);
+        float *o = b->att_out + t * e->qdim + h * hd;
+        memset(o, 0, hd * sizeof *o);
+        if (!f16) {
+            /* Runs of positions within one cache block, whose rows are
+             * contiguous: one kernel call per run, the order of the
+             * position-by-position loop (kernels.h). */
+            size_t len = b->tab_len[item], stride = e->tok_bytes / sizeof(float);
+            for (size_t p = p0; p <= pos;) {
+                size_t run = len - p % len;
+                if (run > pos + 1 - p) run = pos + 1 - p;
+                llmem__dot_rows(att + (p - p0), qv, (const float *)cache_row(b, e, b->ktab, item, p) + kvoff, stride,
+                                run, hd, scale);
+                p += run;
             }
+            llmem__softmax(att, pos + 1 - p0);
+            for (size_t p = p0; p <= pos;) {
+                size_t run = len - p % len;
+                if (run > pos + 1 - p) run = pos + 1 - p;
+                llmem__axpy_rows(o, att + (p - p0), (const float *)cache_row(b, e, b->vtab, item, p) + kvoff, stride,
+                                 run, hd);
+                p += run;
+            }
+            continue;
+        }
+        for (size_t p = p0; p <= pos; p++) {
+            const uint16_t *k16 = (const uint16_t *)cache_row(b, e, b->ktab, item, p) + kvoff;
+            float sc = 0;
+            for (size_t i = 0; i < hd; i++) sc += qv[i] * llmem__f16_to_f32(k16[i]);
             att[p - p0] = sc * scale;
         }
         llmem__softmax(att, pos + 1 - p0);
-        float *o = b->att_out + t * e->qdim + h * hd;
-        memset(o, 0, hd * sizeof *o);
         for (size_t p = p0; p <= pos; p++) {
-            const void *vr = cache_row(b, e, b->vtab, item, p);
-            if (f16) {
-                const uint16_t *v16 = (const uint16_t *)vr + kvoff;
-                for (size_t i = 0; i < hd; i++) o[i] += att[p - p0] * llmem__f16_to_f32(v16[i]);
-            } else {
-                llmem__axpy(o, att[p - p0], (const float *)vr + kvoff, hd);
-            }
+            const uint16_t *v16 = (const uint16_t *)cache_row(b, e, b->vtab, item, p) + kvoff;
+            for (size_t i = 0; i < hd; i++) o[i] += att[p - p0] * llmem__f16_to_f32(v16[i]);
         }
     }
 }

@@ -916,7 +916,7 @@ static llmem_status forward(llmem_engine *e, step_bufs *b, const llmem_engine_ba
     llmem_status st;
     for (uint32_t l = 0; l < e->L; l++) {
         const eng_layer *ly = &e->layers[l];
-        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b->xb + r * e->dim, b->x + r * e->dim, ly->attn_norm, e->dim, e->eps);
+        llmem__rmsnorm_rows(th, b->xb, b->x, NULL, ly->attn_norm, e->dim, T, e->eps);
         llmem__matmul(th, b->q, b->xb, ly->wq, ly->tq, e->dim, e->qdim, T, b->xq);
         llmem__matmul(th, b->k, b->xb, ly->wk, ly->tk, e->dim, e->kvdim, T, b->xq);
         llmem__matmul(th, b->v, b->xb, ly->wv, ly->tv, e->dim, e->kvdim, T, b->xq);
@@ -925,14 +925,14 @@ static llmem_status forward(llmem_engine *e, step_bufs *b, const llmem_engine_ba
             if ((st = llmem__engine_fill_table(e, b, seq_get(e, items[i].seq), (uint32_t)i, l))) return st;
         llmem__engine_attend(e, b, T);
         llmem__matmul(th, b->xo, b->att_out, ly->wo, ly->to, e->qdim, e->dim, T, b->xq);
-        for (size_t r = 0; r < T; r++) llmem__axpy(b->x + r * e->dim, 1.0f, b->xo + r * e->dim, e->dim);
-
-        for (size_t r = 0; r < T; r++) llmem__rmsnorm(b->xf + r * e->dim, b->x + r * e->dim, ly->ffn_norm, e->dim, e->eps);
+        /* The residual and the FFN's norm, row by row on the team. */
+        llmem__rmsnorm_rows(th, b->xf, b->x, b->xo, ly->ffn_norm, e->dim, T, e->eps);
         llmem__matmul(th, b->hb, b->xf, ly->w1, ly->t1, e->dim, e->ffn, T, b->xq);
         llmem__matmul(th, b->hb2, b->xf, ly->w3, ly->t3, e->dim, e->ffn, T, b->xq);
-        llmem__swiglu(b->hb, b->hb2, T * e->ffn);
+        llmem__swiglu_team(th, b->hb, b->hb2, T * e->ffn);
         llmem__matmul(th, b->xd, b->hb, ly->w2, ly->t2, e->ffn, e->dim, T, b->xq);
-        for (size_t r = 0; r < T; r++) llmem__axpy(b->x + r * e->dim, 1.0f, b->xd + r * e->dim, e->dim);
+        /* Element-wise: one call over the rows, the same sums as one a row. */
+        llmem__axpy(b->x, 1.0f, b->xd, T * e->dim);
     }
     /* The classifier only for each item's last token. */
     size_t t = 0;

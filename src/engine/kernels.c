@@ -199,6 +199,19 @@ static void axpy_portable(float *y, float alpha, const float *x, size_t n)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+/* Attention's runs of cache rows (kernels.h): the same order, row by row,
+ * as dot_portable and axpy_portable. */
+static void dot_rows_portable(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n,
+                              float scale)
+{
+    for (size_t j = 0; j < rows; j++) out[j] = dot_portable(q, k + j * stride, n) * scale;
+}
+
+static void axpy_rows_portable(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n)
+{
+    for (size_t j = 0; j < rows; j++) axpy_portable(y, alpha[j], x + j * stride, n);
+}
+
 static void f16_row_portable(const uint16_t *h, size_t n, float *out)
 {
     for (size_t i = 0; i < n; i++) out[i] = llmem__f16_to_f32(h[i]);
@@ -346,6 +359,84 @@ X86_TARGET static void axpy_x86(float *y, float alpha, const float *x, size_t n)
     for (; i < n; i++) y[i] = fmaf(alpha, x[i], y[i]);
 }
 
+/* dot_x86 of q against `rows` rows of k, four rows at a time: four
+ * independent FMA chains where a single dot has one, each row's chain the
+ * one dot_x86 runs (same steps, same zero padding, same lane sum). */
+X86_TARGET static void dot_rows_x86(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n,
+                                    float scale)
+{
+    size_t full = n & ~(size_t)7, rem = n - full;
+    float tq[8] = {0};
+    if (rem) memcpy(tq, q + full, rem * sizeof(float));
+    __m256 qt = _mm256_loadu_ps(tq);
+    size_t j = 0;
+    for (; j + 4 <= rows; j += 4) {
+        const float *k0 = k + j * stride, *k1 = k0 + stride, *k2 = k1 + stride, *k3 = k2 + stride;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t c = 0; c < full; c += 8) {
+            __m256 qv = _mm256_loadu_ps(q + c);
+            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + c), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + c), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + c), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + c), a3);
+        }
+        if (rem) {
+            float t[4][8] = {{0}};
+            memcpy(t[0], k0 + full, rem * sizeof(float));
+            memcpy(t[1], k1 + full, rem * sizeof(float));
+            memcpy(t[2], k2 + full, rem * sizeof(float));
+            memcpy(t[3], k3 + full, rem * sizeof(float));
+            a0 = _mm256_fmadd_ps(qt, _mm256_loadu_ps(t[0]), a0);
+            a1 = _mm256_fmadd_ps(qt, _mm256_loadu_ps(t[1]), a1);
+            a2 = _mm256_fmadd_ps(qt, _mm256_loadu_ps(t[2]), a2);
+            a3 = _mm256_fmadd_ps(qt, _mm256_loadu_ps(t[3]), a3);
+        }
+        out[j] = x86_hsum(a0) * scale;
+        out[j + 1] = x86_hsum(a1) * scale;
+        out[j + 2] = x86_hsum(a2) * scale;
+        out[j + 3] = x86_hsum(a3) * scale;
+    }
+    for (; j < rows; j++) out[j] = dot_x86(q, k + j * stride, n) * scale;
+}
+
+/* NV vectors of y held in registers over all the rows: the FMAs of
+ * axpy_x86, row after row, without a store and reload of y per row. */
+X86_INLINE void axpy_rows_x86_nv(const int NV, float *y, const float *alpha, const float *x, size_t stride,
+                                 size_t rows)
+{
+    __m256 acc[8];
+    UNROLL
+    for (int v = 0; v < NV; v++) acc[v] = _mm256_loadu_ps(y + 8 * v);
+    for (size_t j = 0; j < rows; j++) {
+        __m256 a = _mm256_set1_ps(alpha[j]);
+        const float *xr = x + j * stride;
+        UNROLL
+        for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(a, _mm256_loadu_ps(xr + 8 * v), acc[v]);
+    }
+    UNROLL
+    for (int v = 0; v < NV; v++) _mm256_storeu_ps(y + 8 * v, acc[v]);
+}
+
+X86_TARGET static void axpy_rows_x86(float *y, const float *alpha, const float *x, size_t stride, size_t rows,
+                                     size_t n)
+{
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) axpy_rows_x86_nv(8, y + i, alpha, x + i, stride, rows);
+    switch ((n - i) / 8) {
+    case 7: axpy_rows_x86_nv(7, y + i, alpha, x + i, stride, rows); break;
+    case 6: axpy_rows_x86_nv(6, y + i, alpha, x + i, stride, rows); break;
+    case 5: axpy_rows_x86_nv(5, y + i, alpha, x + i, stride, rows); break;
+    case 4: axpy_rows_x86_nv(4, y + i, alpha, x + i, stride, rows); break;
+    case 3: axpy_rows_x86_nv(3, y + i, alpha, x + i, stride, rows); break;
+    case 2: axpy_rows_x86_nv(2, y + i, alpha, x + i, stride, rows); break;
+    case 1: axpy_rows_x86_nv(1, y + i, alpha, x + i, stride, rows); break;
+    default: break;
+    }
+    i += (n - i) / 8 * 8;
+    for (; i < n; i++)
+        for (size_t j = 0; j < rows; j++) y[i] = fmaf(alpha[j], x[j * stride + i], y[i]);
+}
+
 X86_TARGET static void f16_row_x86(const uint16_t *h, size_t n, float *out)
 {
     size_t i = 0;
@@ -362,6 +453,8 @@ typedef struct kernel_path {
                  size_t r1);
     float (*dot)(const float *a, const float *b, size_t n);
     void (*axpy)(float *y, float alpha, const float *x, size_t n);
+    void (*dot_rows)(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n, float scale);
+    void (*axpy_rows)(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n);
     void (*f16_row)(const uint16_t *h, size_t n, float *out);
     /* block-type weights: quantise activation rows, then integer dot products (kernels_q.h) */
     void (*act_quantize)(uint32_t wtype, const float *x, size_t n, void *row);
@@ -378,6 +471,8 @@ static const kernel_path path_portable = {
     /* .rows = */ rows_portable,
     /* .dot = */ dot_portable,
     /* .axpy = */ axpy_portable,
+    /* .dot_rows = */ dot_rows_portable,
+    /* .axpy_rows = */ axpy_rows_portable,
     /* .f16_row = */ f16_row_portable,
     /* .act_quantize = */ llmem__act_quantize_ref,
     /* .qrows = */ llmem__qrows_ref,
@@ -391,6 +486,8 @@ static const kernel_path path_x86 = {
     /* .rows = */ rows_x86,
     /* .dot = */ dot_x86,
     /* .axpy = */ axpy_x86,
+    /* .dot_rows = */ dot_rows_x86,
+    /* .axpy_rows = */ axpy_rows_x86,
     /* .f16_row = */ f16_row_x86,
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_avx2,
@@ -404,6 +501,8 @@ static const kernel_path path_x86_vnni = {
     /* .rows = */ rows_x86,
     /* .dot = */ dot_x86,
     /* .axpy = */ axpy_x86,
+    /* .dot_rows = */ dot_rows_x86,
+    /* .axpy_rows = */ axpy_rows_x86,
     /* .f16_row = */ f16_row_x86,
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_vnni,
@@ -615,3 +714,72 @@ void llmem__swiglu(float *a, const float *b, size_t n)
 float llmem__dot(const float *a, const float *b, size_t n) { return path_get()->dot(a, b, n); }
 
 void llmem__axpy(float *y, float alpha, const float *x, size_t n) { path_get()->axpy(y, alpha, x, n); }
+
+void llmem__dot_rows(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n, float scale)
+{
+    path_get()->dot_rows(out, q, k, stride, rows, n, scale);
+}
+
+void llmem__axpy_rows(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n)
+{
+    path_get()->axpy_rows(y, alpha, x, stride, rows, n);
+}
+
+/* Element-wise and row-wise work of a prefill step on the team: below these
+ * sizes (a decode step) one thread is faster than a run. Each element or row
+ * is computed as the serial call computes it, so the results do not depend
+ * on the team. */
+#define TEAM_MIN_ELEMS 8192
+#define TEAM_MIN_ROWS 8
+
+typedef struct swiglu_job {
+    float *a;
+    const float *b;
+    size_t n;
+} swiglu_job;
+
+static void swiglu_part(void *ctx, unsigned index, unsigned count)
+{
+    swiglu_job *j = ctx;
+    size_t lo, hi;
+    llmem__threads_split(j->n, 64, index, count, &lo, &hi);
+    if (hi > lo) llmem__swiglu(j->a + lo, j->b + lo, hi - lo);
+}
+
+void llmem__swiglu_team(llmem__threads *th, float *a, const float *b, size_t n)
+{
+    if (llmem__threads_count(th) < 2 || n < TEAM_MIN_ELEMS) {
+        llmem__swiglu(a, b, n);
+        return;
+    }
+    swiglu_job j = {a, b, n};
+    llmem__threads_run(th, swiglu_part, &j);
+}
+
+typedef struct rmsnorm_job {
+    float *o, *x;
+    const float *add, *w;
+    size_t n, rows;
+    float eps;
+} rmsnorm_job;
+
+static void rmsnorm_part(void *ctx, unsigned index, unsigned count)
+{
+    rmsnorm_job *j = ctx;
+    size_t lo, hi;
+    llmem__threads_split(j->rows, 1, index, count, &lo, &hi);
+    for (size_t r = lo; r < hi; r++) {
+        if (j->add) llmem__axpy(j->x + r * j->n, 1.0f, j->add + r * j->n, j->n);
+        llmem__rmsnorm(j->o + r * j->n, j->x + r * j->n, j->w, j->n, j->eps);
+    }
+}
+
+void llmem__rmsnorm_rows(llmem__threads *th, float *o, float *x, const float *add, const float *w, size_t n,
+                         size_t rows, float eps)
+{
+    rmsnorm_job j = {o, x, add, w, n, rows, eps};
+    if (llmem__threads_count(th) < 2 || rows < TEAM_MIN_ROWS || rows * n < TEAM_MIN_ELEMS)
+        rmsnorm_part(&j, 0, 1);
+    else
+        llmem__threads_run(th, rmsnorm_part, &j);
+}

@@ -71,10 +71,28 @@ void llmem__rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, siz
 /* a = silu(a) * b, element-wise (SwiGLU). */
 void llmem__swiglu(float *a, const float *b, size_t n);
 
+/* llmem__swiglu split over the team th when n is large (a prefill step),
+ * one thread otherwise; the same results either way. */
+void llmem__swiglu_team(llmem__threads *th, float *a, const float *b, size_t n);
+
+/* For each of `rows` rows of n: x[r] += add[r] (llmem__axpy by 1; none
+ * when add is NULL), then o[r] = llmem__rmsnorm(x[r]); the rows split over
+ * the team th when there are many, with the same results. */
+void llmem__rmsnorm_rows(llmem__threads *th, float *o, float *x, const float *add, const float *w, size_t n,
+                         size_t rows, float eps);
+
 float llmem__dot(const float *a, const float *b, size_t n);
 
 /* y += alpha * x */
 void llmem__axpy(float *y, float alpha, const float *x, size_t n);
+
+/* Attention over a run of cache rows x + j * stride (j < rows, stride in
+ * floats), bitwise what the row-by-row loops give on the same path:
+ * dot_rows: out[j] = llmem__dot(q, k + j * stride, n) * scale;
+ * axpy_rows: llmem__axpy(y, alpha[j], x + j * stride, n) for j = 0, 1, ...
+ * in turn (y held in registers across the rows). */
+void llmem__dot_rows(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n, float scale);
+void llmem__axpy_rows(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n);
 
 /* IEEE half <-> float (round to nearest even): core/half.h. */
 
