@@ -5,7 +5,8 @@
  * rotating where a subtree's children differ by two. Remove swaps a node
  * with two children for its in-order successor (relinking nodes, never
  * copying them, since they are embedded in caller structs), unlinks it, and
- * rebalances from the lowest changed ancestor to the root.
+ * rebalances from the lowest changed ancestor up, stopping where a
+ * subtree's height is unchanged.
  */
 #include "avl.h"
 
@@ -50,10 +51,13 @@ static llmem__avl_node *rotate_right(llmem_avl *t, llmem__avl_node *x)
     return y;
 }
 
-/* Restore balance from n up to the root. */
+/* Restore balance from n up towards the root. It stops at the first
+ * subtree whose height came out as it was before: nothing above it can
+ * have changed (insert and remove alter one subtree's height at a time). */
 static void rebalance(llmem_avl *t, llmem__avl_node *n)
 {
     while (n) {
+        int before = n->height;
         fix_height(n);
         int bal = h(n->left) - h(n->right);
         if (bal > 1) {
@@ -63,6 +67,7 @@ static void rebalance(llmem_avl *t, llmem__avl_node *n)
             if (h(n->right->right) < h(n->right->left)) rotate_right(t, n->right);
             n = rotate_left(t, n);
         }
+        if (n->height == before) return;
         n = n->parent;
     }
 }

@@ -100,6 +100,26 @@ void llmem__pool_tree_remove(llmem_pool *p, pblock *b)
     ST_SUB(p->st.free_bytes, b->size);
 }
 
+/* Free run b, still in the tree, was `old` bytes and now has a new start
+ * or size: the same as removing it at its old size and inserting it anew,
+ * but it keeps its node where its neighbours in (size, address) order
+ * still bracket it, which is the common case for a superblock's big
+ * free tail that a take shortens or a free lengthens. */
+static void tree_rekey(llmem_pool *p, pblock *b, size_t old)
+{
+    llmem_avl *t = &p->free_tree[b->sb->heap];
+    const llmem__avl_node *pr = llmem__avl_prev(&b->node), *nx = llmem__avl_next(&b->node);
+    if ((pr && llmem__pool_free_cmp(pr, &b->node) >= 0) || (nx && llmem__pool_free_cmp(&b->node, nx) >= 0)) {
+        llmem__avl_remove(t, &b->node);
+        llmem__avl_insert(t, &b->node, llmem__pool_free_cmp);
+    }
+    ST_SUB(p->st.free_bytes, old);
+    ST_ADD(p->st.free_bytes, b->size);
+    b->kind = D_FREE;
+    b->free_since = llmem__pool_clock();
+    b->purged = false;
+}
+
 /* ---- superblocks ------------------------------------------------------- */
 
 static void empty_list_add(llmem_pool *p, superblock *sb)
@@ -449,6 +469,29 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
     *st = llmem__pool_commit_range(p, b->sb, b->start + pad, size);
     if (*st) return NULL;
     superblock *sb = b->sb;
+    if (!pad && b->size > size) {
+        /* The front goes out in a new descriptor; b stays in the tree as
+         * the tail, as split_back would have inserted it. */
+        pblock *f = llmem__pool_desc_new(p);
+        if (f) {
+            size_t old = b->size;
+            f->start = b->start;
+            f->size = size;
+            f->sb = sb;
+            f->prev = b->prev;
+            f->next = b;
+            if (b->prev) b->prev->next = f;
+            b->prev = f;
+            b->start += size;
+            b->size -= size;
+            sb->owner[unit_of(sb, f->start, p->ushift)] = f;
+            sb->owner[unit_of(sb, b->start, p->ushift)] = b;
+            tree_rekey(p, b, old);
+            if (sb->used == 0) empty_list_remove(p, sb);
+            sb->used += f->size;
+            return f;
+        }
+    }
     llmem__pool_tree_remove(p, b);
     if (pad && !split_front(p, b, pad)) {
         llmem__pool_tree_insert(p, b);
@@ -503,9 +546,11 @@ void llmem__pool_put_pages(llmem_pool *p, pblock *b)
     superblock *sb = b->sb;
     llmem__assert(b->kind != D_FREE && b->size <= sb->used && b->size % p->unit == 0);
     sb->used -= b->size;
-    pblock *prev = b->prev, *next = b->next;
+    pblock *prev = b->prev, *next = b->next, *kept = NULL; /* kept: a free neighbour that stays in the tree */
+    size_t kept_old = 0;
     if (prev && prev->kind == D_FREE) {
-        llmem__pool_tree_remove(p, prev);
+        kept = prev;
+        kept_old = prev->size;
         sb->owner[unit_of(sb, b->start, p->ushift)] = NULL;
         prev->size += b->size;
         prev->next = next;
@@ -514,18 +559,32 @@ void llmem__pool_put_pages(llmem_pool *p, pblock *b)
         b = prev;
     }
     if (next && next->kind == D_FREE) {
-        llmem__pool_tree_remove(p, next);
-        sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
-        b->size += next->size;
-        b->next = next->next;
-        if (next->next) next->next->prev = b;
-        llmem__pool_desc_free(p, next);
+        if (kept) {
+            llmem__pool_tree_remove(p, next);
+            sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
+            b->size += next->size;
+            b->next = next->next;
+            if (next->next) next->next->prev = b;
+            llmem__pool_desc_free(p, next);
+        } else {
+            /* next's descriptor takes in b: it stays in the tree. */
+            kept = next;
+            kept_old = next->size;
+            sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
+            next->start = b->start;
+            next->size += b->size;
+            next->prev = b->prev;
+            if (b->prev) b->prev->next = next;
+            llmem__pool_desc_free(p, b);
+            b = next;
+        }
     }
     sb->owner[unit_of(sb, b->start, p->ushift)] = b;
     /* No two free runs are adjacent: b took in both free neighbours. */
     llmem__assert((!b->prev || b->prev->kind != D_FREE) && (!b->next || b->next->kind != D_FREE));
     if (p->host) LLMEM_POISON((void *)b->start, b->size);
-    llmem__pool_tree_insert(p, b);
+    if (kept) tree_rekey(p, b, kept_old);
+    else llmem__pool_tree_insert(p, b);
     if (sb->used == 0) empty_list_add(p, sb);
     llmem__pool_purger_kick(p);
 }
