@@ -791,20 +791,26 @@ KQ_UNROLL
     }
 }
 
-KQ_TARGET void KQ_EXPORT_X8(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
-                            size_t r1)
+/* The row loop of both 8-row layouts: whole groups of 8 rows through
+ * `group` (MAXB activation rows at a time, then one), the rows past the
+ * last whole group in the source layout `t`. Inlined with constant
+ * arguments, so each caller compiles to its own loop around its own
+ * group kernel. */
+typedef void x8_group_fn(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg, __m256 acc[MAXB]);
+KQ_INLINE void x8_rows(x8_group_fn *group, uint32_t t, size_t block_bytes, size_t block_elems, float *y,
+                       const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0, size_t r1)
 {
-    const size_t nb = n / 256, ab = llmem__act_row_bytes(LLMEM_DTYPE_Q4_K, n), d8 = d / 8 * 8;
+    const size_t nb = n / block_elems, ab = llmem__act_row_bytes(t, n), d8 = d / 8 * 8;
     const uint8_t *w8 = w, *a0 = act;
     size_t r = r0;
     while (r < r1 && r < d8) {
         const size_t g = r / 8, lo = r % 8, hi = r1 - 8 * g < 8 ? r1 - 8 * g : 8;
-        const uint8_t *wg = w8 + g * nb * LLMEM__X8_BLOCK;
+        const uint8_t *wg = w8 + g * nb * block_bytes;
         for (size_t b = 0; b < batch;) {
             const int G = batch - b >= MAXB ? MAXB : 1;
             __m256 acc[MAXB];
-            if (G == MAXB) x8_group(MAXB, a0 + b * ab, ab, n, wg, acc);
-            else x8_group(1, a0 + b * ab, ab, n, wg, acc);
+            if (G == MAXB) group(MAXB, a0 + b * ab, ab, n, wg, acc);
+            else group(1, a0 + b * ab, ab, n, wg, acc);
             for (int gg = 0; gg < G; gg++) {
                 float res[8];
                 _mm256_storeu_ps(res, acc[gg]);
@@ -814,8 +820,13 @@ KQ_TARGET void KQ_EXPORT_X8(float *y, const void *act, const void *w, size_t n, 
         }
         r = 8 * g + hi;
     }
-    if (r < r1) /* the tail rows, as q4_K */
-        qrows_t(LLMEM_DTYPE_Q4_K, y + d8, a0, w8 + d / 8 * nb * LLMEM__X8_BLOCK, n, d, batch, r - d8, r1 - d8);
+    if (r < r1) qrows_t(t, y + d8, a0, w8 + d / 8 * nb * block_bytes, n, d, batch, r - d8, r1 - d8);
+}
+
+KQ_TARGET void KQ_EXPORT_X8(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                            size_t r1)
+{
+    x8_rows(x8_group, LLMEM_DTYPE_Q4_K, LLMEM__X8_BLOCK, 256, y, act, w, n, d, batch, r0, r1);
 }
 
 /* q5_0, 8 rows interleaved: dword j of the 8 rows' nibbles is one load,
@@ -876,27 +887,6 @@ KQ_UNROLL
 KQ_TARGET void KQ_EXPORT_X8_Q5_0(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch,
                                  size_t r0, size_t r1)
 {
-    const size_t nb = n / 32, ab = llmem__act_row_bytes(LLMEM_DTYPE_Q5_0, n), d8 = d / 8 * 8;
-    const uint8_t *w8 = w, *a0 = act;
-    size_t r = r0;
-    while (r < r1 && r < d8) {
-        const size_t g = r / 8, lo = r % 8, hi = r1 - 8 * g < 8 ? r1 - 8 * g : 8;
-        const uint8_t *wg = w8 + g * nb * LLMEM__X8_Q5_0_BLOCK;
-        for (size_t b = 0; b < batch;) {
-            const int G = batch - b >= MAXB ? MAXB : 1;
-            __m256 acc[MAXB];
-            if (G == MAXB) x8_q5_0_group(MAXB, a0 + b * ab, ab, n, wg, acc);
-            else x8_q5_0_group(1, a0 + b * ab, ab, n, wg, acc);
-            for (int gg = 0; gg < G; gg++) {
-                float res[8];
-                _mm256_storeu_ps(res, acc[gg]);
-                for (size_t i = lo; i < hi; i++) y[(b + (size_t)gg) * d + 8 * g + i] = res[i];
-            }
-            b += (size_t)G;
-        }
-        r = 8 * g + hi;
-    }
-    if (r < r1) /* the tail rows, as q5_0 */
-        qrows_t(LLMEM_DTYPE_Q5_0, y + d8, a0, w8 + d / 8 * nb * LLMEM__X8_Q5_0_BLOCK, n, d, batch, r - d8, r1 - d8);
+    x8_rows(x8_q5_0_group, LLMEM_DTYPE_Q5_0, LLMEM__X8_Q5_0_BLOCK, 32, y, act, w, n, d, batch, r0, r1);
 }
 #endif
