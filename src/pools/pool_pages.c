@@ -423,12 +423,13 @@ pblock *llmem__pool_best_fit(llmem_pool *p, unsigned h, size_t size, size_t alig
     return node_block(llmem__avl_lower_bound(tree, &surely, llmem__pool_size_key_cmp));
 }
 
-/* Split [b.start, b.start+at) off b as a new FREE block before it; b keeps
- * the rest. Lock held, b not in the tree. */
-static bool split_front(llmem_pool *p, pblock *b, size_t at)
+/* A new descriptor for [b.start, b.start+at), linked before b, which
+ * keeps the rest; the new one owns its first unit. NULL when out of
+ * descriptors. Lock held. */
+static pblock *cut_front(llmem_pool *p, pblock *b, size_t at)
 {
     pblock *f = llmem__pool_desc_new(p);
-    if (!f) return false;
+    if (!f) return NULL;
     f->start = b->start;
     f->size = at;
     f->sb = b->sb;
@@ -439,6 +440,15 @@ static bool split_front(llmem_pool *p, pblock *b, size_t at)
     b->start += at;
     b->size -= at;
     f->sb->owner[unit_of(f->sb, f->start, p->ushift)] = f;
+    return f;
+}
+
+/* Split [b.start, b.start+at) off b as a new FREE block before it; b keeps
+ * the rest. Lock held, b not in the tree. */
+static bool split_front(llmem_pool *p, pblock *b, size_t at)
+{
+    pblock *f = cut_front(p, b, at);
+    if (!f) return false;
     llmem__pool_tree_insert(p, f);
     return true;
 }
@@ -472,19 +482,9 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
     if (!pad && b->size > size) {
         /* The front goes out in a new descriptor; b stays in the tree as
          * the tail, as split_back would have inserted it. */
-        pblock *f = llmem__pool_desc_new(p);
+        const size_t old = b->size;
+        pblock *f = cut_front(p, b, size);
         if (f) {
-            size_t old = b->size;
-            f->start = b->start;
-            f->size = size;
-            f->sb = sb;
-            f->prev = b->prev;
-            f->next = b;
-            if (b->prev) b->prev->next = f;
-            b->prev = f;
-            b->start += size;
-            b->size -= size;
-            sb->owner[unit_of(sb, f->start, p->ushift)] = f;
             sb->owner[unit_of(sb, b->start, p->ushift)] = b;
             tree_rekey(p, b, old);
             if (sb->used == 0) empty_list_remove(p, sb);
