@@ -68,6 +68,7 @@
 #include "llmem/pool.h"
 #include "pool_shim.h"
 #include "shim.h"
+#include "mapped.h"
 #include "side.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -139,12 +140,14 @@ static void fork_prepare(void)
 {
     llmem__pool_fork_prepare(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
     llmem__side_fork_prepare();
+    llmem__mapped_fork_prepare();
     inside = IN_FORK;
 }
 
 static void fork_parent(void)
 {
     inside = IN_NONE;
+    llmem__mapped_fork_parent();
     llmem__side_fork_parent();
     llmem__pool_fork_parent(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
 }
@@ -152,6 +155,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     inside = IN_NONE;
+    llmem__mapped_fork_child();
     llmem__side_fork_child();
     llmem__pool_fork_child(__atomic_load_n(&pool, __ATOMIC_ACQUIRE));
 }
@@ -272,6 +276,10 @@ static inline void *shim_malloc(size_t n)
 {
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, false);
+    if (LLMEM_UNLIKELY(n >= LLMEM_SHIM_MAPPED_MIN)) {
+        void *m = llmem__mapped_alloc(n);
+        if (m) return m;
+    }
     inside = IN_POOL;
     void *r = llmem_pool_alloc(p, n ? n : 1, NULL);
     inside = IN_NONE;
@@ -290,6 +298,10 @@ EXPORT void *calloc(size_t count, size_t size)
     }
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, true);
+    if (LLMEM_UNLIKELY(n >= LLMEM_SHIM_MAPPED_MIN)) {
+        void *m = llmem__mapped_alloc(n); /* zero-filled by the kernel */
+        if (m) return m;
+    }
     inside = IN_POOL;
     void *r = llmem_pool_alloc(p, n ? n : 1, NULL);
     inside = IN_NONE;
@@ -367,6 +379,7 @@ static __attribute__((noinline)) void free_other(void *ptr)
 {
     if (fork_owns(ptr) || inside == IN_FORK) __atomic_add_fetch(&fork_dropped_frees, 1, __ATOMIC_RELAXED);
     else if (llmem__side_owns(ptr)) llmem__side_free(ptr);
+    else if (llmem__mapped_usable(ptr)) llmem__mapped_free(ptr);
     else __atomic_add_fetch(&unknown_frees, 1, __ATOMIC_RELAXED); /* not ours to free: leave it */
 }
 
@@ -400,6 +413,24 @@ EXPORT void free_aligned_sized(void *ptr, size_t align, size_t size)
 
 /* ---- resize ---------------------------------------------------------------- */
 
+/* A mapped block to n > 0 bytes: mremap while it
+ * stays big; back into the pool when it shrinks below a quarter of the
+ * threshold (a small block does not keep a mapping of its own). */
+static void *realloc_mapped(void *ptr, size_t n)
+{
+    void *r;
+    if (n < LLMEM_SHIM_MAPPED_MIN / 4) {
+        r = shim_malloc(n);
+        if (!r) return NULL;
+        memcpy(r, ptr, n);
+        llmem__mapped_free(ptr);
+        return r;
+    }
+    r = llmem__mapped_resize(ptr, n);
+    if (!r) errno = ENOMEM;
+    return r;
+}
+
 static void *shim_realloc(void *ptr, size_t n)
 {
     if (!ptr) return shim_malloc(n);
@@ -423,6 +454,9 @@ static void *shim_realloc(void *ptr, size_t n)
         llmem_status st = LLMEM_OK;
         if (have && n <= have && n >= have / 2) {
             r = ptr;
+        } else if (have && n > have && n >= LLMEM_SHIM_MAPPED_MIN && (r = llmem__mapped_alloc(n)) != NULL) {
+            memcpy(r, ptr, have); /* the last copy: mremap resizes it from here on */
+            llmem_pool_free(pool, ptr);
         } else if (have && (n < have || have < GROW_IN_PLACE_MIN)) {
             r = llmem_pool_alloc(pool, n, &st);
             if (r) {
@@ -437,10 +471,12 @@ static void *shim_realloc(void *ptr, size_t n)
         return r;
     }
     bool from_fork = fork_owns(ptr), from_side = !from_fork && llmem__side_owns(ptr);
+    size_t mapped = from_fork || from_side || pool_block(ptr) ? 0 : llmem__mapped_usable(ptr);
+    if (mapped && inside != IN_FORK) return realloc_mapped(ptr, n);
     size_t have = from_fork ? fork_usable(ptr)
                   : from_side ? llmem__side_usable(ptr)
                   : pool_block(ptr) ? llmem__pool_usable_nolock(pool, ptr) /* inside a pool call or fork */
-                                    : 0;
+                                    : mapped;
     if (!have) {
         errno = EINVAL;
         return NULL;
@@ -506,7 +542,8 @@ EXPORT size_t malloc_usable_size(void *ptr)
         inside = was;
         return n;
     }
-    return llmem__side_usable(ptr);
+    if (llmem__side_owns(ptr)) return llmem__side_usable(ptr);
+    return llmem__mapped_usable(ptr);
 }
 
 /* glibc's: give free memory back; 1 if some was. pad is not honoured
@@ -536,17 +573,22 @@ static __attribute__((destructor)) void report_at_exit(void)
     }
     llmem__side_stats ss;
     llmem__side_get_stats(&ss);
-    char line[512];
+    llmem__mapped_stats ms;
+    llmem__mapped_get_stats(&ms);
+    char line[640];
     int n = snprintf(line, sizeof line,
                      "libllmem-malloc: pid %d pool %s allocs_total=%llu frees_total=%llu live=%llu used_peak_bytes=%llu "
                      "reserved_peak_bytes=%llu committed_bytes=%llu invalid_frees=%llu; side allocs_total=%llu "
-                     "live_blocks=%llu boot_bytes=%llu region_bytes=%llu; unknown_frees=%llu\n",
+                     "live_blocks=%llu boot_bytes=%llu region_bytes=%llu; mapped maps_total=%llu remaps_total=%llu "
+                     "live_blocks=%llu peak_bytes=%llu; unknown_frees=%llu\n",
                      (int)getpid(), p ? "on" : "off", (unsigned long long)s.allocs_total, (unsigned long long)s.frees_total,
                      (unsigned long long)s.live_allocations, (unsigned long long)s.used_peak_bytes,
                      (unsigned long long)s.reserved_peak_bytes, (unsigned long long)s.committed_bytes,
                      (unsigned long long)s.invalid_frees_total, (unsigned long long)ss.allocs_total,
                      (unsigned long long)ss.live_blocks, (unsigned long long)ss.boot_bytes,
-                     (unsigned long long)ss.region_bytes, (unsigned long long)unknown_frees);
+                     (unsigned long long)ss.region_bytes, (unsigned long long)ms.maps_total,
+                     (unsigned long long)ms.remaps_total, (unsigned long long)ms.live_blocks,
+                     (unsigned long long)ms.peak_bytes, (unsigned long long)unknown_frees);
     if (n > 0) {
         bool to_stderr = strcmp(stats_to, "1") == 0;
         int fd = to_stderr ? 2 : open(stats_to, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);

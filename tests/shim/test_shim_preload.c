@@ -204,6 +204,43 @@ static void test_realloc_grows_in_place(void **state)
     free(p);
 }
 
+/* Blocks of a megabyte and more are mappings of their own (mapped.c):
+ * calloc's are zero, realloc resizes them keeping the contents, a shrink
+ * far below the threshold brings them back into the pool, free unmaps at
+ * once (the pages leave the process), and a second free is ignored. */
+static void test_mapped_blocks(void **state)
+{
+    (void)state;
+    size_t n = 2u << 20;
+    unsigned char *z = calloc(1, n);
+    assert_non_null(z);
+    for (size_t i = 0; i < n; i += 4096) assert_int_equal(z[i], 0);
+    assert_true(malloc_usable_size(z) >= n);
+    free(z);
+    unsigned char *p = malloc(n);
+    assert_non_null(p);
+    fill(p, n, 5);
+    while (n < (32u << 20)) {
+        size_t m = n + n / 4;
+        unsigned char *q = realloc(p, m);
+        assert_non_null(q);
+        assert_true(check(q, n, 5));
+        assert_true(malloc_usable_size(q) >= m);
+        fill(q, m, 5);
+        p = q;
+        n = m;
+    }
+    unsigned char *q = realloc(p, 1000);
+    assert_non_null(q);
+    assert_true(check(q, 1000, 5));
+    free(q);
+    p = malloc(4u << 20);
+    assert_non_null(p);
+    memset(p, 1, 4u << 20);
+    free(p);
+    free(p); /* no longer a block of ours: ignored, not a crash */
+}
+
 static void test_realloc_keeps_contents(void **state)
 {
     (void)state;
@@ -730,6 +767,7 @@ int main(void)
         cmocka_unit_test(test_bad_sizes_are_enomem),
         cmocka_unit_test(test_realloc_keeps_contents),
         cmocka_unit_test(test_realloc_grows_in_place),
+        cmocka_unit_test(test_mapped_blocks),
         cmocka_unit_test(test_reallocarray_checks_overflow),
         cmocka_unit_test(test_aligned_family),
         cmocka_unit_test(test_free_sized),
