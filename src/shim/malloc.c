@@ -27,10 +27,16 @@
  *    to the side allocator too: the link redirects them (-Wl,--wrap).
  *  - free, realloc and malloc_usable_size tell the pool's blocks from the
  *    side allocator's by the address map (a superblock owns the address:
- *    the pool's, which also refuses double and foreign frees) and the side
- *    range; anything else (a pointer no allocator here handed out) is
+ *    the pool's, which also refuses double and foreign frees), the side
+ *    range and the table of mapped blocks; anything else (a pointer no allocator here handed out) is
  *    ignored by free and counted, and refused by realloc with EINVAL.
  *    Side blocks passed to realloc move into the pool.
+ *  - The pool gets 15 size classes of the shim's own, just above each
+ *    power of two from 1 to 16 KiB (near_pow2_classes), where programs'
+ *    page-plus-header requests cluster.
+ *  - Requests of 1 MiB and more are mappings of their own (mapped.c):
+ *    free unmaps them, realloc resizes them with mremap; a pool block
+ *    that realloc grows past 1 MiB moves to one.
  *  - realloc and malloc_usable_size read a block's size without the
  *    pool's lock (llmem__pool_usable_nolock): programs such as redis ask
  *    for it at every malloc and free.
