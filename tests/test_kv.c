@@ -2050,11 +2050,7 @@ static void fault_scenario(fctx *f, llmem_kv_strategy strategy, bool prefix, uns
 
 static void fault_arm(fctx *f, uint64_t nth, uint64_t count)
 {
-    llmem_fault_options fo = llmem_fault_options_default();
-    fo.ops = LLMEM_FAULT_OP_MAP;
-    fo.fail_nth = nth;
-    fo.fail_count = count;
-    assert_ok(llmem_fault_resource_arm(f->fault, &fo));
+    test_fault_arm(f->fault, nth, count, LLMEM_FAULT_OP_MAP);
 }
 
 static void fault_campaign(void **state)

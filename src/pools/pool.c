@@ -350,8 +350,7 @@ llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
     pthread_mutex_unlock(&p->lock);
     if (s.largest_free_bytes > s.free_bytes) s.largest_free_bytes = s.free_bytes; /* a snapshot's skew */
     s.fragmentation = s.free_bytes ? 1.0 - (double)s.largest_free_bytes / (double)s.free_bytes : 0.0;
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 llmem_status llmem_pool_get_class_stats(const llmem_pool *cp, llmem_pool_class_stats *out, size_t cap, size_t *count)
