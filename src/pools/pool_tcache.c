@@ -328,9 +328,7 @@ void llmem__pool_tcache_destructor(void *v)
         ST_ADD(p->central[c].allocs, t->bin[c].allocs);
         ST_ADD(p->central[c].frees, t->bin[c].frees);
     }
-    if (t->prev) t->prev->next = t->next;
-    else p->tcaches = t->next;
-    if (t->next) t->next->prev = t->prev;
+    LIST_UNLINK(p->tcaches, t, prev, next);
     pthread_mutex_unlock(&p->tlock);
     pthread_mutex_unlock(&p->lock);
     free(t);
