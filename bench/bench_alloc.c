@@ -428,10 +428,9 @@ int llmem_bench_alloc(int argc, char **argv)
         if (!strcmp(argv[i], "--child") && i + 2 < argc) {
             bool q = i + 3 < argc && !strcmp(argv[i + 3], "--quick");
             return child(argv[i + 1], argv[i + 2], q);
-        } else if (!strcmp(argv[i], "--json")) json = true;
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+        }
+        if (bench_common_arg(argc, argv, &i, &json, &quick, &rounds)) continue;
+        if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             const char *list = argv[++i];
             for (size_t w = 0; w < NW; w++) want[w] = false;
             for (const char *t = list; *t;) {
@@ -454,10 +453,7 @@ int llmem_bench_alloc(int argc, char **argv)
             return 2;
         }
     }
-    if (rounds < 1 || rounds > 50) {
-        fprintf(stderr, "llmem bench alloc: --rounds must be 1..50\n");
-        return 2;
-    }
+    if (!bench_rounds_ok("alloc", rounds, 50)) return 2;
     char self[4096];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0) return 1;

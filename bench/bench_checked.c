@@ -176,10 +176,7 @@ int llmem_bench_checked(int argc, char **argv)
     bool json = false, quick = false;
     int rounds = 7;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-        else {
+        if (!bench_common_arg(argc, argv, &i, &json, &quick, &rounds)) {
             FILE *f = strcmp(argv[i], "--help") ? stderr : stdout;
             fprintf(f, "usage: llmem bench checked [--json] [--quick] [--rounds N]\n"
                        "  release pools against checked pools, side by side, in one process\n"
@@ -189,10 +186,7 @@ int llmem_bench_checked(int argc, char **argv)
             return f == stdout ? 0 : 2;
         }
     }
-    if (rounds < 1 || rounds > 1000) {
-        fprintf(stderr, "llmem bench checked: --rounds must be 1..1000\n");
-        return 2;
-    }
+    if (!bench_rounds_ok("checked", rounds, 1000)) return 2;
     llmem_log_set(NULL, NULL, LLMEM_LOG_ERROR);
     size_t nw = sizeof workloads / sizeof workloads[0];
     bench_result res[2 * (sizeof workloads / sizeof workloads[0])];
@@ -200,7 +194,6 @@ int llmem_bench_checked(int argc, char **argv)
     if (!tr || !tc) return 1;
     for (size_t w = 0; w < nw; w++) {
         uint64_t ops = quick ? workloads[w].ops / 5 : workloads[w].ops, done = 0;
-        double best_r = 0, best_c = 0;
         for (int r = 0; r < rounds; r++) {
             bench_progress("bench checked: %s round %d/%d", workloads[w].name, r + 1, rounds);
             bool checked_first = r % 2;
@@ -208,23 +201,13 @@ int llmem_bench_checked(int argc, char **argv)
             double b = time_run(&workloads[w], !checked_first, ops, &done);
             tc[r] = checked_first ? a : b;
             tr[r] = checked_first ? b : a;
-            if (tr[r] > best_r) best_r = tr[r];
-            if (tc[r] > best_c) best_c = tc[r];
         }
-        res[2 * w] = (bench_result){workloads[w].name, "checked", done, bench_median(tc, (size_t)rounds), best_c,
-                                    rounds};
-        res[2 * w + 1] = (bench_result){workloads[w].name, "release", done, bench_median(tr, (size_t)rounds),
-                                        best_r, rounds};
+        res[2 * w] = bench_summary(workloads[w].name, "checked", done, tc, rounds);
+        res[2 * w + 1] = bench_summary(workloads[w].name, "release", done, tr, rounds);
     }
     bench_progress_done();
     free(tr);
     free(tc);
-    if (json) {
-        bench_print_json(res, 2 * nw);
-    } else {
-        printf("llmem %s bench checked: median of %d alternating rounds, ratio = checked / release throughput\n\n",
-               llmem_version(), rounds);
-        bench_print_table(res, 2 * nw, "checked", "release");
-    }
+    bench_report(res, 2 * nw, json, "checked", rounds, "checked", "release");
     return 0;
 }

@@ -315,10 +315,8 @@ int llmem_bench_device(int argc, char **argv)
     int device = 0, rounds = 5;
     bool quick = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        if (bench_common_arg(argc, argv, &i, &json, &quick, &rounds)) continue;
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
         else {
             FILE *f = strcmp(argv[i], "--help") ? stderr : stdout;
             fprintf(f, "usage: llmem bench device [--json] [--quick] [--device N] [--rounds N]\n"

@@ -278,31 +278,26 @@ int llmem_bench_kernels(int argc, char **argv)
         float *qx = malloc(qb * qn * sizeof(float)), *qy = malloc(qb * qd * sizeof(float));
         void *old = scratch;
         scratch = aligned_alloc(64, llmem__matmul_scratch_bytes(LLMEM_DTYPE_Q4_K, qn, qb));
-        if (!wq || !w8 || !qx || !qy || !scratch) {
-            free(wq);
-            free(w8);
-            free(qx);
-            free(qy);
-            free(scratch);
-            scratch = old;
-            goto oom;
-        }
-        for (size_t i = 0; i < qb * qn; i++) qx[i] = rnd_f(&rng);
-        llmem__q4k_x8_pack(w8, wq, qn, qd);
-        if (!json) printf("\nq4_k n=2048 d=5504 (%s), GFLOPS\n  %-10s %8s %8s %8s %8s\n", llmem__kernels_isa(), "layout",
-                          "b1 t1", "b1 t2", "b32 t1", "b32 t2");
-        for (int lay = 0; lay < 2; lay++) {
-            double g[4];
-            int k = 0;
-            for (size_t batch = 1; batch <= qb; batch += qb - 1)
-                for (unsigned th = 1; th <= 2; th++)
-                    g[k++] = gflops(team[th], false, qx, lay ? w8 : wq, lay ? LLMEM__WTYPE_Q4K_X8 : LLMEM_DTYPE_Q4_K,
-                                    qn, qd, batch, qy, min_s, rounds);
-            if (json)
-                printf("{\"bench\":\"q4k_x8\",\"path\":\"%s\",\"layout\":\"%s\",\"b1_t1\":%.3f,\"b1_t2\":%.3f,"
-                       "\"b32_t1\":%.3f,\"b32_t2\":%.3f}\n",
-                       llmem__kernels_isa(), lay ? "x8" : "in place", g[0], g[1], g[2], g[3]);
-            else printf("  %-10s %8.2f %8.2f %8.2f %8.2f\n", lay ? "x8" : "in place", g[0], g[1], g[2], g[3]);
+        bool have = wq && w8 && qx && qy && scratch;
+        if (have) {
+            for (size_t i = 0; i < qb * qn; i++) qx[i] = rnd_f(&rng);
+            llmem__q4k_x8_pack(w8, wq, qn, qd);
+            if (!json)
+                printf("\nq4_k n=2048 d=5504 (%s), GFLOPS\n  %-10s %8s %8s %8s %8s\n", llmem__kernels_isa(), "layout", "b1 t1",
+                       "b1 t2", "b32 t1", "b32 t2");
+            for (int lay = 0; lay < 2; lay++) {
+                double g[4];
+                int k = 0;
+                for (size_t batch = 1; batch <= qb; batch += qb - 1)
+                    for (unsigned th = 1; th <= 2; th++)
+                        g[k++] = gflops(team[th], false, qx, lay ? w8 : wq, lay ? LLMEM__WTYPE_Q4K_X8 : LLMEM_DTYPE_Q4_K,
+                                        qn, qd, batch, qy, min_s, rounds);
+                if (json)
+                    printf("{\"bench\":\"q4k_x8\",\"path\":\"%s\",\"layout\":\"%s\",\"b1_t1\":%.3f,\"b1_t2\":%.3f,"
+                           "\"b32_t1\":%.3f,\"b32_t2\":%.3f}\n",
+                           llmem__kernels_isa(), lay ? "x8" : "in place", g[0], g[1], g[2], g[3]);
+                else printf("  %-10s %8.2f %8.2f %8.2f %8.2f\n", lay ? "x8" : "in place", g[0], g[1], g[2], g[3]);
+            }
         }
         free(wq);
         free(w8);
@@ -310,6 +305,7 @@ int llmem_bench_kernels(int argc, char **argv)
         free(qy);
         free(scratch);
         scratch = old;
+        if (!have) goto oom;
     }
     rc = bench_threads(json);
     if (0) {

@@ -190,10 +190,8 @@ static int bench_pools(int argc, char **argv)
     bool json = false, quick = false;
     int rounds = 7;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        if (bench_common_arg(argc, argv, &i, &json, &quick, &rounds)) continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else {
@@ -202,10 +200,7 @@ static int bench_pools(int argc, char **argv)
         }
     }
     if (quick && rounds == 7) rounds = 3;
-    if (rounds < 1 || rounds > 1000) {
-        fprintf(stderr, "llmem bench pools: --rounds must be 1..1000\n");
-        return 2;
-    }
+    if (!bench_rounds_ok("pools", rounds, 1000)) return 2;
     uint64_t rng = 42;
     for (size_t i = 0; i < sizeof req_sizes / sizeof req_sizes[0]; i++)
         req_sizes[i] = 16 * (1 + bench_rand(&rng) % 256);
@@ -225,23 +220,12 @@ static int bench_pools(int argc, char **argv)
             tl[r] = (double)ops / (llmem_first ? a : b);
             tg[r] = (double)ops / (llmem_first ? b : a);
         }
-        double best_l = 0, best_g = 0;
-        for (int r = 0; r < rounds; r++) {
-            if (tl[r] > best_l) best_l = tl[r];
-            if (tg[r] > best_g) best_g = tg[r];
-        }
-        res[2 * w] = (bench_result){workloads[w].name, "llmem", ops, bench_median(tl, (size_t)rounds), best_l, rounds};
-        res[2 * w + 1] = (bench_result){workloads[w].name, "glibc", ops, bench_median(tg, (size_t)rounds), best_g, rounds};
+        res[2 * w] = bench_summary(workloads[w].name, "llmem", ops, tl, rounds);
+        res[2 * w + 1] = bench_summary(workloads[w].name, "glibc", ops, tg, rounds);
     }
     bench_progress_done();
     free(times);
-    if (json) {
-        bench_print_json(res, 2 * nw);
-    } else {
-        printf("llmem %s bench pools: median of %d alternating rounds, ratio = llmem / glibc throughput\n\n",
-               llmem_version(), rounds);
-        bench_print_table(res, 2 * nw, "llmem", "glibc");
-    }
+    bench_report(res, 2 * nw, json, "pools", rounds, "llmem", "glibc");
     return 0;
 }
 

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "llmem/version.h"
+
 volatile uint64_t bench_sink;
 
 
@@ -24,6 +26,43 @@ double bench_median(double *v, size_t n)
     if (!n) return 0;
     qsort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+bench_result bench_summary(const char *workload, const char *allocator, uint64_t ops, double *v, int rounds)
+{
+    double best = 0;
+    for (int r = 0; r < rounds; r++)
+        if (v[r] > best) best = v[r];
+    return (bench_result){workload, allocator, ops, bench_median(v, (size_t)rounds), best, rounds};
+}
+
+void bench_report(const bench_result *r, size_t n, bool json, const char *name, int rounds, const char *subject,
+                  const char *baseline)
+{
+    if (json) {
+        bench_print_json(r, n);
+        return;
+    }
+    printf("llmem %s bench %s: median of %d alternating rounds, ratio = %s / %s throughput\n\n", llmem_version(), name,
+           rounds, subject, baseline);
+    bench_print_table(r, n, subject, baseline);
+}
+
+bool bench_common_arg(int argc, char **argv, int *i, bool *json, bool *quick, int *rounds)
+{
+    const char *a = argv[*i];
+    if (!strcmp(a, "--json")) *json = true;
+    else if (!strcmp(a, "--quick")) *quick = true;
+    else if (!strcmp(a, "--rounds") && *i + 1 < argc) *rounds = atoi(argv[++*i]);
+    else return false;
+    return true;
+}
+
+bool bench_rounds_ok(const char *name, int rounds, int max)
+{
+    if (rounds >= 1 && rounds <= max) return true;
+    fprintf(stderr, "llmem bench %s: --rounds must be 1..%d\n", name, max);
+    return false;
 }
 
 void bench_progress(const char *fmt, ...)

@@ -700,7 +700,7 @@ static void teardown(model *m)
     fz_stack_close(&m->rs);
 }
 
-/* One op of the program, then the model's checks. */
+/* One op of the program (FZ_PROGRAM then runs the model's checks). */
 static void step(model *m, fz_in *in, int i)
 {
     unsigned op = fz_u8(in) % 14;
@@ -721,8 +721,6 @@ static void step(model *m, fz_in *in, int i)
     case 13: op_fence_progress(m, in); break;
     default: op_query(m, in); break;
     }
-    stats_check(m);
-    if (i % SWEEP == SWEEP - 1) sweep(m);
 }
 
 /* Everything back, and the end-state checks. */
@@ -750,4 +748,4 @@ static void finish(model *m)
     FZ_CHECK(s.reserved_bytes == 0 || (m->reserve && s.reserved_bytes == m->reserve && s.superblocks == 1));
 }
 
-FZ_PROGRAM(model, setup, step, finish, teardown, MAXSTEPS)
+FZ_PROGRAM(model, setup, step, stats_check, sweep, SWEEP, finish, teardown, MAXSTEPS)

@@ -16,13 +16,11 @@
  * LLMEM_ENOTSUP or LLMEM_ENOMEM, a message and no tokenizer, or returns one
  * that encodes the text into at most strlen + 3 ids, all in range, EOS
  * where asked, the same twice, LLMEM_ERANGE (with the count) one short;
- * every id decodes. For small inputs the ids are also checked against a
- * plain transcription of run.c's quadratic encode (qsort, binary search,
- * rescan after every merge) with llmem's documented rules where run.c has
- * none (lowest id among equal pieces; byte fallback byte + 3 for
- * tokenizer.bin, "<0xXX>" by name for GGUF, else the other, else <unk>;
- * GGUF BOS and EOS not looked up). A gpt2 (byte-level BPE) vocabulary
- * instead gives the text back exactly when its tokens are decoded.
+ * every id decodes. For small inputs the ids are also checked against the
+ * tests' transcription of run.c's quadratic encode, with llmem's documented
+ * rules where run.c has none (tests/support/ref_tokenizer.h). A gpt2
+ * (byte-level BPE) vocabulary instead gives the text back exactly when its
+ * tokens are decoded.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,129 +31,9 @@
 #include "llmem/llmem.h"
 
 #include "support.h"
+#include "support/ref_tokenizer.h"
 
 static volatile uint8_t sink;
-
-/* ---- the reference ------------------------------------------------------- */
-
-typedef struct ref {
-    const llmem_tokenizer *t;
-    uint32_t V;
-    const char **piece;
-    float *score;
-    int32_t *sorted; /* looked-up ids by (strcmp, id) */
-    uint32_t ns;
-    int32_t byte_id[256];
-    char *buf;
-} ref;
-
-static const ref *sorting;
-
-static int by_piece(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    int c = strcmp(sorting->piece[x], sorting->piece[y]);
-    return c ? c : (x > y) - (x < y);
-}
-
-static int32_t ref_lookup(const ref *r, const char *s)
-{
-    size_t lo = 0, hi = r->ns;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (strcmp(r->piece[r->sorted[mid]], s) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < r->ns && strcmp(r->piece[r->sorted[lo]], s) == 0 ? r->sorted[lo] : -1;
-}
-
-static bool ref_make(ref *r, const llmem_tokenizer *t, bool gguf)
-{
-    memset(r, 0, sizeof *r);
-    r->t = t;
-    r->V = llmem_tokenizer_vocab_size(t);
-    r->piece = malloc(r->V * sizeof *r->piece);
-    r->score = malloc(r->V * sizeof *r->score);
-    r->sorted = malloc(r->V * sizeof *r->sorted);
-    size_t maxlen = 0;
-    if (!r->piece || !r->score || !r->sorted) return false;
-    for (uint32_t i = 0; i < r->V; i++) {
-        size_t len;
-        r->piece[i] = llmem_tokenizer_token(t, (int32_t)i, &len, &r->score[i]);
-        FZ_CHECK(r->piece[i] && strlen(r->piece[i]) == len);
-        if (len > maxlen) maxlen = len;
-        if (gguf && ((int32_t)i == llmem_tokenizer_bos(t) || (int32_t)i == llmem_tokenizer_eos(t))) continue;
-        r->sorted[r->ns++] = (int32_t)i;
-    }
-    sorting = r;
-    qsort(r->sorted, r->ns, sizeof *r->sorted, by_piece);
-    sorting = NULL;
-    for (int b = 0; b < 256; b++) {
-        char name[8];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        int32_t by_name = ref_lookup(r, name), plus3 = (uint32_t)b + 3 < r->V ? b + 3 : -1;
-        int32_t id = gguf ? (by_name >= 0 ? by_name : plus3) : (plus3 >= 0 ? plus3 : by_name);
-        r->byte_id[b] = id >= 0 ? id : 0;
-    }
-    r->buf = malloc(2 * maxlen + 2);
-    return r->buf != NULL;
-}
-
-static void ref_free(ref *r)
-{
-    free(r->piece);
-    free(r->score);
-    free(r->sorted);
-    free(r->buf);
-}
-
-static size_t ref_encode(const ref *r, const char *text, bool bos, bool eos, int32_t *tok)
-{
-    size_t n = 0;
-    if (bos) tok[n++] = llmem_tokenizer_bos(r->t);
-    if (text[0]) {
-        int32_t sp = ref_lookup(r, " ");
-        tok[n++] = sp >= 0 ? sp : r->byte_id[' '];
-    }
-    char cp[8];
-    size_t cl = 0;
-    for (const char *c = text; *c; c++) {
-        if ((*c & 0xC0) != 0x80) cl = 0;
-        cp[cl++] = *c;
-        cp[cl] = '\0';
-        if ((c[1] & 0xC0) == 0x80 && cl < 4) continue;
-        int32_t id = ref_lookup(r, cp);
-        if (id >= 0) {
-            tok[n++] = id;
-        } else {
-            for (size_t i = 0; i < cl; i++) tok[n++] = r->byte_id[(unsigned char)cp[i]];
-        }
-        cl = 0;
-    }
-    for (;;) {
-        float best = -1e10f;
-        int32_t best_id = -1;
-        size_t best_i = 0;
-        for (size_t i = 0; i + 1 < n; i++) {
-            strcpy(r->buf, r->piece[tok[i]]);
-            strcat(r->buf, r->piece[tok[i + 1]]);
-            int32_t id = ref_lookup(r, r->buf);
-            if (id != -1 && r->score[id] > best) {
-                best = r->score[id];
-                best_id = id;
-                best_i = i;
-            }
-        }
-        if (best_id == -1) break;
-        tok[best_i] = best_id;
-        memmove(tok + best_i + 1, tok + best_i + 2, (n - best_i - 2) * sizeof *tok);
-        n--;
-    }
-    if (eos) tok[n++] = llmem_tokenizer_eos(r->t);
-    return n;
-}
 
 /* ---- the target ---------------------------------------------------------- */
 
@@ -205,12 +83,13 @@ static void exercise(const llmem_tokenizer *t, const char *text, bool bos, bool 
         }
         FZ_CHECK(o == tl);
     } else if (tl <= 200 && V <= 4096) {
-        ref r;
-        if (ref_make(&r, t, gguf)) {
-            size_t m = ref_encode(&r, text, bos, eos, b);
+        test_ref_tok r;
+        if (test_ref_tok_make(&r, t, gguf)) {
+            size_t m = test_ref_tok_encode(&r, text, bos, eos, b);
             FZ_CHECK(m == n && memcmp(a, b, n * sizeof *a) == 0);
         }
-        ref_free(&r);
+        FZ_CHECK(r.bad_piece < 0);
+        test_ref_tok_free(&r);
     }
 out:
     free(a);

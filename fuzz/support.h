@@ -71,14 +71,23 @@ static inline unsigned fz_u8(fz_in *in)
 
 static inline unsigned fz_u16(fz_in *in) { return fz_u8(in) | fz_u8(in) << 8; }
 
+/* A parser's refusal: whether st is one (not LLMEM_OK), checking that it
+ * is one a parser may give on bad bytes (LLMEM_EFORMAT) or on no memory. */
+static inline bool fz_parse_refused(llmem_status st)
+{
+    FZ_CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_ENOMEM);
+    return st != LLMEM_OK;
+}
+
 /*
  * The skeleton of the program targets (pool, fixed, arena): a zeroed model
  * of type model_t, setup(&m, &in) from the first bytes (false: nothing to
- * run), then step(&m, &in, i) for each step while input is left, at most
- * maxsteps, then finish(&m) (everything back, the end-state checks), and
- * teardown(&m) in every case.
+ * run), then for each step while input is left, at most maxsteps:
+ * step(&m, &in, i), check(&m) (the model's checks after every op) and,
+ * every `every` steps, sweep(&m) (the whole-memory walk); then finish(&m)
+ * (everything back, the end-state checks), and teardown(&m) in every case.
  */
-#define FZ_PROGRAM(model_t, setup, step, finish, teardown, maxsteps)                   \
+#define FZ_PROGRAM(model_t, setup, step, check, sweep, every, finish, teardown, maxsteps) \
     int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)                       \
     {                                                                                  \
         fz_begin();                                                                    \
@@ -86,7 +95,11 @@ static inline unsigned fz_u16(fz_in *in) { return fz_u8(in) | fz_u8(in) << 8; }
         memset(&m, 0, sizeof m);                                                       \
         fz_in in = {data, size};                                                       \
         if (setup(&m, &in)) {                                                          \
-            for (int i = 0; in.n && i < (maxsteps); i++) step(&m, &in, i);             \
+            for (int i = 0; in.n && i < (maxsteps); i++) {                             \
+                step(&m, &in, i);                                                      \
+                check(&m);                                                             \
+                if (i % (every) == (every) - 1) sweep(&m);                             \
+            }                                                                          \
             finish(&m);                                                                \
         }                                                                              \
         teardown(&m);                                                                  \

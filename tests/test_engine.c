@@ -23,6 +23,7 @@
 
 #include "test_util.h"
 #include "support/synth_model.h"
+#include "support/tmpdir.h"
 #include "llmem/synth.h"
 #include "../src/engine/kernels.h"
 
@@ -369,11 +370,8 @@ static void decode_steps_call_no_malloc(void **state)
      * make the q4_k request q5_0 and f16, a mix of the three paths). */
     static const uint32_t qt[] = {LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q4_K};
     for (size_t k = 0; k < 2; k++) {
-        char path[64];
-        strcpy(path, "/tmp/llmem-test-engine-XXXXXX");
-        int fd = mkstemp(path);
-        assert_true(fd >= 0);
-        close(fd);
+        char path[512];
+        test_tmp_file(path, sizeof path, "test-engine");
         llmem_quantize_options qo = {qt[k], false, false};
         assert_ok(llmem_model_quantize(MODEL("stories260K.gguf"), path, &qo, NULL));
         m = open_model(path);
@@ -682,11 +680,8 @@ static void synth_logits(const char *path, float *out, const int32_t *picked)
 static void weight_types_agree_with_f32(void **state)
 {
     (void)state;
-    char path[64];
-    strcpy(path, "/tmp/llmem-test-engine-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char path[512];
+    test_tmp_file(path, sizeof path, "test-engine");
     test_synth_model sm = {64, 96, 4, 2, 2, 160, 128, LLMEM_DTYPE_F32, 10000.0f, 16, false};
     enum { V = 160, K = 5 };
     static float f32[K * V], other[K * V];
@@ -791,11 +786,8 @@ static void q4k_logits(const char *path, int how, unsigned threads, float *out, 
 static void q4k_repacked_bitwise(void **state)
 {
     (void)state;
-    char path[64];
-    strcpy(path, "/tmp/llmem-test-engine-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char path[512];
+    test_tmp_file(path, sizeof path, "test-engine");
     /* ffn 544: ffn_down's rows of 544 are no whole super-blocks, so q5_0 (as yi-coder-1.5b's) */
     llmem_shape sh = {"q4k-test", 2, 256, 4, 2, 64, 544, 300, 64, 10000.0, 0};
     llmem_synth_options so = {0};

@@ -62,6 +62,7 @@
 #include "test_util.h"
 #include "support/cases.h"
 #include "support/synth_model.h"
+#include "support/tmpdir.h"
 
 #define KiB ((size_t)1 << 10)
 
@@ -107,11 +108,7 @@ static void stack_fini(stack *s)
 
 static void arm(stack *s, uint64_t k, bool forever, unsigned ops)
 {
-    llmem_fault_options fo = llmem_fault_options_default();
-    fo.fail_nth = k;
-    fo.fail_count = forever ? UINT64_MAX : 1;
-    if (ops) fo.ops = ops;
-    assert_ok(llmem_fault_resource_arm(s->fault, &fo));
+    test_fault_arm(s->fault, k, forever ? UINT64_MAX : 1, ops);
 }
 
 static llmem_fault_stats fstats(const stack *s)
@@ -462,11 +459,8 @@ static unsigned same_kv(const eng_run *got, const eng_run *want, uint64_t k)
 
 static void open_model(void)
 {
-    char path[64];
-    strcpy(path, "/tmp/llmem-fault-campaign-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char path[512];
+    test_tmp_file(path, sizeof path, "fault-campaign");
     write_model(path);
     assert_ok(llmem_model_open(path, NULL, &g_model));
     unlink(path); /* mapped: the bytes stay */

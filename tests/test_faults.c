@@ -367,11 +367,7 @@ typedef void (*scenario_fn)(ctx *c, const void *cfg);
 
 static void arm(ctx *c, uint64_t nth, uint64_t count)
 {
-    llmem_fault_options o = llmem_fault_options_default();
-    o.ops = LLMEM_FAULT_OP_MAP;
-    o.fail_nth = nth;
-    o.fail_count = count;
-    assert_ok(llmem_fault_resource_arm(c->fault, &o));
+    test_fault_arm(c->fault, nth, count, LLMEM_FAULT_OP_MAP);
     c->forever = count == UINT64_MAX;
     c->surfaced = c->absorbed = c->nulls = 0;
     c->strict = false;

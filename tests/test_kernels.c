@@ -157,6 +157,31 @@ static int teardown_teams(void **state)
 
 /* For one path, type and shape: every (batch, team) against the double
  * reference, and bitwise against the batch-1 results of the same path. */
+/* Every batch of 1..maxb rows, with no team and with teams of 1-4 threads,
+ * gives the bits of the batch-1 run y1 (maxb x d) and writes nothing past
+ * its batch in y (maxb x d floats, overwritten). */
+static void check_batches(float *y, const float *y1, const float *x, const void *w, uint32_t type, size_t n, size_t d,
+                          size_t maxb, void *scratch)
+{
+    for (size_t batch = 1; batch <= maxb; batch++)
+        for (unsigned k = 0; k <= 4; k++) {
+            memset(y, 0xff, maxb * d * sizeof(float));
+            llmem__matmul(k ? teams[k] : NULL, y, x, w, type, n, d, batch, scratch);
+            if (memcmp(y, y1, batch * d * sizeof(float)) != 0) {
+                size_t i = 0;
+                while (memcmp(&y[i], &y1[i], sizeof(float)) == 0) i++;
+                fail_msg("%s matmul n=%zu d=%zu batch=%zu threads=%u (%s): y[%zu][%zu] = %.9g, batch-1 gave %.9g",
+                         type_name(type), n, d, batch, k, llmem__kernels_isa(), i / d, i % d, y[i], y1[i]);
+            }
+            /* Nothing written past the batch. */
+            for (size_t i = batch * d; i < maxb * d; i++) {
+                uint32_t u;
+                memcpy(&u, &y[i], 4);
+                if (u != 0xffffffffu) fail_msg("matmul wrote past batch %zu at %zu", batch, i);
+            }
+        }
+}
+
 static void matmul_case(uint32_t type, size_t n, size_t d)
 {
     const size_t maxb = 9;
@@ -203,23 +228,7 @@ static void matmul_case(uint32_t type, size_t n, size_t d)
                 fail_msg("dot n=%zu: %.9g but matmul %.9g", n, dt, y1[b * d + r]);
         }
 
-    for (size_t batch = 1; batch <= maxb; batch++)
-        for (unsigned k = 0; k <= 4; k++) {
-            memset(y, 0xff, maxb * d * sizeof(float));
-            llmem__matmul(k ? teams[k] : NULL, y, x, m.data, type, n, d, batch, NULL);
-            if (memcmp(y, y1, batch * d * sizeof(float)) != 0) {
-                size_t i = 0;
-                while (memcmp(&y[i], &y1[i], sizeof(float)) == 0) i++;
-                fail_msg("%s matmul n=%zu d=%zu batch=%zu threads=%u (%s): y[%zu][%zu] = %.9g, batch-1 gave %.9g",
-                         type_name(type), n, d, batch, k, llmem__kernels_isa(), i / d, i % d, y[i], y1[i]);
-            }
-            /* Nothing written past the batch. */
-            for (size_t i = batch * d; i < maxb * d; i++) {
-                uint32_t u;
-                memcpy(&u, &y[i], 4);
-                if (u != 0xffffffffu) fail_msg("matmul wrote past batch %zu at %zu", batch, i);
-            }
-        }
+    check_batches(y, y1, x, m.data, type, n, d, maxb, NULL);
     free(x);
     free(y);
     free(y1);
@@ -448,22 +457,7 @@ static void qmatmul_case(uint32_t t, size_t n, size_t d)
         if (memcmp(y, y1, maxb * d * sizeof(float)) != 0)
             fail_msg("%s n=%zu d=%zu: the AVX2 and AVX-VNNI kernels differ", type_name(t), n, d);
     }
-    for (size_t batch = 1; batch <= maxb; batch++)
-        for (unsigned k = 0; k <= 4; k++) {
-            memset(y, 0xff, maxb * d * sizeof(float));
-            llmem__matmul(k ? teams[k] : NULL, y, x, w, t, n, d, batch, scratch);
-            if (memcmp(y, y1, batch * d * sizeof(float)) != 0) {
-                size_t i = 0;
-                while (memcmp(&y[i], &y1[i], sizeof(float)) == 0) i++;
-                fail_msg("%s matmul n=%zu d=%zu batch=%zu threads=%u (%s): y[%zu][%zu] = %.9g, batch-1 gave %.9g",
-                         type_name(t), n, d, batch, k, llmem__kernels_isa(), i / d, i % d, y[i], y1[i]);
-            }
-            for (size_t i = batch * d; i < maxb * d; i++) {
-                uint32_t u;
-                memcpy(&u, &y[i], 4);
-                if (u != 0xffffffffu) fail_msg("matmul wrote past batch %zu at %zu", batch, i);
-            }
-        }
+    check_batches(y, y1, x, w, t, n, d, maxb, scratch);
     free(w);
     free(x);
     free(y);

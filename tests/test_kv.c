@@ -867,6 +867,18 @@ static void property_sim_device(void **state)
 
 /* ---- the prefix cache -------------------------------------------------------- */
 
+/* The tokens of t[0..n) a new sequence finds in kv's prefix cache (the
+ * sequence made for the match and freed). */
+static size_t probe_prefix(llmem_kv *kv, const int32_t *t, size_t n)
+{
+    llmem_kv_seq s;
+    size_t matched = 0;
+    assert_ok(llmem_kv_seq_create(kv, 0, &s));
+    assert_ok(llmem_kv_seq_match_prefix(kv, s, t, n, &matched));
+    assert_ok(llmem_kv_seq_free(kv, s));
+    return matched;
+}
+
 /* Rollback (undoing an append nobody wrote) against truncate (keeping
  * what was written): a block the undone append filled leaves the prefix
  * cache, whether the rollback drops it or keeps it partial; truncate keeps
@@ -887,20 +899,14 @@ static void rollback_forgets_what_truncate_keeps(void **state)
     assert_ok(llmem_kv_seq_create(kv, 0, &a));
     assert_ok(llmem_kv_seq_append(kv, a, 20, t, NULL));
     assert_ok(llmem_kv_seq_truncate(kv, a, 10));
-    assert_ok(llmem_kv_seq_create(kv, 0, &b));
-    assert_ok(llmem_kv_seq_match_prefix(kv, b, t, 17, &matched));
-    assert_int_equal(matched, 16);
-    assert_ok(llmem_kv_seq_free(kv, b));
+    assert_int_equal(probe_prefix(kv, t, 17), 16);
     assert_ok(llmem_kv_seq_free(kv, a));
     assert_int_equal(llmem_kv_trim(kv, true) > 0, 1); /* the cache forgets it */
     /* rollback inside the block: kept partial, no longer registered */
     assert_ok(llmem_kv_seq_create(kv, 0, &a));
     assert_ok(llmem_kv_seq_append(kv, a, 20, t, NULL));
     assert_ok(llmem_kv_seq_rollback(kv, a, 10));
-    assert_ok(llmem_kv_seq_create(kv, 0, &b));
-    assert_ok(llmem_kv_seq_match_prefix(kv, b, t, 17, &matched));
-    assert_int_equal(matched, 0);
-    assert_ok(llmem_kv_seq_free(kv, b));
+    assert_int_equal(probe_prefix(kv, t, 17), 0);
     /* rollback to empty: dropped and unregistered */
     assert_ok(llmem_kv_seq_rollback(kv, a, 0));
     assert_ok(llmem_kv_seq_append(kv, a, 33, t, NULL)); /* hashable again from 0 */
@@ -2050,11 +2056,7 @@ static void fault_scenario(fctx *f, llmem_kv_strategy strategy, bool prefix, uns
 
 static void fault_arm(fctx *f, uint64_t nth, uint64_t count)
 {
-    llmem_fault_options fo = llmem_fault_options_default();
-    fo.ops = LLMEM_FAULT_OP_MAP;
-    fo.fail_nth = nth;
-    fo.fail_count = count;
-    assert_ok(llmem_fault_resource_arm(f->fault, &fo));
+    test_fault_arm(f->fault, nth, count, LLMEM_FAULT_OP_MAP);
 }
 
 static void fault_campaign(void **state)

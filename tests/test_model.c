@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "test_util.h"
+#include "support/tmpdir.h"
 
 /* A file in the shared folder's models/ (test_util.h: test_shared_path). */
 #define MODEL(rel) test_shared_path("models/" rel)
@@ -235,11 +236,8 @@ static void block_types_load(void **state)
     static const uint32_t bt[] = {LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYPE_Q5_0, LLMEM_DTYPE_Q5_1,
                                   LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q3_K, LLMEM_DTYPE_Q4_K,
                                   LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K};
-    char path[64];
-    strcpy(path, "/tmp/llmem-test-model-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char path[512];
+    test_tmp_file(path, sizeof path, "test-model");
     llmem_shape sh = {"blocks", 1, 256, 4, 4, 64, 512, 400, 64, 10000.0, 0};
     for (size_t i = 0; i < sizeof bt / sizeof bt[0]; i++) {
         llmem_synth_options so = {1, bt[i], NULL, false, NULL, NULL, 0};

@@ -8,6 +8,7 @@
 
 #include "test_util.h"
 #include "support/synth_model.h"
+#include "support/tmpdir.h"
 
 /* A file in the shared folder's models/ (test_util.h: test_shared_path). */
 #define MODEL(rel) test_shared_path("models/" rel)
@@ -124,11 +125,8 @@ static void engine_peaks_synthetic_model(void **state)
 {
     (void)state;
     /* A llama of 2 layers, 128 wide, GQA 8/2, vocab 300, f32, written here. */
-    char path[64];
-    strcpy(path, "/tmp/llmem-test-predictor-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char path[512];
+    test_tmp_file(path, sizeof path, "test-predictor");
     llmem_gguf_writer *w;
     assert_ok(llmem_gguf_writer_create(&w));
     test_gguf_llama_keys(w, 256, 128, 2, 352, 8, 2);

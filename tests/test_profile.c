@@ -3,6 +3,7 @@
  * multi-size pool built from a profile.
  */
 #include "test_util.h"
+#include "support/tmpdir.h"
 
 static llmem_profile *new_profile(uint32_t every)
 {
@@ -108,10 +109,8 @@ static void save_and_load(void **state)
     char x;
     for (int i = 0; i < 50; i++) llmem_profile_record_alloc(pr, 333, &x);
     for (int i = 0; i < 20; i++) llmem_profile_record_alloc(pr, 7777, &x);
-    char path[] = "/tmp/llmem-profile-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char path[512];
+    test_tmp_file(path, sizeof path, "profile");
     assert_ok(llmem_profile_save(pr, path));
     llmem_profile *back = new_profile(1);
     assert_ok(llmem_profile_load(back, path));

@@ -27,6 +27,7 @@
 
 #include "test_util.h"
 #include "support/cases.h"
+#include "support/ref_tokenizer.h"
 #include "support/rng.h"
 #include "support/synth_model.h"
 
@@ -173,111 +174,6 @@ static llmem_tokenizer *tok_llama(const img_tok *extra, size_t n)
     assert_ok(llmem_tokenizer_load_memory(m.data, m.size, (uint32_t)(259 + n), &t));
     free(m.data);
     return t;
-}
-
-/* ---- an independent run.c encode --------------------------------------- */
-
-/* Written from run.c's description: qsort the vocabulary by strcmp, bsearch
- * it, byte fallback at byte + 3, and rescan every pair after each merge.
- * Slow (quadratic) but obviously right. */
-typedef struct ref_tok {
-    uint32_t V;
-    const char **piece;
-    float *score;
-    int32_t *sorted;
-    char *buf;
-} ref_tok;
-
-static const ref_tok *ref_sorting;
-
-static int ref_sort_cmp(const void *a, const void *b)
-{
-    return strcmp(ref_sorting->piece[*(const int32_t *)a], ref_sorting->piece[*(const int32_t *)b]);
-}
-
-static int ref_search_cmp(const void *key, const void *elem)
-{
-    return strcmp((const char *)key, ref_sorting->piece[*(const int32_t *)elem]);
-}
-
-static ref_tok ref_make(const llmem_tokenizer *t)
-{
-    ref_tok r = {0};
-    r.V = llmem_tokenizer_vocab_size(t);
-    r.piece = calloc(r.V, sizeof *r.piece);
-    r.score = calloc(r.V, sizeof *r.score);
-    r.sorted = calloc(r.V, sizeof *r.sorted);
-    size_t maxlen = 0;
-    for (uint32_t i = 0; i < r.V; i++) {
-        size_t len;
-        r.piece[i] = llmem_tokenizer_token(t, (int32_t)i, &len, &r.score[i]);
-        assert_non_null(r.piece[i]);
-        if (len > maxlen) maxlen = len;
-        r.sorted[i] = (int32_t)i;
-    }
-    r.buf = malloc(2 * maxlen + 8);
-    ref_sorting = &r;
-    qsort(r.sorted, r.V, sizeof *r.sorted, ref_sort_cmp);
-    ref_sorting = NULL;
-    return r;
-}
-
-static void ref_free(ref_tok *r)
-{
-    free(r->piece);
-    free(r->score);
-    free(r->sorted);
-    free(r->buf);
-}
-
-static int32_t ref_lookup(const ref_tok *r, const char *s)
-{
-    ref_sorting = r;
-    const int32_t *hit = bsearch(s, r->sorted, r->V, sizeof *r->sorted, ref_search_cmp);
-    ref_sorting = NULL;
-    return hit ? *hit : -1;
-}
-
-static size_t ref_encode(const ref_tok *r, const char *text, bool bos, bool eos, int32_t *tok)
-{
-    size_t n = 0;
-    if (bos) tok[n++] = 1;
-    if (text[0]) tok[n++] = ref_lookup(r, " ");
-    char cp[8];
-    size_t cl = 0;
-    for (const char *c = text; *c; c++) {
-        if ((*c & 0xC0) != 0x80) cl = 0;
-        cp[cl++] = *c;
-        cp[cl] = '\0';
-        if ((c[1] & 0xC0) == 0x80 && cl < 4) continue;
-        int32_t id = ref_lookup(r, cp);
-        if (id >= 0) {
-            tok[n++] = id;
-        } else {
-            for (size_t i = 0; i < cl; i++) tok[n++] = (unsigned char)cp[i] + 3;
-        }
-        cl = 0;
-    }
-    for (;;) {
-        float best = -1e10f;
-        int32_t best_id = -1;
-        size_t best_i = 0;
-        for (size_t i = 0; i + 1 < n; i++) {
-            sprintf(r->buf, "%s%s", r->piece[tok[i]], r->piece[tok[i + 1]]);
-            int32_t id = ref_lookup(r, r->buf);
-            if (id != -1 && r->score[id] > best) {
-                best = r->score[id];
-                best_id = id;
-                best_i = i;
-            }
-        }
-        if (best_id == -1) break;
-        tok[best_i] = best_id;
-        memmove(tok + best_i + 1, tok + best_i + 2, (n - best_i - 2) * sizeof *tok);
-        n--;
-    }
-    if (eos) tok[n++] = 2;
-    return n;
 }
 
 /* Random text: words, punctuation, whitespace runs, multi-byte code points
@@ -726,7 +622,8 @@ static void llama32k_hello_world(void **state)
 static void agree_with_reference(const char *path, uint32_t V, int texts, size_t maxlen)
 {
     llmem_tokenizer *t = load_shared(path, V);
-    ref_tok r = ref_make(t);
+    test_ref_tok r;
+    assert_true(test_ref_tok_make(&r, t, false));
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ V;
     char *text = malloc(maxlen + 1);
     int32_t *a = malloc((maxlen + 3) * sizeof *a), *b = malloc((maxlen + 3) * sizeof *b);
@@ -735,7 +632,7 @@ static void agree_with_reference(const char *path, uint32_t V, int texts, size_t
         random_text(&rng, text, len);
         bool bos = i % 3 != 0, eos = i % 4 == 0;
         size_t na = enc(t, text, bos, eos, a, strlen(text) + 3);
-        size_t nb = ref_encode(&r, text, bos, eos, b);
+        size_t nb = test_ref_tok_encode(&r, text, bos, eos, b);
         if (na != nb || memcmp(a, b, na * sizeof *a) != 0) {
             size_t k = 0;
             while (k < na && k < nb && a[k] == b[k]) k++;
@@ -746,7 +643,7 @@ static void agree_with_reference(const char *path, uint32_t V, int texts, size_t
     free(text);
     free(a);
     free(b);
-    ref_free(&r);
+    test_ref_tok_free(&r);
     llmem_tokenizer_destroy(t);
 }
 
@@ -777,7 +674,8 @@ static void random_vocabularies_agree_with_run_c(void **state)
             n++;
         }
         llmem_tokenizer *t = tok_llama(extra, n);
-        ref_tok r = ref_make(t);
+        test_ref_tok r;
+        assert_true(test_ref_tok_make(&r, t, false));
         char text[300];
         int32_t a[310], b[310];
         for (int i = 0; i < 40; i++) {
@@ -785,11 +683,11 @@ static void random_vocabularies_agree_with_run_c(void **state)
             for (size_t k = 0; k < len; k++) text[k] = "abc d"[test_rng_next(&rng) % 5];
             text[len] = '\0';
             size_t na = enc(t, text, true, false, a, 310);
-            size_t nb = ref_encode(&r, text, true, false, b);
+            size_t nb = test_ref_tok_encode(&r, text, true, false, b);
             assert_int_equal(na, nb);
             assert_memory_equal(a, b, na * sizeof *a);
         }
-        ref_free(&r);
+        test_ref_tok_free(&r);
         llmem_tokenizer_destroy(t);
     }
 }

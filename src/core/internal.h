@@ -116,14 +116,17 @@ llmem_status llmem__fail_log(llmem_log_level level, llmem_status status, const c
 
 /* Hand a filled stats struct (whose first field is size_t struct_size) to a
  * caller: copy as much as the caller's struct_size allows (see
- * llmem_stats_fill_size) and record that size in it. */
-static inline void llmem__stats_out(void *out, void *filled, size_t size)
+ * llmem_stats_fill_size) and record that size in it. Returns LLMEM_OK, so a
+ * getter can end with `return llmem__stats_out(...)`, as with the _locked
+ * form below. */
+static inline llmem_status llmem__stats_out(void *out, void *filled, size_t size)
 {
     size_t caller, n;
     memcpy(&caller, out, sizeof caller);
     n = llmem_stats_fill_size(caller, size);
     memcpy(filled, &n, sizeof n);
     memcpy(out, filled, n);
+    return LLMEM_OK;
 }
 
 /* llmem__stats_out of a stats struct that `lock` guards (a module's

@@ -1193,8 +1193,7 @@ llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *o
     }
     s.kv_used_bytes = tokens * 2 * e->L * e->tok_bytes;
     s.malloc_bytes = e->malloc_bytes;
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_engine_stats, kind, U64, name, help)

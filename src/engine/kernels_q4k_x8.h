@@ -47,13 +47,10 @@ void llmem__q4k_x8_pack(void *dst, const void *src, size_t n, size_t d);
  * against activation row b (the A8K rows of kernels_q.h for q4_K, stride
  * llmem__act_row_bytes(Q4_K, n)). The bits of llmem__qrows_ref over the
  * matrix before repacking. The reference, then the vector paths (when
- * compiled; callers check the CPU). */
-void llmem__q4k_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
-                            size_t r1);
-void llmem__q4k_x8_rows_avx2(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
-                             size_t r1);
-void llmem__q4k_x8_rows_vnni(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
-                             size_t r1);
+ * compiled; callers check the CPU), declared through their one type. */
+typedef void llmem__x8_rows_fn(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                               size_t r1);
+llmem__x8_rows_fn llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni;
 
 /* ---- q5_0, the same interleave ----
  *
@@ -73,11 +70,6 @@ void llmem__q4k_x8_rows_vnni(float *y, const void *act, const void *w, size_t n,
 size_t llmem__q5_0_x8_bytes(size_t n, size_t d);
 void llmem__q5_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
 /* As llmem__q4k_x8_rows_*, over A8 activation rows (q5_0's). */
-void llmem__q5_0_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
-                             size_t r1);
-void llmem__q5_0_x8_rows_avx2(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
-                              size_t r1);
-void llmem__q5_0_x8_rows_vnni(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
-                              size_t r1);
+llmem__x8_rows_fn llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni;
 
 #endif

@@ -1,8 +1,9 @@
 /*
  * kernels_q_x86.h - the vector integer dot products of kernels_q.c, as a
- * template: a .c file defines KQ_TARGET_STR (the target attribute), KQ_VNNI
- * (0 or 1) and KQ_EXPORT (the name of the rows function) and includes
- * this once; every helper is static to that file. Private to llmem.
+ * template: kernels_q_path.h defines KQ_TARGET_STR (the target attribute),
+ * KQ_VNNI (0 or 1) and the export names (KQ_EXPORT, KQ_EXPORT_X8,
+ * KQ_EXPORT_X8_Q5_0) and includes this once for each path's .c file;
+ * every helper is static to that file. Private to llmem.
  *
  * With KQ_VNNI the u8 x s8 sums of four products are one vpdpbusd
  * (AVX-VNNI) instead of vpmaddubsw + vpmaddwd: the same integers (none of

@@ -614,8 +614,7 @@ llmem_status llmem_kv_get_stats(const llmem_kv *ckv, llmem_kv_stats *out)
     s.tokens_written = written;
     s.tokens_reserved = s.bytes_reserved / (2 * kv->token_bytes * kv->layers);
     pthread_mutex_unlock(&kv->lock);
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_kv_stats, kind, U64, name, help)

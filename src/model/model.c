@@ -544,8 +544,7 @@ llmem_status llmem_model_get_stats(const llmem_model *m, llmem_model_stats *out)
         }
         if (s.resident_bytes > m->size) s.resident_bytes = m->size; /* the last page is partial */
     }
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, type, name, help) LLMEM__STAT_FIELD(llmem_model_stats, kind, type, name, help)

@@ -322,8 +322,7 @@ llmem_status llmem_predictor_get_stats(const llmem_predictor *p, llmem_predictor
     llmem_predictor_stats s = {sizeof s, p->n, p->n ? p->formula_err_sum / (double)p->n : 0,
                                p->corrector_scored ? p->corrector_err_sum / (double)p->corrector_scored : 0,
                                corrector_better(p)};
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, type, name, help) LLMEM__STAT_FIELD(llmem_predictor_stats, kind, type, name, help)

@@ -392,8 +392,7 @@ llmem_status llmem_arena_get_stats(const llmem_arena *a, llmem_arena_stats *out)
     s.requested_bytes = a->requested;
     s.waste_bytes = a->used - a->requested;
     s.chunks = a->nchunks;
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_arena_stats, kind, U64, name, help)

@@ -690,8 +690,7 @@ llmem_status llmem_fixed_get_stats(const llmem_fixed *cp, llmem_fixed_stats *out
     s.double_frees_total = llmem__ld(&p->double_frees);
     s.foreign_frees_total = llmem__ld(&p->foreign_frees);
     s.corruptions_total = llmem__ld(&p->corruptions);
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_fixed_stats, kind, U64, name, help)

@@ -164,8 +164,7 @@ llmem_status llmem_multipool_get_stats(const llmem_multipool *mp, llmem_multipoo
         llmem_fixed_get_stats(mp->fixed[i], &fs);
         s.reserved_bytes += fs.reserved_bytes;
     }
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_multipool_stats, kind, U64, name, help)

@@ -350,8 +350,7 @@ llmem_status llmem_pool_get_stats(const llmem_pool *cp, llmem_pool_stats *out)
     pthread_mutex_unlock(&p->lock);
     if (s.largest_free_bytes > s.free_bytes) s.largest_free_bytes = s.free_bytes; /* a snapshot's skew */
     s.fragmentation = s.free_bytes ? 1.0 - (double)s.largest_free_bytes / (double)s.free_bytes : 0.0;
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 llmem_status llmem_pool_get_class_stats(const llmem_pool *cp, llmem_pool_class_stats *out, size_t cap, size_t *count)
@@ -410,7 +409,7 @@ llmem_status llmem_pool_export_stats(const llmem_pool *p, llmem_exporter *ex, co
     return st;
 }
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_pool_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_pool_stats, kind, U64, name, help)
 static const llmem_stat_field pool_fields[] = {
     F(GAUGE, reserved_bytes, "Bytes mapped in superblocks."),
     F(GAUGE, reserved_peak_bytes, "Highest reserved_bytes."),
@@ -420,8 +419,8 @@ static const llmem_stat_field pool_fields[] = {
     F(GAUGE, live_allocations, "Live allocations."),
     F(GAUGE, free_bytes, "Committed bytes not in live blocks (free runs and free slab blocks)."),
     F(GAUGE, largest_free_bytes, "The longest committed free page run."),
-    {"fragmentation", "1 - largest committed free run / committed free bytes.", LLMEM_METRIC_GAUGE, LLMEM_VALUE_DOUBLE,
-     offsetof(llmem_pool_stats, fragmentation)},
+    LLMEM__STAT_FIELD(llmem_pool_stats, GAUGE, DOUBLE, fragmentation,
+                      "1 - largest committed free run / committed free bytes."),
     F(GAUGE, slab_bytes, "Bytes in slabs of small blocks."),
     F(GAUGE, superblocks, "Superblocks mapped."),
     F(COUNTER, allocs_total, "Allocations served."),
@@ -443,11 +442,9 @@ static const llmem_stat_field pool_fields[] = {
     F(COUNTER, reclaimed_caches_total, "Idle threads' caches taken back."),
 };
 #undef F
-static const llmem_stats_schema pool_schema = {"pool", sizeof(llmem_pool_stats), LLMEM_ARRAY_LEN(pool_fields),
-                                               pool_fields};
-const llmem_stats_schema *llmem_pool_stats_schema(void) { return &pool_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_pool_stats_schema, "pool", llmem_pool_stats, pool_fields)
 
-#define F(kind, name, help) {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_U64, offsetof(llmem_pool_class_stats, name)}
+#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_pool_class_stats, kind, U64, name, help)
 static const llmem_stat_field class_fields[] = {
     F(GAUGE, class_bytes, "Block size of the class."),
     F(GAUGE, slab_bytes, "Bytes per slab."),
@@ -458,9 +455,7 @@ static const llmem_stat_field class_fields[] = {
     F(COUNTER, failures_total, "Allocations of the class refused."),
 };
 #undef F
-static const llmem_stats_schema class_schema = {"pool_class", sizeof(llmem_pool_class_stats),
-                                                LLMEM_ARRAY_LEN(class_fields), class_fields};
-const llmem_stats_schema *llmem_pool_class_stats_schema(void) { return &class_schema; }
+LLMEM__STATS_SCHEMA_GETTER(llmem_pool_class_stats_schema, "pool_class", llmem_pool_class_stats, class_fields)
 
 /* ---- create / destroy ----------------------------------------------------------- */
 

@@ -222,6 +222,26 @@ typedef struct tcache {
     tslot storage[];
 } tcache;
 
+/* ---- intrusive lists ----------------------------------------------------
+ *
+ * The pool's doubly linked lists (superblocks, empty superblocks, partial
+ * slabs, thread caches) thread through two fields of their nodes, named
+ * here: `head` is the list's first-node pointer (NULL when empty). Macros,
+ * so each use compiles to the plain pointer writes it replaces. */
+#define LIST_PUSH(head, node, prev, next) \
+    do {                                  \
+        (node)->prev = NULL;              \
+        (node)->next = (head);            \
+        if (head) (head)->prev = (node);  \
+        (head) = (node);                  \
+    } while (0)
+#define LIST_UNLINK(head, node, prev, next)                 \
+    do {                                                    \
+        if ((node)->prev) (node)->prev->next = (node)->next; \
+        else (head) = (node)->next;                         \
+        if ((node)->next) (node)->next->prev = (node)->prev; \
+    } while (0)
+
 /* ---- stats fields ------------------------------------------------------
  *
  * The figures in p->st and the class counters in central are written only

@@ -127,18 +127,13 @@ static void empty_list_add(llmem_pool *p, superblock *sb)
     if (sb->reserved) return; /* kept: its free pages are decommitted instead */
     sb->empty = true;
     sb->empty_since = llmem__pool_clock();
-    sb->eprev = NULL;
-    sb->enext = p->empties;
-    if (p->empties) p->empties->eprev = sb;
-    p->empties = sb;
+    LIST_PUSH(p->empties, sb, eprev, enext);
 }
 
 static void empty_list_remove(llmem_pool *p, superblock *sb)
 {
     if (!sb->empty) return;
-    if (sb->eprev) sb->eprev->enext = sb->enext;
-    else p->empties = sb->enext;
-    if (sb->enext) sb->enext->eprev = sb->eprev;
+    LIST_UNLINK(p->empties, sb, eprev, enext);
     sb->empty = false;
 }
 
@@ -251,9 +246,7 @@ bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
     llmem__pool_tree_remove(p, b);
     llmem__pool_desc_free(p, b);
     empty_list_remove(p, sb);
-    if (sb->prev) sb->prev->next = sb->next;
-    else p->sbs = sb->next;
-    if (sb->next) sb->next->prev = sb->prev;
+    LIST_UNLINK(p->sbs, sb, prev, next);
     ST_SUB(p->st.reserved_bytes, sb->size);
     ST_SUB(p->st.committed_bytes, sb->size - decommitted);
     ST_SUB(p->st.superblocks, 1);

@@ -109,18 +109,13 @@ size_t llmem__pool_freed_damage(uintptr_t block, size_t csize)
 static void partial_add(central *c, slab *s)
 {
     s->listed = true;
-    s->lprev = NULL;
-    s->lnext = c->partial;
-    if (c->partial) c->partial->lprev = s;
-    c->partial = s;
+    LIST_PUSH(c->partial, s, lprev, lnext);
 }
 
 static void partial_remove(central *c, slab *s)
 {
     if (!s->listed) return;
-    if (s->lprev) s->lprev->lnext = s->lnext;
-    else c->partial = s->lnext;
-    if (s->lnext) s->lnext->lprev = s->lprev;
+    LIST_UNLINK(c->partial, s, lprev, lnext);
     s->listed = false;
 }
 

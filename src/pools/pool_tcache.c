@@ -328,9 +328,7 @@ void llmem__pool_tcache_destructor(void *v)
         ST_ADD(p->central[c].allocs, t->bin[c].allocs);
         ST_ADD(p->central[c].frees, t->bin[c].frees);
     }
-    if (t->prev) t->prev->next = t->next;
-    else p->tcaches = t->next;
-    if (t->next) t->next->prev = t->prev;
+    LIST_UNLINK(p->tcaches, t, prev, next);
     pthread_mutex_unlock(&p->tlock);
     pthread_mutex_unlock(&p->lock);
     free(t);
@@ -637,6 +635,19 @@ static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **sta
     return (int)c;
 }
 
+/* Push the live small block ptr of class c (its state byte `state`) onto
+ * this thread's cache t, which holds n < cap blocks of c: marked free,
+ * counted, poisoned on a host pool. The owner is entered (owner_enter). */
+static inline __attribute__((always_inline)) void bin_push(llmem_pool *p, tcache *t, int c, uint32_t n, void *ptr,
+                                                           uint8_t *state)
+{
+    state_set(state, 0);
+    t->bin[c].items[n] = (tslot){ptr, state};
+    st_u32(&t->bin[c].count, n + 1);
+    st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
+    if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+}
+
 /* Everything but a push onto a thread cache with room: the cache's first
  * use and flushes, large blocks, checked pools, bad pointers, and blocks
  * that are free already (the locked path refuses them). */
@@ -657,11 +668,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
                 tcache_flush_half(p, t, (unsigned)c);
                 n = t->bin[c].count;
             }
-            state_set(state, 0);
-            t->bin[c].items[n] = (tslot){ptr, state};
-            st_u32(&t->bin[c].count, n + 1);
-            st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
-            if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+            bin_push(p, t, c, n, ptr, state);
             owner_leave(t);
             return LLMEM_OK;
         }
@@ -685,11 +692,7 @@ static inline __attribute__((always_inline)) llmem_status pool_free(llmem_pool *
             owner_enter(t);
             if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap)) {
                 uint32_t n = t->bin[c].count;
-                state_set(state, 0);
-                t->bin[c].items[n] = (tslot){ptr, state};
-                st_u32(&t->bin[c].count, n + 1);
-                st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
-                if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+                bin_push(p, t, c, n, ptr, state);
                 owner_leave(t);
                 return LLMEM_OK;
             }

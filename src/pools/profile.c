@@ -350,8 +350,7 @@ llmem_status llmem_profile_get_stats(const llmem_profile *pr, llmem_profile_stat
     s.distinct_sizes = __atomic_load_n(&pr->distinct, __ATOMIC_RELAXED);
     s.other_samples_total = __atomic_load_n(&pr->other, __ATOMIC_RELAXED);
     s.lifetimes_total = __atomic_load_n(&pr->lifetimes, __ATOMIC_RELAXED);
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_profile_stats, kind, U64, name, help)

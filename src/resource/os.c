@@ -527,8 +527,7 @@ llmem_status llmem_os_resource_get_stats(const llmem_resource *r, llmem_os_stats
     s.thp_advised_bytes_total = llmem__ld(&o->st.thp_advised_bytes_total);
     s.mlocked_bytes = llmem__ld(&o->st.mlocked_bytes);
     s.numa_bound_bytes_total = llmem__ld(&o->st.numa_bound_bytes_total);
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_os_stats, kind, U64, name, help)

@@ -221,8 +221,7 @@ llmem_status llmem_resource_get_stats(const llmem_resource *r, llmem_resource_st
     uint64_t *dst = (uint64_t *)((char *)&s + offsetof(llmem_resource_stats, mapped_bytes));
     size_t n = (sizeof s - offsetof(llmem_resource_stats, mapped_bytes)) / sizeof(uint64_t);
     for (size_t i = 0; i < n; i++) dst[i] = llmem__ld(&src[i]);
-    llmem__stats_out(out, &s, sizeof s);
-    return LLMEM_OK;
+    return llmem__stats_out(out, &s, sizeof s);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_resource_stats, kind, U64, name, help)

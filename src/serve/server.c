@@ -719,13 +719,7 @@ void llmem_server_destroy(llmem_server *s)
 llmem_status llmem_server_get_stats(llmem_server *s, llmem_server_stats *out)
 {
     if (!s || !out) return llmem__fail(LLMEM_EINVAL, "serve: stats: null argument");
-    size_t n = llmem_stats_fill_size(out->struct_size, sizeof *out);
-    pthread_mutex_lock(&s->mu);
-    llmem_server_stats st = s->st;
-    pthread_mutex_unlock(&s->mu);
-    st.struct_size = n;
-    memcpy(out, &st, n);
-    return LLMEM_OK;
+    return llmem__stats_out_locked(out, &s->st, sizeof s->st, &s->mu);
 }
 
 #define F(kind, name, help) LLMEM__STAT_FIELD(llmem_server_stats, kind, U64, name, help)

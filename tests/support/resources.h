@@ -8,7 +8,8 @@
  *
  * With them, the two base resources most tests build on (test_os_new,
  * test_sim_new), a host copy of device or host memory (test_read_back),
- * and the end-of-test checks of a sim device and of a tracking resource.
+ * arming a fault resource (test_fault_arm), and the end-of-test checks of
+ * a sim device and of a tracking resource.
  *
  * A test that checks get_stats itself (every field written, struct_size
  * honoured) calls the library directly.
@@ -91,6 +92,19 @@ static inline unsigned char *test_read_back(llmem_resource *dev, const void *p, 
     if (dev) assert_ok(llmem_resource_copy(dev, buf, p, n));
     else memcpy(buf, p, n);
     return buf;
+}
+
+/* Arm the fault resource f (llmem_fault_options): fail its nth counted
+ * call (1-based; 0 = off) and `count` calls from there (UINT64_MAX: all
+ * after), counting the LLMEM_FAULT_OP_* kinds in ops (0: the default,
+ * MAP|COMMIT); or the test fails. */
+static inline void test_fault_arm(llmem_resource *f, uint64_t nth, uint64_t count, unsigned ops)
+{
+    llmem_fault_options o = llmem_fault_options_default();
+    if (ops) o.ops = ops;
+    o.fail_nth = nth;
+    o.fail_count = count;
+    assert_ok(llmem_fault_resource_arm(f, &o));
 }
 
 /* The sim device holds nothing and refused no copy as out of bounds. */

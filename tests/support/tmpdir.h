@@ -26,4 +26,9 @@ const char *test_tmpdir(void);
  * more calls; fails the test when too long. */
 const char *test_tmp_path(const char *name);
 
+/* Make an empty file $TMPDIR (else /tmp)/llmem-<tag>-XXXXXX, closed, and
+ * write its name into path (cap bytes); fails the test when it cannot.
+ * The caller removes it. For a file outside the group's folder. */
+void test_tmp_file(char *path, size_t cap, const char *tag);
+
 #endif
