@@ -192,56 +192,6 @@ static void small_double_free(bool checked)
 TEST_CASE(pool_release_small_double_free, small_double_free(false))
 TEST_CASE(pool_checked_small_double_free, small_double_free(true))
 
-/* Release host pools mark a free small block in its first word, and the
- * free fast path trusts a block without its mark to be live (see "free
- * marks" in pool_internal.h). A live block that holds its own mark (here:
- * the word its previous free left, written back) is freed, not refused;
- * freed again it is refused, and it is handed out once. Without ASan only:
- * ASan builds do not mark, and the read of the freed block is what ASan
- * forbids. */
-static void pool_release_live_block_holding_mark(void **state)
-{
-    (void)state;
-#ifndef TEST_ASAN
-    llmem_pool *p = pool_new("hard-mark", false);
-    for (int round = 0; round < 2; round++) {
-        uint64_t *a = llmem_pool_alloc(p, 100, NULL), *b = llmem_pool_alloc(p, 100, NULL);
-        assert_non_null(a);
-        assert_non_null(b);
-        a[0] = 0;
-        assert_ok(llmem_pool_free(p, a));
-        if (round == 1) llmem_pool_flush_thread_cache(p); /* the slab's free list writes the mark */
-        uint64_t mark = a[0];
-        uint64_t *c[64];
-        int at = -1;
-        for (int i = 0; i < 64; i++) { /* a comes back among these */
-            c[i] = llmem_pool_alloc(p, 100, NULL);
-            assert_non_null(c[i]);
-            if (c[i] == a) at = i;
-        }
-        assert_true(at >= 0);
-        a[0] = mark; /* live, and holding what a free block holds */
-        assert_ok(llmem_pool_free(p, a));
-        assert_status(llmem_pool_free(p, a), LLMEM_EDOUBLEFREE);
-        assert_error_mentions("double free");
-        c[at] = llmem_pool_alloc(p, 100, NULL); /* handed out once, not twice */
-        for (int i = 0; i < 64; i++) {
-            assert_non_null(c[i]);
-            for (int j = 0; j < i; j++) assert_ptr_not_equal(c[i], c[j]);
-            assert_ptr_not_equal(c[i], b);
-        }
-        assert_ok(llmem_pool_free(p, c[at]));
-        for (int i = 0; i < 64; i++)
-            if (i != at) assert_ok(llmem_pool_free(p, c[i]));
-        assert_ok(llmem_pool_free(p, b));
-        assert_ok(llmem_pool_check(p));
-        assert_int_equal(test_pool_stats(p).live_allocations, 0);
-        assert_int_equal(test_pool_stats(p).invalid_frees_total, (uint64_t)round + 1);
-    }
-    llmem_pool_destroy(p);
-#endif
-}
-
 /* A device pool (nothing written into its memory) refuses it too. */
 static void pool_device_small_double_free(void **state)
 {
@@ -543,7 +493,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(pool_checked_refusals, setup_capture, teardown_capture),
         cmocka_unit_test_setup_teardown(pool_release_small_double_free, setup_capture, teardown_capture),
         cmocka_unit_test_setup_teardown(pool_checked_small_double_free, setup_capture, teardown_capture),
-        cmocka_unit_test_setup_teardown(pool_release_live_block_holding_mark, setup_capture, teardown_capture),
         cmocka_unit_test_setup_teardown(pool_device_small_double_free, setup_capture, teardown_capture),
         cmocka_unit_test(pool_destroy_reports_live_blocks),
         cmocka_unit_test_setup_teardown(pool_checked_overflow, setup_capture, teardown_capture),

@@ -196,11 +196,9 @@ llmem_status llmem_pool_check(llmem_pool *p)
                         if ((uintptr_t)f < b->start || (uintptr_t)f >= b->start + (uintptr_t)s->carved * csize ||
                             ((uintptr_t)f - b->start) % csize || len > s->nfree)
                             BAD("pool '%s': slab %p has a bad free list", p->name, (void *)b->start);
-                        LLMEM_UNPOISON(f, sizeof(void *) << p->marks);
-                        void *next = *inband_link(p, (uintptr_t)f);
-                        if (p->marks && !mark_present(p, (uintptr_t)f))
-                            BAD("pool '%s': the free block %p lost its free mark (a use after free)", p->name, f);
-                        LLMEM_POISON(f, sizeof(void *) << p->marks);
+                        LLMEM_UNPOISON(f, sizeof(void *));
+                        void *next = *(void **)f;
+                        LLMEM_POISON(f, sizeof(void *));
                         f = next;
                     }
                     if (len != s->nfree) BAD("pool '%s': slab %p free list length", p->name, (void *)b->start);
@@ -581,15 +579,6 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     /* Thread caches, unless checked; without a pthread key left (over a
      * thousand pools alive) the pool simply runs on its lock. */
     p->tcache_on = !p->checked && pthread_key_create(&p->tkey, llmem__pool_tcache_destructor) == 0;
-    /* Free marks (pool_internal.h): the key only has to be unlikely in
-     * program data, so the id, the address and the clock mixed do. */
-#ifndef LLMEM_ASAN
-    p->marks = p->tcache_on && p->inband && p->cls.count && p->cls.size[0] >= 2 * sizeof(void *);
-#endif
-    p->mark_fast = p->marks;
-    uint64_t k = p->id * 0x9e3779b97f4a7c15u ^ (uint64_t)(uintptr_t)p ^ llmem__pool_clock();
-    k = (k ^ (k >> 31)) * 0xbf58476d1ce4e5b9u;
-    p->mark_key = k ^ (k >> 29);
     size_t xslots = 0;
     for (unsigned c = 0; c < p->cls.count; c++) {
         size_t cap = 16 * p->unit / p->cls.size[c];

@@ -165,7 +165,6 @@ llmem_status llmem_pool_free_fenced(llmem_pool *p, void *ptr, const llmem_fence 
     if (large) b->fenced = true;
     else { /* its state byte says so, so that the free fast path sends a second free to the lock */
         slab *s = (slab *)b;
-        __atomic_store_n(&p->mark_fast, false, __ATOMIC_RELAXED); /* no mark in it: see "free marks" */
         state_set(slab_state(s, (uint32_t)((a - s->b.start) / p->cls.size[s->b.cls])), 2);
     }
     p->fenced[p->nfenced++] = (fenced_free){a, bytes, large ? b : NULL, fence};

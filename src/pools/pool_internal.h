@@ -11,7 +11,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 #include <time.h>
 
 #include "avl.h"
@@ -52,6 +51,12 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
  * long out of cache). The bytes are plain stores: two threads freeing the
  * same block at the same instant can both pass (a race in the program that
  * no check short of a locked instruction on every free would close).
+ * Measured again on 2026-12-03 (docs/BENCHMARKS.md, "the free's state-byte
+ * miss"): a mark in the free block's first word, trusted when absent and
+ * confirmed by the state byte when present, moves the free's miss from the
+ * state line to the block's line; larson did not gain, and in `small` the
+ * cold block load took 68% of the free's samples (the state load had
+ * 26%): small fell from 0.65-0.74x to 0.57x of the best peer.
  * Where the bytes live: an array per slab, dense (the free path reads one
  * line per slab, not one per block: a bytemap over the superblock, a byte
  * per 16 bytes, made the state load miss as often as a mark in the block),
@@ -59,34 +64,6 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
  * 64 blocks, most classes; the largest slab's count for the rest), so that
  * making a slab mallocs nothing (an engine's decode steps stay
  * malloc-free). */
-/* ---- free marks: the state byte off the free fast path ---------------------
- *
- * The state byte lives in a per-slab array, one 64-byte line for up to 64
- * blocks. Blocks of one slab end up in several threads' caches, so that
- * line is written by every thread that allocates or frees any of them, and
- * the free's load of it was a cross-core miss: 74% of llmem_pool_free's
- * samples in larson_2t (perf, 2026-12-02) sat on the compare after it.
- * So plain host pools with thread caches (p->marks) also write a mark into
- * the first word of every free block: its address ^ mark_key, a per-pool
- * random key. Every free block boundary a program could hand back carries
- * it: the free fast path writes it before caching the block, slab_put
- * before listing it (the in-band link moves to the second word, so blocks
- * of 16 bytes and up only: p->marks requires it). The fast path reads the
- * block's first word, a line the program itself just used (every bench
- * writes its blocks; a real one mostly does), and:
- *  - no mark: the block is live, no other check; the state byte is only
- *    stored (a store retires without waiting for its line);
- *  - the mark: free_slow reads the state byte, exact: a double free is
- *    refused, and a live block whose data happens to equal its mark (1 in
- *    2^64 for data not derived from its address and the key) is freed.
- * What the state byte alone caught that the mark does not: a second free
- * after the freed block's first word was overwritten (a use after free
- * followed by a double free), and a free of a never-carved block boundary
- * (a wild pointer). Checked pools (no caches, state exact under the lock),
- * device pools (memory untouched) and ASan builds (the freed block is
- * poisoned; ASan reports such frees itself) keep the state byte check, and
- * so does a pool once it has a fenced free of a small block (mark_fast). */
-
 typedef struct tslot {
     void *block;
     uint8_t *state;
@@ -140,7 +117,8 @@ typedef struct slab {
  * slab_info, owner) and nothing written after the map; the counters the
  * lock holder writes at every slab or large block (used) sit on the next,
  * so a slab made in one thread does not take the line from another's free
- * (sb_map allocates it 64-byte aligned). */
+ * (sb_map allocates it 64-byte aligned: from calloc it straddled lines at
+ * random, and slab_info sat beside used). */
 struct superblock {
     uintptr_t base;
     size_t size;
@@ -188,11 +166,6 @@ struct llmem_pool {
     /* read-mostly */
     uint64_t id;                /* unique for the process's life */
     bool host, checked, inband, tcache_on;
-    bool marks;                 /* free blocks carry free_mark (see "free marks") */
-    uint64_t mark_key;          /* per pool: a block's free mark is its address ^ mark_key */
-    bool mark_fast;             /* the free fast path trusts a missing mark; cleared for good (relaxed)
-                                   at the pool's first fenced free of a small block, whose pending
-                                   state only the state byte holds (its memory is not written) */
     size_t unit;
     unsigned ushift;
     size_t align;               /* pool minimum alignment */
@@ -303,22 +276,6 @@ static inline unsigned heap_for(const llmem_pool *p, int kind) { return p->split
 static inline uint8_t *slab_state(const slab *s, uint32_t idx) { return s->state + idx; }
 static inline uint8_t state_get(const uint8_t *b) { return __atomic_load_n(b, __ATOMIC_RELAXED); }
 static inline void state_set(uint8_t *b, uint8_t v) { __atomic_store_n(b, v, __ATOMIC_RELAXED); }
-
-/* A free block's first-word mark, and the word a slab's in-band free list
- * link lives in (the second word when blocks carry marks). */
-static inline uint64_t free_mark(const llmem_pool *p, uintptr_t block) { return (uint64_t)block ^ p->mark_key; }
-static inline bool mark_present(const llmem_pool *p, uintptr_t block)
-{
-    uint64_t w;
-    memcpy(&w, (const void *)block, sizeof w);
-    return w == free_mark(p, block);
-}
-static inline void mark_write(const llmem_pool *p, uintptr_t block)
-{
-    uint64_t w = free_mark(p, block);
-    memcpy((void *)block, &w, sizeof w);
-}
-static inline void **inband_link(const llmem_pool *p, uintptr_t block) { return (void **)block + p->marks; }
 
 static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }

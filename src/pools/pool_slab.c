@@ -184,10 +184,9 @@ static uintptr_t slab_take(llmem_pool *p, slab *s, size_t csize)
     uintptr_t b;
     if (p->inband && s->free_head) {
         b = (uintptr_t)s->free_head;
-        LLMEM_UNPOISON((void *)b, sizeof(void *) << p->marks);
-        s->free_head = *inband_link(p, b);
-        if (p->marks) memset((void *)b, 0, sizeof(uint64_t)); /* live now: its next free need not look further */
-        LLMEM_POISON((void *)b, sizeof(void *) << p->marks);
+        LLMEM_UNPOISON((void *)b, sizeof(void *));
+        s->free_head = *(void **)b;
+        LLMEM_POISON((void *)b, sizeof(void *));
         s->nfree--;
     } else if (!p->inband && s->nfree) {
         b = s->b.start + (uintptr_t)s->free_idx[--s->nfree] * csize;
@@ -220,9 +219,8 @@ static void slab_put(llmem_pool *p, slab *s, uintptr_t b, uint32_t idx)
     central *c = &p->central[s->b.cls];
     llmem__assert(s->used > 0 && b >= s->b.start && b < s->b.start + (uintptr_t)s->carved * p->cls.size[s->b.cls]);
     if (p->inband) {
-        LLMEM_UNPOISON((void *)b, sizeof(void *) << p->marks);
-        *inband_link(p, b) = s->free_head;
-        if (p->marks) mark_write(p, b); /* a block freed under the lock has none yet */
+        LLMEM_UNPOISON((void *)b, sizeof(void *));
+        *(void **)b = s->free_head;
         s->free_head = (void *)b;
     } else {
         s->free_idx[s->nfree] = idx;

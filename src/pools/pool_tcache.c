@@ -658,7 +658,6 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
                 n = t->bin[c].count;
             }
             state_set(state, 0);
-            if (p->marks) mark_write(p, (uintptr_t)ptr);
             t->bin[c].items[n] = (tslot){ptr, state};
             st_u32(&t->bin[c].count, n + 1);
             st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
@@ -673,30 +672,20 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     return st;
 }
 
-/* Live for the fast path: no free mark in its first word where the pool
- * marks (the state byte is not read: see "free marks" in pool_internal.h),
- * else its state byte. A marked block goes to free_slow, which reads the
- * state byte: exact either way. */
-static inline bool fast_live(const llmem_pool *p, uintptr_t a, const uint8_t *state)
-{
-    return __atomic_load_n(&p->mark_fast, __ATOMIC_RELAXED) ? !mark_present(p, a) : state_get(state) == 1;
-}
-
-/* The fast path: a small block pushed onto this thread's cache, unless it
- * may be free already (a double free: free_slow decides and refuses it).
- * The slab cannot change under us: it holds this live block. */
+/* The fast path: a small block pushed onto this thread's cache, unless its
+ * state byte says it is free already (a double free: free_slow refuses
+ * it). The slab cannot change under us: it holds this live block. */
 static inline __attribute__((always_inline)) llmem_status pool_free(llmem_pool *p, void *ptr)
 {
     if (LLMEM_LIKELY(p && ptr && tl_last.pool == p && tl_last.id == p->id && !p->profile)) {
         uint8_t *state = NULL;
         int c = small_block_of(p, (uintptr_t)ptr, &state);
         tcache *t = tl_last.tc;
-        if (LLMEM_LIKELY(c >= 0 && fast_live(p, (uintptr_t)ptr, state))) {
+        if (LLMEM_LIKELY(c >= 0 && state_get(state) == 1)) {
             owner_enter(t);
             if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap)) {
                 uint32_t n = t->bin[c].count;
                 state_set(state, 0);
-                if (p->marks) mark_write(p, (uintptr_t)ptr);
                 t->bin[c].items[n] = (tslot){ptr, state};
                 st_u32(&t->bin[c].count, n + 1);
                 st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
