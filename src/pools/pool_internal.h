@@ -56,7 +56,7 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
  * confirmed by the state byte when present, moves the free's miss from the
  * state line to the block's line; larson did not gain, and in `small` the
  * cold block load took 68% of the free's samples (the state load had
- * 26%): small fell from 0.65-0.74x to 0.57x of the best peer.
+ * 26%): small fell from 0.65-0.74x to 0.48-0.57x of the best peer.
  * Where the bytes live: an array per slab, dense (the free path reads one
  * line per slab, not one per block: a bytemap over the superblock, a byte
  * per 16 bytes, made the state load miss as often as a mark in the block),
