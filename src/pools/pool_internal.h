@@ -54,9 +54,11 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
  * Measured again on 2026-12-03 (docs/BENCHMARKS.md, "the free's state-byte
  * miss"): a mark in the free block's first word, trusted when absent and
  * confirmed by the state byte when present, moves the free's miss from the
- * state line to the block's line; larson did not gain, and in `small` the
- * cold block load took 68% of the free's samples (the state load had
- * 26%): small fell from 0.65-0.74x to 0.48-0.57x of the best peer.
+ * state line to the block's line: larson gained some 15% on a quiet VM
+ * (still 0.36x of tcmalloc), but in `small` the cold block load took 68%
+ * of the free's samples (the state load had 26%) and small and
+ * cross_thread lost 9-16% in every run: a free block is usually long out
+ * of cache, its slab's state bytes less so.
  * Where the bytes live: an array per slab, dense (the free path reads one
  * line per slab, not one per block: a bytemap over the superblock, a byte
  * per 16 bytes, made the state load miss as often as a mark in the block),
