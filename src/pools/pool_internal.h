@@ -57,7 +57,7 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
  * state line to the block's line: larson gained some 15% on a quiet VM
  * (still 0.36x of tcmalloc), but in `small` the cold block load took 68%
  * of the free's samples (the state load had 26%) and small and
- * cross_thread lost 9-16% in every run: a free block is usually long out
+ * cross_thread lost 9-16% (medians): a free block is usually long out
  * of cache, its slab's state bytes less so.
  * Where the bytes live: an array per slab, dense (the free path reads one
  * line per slab, not one per block: a bytemap over the superblock, a byte
