@@ -51,6 +51,14 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
  * long out of cache). The bytes are plain stores: two threads freeing the
  * same block at the same instant can both pass (a race in the program that
  * no check short of a locked instruction on every free would close).
+ * Measured again on 2026-12-03 (docs/BENCHMARKS.md, "the free's state-byte
+ * miss"): a mark in the free block's first word, trusted when absent and
+ * confirmed by the state byte when present, moves the free's miss from the
+ * state line to the block's line: larson gained some 15% on a quiet VM
+ * (still 0.36x of tcmalloc), but in `small` the cold block load took 68%
+ * of the free's samples (the state load had 26%) and small and
+ * cross_thread lost 9-16% (medians): a free block is usually long out
+ * of cache, its slab's state bytes less so.
  * Where the bytes live: an array per slab, dense (the free path reads one
  * line per slab, not one per block: a bytemap over the superblock, a byte
  * per 16 bytes, made the state load miss as often as a mark in the block),
@@ -107,14 +115,20 @@ typedef struct slab {
     uint8_t *state;             /* nblocks bytes, one per block (see "block states") */
 } slab;
 
+/* The first cache line holds what every free reads (base, pool,
+ * slab_info, owner) and nothing written after the map; the counters the
+ * lock holder writes at every slab or large block (used) sit on the next,
+ * so a slab made in one thread does not take the line from another's free
+ * (sb_map allocates it 64-byte aligned: from calloc it straddled lines at
+ * random, and slab_info sat beside used). */
 struct superblock {
     uintptr_t base;
     size_t size;
     llmem_pool *pool;
+    struct slab_unit *slab_info; /* per unit: what the free fast path needs, in one load */
+    pblock **owner;             /* one entry per unit */
     superblock *next, *prev;    /* all superblocks of the pool */
     superblock *enext, *eprev;  /* the pool's empty superblocks */
-    pblock **owner;             /* one entry per unit */
-    struct slab_unit *slab_info; /* per unit: what the free fast path needs, in one load */
     uint64_t *decommitted;      /* one bit per unit */
     size_t decommitted_units;
     size_t used;                /* bytes in LARGE and SLAB blocks */

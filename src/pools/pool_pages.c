@@ -160,7 +160,8 @@ static llmem_status sb_map(llmem_pool *p, unsigned h, size_t size, bool reserved
     ST_ADD(p->st.resource_calls_total, 1);
     if (st) return st;
     size_t units = size >> p->ushift;
-    superblock *sb = calloc(1, sizeof *sb);
+    superblock *sb = aligned_alloc(64, (sizeof *sb + 63) & ~(size_t)63);
+    if (sb) memset(sb, 0, sizeof *sb);
     pblock *b = llmem__pool_desc_new(p);
     if (sb) {
         sb->owner = calloc(units, sizeof *sb->owner);
