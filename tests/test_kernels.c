@@ -872,6 +872,41 @@ static void softmax_check(float *x, size_t n)
     free(ref);
 }
 
+/* The k-quant activation rows, bitwise on both paths, on the blocks that
+ * test the vector form's choices: the largest magnitude twice with both
+ * signs (the first one sets the scale's sign), ties of the rounding
+ * (x * scale exactly k + 0.5), a lone nonzero, values that round to 128
+ * before the clamp, an infinity (the reference's block). */
+static void test_act_quantize_k_paths(void **state)
+{
+    (void)state;
+    if (strncmp(llmem__kernels_isa(), "avx2", 4) != 0) skip();
+    const size_t n = 256 * 6;
+    float *x = malloc(n * sizeof(float));
+    size_t ab = llmem__act_row_bytes(LLMEM_DTYPE_Q6_K, n);
+    uint8_t *a = aligned_alloc(64, ab), *b = aligned_alloc(64, ab);
+    assert_true(x && a && b);
+    for (size_t i = 0; i < n; i++) x[i] = rng_f();
+    x[10] = 3.0f, x[200] = -3.0f;                                 /* block 0: +3 first */
+    x[256 + 7] = -5.0f, x[256 + 100] = 5.0f;                      /* block 1: -5 first */
+    for (size_t i = 512; i < 768; i++) x[i] = (float)((int)(i % 255) - 127) + 0.5f; /* ties */
+    x[512] = -127.0f;
+    memset(x + 768, 0, 256 * sizeof(float));
+    x[768 + 31] = 1e-30f;                                         /* a lone subnormal-scale value */
+    for (size_t i = 1024; i < 1280; i++) x[i] = i % 2 ? 1.0f : -1.0000001f;
+    x[1280 + 9] = INFINITY;
+    for (uint32_t t = LLMEM_DTYPE_Q2_K; t <= LLMEM_DTYPE_Q6_K; t++) {
+        memset(a, 0, ab);
+        memset(b, 0, ab);
+        llmem__act_quantize_ref(t, x, n, a);
+        llmem__act_quantize_avx2(t, x, n, b);
+        if (memcmp(a, b, ab) != 0) fail_msg("%s: k-quant activation rows differ between the paths", type_name(t));
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+
 static void test_softmax(void **state)
 {
     (void)state;
@@ -1031,6 +1066,7 @@ int main(void)
         cmocka_unit_test(test_dequant_q8_0),
         cmocka_unit_test(test_dequant_other),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_act_quantize_k_paths),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu_dot_axpy),

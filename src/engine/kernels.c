@@ -55,6 +55,7 @@
  * Nothing here allocates: tails go through 8-element stack buffers.
  */
 #include "kernels.h"
+#include "exp.h"
 #include "kernels_q.h"
 #include "kernels_q4k_x8.h"
 
@@ -215,6 +216,68 @@ static void axpy_rows_portable(float *y, const float *alpha, const float *x, siz
 static void f16_row_portable(const uint16_t *h, size_t n, float *out)
 {
     for (size_t i = 0; i < n; i++) out[i] = llmem__f16_to_f32(h[i]);
+}
+
+/* ---- softmax and SwiGLU ------------------------------------------------------
+ *
+ * Both paths compute the same bits: e^x by llmem__expf or its 8-lane form
+ * (exp.h: the same operations), and every other step in one order that the
+ * portable loops spell out lane by lane. Softmax: the max over 8 lanes
+ * (lane l takes the elements i = l (mod 8), `v > m ? v : m`, then the lanes
+ * folded 0..7 the same way), the exps and their sum in 8 double lanes (the
+ * same lanes, summed as ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))),
+ * then each value divided by the sum rounded to float. SwiGLU:
+ * a * (1 / (1 + e^-a)) * b, left to right. */
+
+/* All -inf: nothing to prefer, uniform. Some +inf: they share the mass.
+ * (x - max would be NaN in both cases.) All NaN (max -inf, no hits): left
+ * as they are. */
+static void softmax_inf(float *x, size_t n, float max)
+{
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++) hits += x[i] == max;
+    if (hits == 0) return;
+    for (size_t i = 0; i < n; i++) x[i] = x[i] == max ? 1.0f / (float)hits : 0.0f;
+}
+
+static inline float max_fold8(const float m[8])
+{
+    float max = m[0];
+    for (int l = 1; l < 8; l++) max = m[l] > max ? m[l] : max;
+    return max;
+}
+
+static inline double hsum8d(const double a[8])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+static void softmax_portable(float *x, size_t n)
+{
+    float m[8];
+    for (int l = 0; l < 8; l++) m[l] = -INFINITY;
+    for (size_t i = 0; i < n; i++) m[i % 8] = x[i] > m[i % 8] ? x[i] : m[i % 8];
+    float max = max_fold8(m);
+    if (max == -INFINITY || max == INFINITY) {
+        softmax_inf(x, n, max);
+        return;
+    }
+    double acc[8] = {0}; /* double lanes: exact enough for any vocabulary */
+    for (size_t i = 0; i < n; i++) {
+        x[i] = llmem__expf(x[i] - max);
+        acc[i % 8] += x[i];
+    }
+    float s = (float)hsum8d(acc);
+    for (size_t i = 0; i < n; i++) x[i] /= s;
+}
+
+static void swiglu_portable(float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float val = a[i];
+        val *= 1.0f / (1.0f + llmem__expf(-val));
+        a[i] = val * b[i];
+    }
 }
 
 /* ---- the AVX2 + FMA + F16C path ----------------------------------------- */
@@ -443,6 +506,52 @@ X86_TARGET static void f16_row_x86(const uint16_t *h, size_t n, float *out)
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
     for (; i < n; i++) out[i] = llmem__f16_to_f32(h[i]);
 }
+/* softmax_portable's order, 8 lanes a vector (see "softmax and SwiGLU"). */
+X86_TARGET static void softmax_x86(float *x, size_t n)
+{
+    size_t n8 = n & ~(size_t)7;
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    for (size_t i = 0; i < n8; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(x + i), mv); /* v > m ? v : m */
+    float m[8];
+    _mm256_storeu_ps(m, mv);
+    for (size_t i = n8; i < n; i++) m[i % 8] = x[i] > m[i % 8] ? x[i] : m[i % 8];
+    float max = max_fold8(m);
+    if (max == -INFINITY || max == INFINITY) {
+        softmax_inf(x, n, max);
+        return;
+    }
+    __m256 maxv = _mm256_set1_ps(max);
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (size_t i = 0; i < n8; i += 8) {
+        __m256 e = llmem__expf8_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), maxv));
+        _mm256_storeu_ps(x + i, e);
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double acc[8];
+    _mm256_storeu_pd(acc, lo);
+    _mm256_storeu_pd(acc + 4, hi);
+    for (size_t i = n8; i < n; i++) {
+        x[i] = llmem__expf(x[i] - max);
+        acc[i % 8] += x[i];
+    }
+    float s = (float)hsum8d(acc);
+    __m256 sv = _mm256_set1_ps(s);
+    for (size_t i = 0; i < n8; i += 8) _mm256_storeu_ps(x + i, _mm256_div_ps(_mm256_loadu_ps(x + i), sv));
+    for (size_t i = n8; i < n; i++) x[i] /= s;
+}
+
+X86_TARGET static void swiglu_x86(float *a, const float *b, size_t n)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(a + i);
+        __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, llmem__expf8_avx2(_mm256_xor_ps(v, sign))));
+        _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_mul_ps(v, s), _mm256_loadu_ps(b + i)));
+    }
+    swiglu_portable(a + i, b + i, n - i);
+}
 #endif /* KERNELS_X86 */
 
 /* ---- dispatch ------------------------------------------------------------ */
@@ -456,6 +565,9 @@ typedef struct kernel_path {
     void (*dot_rows)(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n, float scale);
     void (*axpy_rows)(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n);
     void (*f16_row)(const uint16_t *h, size_t n, float *out);
+    void (*softmax)(float *x, size_t n);
+    void (*swiglu)(float *a, const float *b, size_t n);
+    void (*exp_rows)(float *y, const float *x, size_t n);
     /* block-type weights: quantise activation rows, then integer dot products (kernels_q.h) */
     void (*act_quantize)(uint32_t wtype, const float *x, size_t n, void *row);
     void (*qrows)(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d, size_t batch,
@@ -474,6 +586,9 @@ static const kernel_path path_portable = {
     /* .dot_rows = */ dot_rows_portable,
     /* .axpy_rows = */ axpy_rows_portable,
     /* .f16_row = */ f16_row_portable,
+    /* .softmax = */ softmax_portable,
+    /* .swiglu = */ swiglu_portable,
+    /* .exp_rows = */ llmem__exp_rows_portable,
     /* .act_quantize = */ llmem__act_quantize_ref,
     /* .qrows = */ llmem__qrows_ref,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_ref,
@@ -489,6 +604,9 @@ static const kernel_path path_x86 = {
     /* .dot_rows = */ dot_rows_x86,
     /* .axpy_rows = */ axpy_rows_x86,
     /* .f16_row = */ f16_row_x86,
+    /* .softmax = */ softmax_x86,
+    /* .swiglu = */ swiglu_x86,
+    /* .exp_rows = */ llmem__exp_rows_avx2,
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_avx2,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_avx2,
@@ -504,6 +622,9 @@ static const kernel_path path_x86_vnni = {
     /* .dot_rows = */ dot_rows_x86,
     /* .axpy_rows = */ axpy_rows_x86,
     /* .f16_row = */ f16_row_x86,
+    /* .softmax = */ softmax_x86,
+    /* .swiglu = */ swiglu_x86,
+    /* .exp_rows = */ llmem__exp_rows_avx2,
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_vnni,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_vnni,
@@ -663,25 +784,7 @@ void llmem__rmsnorm(float *o, const float *x, const float *w, size_t n, float ep
 
 void llmem__softmax(float *x, size_t n)
 {
-    if (n == 0) return;
-    float max = x[0];
-    for (size_t i = 1; i < n; i++)
-        if (x[i] > max) max = x[i];
-    if (max == -INFINITY || max == INFINITY) {
-        /* All -inf: nothing to prefer, uniform. Some +inf: they share the
-         * mass. (x - max would be NaN in both cases.) */
-        size_t hits = 0;
-        for (size_t i = 0; i < n; i++) hits += x[i] == max;
-        for (size_t i = 0; i < n; i++) x[i] = x[i] == max ? 1.0f / (float)hits : 0.0f;
-        return;
-    }
-    double sum = 0.0; /* a double running sum: exact enough for any vocabulary */
-    for (size_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
-    float s = (float)sum;
-    for (size_t i = 0; i < n; i++) x[i] /= s;
+    if (n) path_get()->softmax(x, n);
 }
 
 void llmem__rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, size_t pos, float theta)
@@ -702,14 +805,9 @@ void llmem__rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, siz
     }
 }
 
-void llmem__swiglu(float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        float val = a[i];
-        val *= 1.0f / (1.0f + expf(-val));
-        a[i] = val * b[i];
-    }
-}
+void llmem__swiglu(float *a, const float *b, size_t n) { path_get()->swiglu(a, b, n); }
+
+void llmem__exp_rows(float *y, const float *x, size_t n) { path_get()->exp_rows(y, x, n); }
 
 float llmem__dot(const float *a, const float *b, size_t n) { return path_get()->dot(a, b, n); }
 

@@ -59,7 +59,8 @@ void llmem__dequant_row(uint32_t wtype, const void *w, size_t row, size_t n, flo
 /* o = x * w / sqrt(mean(x^2) + eps) (o may be x). */
 void llmem__rmsnorm(float *o, const float *x, const float *w, size_t n, float eps);
 
-/* In place, numerically stable (max subtracted). */
+/* In place, numerically stable (max subtracted); e^x by llmem__expf
+ * (exp.h), the same bits on every path (kernels.c). */
 void llmem__softmax(float *x, size_t n);
 
 /* Rotary embedding at position pos over n_heads heads of head_dim, rotating
@@ -68,8 +69,13 @@ void llmem__softmax(float *x, size_t n);
  * (1.0f / powf(theta, 2i / (float)rope_dim)). */
 void llmem__rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, size_t pos, float theta);
 
-/* a = silu(a) * b, element-wise (SwiGLU). */
+/* a = silu(a) * b, element-wise (SwiGLU); e^x by llmem__expf, the same
+ * bits on every path. */
 void llmem__swiglu(float *a, const float *b, size_t n);
+
+/* y[i] = llmem__expf(x[i]) on the current path (y may be x): the vector
+ * exp softmax and SwiGLU use, exposed for tests. */
+void llmem__exp_rows(float *y, const float *x, size_t n);
 
 /* llmem__swiglu split over the team th when n is large (a prefill step),
  * one thread otherwise; the same results either way. */

@@ -74,6 +74,37 @@ size_t llmem__act_row_bytes(uint32_t wtype, size_t n)
 
 static inline int rne(float v) { return (int)lrintf(v); } /* the default rounding mode: half to even */
 
+/* One 256-element block of a k-quant activation row: q = x * (-127 / mx)
+ * rounded half to even (at most 127), mx the first element of the largest
+ * magnitude; bs the 16 sums of 16 q; *d = 1 / (-127 / mx), or all zero
+ * when x is. */
+static void act_block_k_ref(const float *xb, int8_t *q, int16_t *bs, float *d)
+{
+    float amax = 0, mx = 0;
+    for (int j = 0; j < 256; j++)
+        if (fabsf(xb[j]) > amax) {
+            amax = fabsf(xb[j]);
+            mx = xb[j];
+        }
+    if (amax == 0) {
+        memset(q, 0, 256);
+        memset(bs, 0, 32);
+        *d = 0;
+        return;
+    }
+    float iscale = -127.0f / mx;
+    for (int j = 0; j < 256; j++) {
+        int v = rne(iscale * xb[j]);
+        q[j] = (int8_t)(v > 127 ? 127 : v);
+    }
+    for (int g = 0; g < 16; g++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) sum += q[16 * g + j];
+        bs[g] = (int16_t)sum;
+    }
+    *d = 1.0f / iscale;
+}
+
 void llmem__act_quantize_ref(uint32_t wtype, const float *x, size_t n, void *row)
 {
     uint8_t *p = row;
@@ -100,33 +131,7 @@ void llmem__act_quantize_ref(uint32_t wtype, const float *x, size_t n, void *row
     }
     int16_t *bs = (int16_t *)(p + n);
     float *d = (float *)(p + n + 2 * (n / 16));
-    for (size_t b = 0; b < n / 256; b++) {
-        const float *xb = x + 256 * b;
-        float amax = 0, mx = 0;
-        for (int j = 0; j < 256; j++)
-            if (fabsf(xb[j]) > amax) {
-                amax = fabsf(xb[j]);
-                mx = xb[j];
-            }
-        int8_t *q = qs + 256 * b;
-        if (amax == 0) {
-            memset(q, 0, 256);
-            memset(bs + 16 * b, 0, 32);
-            d[b] = 0;
-            continue;
-        }
-        float iscale = -127.0f / mx;
-        for (int j = 0; j < 256; j++) {
-            int v = rne(iscale * xb[j]);
-            q[j] = (int8_t)(v > 127 ? 127 : v);
-        }
-        for (int g = 0; g < 16; g++) {
-            int sum = 0;
-            for (int j = 0; j < 16; j++) sum += q[16 * g + j];
-            bs[16 * b + (size_t)g] = (int16_t)sum;
-        }
-        d[b] = 1.0f / iscale;
-    }
+    for (size_t b = 0; b < n / 256; b++) act_block_k_ref(x + 256 * b, qs + 256 * b, bs + 16 * b, d + b);
 }
 
 /* ---- the reference dot products -------------------------------------------- */
@@ -329,13 +334,57 @@ static inline __attribute__((always_inline, target("avx2,fma,f16c"))) float act_
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
+/* act_block_k_ref, vectorised, the same bits: the same amax (a max is
+ * exact in any order; NaNs are skipped by both, as max_ps returns its
+ * second operand for them), mx the first element of that magnitude, the
+ * same products rounded by the same mode, the clamp at 127, and exact
+ * integer sums. A block with an infinite or NaN maximum goes to the
+ * reference (lrintf of a NaN product is not the vector conversion's). */
+KQ_TARGET static void act_block_k_avx2(const float *xb, int8_t *q, int16_t *bs, float *d)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i++) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * i)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    if (amax == 0 || !(amax <= 0x1.fffffep127f)) {
+        act_block_k_ref(xb, q, bs, d);
+        return;
+    }
+    int j = 0;
+    while (fabsf(xb[j]) != amax) j++;
+    float iscale = -127.0f / xb[j];
+    const __m256 is = _mm256_set1_ps(iscale);
+    const __m256i top = _mm256_set1_epi32(127), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int g4 = 0; g4 < 4; g4++) { /* 64 elements: 4 groups of 16 */
+        __m256i v[8];
+        for (int i = 0; i < 8; i++)
+            v[i] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + 64 * g4 + 8 * i), is)), top);
+        for (int i = 0; i < 8; i += 4) { /* 32 int8 in order: packs interleave the 128-bit lanes */
+            __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(v[i], v[i + 1]), _mm256_packs_epi32(v[i + 2], v[i + 3]));
+            _mm256_storeu_si256((__m256i *)(void *)(q + 64 * g4 + 8 * i), _mm256_permutevar8x32_epi32(p8, order));
+        }
+        /* The 4 group sums: hadd folds pairs, the two 128-bit halves add. */
+        __m256i s01 = _mm256_hadd_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
+        __m256i s23 = _mm256_hadd_epi32(_mm256_add_epi32(v[4], v[5]), _mm256_add_epi32(v[6], v[7]));
+        __m256i s = _mm256_hadd_epi32(s01, s23); /* lanes: g0 g1 g2 g3 of each half */
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        _mm_storel_epi64((__m128i *)(void *)(bs + 4 * g4), _mm_packs_epi32(s4, s4));
+    }
+    *d = 1.0f / iscale;
+}
+
 /* Activation rows, vectorised; the same values as the reference (the
  * same float operations per element: amax, 127 / amax, x * that rounded
  * half to even, amax / 127). */
 KQ_TARGET void llmem__act_quantize_avx2(uint32_t wtype, const float *x, size_t n, void *row)
 {
-    if (is_k(wtype)) { /* per 256: few enough that the reference's cost is small next to the matmul */
-        llmem__act_quantize_ref(wtype, x, n, row);
+    if (is_k(wtype)) {
+        int16_t *bs = (int16_t *)(void *)((uint8_t *)row + n);
+        float *d = (float *)(void *)((uint8_t *)row + n + 2 * (n / 16));
+        for (size_t b = 0; b < n / 256; b++) act_block_k_avx2(x + 256 * b, (int8_t *)row + 256 * b, bs + 16 * b, d + b);
         return;
     }
     uint8_t *p = row;
