@@ -1,8 +1,10 @@
 /*
- * engine_internal.h - what engine.c and attention.c share. Not installed.
+ * engine_internal.h - what engine.c, weights.c and attention.c share. Not
+ * installed.
  *
- * engine.c owns the engine: creation, weights, sequences, the workspace
- * and the step's outline. attention.c does the per-token part of a layer
+ * engine.c owns the engine: creation, sequences, the workspace and the
+ * step's outline. weights.c binds, checks, converts and repacks the
+ * weights at creation (weights.h). attention.c does the per-token part of a layer
  * on the buffers engine.c carved for the step: the Q/K/V biases and the
  * rotary embedding, the block tables, storing K/V, and (windowed) causal
  * attention through the tables.
@@ -110,6 +112,13 @@ typedef struct step_bufs {
     float *xlast, *logits;         /* items x dim, items x vocab */
     void *xq;                      /* block-type weights: one matmul's quantised activation rows */
 } step_bufs;
+
+/* ---- engine.c ---- */
+
+/* Memory the engine keeps for its life, zeroed: from its pool, or calloc'd
+ * (and counted in malloc_bytes) for the malloc baseline. NULL when out of
+ * memory. */
+void *llmem__engine_keep_alloc(llmem_engine *e, size_t bytes);
 
 /* ---- attention.c ---- */
 

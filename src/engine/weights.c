@@ -1,0 +1,283 @@
+/*
+ * weights.c - the engine's weights: found by name in the model, checked
+ * against the shape, 1-D tensors converted to f32, and on the AVX2 paths
+ * the q4_K and q5_0 matrices repacked 8 rows interleaved
+ * (kernels_q4k_x8.h). Runs once, from llmem_engine_create (weights.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "llmem/engine.h"
+
+#include "../core/internal.h"
+#include "engine_internal.h"
+#include "../model/model_release.h"
+#include "../model/quant_internal.h"
+#include "kernels.h"
+#include "kernels_q4k_x8.h"
+#include "threads.h"
+#include "weights.h"
+
+/* ---- binding and checking ----------------------------------------------------------- */
+
+static llmem_status want_tensor(const llmem_model *m, const char *name, const llmem_tensor **t)
+{
+    llmem_status st = llmem_model_tensor(m, name, t);
+    if (st) return llmem__fail(st, "engine: the model has no tensor '%s'", name);
+    return LLMEM_OK;
+}
+
+static llmem_status want_matrix(const llmem_model *m, const char *name, uint64_t n, uint64_t d, const void **w,
+                                uint32_t *type)
+{
+    const llmem_tensor *t;
+    llmem_status st = want_tensor(m, name, &t);
+    if (st) return st;
+    if (t->dims[0] != n || t->n_elements != n * d)
+        return llmem__fail(LLMEM_EFORMAT, "engine: tensor '%s' is not %llu x %llu", name, (unsigned long long)d,
+                           (unsigned long long)n);
+    if (!llmem__matmul_supports(t->type))
+        return llmem__fail(LLMEM_ENOTSUP, "engine: tensor '%s' has type %s, which the kernels do not take", name,
+                           llmem_dtype_name(t->type));
+    *w = t->data;
+    *type = t->type;
+    return LLMEM_OK;
+}
+
+/* The widest activation row any matrix's matmul quantises to. */
+static size_t xq_row_bytes(const llmem_engine *e)
+{
+    size_t m = 0;
+#define W(type, n) if (llmem__matmul_scratch_bytes(type, n, 1) > m) m = llmem__matmul_scratch_bytes(type, n, 1)
+    for (uint32_t l = 0; l < e->L; l++) {
+        const eng_layer *ly = &e->layers[l];
+        W(ly->tq, e->dim); W(ly->tk, e->dim); W(ly->tv, e->dim); W(ly->to, e->qdim);
+        W(ly->t1, e->dim); W(ly->t3, e->dim); W(ly->t2, e->ffn);
+    }
+    W(e->wcls_type, e->dim);
+#undef W
+    return m;
+}
+
+/* A 1-D tensor as f32: in place when it is f32, else converted into
+ * e->converted at *used (counted only, when fill is false). */
+static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, bool fill, const float **out,
+                                size_t *used)
+{
+    const llmem_tensor *t;
+    llmem_status st = want_tensor(e->model, name, &t);
+    if (st) return st;
+    if (t->n_elements != n)
+        return llmem__fail(LLMEM_EFORMAT, "engine: tensor '%s' has %llu elements, not %llu", name,
+                           (unsigned long long)t->n_elements, (unsigned long long)n);
+    if (t->type == LLMEM_DTYPE_F32) {
+        *out = t->data;
+        return LLMEM_OK;
+    }
+    if (!llmem__matmul_supports(t->type))
+        return llmem__fail(LLMEM_ENOTSUP, "engine: tensor '%s' has type %s", name, llmem_dtype_name(t->type));
+    if (fill) {
+        float *dst = e->converted + *used;
+        llmem__dequant_row(t->type, t->data, 0, n, dst);
+        *out = dst;
+    }
+    *used += n;
+    return LLMEM_OK;
+}
+
+/* Whether the model has the tensor, leaving no error message when not. */
+static bool has_tensor(const llmem_model *m, const char *name)
+{
+    for (size_t i = 0; i < llmem_model_tensor_count(m); i++)
+        if (!strcmp(llmem_model_tensor_at(m, i)->name, name)) return true;
+    return false;
+}
+
+static llmem_status bind_vectors(llmem_engine *e, bool fill, size_t *used)
+{
+    char name[96];
+    llmem_status st;
+    for (uint32_t l = 0; l < e->L; l++) {
+        eng_layer *ly = &e->layers[l];
+        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
+        if ((st = want_vector(e, name, e->dim, fill, &ly->attn_norm, used))) return st;
+        snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
+        if ((st = want_vector(e, name, e->dim, fill, &ly->ffn_norm, used))) return st;
+        if (!llmem_model_get_config(e->model)->qkv_bias) continue;
+        /* The loader checked each bias there is; llama's are optional. */
+        static const char *const proj[3] = {"attn_q", "attn_k", "attn_v"};
+        const float **bias[3] = {&ly->bq, &ly->bk, &ly->bv};
+        const uint32_t rows[3] = {e->qdim, e->kvdim, e->kvdim};
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "blk.%u.%s.bias", l, proj[k]);
+            if (!has_tensor(e->model, name)) continue;
+            if ((st = want_vector(e, name, rows[k], fill, bias[k], used))) return st;
+        }
+    }
+    return want_vector(e, "output_norm.weight", e->dim, fill, &e->out_norm, used);
+}
+
+static llmem_status bind_weights(llmem_engine *e)
+{
+    const llmem_model *m = e->model;
+    char name[96];
+    llmem_status st;
+    for (uint32_t l = 0; l < e->L; l++) {
+        eng_layer *ly = &e->layers[l];
+#define MAT(field, type, suffix, n, d)                                                                              \
+    snprintf(name, sizeof name, "blk.%u." suffix ".weight", l);                                                     \
+    if ((st = want_matrix(m, name, n, d, &ly->field, &ly->type))) return st;
+        MAT(wq, tq, "attn_q", e->dim, e->qdim)
+        MAT(wk, tk, "attn_k", e->dim, e->kvdim)
+        MAT(wv, tv, "attn_v", e->dim, e->kvdim)
+        MAT(wo, to, "attn_output", e->qdim, e->dim)
+        MAT(w1, t1, "ffn_gate", e->dim, e->ffn)
+        MAT(w2, t2, "ffn_down", e->ffn, e->dim)
+        MAT(w3, t3, "ffn_up", e->dim, e->ffn)
+#undef MAT
+    }
+    if ((st = want_matrix(m, "token_embd.weight", e->dim, e->vocab, &e->embd, &e->embd_type))) return st;
+    const llmem_tensor *out;
+    if (llmem_model_tensor(m, "output.weight", &out) == LLMEM_OK) {
+        if ((st = want_matrix(m, "output.weight", e->dim, e->vocab, &e->wcls, &e->wcls_type))) return st;
+    } else {
+        e->wcls = e->embd;
+        e->wcls_type = e->embd_type;
+    }
+    e->xq_row = xq_row_bytes(e);
+    /* Count the f32 copies needed, take them in one block, then fill. */
+    size_t n = 0;
+    if ((st = bind_vectors(e, false, &n))) return st;
+    if (n) {
+        e->converted_bytes = n * sizeof(float);
+        if (!(e->converted = llmem__engine_keep_alloc(e, e->converted_bytes)))
+            return llmem__fail(LLMEM_ENOMEM, "engine: no memory for %zu bytes of converted weights",
+                               e->converted_bytes);
+    }
+    n = 0;
+    return bind_vectors(e, true, &n);
+}
+
+/* ---- repacked weights -----------------------------------------------------------------
+ *
+ * On the AVX2 paths, every q4_K and q5_0 matrix is copied at load into the
+ * 8-row interleaved layouts of kernels_q4k_x8.h (same values, same results,
+ * about 2x the q4_K decode matmul's speed), in one mapping of the pool's resource
+ * tagged "engine-weights" and counted as converted weights. After each
+ * matrix is copied its file pages are given back (llmem__model_release),
+ * so the peak stays about the model plus one matrix. Only for a private,
+ * unlocked file mapping: a shared or mlocked mapping, a copied model or a
+ * memory model keeps its tensors and reads them in place, as does the
+ * malloc baseline. The classifier is repacked only when it is not the
+ * embedding table, which lookups read by rows. */
+
+/* The i-th matrix slot of the engine (7 a layer, then the classifier), or
+ * false past the last. */
+static bool mat_slot(llmem_engine *e, size_t i, const void ***w, uint32_t **type, size_t *n, size_t *d)
+{
+    if (i < (size_t)e->L * 7) {
+        eng_layer *ly = &e->layers[i / 7];
+        const size_t dim = e->dim, qd = e->qdim, kvd = e->kvdim, ffn = e->ffn;
+        switch (i % 7) {
+        case 0: *w = &ly->wq; *type = &ly->tq; *n = dim; *d = qd; break;
+        case 1: *w = &ly->wk; *type = &ly->tk; *n = dim; *d = kvd; break;
+        case 2: *w = &ly->wv; *type = &ly->tv; *n = dim; *d = kvd; break;
+        case 3: *w = &ly->wo; *type = &ly->to; *n = qd; *d = dim; break;
+        case 4: *w = &ly->w1; *type = &ly->t1; *n = dim; *d = ffn; break;
+        case 5: *w = &ly->w2; *type = &ly->t2; *n = ffn; *d = dim; break;
+        default: *w = &ly->w3; *type = &ly->t3; *n = dim; *d = ffn; break;
+        }
+        return true;
+    }
+    if (i > (size_t)e->L * 7) return false;
+    *w = &e->wcls;
+    *type = &e->wcls_type;
+    *n = e->dim;
+    *d = e->vocab;
+    return true;
+}
+
+static bool repack_this(const llmem_engine *e, const void *w, uint32_t type)
+{
+    return (type == LLMEM_DTYPE_Q4_K || type == LLMEM_DTYPE_Q5_0) && !(w == e->embd && e->wcls == e->embd);
+}
+
+/* Bytes of the repacked copy, and of the tensor as the file holds it. */
+static size_t repacked_size(uint32_t type, size_t n, size_t d)
+{
+    return type == LLMEM_DTYPE_Q4_K ? llmem__q4k_x8_bytes(n, d) : llmem__q5_0_x8_bytes(n, d);
+}
+
+static size_t source_size(uint32_t type, size_t n, size_t d)
+{
+    return type == LLMEM_DTYPE_Q4_K ? n / 256 * sizeof(llmem__q4_k) * d : n / 32 * sizeof(llmem__q5_0) * d;
+}
+
+/* One matrix to repack, split over the thread team by whole groups of 8
+ * rows: each group's blocks depend on its 8 rows only; the last part
+ * also copies the tail rows. */
+typedef struct repack_job {
+    uint8_t *dst;
+    const uint8_t *src;
+    uint32_t type;
+    size_t n, d;
+} repack_job;
+
+static void repack_part(void *ctx, unsigned index, unsigned count)
+{
+    const repack_job *j = ctx;
+    const bool k4 = j->type == LLMEM_DTYPE_Q4_K;
+    const size_t groups = j->d / 8, last = j->d % 8 ? 1 : 0;
+    size_t g0, g1;
+    llmem__threads_split(groups + last, 1, index, count, &g0, &g1);
+    if (g0 >= g1) return;
+    const size_t rows = (g1 > groups ? j->d : 8 * g1) - 8 * g0;
+    const size_t dst_off = k4 ? llmem__q4k_x8_bytes(j->n, 8 * g0) : llmem__q5_0_x8_bytes(j->n, 8 * g0);
+    const size_t src_off = 8 * g0 * source_size(j->type, j->n, 1);
+    if (k4) llmem__q4k_x8_pack(j->dst + dst_off, j->src + src_off, j->n, rows);
+    else llmem__q5_0_x8_pack(j->dst + dst_off, j->src + src_off, j->n, rows);
+}
+
+static llmem_status repack_weights(llmem_engine *e)
+{
+    if (e->use_malloc || !llmem__model_releasable(e->model) || strncmp(llmem__kernels_isa(), "avx2", 4) != 0)
+        return LLMEM_OK;
+    const void **w;
+    uint32_t *type;
+    size_t n, d, total = 0;
+    for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++)
+        if (repack_this(e, *w, *type)) total += (repacked_size(*type, n, d) + 63) & ~(size_t)63;
+    if (!total) return LLMEM_OK;
+    llmem_status st = llmem_resource_round(e->res, total, &e->repacked_map);
+    if (!st) st = llmem_resource_map_tagged(e->res, e->repacked_map, 0, 0, "engine-weights", &e->repacked);
+    if (st) {
+        e->repacked = NULL;
+        return llmem__fail(st, "engine: no memory for %zu bytes of repacked q4_K/q5_0 weights", total);
+    }
+    size_t off = 0;
+    for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++) {
+        if (!repack_this(e, *w, *type)) continue;
+        uint8_t *dst = (uint8_t *)e->repacked + off;
+        const bool k4 = *type == LLMEM_DTYPE_Q4_K;
+        const size_t bytes = repacked_size(*type, n, d), src = source_size(*type, n, d);
+        repack_job job = {dst, *w, *type, n, d};
+        llmem__threads_run(e->th, repack_part, &job);
+        llmem__model_release(e->model, *w, src);
+        *w = dst;
+        *type = k4 ? LLMEM__WTYPE_Q4K_X8 : LLMEM__WTYPE_Q5_0_X8;
+        off += (bytes + 63) & ~(size_t)63;
+        e->repacked_bytes += bytes;
+        e->st.weights_mapped_bytes -= src;
+    }
+    return LLMEM_OK;
+}
+
+llmem_status llmem__engine_load_weights(llmem_engine *e)
+{
+    llmem_status st = bind_weights(e);
+    if (st) return st;
+    e->st.weights_mapped_bytes = 0;
+    for (size_t i = 0; i < llmem_model_tensor_count(e->model); i++)
+        e->st.weights_mapped_bytes += llmem_model_tensor_at(e->model, i)->bytes;
+    return repack_weights(e);
+}
