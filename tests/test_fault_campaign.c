@@ -77,7 +77,7 @@ static double secs_since(uint64_t t0_ms) { return (double)(test_now_ms() - t0_ms
 /* ---- the resource stack ------------------------------------------------------------ */
 
 typedef struct stack {
-    llmem_resource *base, *track, *fault;
+    test_fault_stack r; /* fault(tracking(os or sim)) */
     bool device;
 } stack;
 
@@ -85,30 +85,26 @@ static void stack_init(stack *s, bool device)
 {
     memset(s, 0, sizeof *s);
     s->device = device;
+    llmem_resource *base = NULL;
     if (device) {
         llmem_sim_options o = llmem_sim_options_default();
         o.name = "campaign-sim";
         o.capacity = (size_t)24 << 30;
         o.granularity = (size_t)2 << 20; /* a GPU's mapping granule; also keeps the simulator's bitmaps short */
         o.discard_data = true;
-        assert_ok(llmem_sim_resource_create(&o, &s->base));
-    } else {
-        assert_ok(llmem_os_resource_create(NULL, &s->base));
+        assert_ok(llmem_sim_resource_create(&o, &base));
     }
-    assert_ok(llmem_tracking_resource_create(s->base, &s->track));
-    assert_ok(llmem_fault_resource_create(s->track, NULL, &s->fault));
+    test_fault_stack_open(&s->r, base);
 }
 
 static void stack_fini(stack *s)
 {
-    llmem_resource_destroy(s->fault);
-    llmem_resource_destroy(s->track);
-    llmem_resource_destroy(s->base);
+    test_fault_stack_close(&s->r);
 }
 
 static void arm(stack *s, uint64_t k, bool forever, unsigned ops)
 {
-    test_fault_arm(s->fault, k, forever ? UINT64_MAX : 1, ops);
+    test_fault_arm(s->r.fault, k, forever ? UINT64_MAX : 1, ops);
 }
 
 static llmem_fault_stats fstats(const stack *s)
@@ -116,7 +112,7 @@ static llmem_fault_stats fstats(const stack *s)
     llmem_fault_stats f;
     memset(&f, 0, sizeof f);
     f.struct_size = sizeof f;
-    assert_ok(llmem_fault_resource_get_stats(s->fault, &f));
+    assert_ok(llmem_fault_resource_get_stats(s->r.fault, &f));
     return f;
 }
 
@@ -126,9 +122,9 @@ static void assert_no_leak(const stack *s, const char *what, uint64_t k)
     llmem_tracking_stats ts;
     memset(&ts, 0, sizeof ts);
     ts.struct_size = sizeof ts;
-    assert_ok(llmem_tracking_resource_get_stats(s->track, &ts));
+    assert_ok(llmem_tracking_resource_get_stats(s->r.track, &ts));
     if (ts.live_mappings || ts.live_bytes) {
-        llmem_tracking_resource_report(s->track, stderr, NULL);
+        llmem_tracking_resource_report(s->r.track, stderr, NULL);
         fail_msg("%s, k = %llu: %llu mappings (%llu bytes) leaked", what, (unsigned long long)k,
                  (unsigned long long)ts.live_mappings, (unsigned long long)ts.live_bytes);
     }
@@ -137,7 +133,7 @@ static void assert_no_leak(const stack *s, const char *what, uint64_t k)
                  (unsigned long long)ts.refused_total);
     llmem_resource_stats rs;
     memset(&rs, 0, sizeof rs);
-    assert_ok(llmem_resource_get_stats(s->base, &rs));
+    assert_ok(llmem_resource_get_stats(s->r.base, &rs));
     assert_int_equal(rs.mappings, 0);
     assert_int_equal(rs.mapped_bytes, 0);
     assert_int_equal(rs.committed_bytes, 0);
@@ -260,7 +256,7 @@ static llmem_status make_pool(stack *s, llmem_pool **out)
 {
     llmem_pool_options po = llmem_pool_options_default();
     po.name = "campaign-engine";
-    po.resource = s->fault;
+    po.resource = s->r.fault;
     po.first_superblock_bytes = 64 * KiB; /* small superblocks: the KV grows through several */
     po.max_superblock_bytes = 64 * KiB;
     po.purge = LLMEM_POOL_PURGE_MANUAL;    /* no background thread: the calls are deterministic */
@@ -581,7 +577,7 @@ static void replay_setup(llmem_replay_options *o, stack *s, bool controller)
     o->slab_blocks = 8; /* 4 MiB slabs per layer: a quarter of the pool calls of the default, same schedule */
     o->controller = controller;
     o->idle_decay_ms = 200;
-    o->resource = s->fault;
+    o->resource = s->r.fault;
     o->check = true;
     o->pool_decay_ms = UINT32_MAX; /* no wall clock: the same calls in every run */
 }

@@ -30,7 +30,7 @@
 /* ---- the stack and what one run observed --------------------------------- */
 
 typedef struct ctx {
-    llmem_resource *base, *track, *fault;
+    test_fault_stack r; /* fault(tracking(os or sim)) */
     bool device;
     bool forever;      /* armed with fail_count = UINT64_MAX */
     bool strict;       /* the configuration cannot absorb a failure */
@@ -44,40 +44,30 @@ static void ctx_init(ctx *c, bool device)
 {
     memset(c, 0, sizeof *c);
     c->device = device;
-    if (device) {
-        llmem_sim_options o = llmem_sim_options_default();
-        o.capacity = (size_t)256 << 20;
-        assert_ok(llmem_sim_resource_create(&o, &c->base));
-    } else {
-        assert_ok(llmem_os_resource_create(NULL, &c->base));
-    }
-    assert_ok(llmem_tracking_resource_create(c->base, &c->track));
-    assert_ok(llmem_fault_resource_create(c->track, NULL, &c->fault));
+    test_fault_stack_open(&c->r, device ? test_sim_new((size_t)256 << 20) : NULL);
 }
 
 static void ctx_fini(ctx *c)
 {
-    llmem_resource_destroy(c->fault);
-    llmem_resource_destroy(c->track);
-    llmem_resource_destroy(c->base);
+    test_fault_stack_close(&c->r);
 }
 
-static llmem_fault_stats fstats(const ctx *c) { return test_fault_stats(c->fault); }
+static llmem_fault_stats fstats(const ctx *c) { return test_fault_stats(c->r.fault); }
 
 static uint64_t injected(const ctx *c) { return fstats(c).injected_total; }
 
-static llmem_tracking_stats tstats(const ctx *c) { return test_tracking_stats(c->track); }
+static llmem_tracking_stats tstats(const ctx *c) { return test_tracking_stats(c->r.track); }
 
 /* After a pool is destroyed: nothing mapped anywhere, nothing refused. */
 static void assert_clean(const ctx *c)
 {
-    test_tracking_expect_clean(c->track); /* the pools never made an invalid call */
-    llmem_resource_stats rs = test_resource_stats(c->base);
+    test_tracking_expect_clean(c->r.track); /* the pools never made an invalid call */
+    llmem_resource_stats rs = test_resource_stats(c->r.base);
     assert_int_equal(rs.mapped_bytes, 0);
     assert_int_equal(rs.mappings, 0);
     assert_int_equal(rs.map_calls_total, rs.unmap_calls_total);
     if (c->device) {
-        test_sim_expect_clean(c->base);
+        test_sim_expect_clean(c->r.base);
     }
 }
 
@@ -92,7 +82,7 @@ static void put_pattern(const ctx *c, void *p, size_t n, unsigned seed)
     unsigned char *dst = c->device ? iobuf : p;
     assert_true(n <= sizeof iobuf);
     for (size_t i = 0; i < n; i++) dst[i] = pat(seed, i);
-    if (c->device) assert_ok(llmem_resource_copy(c->fault, p, iobuf, n));
+    if (c->device) assert_ok(llmem_resource_copy(c->r.fault, p, iobuf, n));
 }
 
 static void check_pattern(const ctx *c, const void *p, size_t n, unsigned seed)
@@ -100,7 +90,7 @@ static void check_pattern(const ctx *c, const void *p, size_t n, unsigned seed)
     const unsigned char *src = p;
     if (c->device) {
         memset(iobuf, 0, n);
-        assert_ok(llmem_resource_copy(c->fault, iobuf, p, n));
+        assert_ok(llmem_resource_copy(c->r.fault, iobuf, p, n));
         src = iobuf;
     }
     for (size_t i = 0; i < n; i++)
@@ -189,7 +179,7 @@ static void scenario_arena(ctx *c, const void *cfg)
     const size_t ns = sizeof sizes / sizeof sizes[0], na = sizeof aligns / sizeof aligns[0];
     llmem_arena_options o = llmem_arena_options_default();
     o.name = "req-arena";
-    o.resource = c->fault;
+    o.resource = c->r.fault;
     o.chunk_bytes = 64 * KiB;
     llmem_arena *a;
     assert_ok(llmem_arena_create(&o, &a)); /* maps nothing yet */
@@ -277,7 +267,7 @@ static llmem_fixed *fixed_open(ctx *c, const fixed_cfg *f)
 {
     llmem_fixed_options o = llmem_fixed_options_default();
     o.name = f->name;
-    o.resource = c->fault;
+    o.resource = c->r.fault;
     o.block_size = f->block;
     o.chunk_bytes = f->chunk;
     o.max_chunk_bytes = f->max_chunk;
@@ -367,7 +357,7 @@ typedef void (*scenario_fn)(ctx *c, const void *cfg);
 
 static void arm(ctx *c, uint64_t nth, uint64_t count)
 {
-    test_fault_arm(c->fault, nth, count, LLMEM_FAULT_OP_MAP);
+    test_fault_arm(c->r.fault, nth, count, LLMEM_FAULT_OP_MAP);
     c->forever = count == UINT64_MAX;
     c->surfaced = c->absorbed = c->nulls = 0;
     c->strict = false;

@@ -1986,9 +1986,7 @@ static void appends_take_no_malloc(void **state)
 
 /* ---- fault injection ------------------------------------------------------------- */
 
-typedef struct fctx {
-    llmem_resource *base, *track, *fault;
-} fctx;
+typedef test_fault_stack fctx;
 
 /* The manager over a pool over fault(tracking(os)): a fixed scenario of
  * creates, prompts, appends, forks, truncations and frees, every sequence
@@ -2063,9 +2061,7 @@ static void fault_campaign(void **state)
 {
     (void)state;
     fctx f;
-    assert_ok(llmem_os_resource_create(NULL, &f.base));
-    assert_ok(llmem_tracking_resource_create(f.base, &f.track));
-    assert_ok(llmem_fault_resource_create(f.track, NULL, &f.fault));
+    test_fault_stack_open(&f, NULL);
     static const struct {
         llmem_kv_strategy st;
         bool prefix;
@@ -2077,9 +2073,7 @@ static void fault_campaign(void **state)
         unsigned surfaced = 0, absorbed = 0, total_surfaced = 0;
         fault_arm(&f, 0, 1);
         fault_scenario(&f, cfgs[c].st, cfgs[c].prefix, &surfaced, &absorbed);
-        llmem_fault_stats fs;
-        memset(&fs, 0, sizeof fs);
-        assert_ok(llmem_fault_resource_get_stats(f.fault, &fs));
+        llmem_fault_stats fs = test_fault_stats(f.fault);
         uint64_t n = fs.calls_total;
         assert_int_equal(fs.injected_total, 0);
         assert_int_equal(surfaced + absorbed, 0);
@@ -2088,8 +2082,7 @@ static void fault_campaign(void **state)
         for (uint64_t k = 1; k <= n; k++) {
             fault_arm(&f, k, 1);
             fault_scenario(&f, cfgs[c].st, cfgs[c].prefix, &surfaced, &absorbed);
-            memset(&fs, 0, sizeof fs);
-            assert_ok(llmem_fault_resource_get_stats(f.fault, &fs));
+            fs = test_fault_stats(f.fault);
             assert_int_equal(fs.injected_total, 1);
             if (surfaced + absorbed != 1)
                 fail_msg("config %zu, map %llu: seen %u times", c, (unsigned long long)k, surfaced + absorbed);
@@ -2107,9 +2100,7 @@ static void fault_campaign(void **state)
                       c, (unsigned long long)n, total_surfaced);
     }
     fault_arm(&f, 0, 1);
-    llmem_resource_destroy(f.fault);
-    llmem_resource_destroy(f.track);
-    llmem_resource_destroy(f.base);
+    test_fault_stack_close(&f);
 }
 
 /* ---- offload: swap out and in -------------------------------------------------------- */

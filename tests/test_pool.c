@@ -428,9 +428,8 @@ static void max_bytes_caps_growth(void **state)
 static void fault_campaign(void **state)
 {
     (void)state;
-    llmem_resource *track, *fault;
-    assert_ok(llmem_tracking_resource_create(llmem_resource_default(), &track));
-    assert_ok(llmem_fault_resource_create(track, NULL, &fault));
+    test_fault_stack fs;
+    test_fault_stack_open(&fs, llmem_resource_default());
     /* A scenario: small and large allocations, frees, a trim (unmaps and
      * decommits), more. Every map, commit, unmap and decommit call fails
      * once in turn. A failure while a thread cache refills can be absorbed
@@ -439,12 +438,10 @@ static void fault_campaign(void **state)
      * caller. The fault is disarmed before destroy, which cannot report. */
     uint64_t calls = 0, surfaced = 0;
     for (uint64_t k = 0;; k++) {
-        llmem_fault_options fo = llmem_fault_options_default();
-        fo.fail_nth = k; /* 0: count only */
-        fo.ops = LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT | LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_DECOMMIT;
-        assert_ok(llmem_fault_resource_arm(fault, &fo));
+        test_fault_arm(fs.fault, k, 1, /* k = 0: count only */
+                       LLMEM_FAULT_OP_MAP | LLMEM_FAULT_OP_COMMIT | LLMEM_FAULT_OP_UNMAP | LLMEM_FAULT_OP_DECOMMIT);
         llmem_pool_options o = llmem_pool_options_default();
-        o.resource = fault;
+        o.resource = fs.fault;
         o.purge = LLMEM_POOL_PURGE_MANUAL; /* the same calls in every run */
         o.first_superblock_bytes = 1 << 20;
         llmem_pool *p;
@@ -477,26 +474,22 @@ static void fault_campaign(void **state)
             }
         llmem_pool_trim(p);
         assert_ok(llmem_pool_check(p));
-        llmem_fault_stats fs = {0};
-        assert_ok(llmem_fault_resource_get_stats(fault, &fs));
+        llmem_fault_stats f = test_fault_stats(fs.fault);
         if (k == 0) {
-            calls = fs.calls_total;
+            calls = f.calls_total;
             assert_true(calls > 10);
         } else {
-            assert_int_equal(fs.injected_total, 1);
+            assert_int_equal(f.injected_total, 1);
             assert_true(failed <= 1);
             surfaced += (uint64_t)failed;
         }
-        assert_ok(llmem_fault_resource_arm(fault, NULL));
+        assert_ok(llmem_fault_resource_arm(fs.fault, NULL));
         llmem_pool_destroy(p);
-        llmem_tracking_stats ts = {0};
-        assert_ok(llmem_tracking_resource_get_stats(track, &ts));
-        assert_int_equal(ts.live_mappings, 0);
+        assert_int_equal(test_tracking_stats(fs.track).live_mappings, 0);
         if (k >= calls) break;
     }
     assert_true(surfaced > 0);
-    llmem_resource_destroy(fault);
-    llmem_resource_destroy(track);
+    test_fault_stack_close(&fs);
 }
 
 static void stats_export(void **state)

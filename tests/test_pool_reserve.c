@@ -221,12 +221,10 @@ static void bad_options(void **state)
 static void commit_failure_is_clean(void **state)
 {
     (void)state;
-    llmem_resource *os = NULL, *track = NULL, *fault = NULL;
-    assert_ok(llmem_os_resource_create(NULL, &os));
-    assert_ok(llmem_tracking_resource_create(os, &track));
-    assert_ok(llmem_fault_resource_create(track, NULL, &fault));
+    test_fault_stack fs;
+    test_fault_stack_open(&fs, NULL);
     llmem_pool_options o = llmem_pool_options_default();
-    o.resource = fault;
+    o.resource = fs.fault;
     o.reserve_bytes = 256 * MiB;
     o.purge = LLMEM_POOL_PURGE_MANUAL;
     llmem_pool *p = NULL;
@@ -234,10 +232,7 @@ static void commit_failure_is_clean(void **state)
     void *a = llmem_pool_alloc(p, 4 * MiB, NULL);
     assert_non_null(a);
     memset(a, 1, 4 * MiB);
-    llmem_fault_options fo = llmem_fault_options_default();
-    fo.fail_nth = 1;
-    fo.ops = LLMEM_FAULT_OP_COMMIT;
-    assert_ok(llmem_fault_resource_arm(fault, &fo));
+    test_fault_arm(fs.fault, 1, 1, LLMEM_FAULT_OP_COMMIT);
     llmem_pool_stats s0 = test_pool_stats(p);
     llmem_status st;
     assert_null(llmem_pool_alloc(p, 4 * MiB, &st));
@@ -252,13 +247,8 @@ static void commit_failure_is_clean(void **state)
     assert_ok(llmem_pool_free(p, a));
     assert_ok(llmem_pool_free(p, b));
     llmem_pool_destroy(p);
-    llmem_tracking_stats t;
-    memset(&t, 0, sizeof t);
-    assert_ok(llmem_tracking_resource_get_stats(track, &t));
-    assert_int_equal(t.live_mappings, 0);
-    llmem_resource_destroy(fault);
-    llmem_resource_destroy(track);
-    llmem_resource_destroy(os);
+    assert_int_equal(test_tracking_stats(fs.track).live_mappings, 0);
+    test_fault_stack_close(&fs);
 }
 
 int main(void)

@@ -8,7 +8,8 @@
  *
  * With them, the two base resources most tests build on (test_os_new,
  * test_sim_new), a host copy of device or host memory (test_read_back),
- * arming a fault resource (test_fault_arm), and the end-of-test checks of
+ * the fault(tracking(base)) stack (test_fault_stack_open) and arming its
+ * fault resource (test_fault_arm), and the end-of-test checks of
  * a sim device and of a tracking resource.
  *
  * A test that checks get_stats itself (every field written, struct_size
@@ -105,6 +106,30 @@ static inline void test_fault_arm(llmem_resource *f, uint64_t nth, uint64_t coun
     o.fail_nth = nth;
     o.fail_count = count;
     assert_ok(llmem_fault_resource_arm(f, &o));
+}
+
+/* The fault tests' stack: fault(tracking(base)), so every call the code
+ * under test makes can be failed, and every mapping it leaks shows. */
+typedef struct test_fault_stack {
+    llmem_resource *base, *track, *fault;
+} test_fault_stack;
+
+/* Build it over base (NULL: a new os resource); the fault adaptor starts
+ * unarmed (test_fault_arm arms it). test_fault_stack_close destroys all
+ * three, base included (the process default is never destroyed). */
+static inline void test_fault_stack_open(test_fault_stack *s, llmem_resource *base)
+{
+    s->base = base ? base : test_os_new();
+    assert_ok(llmem_tracking_resource_create(s->base, &s->track));
+    assert_ok(llmem_fault_resource_create(s->track, NULL, &s->fault));
+}
+
+static inline void test_fault_stack_close(test_fault_stack *s)
+{
+    llmem_resource_destroy(s->fault);
+    llmem_resource_destroy(s->track);
+    llmem_resource_destroy(s->base);
+    memset(s, 0, sizeof *s);
 }
 
 /* The sim device holds nothing and refused no copy as out of bounds. */
