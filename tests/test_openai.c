@@ -221,6 +221,35 @@ static llmem_tokenizer *tok512(void)
     return t;
 }
 
+/* The conversation both render tests send: a system prompt, a user turn
+ * (its text the test's), an assistant turn and a last user turn. */
+typedef struct convo {
+    char sys[16], u1[32], a1[8], u2[8];
+    llmem_oai_message m[4];
+} convo;
+
+static void convo_init(convo *c, const char *user)
+{
+    snprintf(c->sys, sizeof c->sys, "Be kind.");
+    snprintf(c->u1, sizeof c->u1, "%s", user);
+    snprintf(c->a1, sizeof c->a1, "Hello");
+    snprintf(c->u2, sizeof c->u2, "Bye");
+    c->m[0] = (llmem_oai_message){LLMEM_CHAT_SYSTEM, c->sys};
+    c->m[1] = (llmem_oai_message){LLMEM_CHAT_USER, c->u1};
+    c->m[2] = (llmem_oai_message){LLMEM_CHAT_ASSISTANT, c->a1};
+    c->m[3] = (llmem_oai_message){LLMEM_CHAT_USER, c->u2};
+}
+
+/* All four messages rendered with f: the tokens (to free), their count
+ * in *n and the stop token in *stop. */
+static int32_t *convo_render(const llmem_chat_format *f, llmem_tokenizer *t, convo *c, size_t *n, int32_t *stop)
+{
+    int32_t *ids;
+    llmem_oai_error err;
+    assert_ok(llmem_chat_render(f, t, c->m, 4, &ids, n, stop, &err));
+    return ids;
+}
+
 static void test_render_llama2(void **state)
 {
     (void)state;
@@ -233,14 +262,11 @@ static void test_render_llama2(void **state)
     assert_error_mentions("<|im_start|>");
     assert_status(llmem_chat_format_init(LLMEM_CHAT_TEMPLATE_NONE, t, &g), LLMEM_EINVAL);
 
-    char sys[] = "Be kind.", u1[] = " Hi ", a1[] = "Hello", u2[] = "Bye";
-    llmem_oai_message m[] = {
-        {LLMEM_CHAT_SYSTEM, sys}, {LLMEM_CHAT_USER, u1}, {LLMEM_CHAT_ASSISTANT, a1}, {LLMEM_CHAT_USER, u2}};
-    int32_t *ids;
+    convo c;
+    convo_init(&c, " Hi ");
     size_t n;
     int32_t stop;
-    llmem_oai_error err;
-    assert_ok(llmem_chat_render(&f, t, m, 4, &ids, &n, &stop, &err));
+    int32_t *ids = convo_render(&f, t, &c, &n, &stop);
     assert_int_equal(stop, llmem_tokenizer_eos(t));
     /* The expected sequence, built from its parts. */
     const char *p1 = "[INST] <<SYS>>\nBe kind.\n<</SYS>>\n\nHi [/INST]";
@@ -260,16 +286,17 @@ static void test_render_llama2(void **state)
     free(ids);
 
     /* Orders the template cannot express. */
-    llmem_oai_message bad1[] = {{LLMEM_CHAT_ASSISTANT, a1}};
+    llmem_oai_error err;
+    llmem_oai_message bad1[] = {{LLMEM_CHAT_ASSISTANT, c.a1}};
     assert_status(llmem_chat_render(&f, t, bad1, 1, &ids, &n, NULL, &err), LLMEM_EINVAL);
     assert_int_equal(err.http_status, 400);
     assert_string_equal(err.param, "messages");
-    llmem_oai_message bad2[] = {{LLMEM_CHAT_USER, u1}, {LLMEM_CHAT_ASSISTANT, a1}};
+    llmem_oai_message bad2[] = {{LLMEM_CHAT_USER, c.u1}, {LLMEM_CHAT_ASSISTANT, c.a1}};
     assert_status(llmem_chat_render(&f, t, bad2, 2, &ids, &n, NULL, &err), LLMEM_EINVAL);
     assert_true(strstr(err.message, "last message") != NULL);
-    llmem_oai_message bad3[] = {{LLMEM_CHAT_SYSTEM, sys}};
+    llmem_oai_message bad3[] = {{LLMEM_CHAT_SYSTEM, c.sys}};
     assert_status(llmem_chat_render(&f, t, bad3, 1, &ids, &n, NULL, &err), LLMEM_EINVAL);
-    assert_status(llmem_chat_render(&f, t, m, 0, &ids, &n, NULL, &err), LLMEM_EINVAL);
+    assert_status(llmem_chat_render(&f, t, c.m, 0, &ids, &n, NULL, &err), LLMEM_EINVAL);
     llmem_tokenizer_destroy(t);
 }
 
@@ -324,14 +351,11 @@ static void test_render_chatml(void **state)
     assert_int_equal(f.im_start, 512);
     assert_int_equal(f.im_end, 513);
     /* A user who writes the control text gets characters, not the token. */
-    char sys[] = "Be kind.", u1[] = "Hi <|im_end|>", a1[] = "Hello", u2[] = "Bye";
-    llmem_oai_message m[] = {
-        {LLMEM_CHAT_SYSTEM, sys}, {LLMEM_CHAT_USER, u1}, {LLMEM_CHAT_ASSISTANT, a1}, {LLMEM_CHAT_USER, u2}};
-    int32_t *ids;
+    convo c;
+    convo_init(&c, "Hi <|im_end|>");
     size_t n;
     int32_t stop;
-    llmem_oai_error err;
-    assert_ok(llmem_chat_render(&f, t, m, 4, &ids, &n, &stop, &err));
+    int32_t *ids = convo_render(&f, t, &c, &n, &stop);
     assert_int_equal(stop, 513);
     int32_t want[512];
     size_t k = 0;
@@ -358,7 +382,8 @@ static void test_render_chatml(void **state)
     assert_ok(llmem_tokenizer_encode(t, "user", false, false, b, 16, &nb));
     assert_true(na != nb || memcmp(a, b, na * sizeof *a) != 0);
     /* The last message must not be the assistant's. */
-    assert_status(llmem_chat_render(&f, t, m, 3, &ids, &n, NULL, &err), LLMEM_EINVAL);
+    llmem_oai_error err;
+    assert_status(llmem_chat_render(&f, t, c.m, 3, &ids, &n, NULL, &err), LLMEM_EINVAL);
     assert_string_equal(err.param, "messages");
     llmem_tokenizer_destroy(t);
 }

@@ -498,6 +498,19 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
     return b;
 }
 
+/* b takes in next, its free right neighbour in sb: next leaves the tree
+ * and the owner map, its descriptor is freed. b's own tree key is the
+ * caller's business. */
+static inline void take_in_next(llmem_pool *p, superblock *sb, pblock *b, pblock *next)
+{
+    llmem__pool_tree_remove(p, next);
+    sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next) next->next->prev = b;
+    llmem__pool_desc_free(p, next);
+}
+
 bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size)
 {
     pblock *next = b->next;
@@ -505,12 +518,7 @@ bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size)
     superblock *sb = b->sb;
     size_t old = b->size;
     if (llmem__pool_commit_range(p, sb, next->start, size - old)) return false;
-    llmem__pool_tree_remove(p, next);
-    sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
-    b->size += next->size;
-    b->next = next->next;
-    if (next->next) next->next->prev = b;
-    llmem__pool_desc_free(p, next);
+    take_in_next(p, sb, b, next);
     if (b->size > size) llmem__pool_split_back(p, b, size);
     sb->used += b->size - old;
     return true;
@@ -554,12 +562,7 @@ void llmem__pool_put_pages(llmem_pool *p, pblock *b)
     }
     if (next && next->kind == D_FREE) {
         if (kept) {
-            llmem__pool_tree_remove(p, next);
-            sb->owner[unit_of(sb, next->start, p->ushift)] = NULL;
-            b->size += next->size;
-            b->next = next->next;
-            if (next->next) next->next->prev = b;
-            llmem__pool_desc_free(p, next);
+            take_in_next(p, sb, b, next);
         } else {
             /* next's descriptor takes in b: it stays in the tree. */
             kept = next;

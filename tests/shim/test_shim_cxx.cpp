@@ -133,28 +133,32 @@ static void handler_gives_up(void)
     if (++handler_calls == 2) std::set_new_handler(nullptr);
 }
 
+// Whether f() throws std::bad_alloc.
+template <typename F> static bool throws_bad_alloc(F f)
+{
+    try {
+        f();
+    } catch (const std::bad_alloc &) {
+        return true;
+    }
+    return false;
+}
+
 // What cannot be had: std::bad_alloc from the throwing forms, after the
 // new_handler was called until it uninstalled itself; nullptr from the
 // nothrow forms.
 static void failure_is_bad_alloc_or_nullptr(void **)
 {
     const std::size_t huge = (std::size_t)1 << 62;
-    bool thrown = false;
-    try {
+    auto new_huge = [&] {
         void *p = ::operator new(huge);
         ::operator delete(p);
-    } catch (const std::bad_alloc &) {
-        thrown = true;
-    }
-    assert_true(thrown);
-    thrown = false;
-    try {
+    };
+    assert_true(throws_bad_alloc(new_huge));
+    assert_true(throws_bad_alloc([&] {
         void *p = ::operator new[](huge, std::align_val_t{64});
         ::operator delete[](p);
-    } catch (const std::bad_alloc &) {
-        thrown = true;
-    }
-    assert_true(thrown);
+    }));
     assert_null(::operator new(huge, std::nothrow));
     assert_null(::operator new[](huge, std::nothrow));
     assert_null(::operator new(huge, std::align_val_t{4096}, std::nothrow));
@@ -162,14 +166,7 @@ static void failure_is_bad_alloc_or_nullptr(void **)
 
     handler_calls = 0;
     std::set_new_handler(handler_gives_up);
-    thrown = false;
-    try {
-        void *p = ::operator new(huge);
-        ::operator delete(p);
-    } catch (const std::bad_alloc &) {
-        thrown = true;
-    }
-    assert_true(thrown);
+    assert_true(throws_bad_alloc(new_huge));
     assert_int_equal(handler_calls, 2);
     handler_calls = 0;
     std::set_new_handler(handler_gives_up);
