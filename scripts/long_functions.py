@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """long_functions.py LIMIT DIR... - list the C functions in DIR longer than
-LIMIT lines, longest first is up to the caller (sort -rn). A function is a
+LIMIT lines (pipe into sort -rn for the longest first). A function is a
 top-level '{' at column 0 (or a signature line ending in ') {') to the next
 '}' at column 0, as the house style writes them (STYLE.md). Issue 13's bound:
 
