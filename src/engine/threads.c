@@ -297,3 +297,17 @@ void llmem__threads_split(size_t total, size_t grain, unsigned index, unsigned c
     *lo = g0 == grains ? total : g0 * grain;
     *hi = g1 == grains ? total : g1 * grain;
 }
+
+void llmem__threads_barrier(const llmem__threads *t, uint32_t *arrived, unsigned count)
+{
+    if (count <= 1) return;
+    unsigned spin = t ? t->spin : SPIN_ITERS_OVER;
+    __atomic_add_fetch(arrived, 1, __ATOMIC_ACQ_REL);
+    /* Every thread of a run has its job (the caller's wait_done needs them
+     * all), so the wait is bounded by the slowest one's phase; the yields
+     * give an oversubscribed core to the thread still working. */
+    for (unsigned i = 0; __atomic_load_n(arrived, __ATOMIC_ACQUIRE) < count; i++) {
+        if (i < spin) cpu_relax();
+        else sched_yield();
+    }
+}
