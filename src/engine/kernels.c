@@ -31,6 +31,19 @@
  * four activation rows. The same split over the team and the same
  * batch-independent order hold there.
  *
+ * Groups. Matrices that read the same x (Q, K, V; gate and up) go through
+ * llmem__matmul_group: x is quantised once per activation layout (A8 for
+ * the 32-element types, A8K for the k-quants), and one run of the team
+ * splits the concatenation of all their rows, in MM_GRAIN grains counted
+ * per matrix, so every part starts at a multiple of MM_GRAIN of its
+ * matrix's rows, as a separate matmul's parts do. With a batch large
+ * enough to quantise on the team the quantisation is that same run's first
+ * phase: each thread quantises its share of the rows, a barrier
+ * (llmem__threads_barrier), then the products; one wake of the team per
+ * group instead of two per matrix. llmem__matmul is a group of one. Each
+ * y is computed by the same kernel on the same rows as alone, so a group
+ * gives the separate calls' bits.
+ *
  * The summation-order invariant. Each y[b][r] is one dot product computed
  * by one thread, always in the same order, which depends on n alone:
  *

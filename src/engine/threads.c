@@ -31,6 +31,11 @@
  * enough: a thread that does not get its job within the spin budget sleeps
  * and gives its core to the threads that have work.
  *
+ * A barrier inside a run (llmem__threads_barrier) is one atomic counter
+ * per use: each thread adds 1 (acq_rel) and spins, then yields, until it
+ * reads count (acquire). It never sleeps: every thread of the run already
+ * has its job, so the wait is one phase's imbalance, not an idle team.
+ *
  * A run allocates nothing; create allocates the team and its workers.
  */
 #include "threads.h"
