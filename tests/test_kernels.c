@@ -675,6 +675,164 @@ static void test_q4k_x8_portable(void **state)
     llmem__kernels_force_portable(false);
 }
 
+/* ---- grouped matmul (llmem__matmul_group) ---------------------------------------
+ * A group over one x gives, bitwise, what separate llmem__matmul calls
+ * give, for every weight type (the repacked x8 ones too), mixed types in
+ * one group (both activation layouts at once), batches 1..9 (below and at
+ * the size where the team quantises, which folds into the products' run)
+ * and teams of 1-4 threads; it writes nothing past each matrix's batch
+ * rows, and needs no more scratch than llmem__matmul_group_scratch_bytes
+ * (the buffer is exactly that size, for ASan). */
+
+#define GROUP_TYPES_MAX 6
+
+/* d rows of n of wtype t (F32/F16/BF16, a block type or a repacked one),
+ * malloc'd. */
+static void *group_weights(uint32_t t, size_t n, size_t d)
+{
+    if (t == F32 || t == F16 || t == BF16) {
+        wmat m;
+        wmat_make(&m, t, n, d);
+        free(m.val);
+        return m.data;
+    }
+    uint32_t base = llmem__x8_base_type(t);
+    size_t rb;
+    uint8_t *w = qmat_make(base, n, d, &rb);
+    if (base == t) return w;
+    bool k4 = base == LLMEM_DTYPE_Q4_K;
+    uint8_t *w8 = malloc((k4 ? llmem__q4k_x8_bytes(n, d) : llmem__q5_0_x8_bytes(n, d)) + 1);
+    assert_non_null(w8);
+    if (k4) llmem__q4k_x8_pack(w8, w, n, d);
+    else llmem__q5_0_x8_pack(w8, w, n, d);
+    free(w);
+    return w8;
+}
+
+static void group_case(const uint32_t *types, size_t count, size_t n, const size_t *ds)
+{
+    const size_t maxb = 9;
+    void *w[GROUP_TYPES_MAX];
+    float *yref[GROUP_TYPES_MAX], *y[GROUP_TYPES_MAX];
+    llmem__mm mm[GROUP_TYPES_MAX];
+    assert_true(count <= GROUP_TYPES_MAX);
+    float *x = malloc(maxb * n * sizeof(float));
+    assert_non_null(x);
+    for (size_t i = 0; i < maxb * n; i++) x[i] = rng_f() * (i % 97 == 0 ? 30.0f : 1.0f);
+    size_t sep = 0; /* the largest scratch of one separate matmul */
+    for (size_t i = 0; i < count; i++) {
+        w[i] = group_weights(types[i], n, ds[i]);
+        yref[i] = malloc(maxb * ds[i] * sizeof(float) + 1);
+        y[i] = malloc(maxb * ds[i] * sizeof(float) + 1);
+        assert_true(yref[i] && y[i]);
+        size_t b = llmem__matmul_scratch_bytes(types[i], n, maxb);
+        if (b > sep) sep = b;
+    }
+    size_t gbytes = llmem__matmul_group_scratch_bytes(types, count, n, maxb);
+    assert_true(gbytes >= sep);
+    assert_int_equal(gbytes % 64, 0);
+    void *sep_scratch = sep ? aligned_alloc(64, sep) : NULL;
+    char what[160];
+    int len = snprintf(what, sizeof what, "group n=%zu (%s):", n, llmem__kernels_isa());
+    for (size_t i = 0; i < count && len > 0 && (size_t)len < sizeof what; i++)
+        len += snprintf(what + len, sizeof what - (size_t)len, " %s x %zu", types[i] >= LLMEM__WTYPE_Q4K_X8
+                        ? (types[i] == LLMEM__WTYPE_Q4K_X8 ? "q4_K_x8" : "q5_0_x8") : type_name(types[i]), ds[i]);
+    for (size_t batch = 1; batch <= maxb; batch++) {
+        /* The separate calls: one thread (any team gives these bits: check_batches). */
+        for (size_t i = 0; i < count; i++)
+            llmem__matmul(NULL, yref[i], x, w[i], types[i], n, ds[i], batch, sep_scratch);
+        /* Exactly the bytes this batch needs, so ASan sees any overrun. */
+        size_t bytes = llmem__matmul_group_scratch_bytes(types, count, n, batch);
+        void *scratch = bytes ? aligned_alloc(64, bytes) : NULL;
+        assert_true(bytes == 0 || scratch);
+        for (unsigned k = 0; k <= 4; k++) {
+            for (size_t i = 0; i < count; i++) {
+                memset(y[i], 0xff, maxb * ds[i] * sizeof(float));
+                mm[i] = (llmem__mm){y[i], w[i], types[i], ds[i]};
+            }
+            if (scratch) memset(scratch, 0x5a, bytes); /* no rows left from the last call */
+            llmem__matmul_group(k ? teams[k] : NULL, mm, count, x, n, batch, scratch);
+            for (size_t i = 0; i < count; i++) {
+                size_t d = ds[i];
+                if (memcmp(y[i], yref[i], batch * d * sizeof(float)) != 0) {
+                    size_t e = 0;
+                    while (memcmp(&y[i][e], &yref[i][e], sizeof(float)) == 0) e++;
+                    fail_msg("%s batch=%zu threads=%u: matrix %zu y[%zu][%zu] = %.9g, the separate matmul gave %.9g",
+                             what, batch, k, i, e / d, e % d, y[i][e], yref[i][e]);
+                }
+                for (size_t e = batch * d; e < maxb * d; e++) {
+                    uint32_t u;
+                    memcpy(&u, &y[i][e], 4);
+                    if (u != 0xffffffffu) fail_msg("%s batch=%zu: matrix %zu written past its batch at %zu", what, batch, i, e);
+                }
+            }
+        }
+        free(scratch);
+    }
+    for (size_t i = 0; i < count; i++) {
+        free(w[i]);
+        free(yref[i]);
+        free(y[i]);
+    }
+    free(sep_scratch);
+    free(x);
+}
+
+static void group_all(void)
+{
+    /* Rows not multiples of MM_GRAIN, so the team's cuts fall inside
+     * matrices and at their bounds: 40 + 17 + 72 rows of 256 is enough
+     * work (MM_SERIAL_MACS) for the team from batch 2. */
+    static const size_t ds[] = {40, 17, 72, 9, 24, 33};
+    static const uint32_t all[] = {F32, F16, BF16, LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYPE_Q5_0,
+                                   LLMEM_DTYPE_Q5_1, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q3_K,
+                                   LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K, LLMEM__WTYPE_Q4K_X8,
+                                   LLMEM__WTYPE_Q5_0_X8};
+    /* Each type alone: three matrices of it (QKV), and two (gate/up). */
+    for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
+        uint32_t base = llmem__x8_base_type(all[t]);
+        bool k = base >= LLMEM_DTYPE_Q2_K && base <= LLMEM_DTYPE_Q6_K;
+        size_t n = k ? 256 : base == F32 || base == F16 || base == BF16 ? 257 : 288;
+        uint32_t ts[3] = {all[t], all[t], all[t]};
+        group_case(ts, 3, n, ds);
+        group_case(ts, 2, n, ds + 3);
+        group_case(ts, 1, n, ds + 2);
+    }
+    /* Mixed: both activation layouts, x8 beside in-place rows, float
+     * beside block types, a q6_K among q4_K (a Q4_K_M's V); then more
+     * matrices than one run takes (LLMEM__MM_GROUP_MAX). */
+    static const uint32_t mix[][GROUP_TYPES_MAX] = {
+        {LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q6_K},
+        {LLMEM__WTYPE_Q4K_X8, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q6_K},
+        {LLMEM__WTYPE_Q5_0_X8, LLMEM_DTYPE_Q4_0, F16, LLMEM_DTYPE_Q3_K},
+        {F32, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q5_1, LLMEM__WTYPE_Q4K_X8},
+        {LLMEM_DTYPE_Q4_0, F32, LLMEM_DTYPE_Q4_K, BF16, LLMEM_DTYPE_Q6_K, LLMEM__WTYPE_Q5_0_X8},
+    };
+    static const size_t mix_count[] = {3, 3, 4, 4, 6};
+    for (size_t i = 0; i < sizeof mix_count / sizeof mix_count[0]; i++) {
+        group_case(mix[i], mix_count[i], 256, ds);
+        group_case(mix[i], mix_count[i], 512, ds + 1);
+    }
+    /* A matrix with no rows is skipped; a group with nothing to do writes nothing. */
+    static const size_t ds0[] = {0, 40, 0};
+    group_case(mix[1], 3, 256, ds0);
+    group_case(mix[1], 1, 256, ds0);
+}
+
+static void test_matmul_group(void **state)
+{
+    (void)state;
+    group_all();
+}
+
+static void test_matmul_group_portable(void **state)
+{
+    (void)state;
+    llmem__kernels_force_portable(true);
+    group_all();
+    llmem__kernels_force_portable(false);
+}
+
 /* ---- f16 ------------------------------------------------------------------ */
 
 static void test_f16_all_halves(void **state)
@@ -1061,6 +1219,8 @@ int main(void)
         cmocka_unit_test(test_qmatmul_portable),
         cmocka_unit_test(test_q4k_x8),
         cmocka_unit_test(test_q4k_x8_portable),
+        cmocka_unit_test(test_matmul_group),
+        cmocka_unit_test(test_matmul_group_portable),
         cmocka_unit_test(test_f16_all_halves),
         cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_dequant_q8_0),

@@ -7,7 +7,8 @@
  * of 1, 2, 3 and 8 threads on whatever cores there are (8 on a 2-core
  * machine must sleep, not spin, to stay fast); runs after the workers fell
  * asleep and runs where the caller has to sleep for a slow worker; split
- * covers [0, total) in balanced, grain-aligned, contiguous parts; create and
+ * covers [0, total) in balanced, grain-aligned, contiguous parts; the
+ * barrier inside a run; create and
  * destroy in a loop (LeakSanitizer and TSan's thread-leak check watch).
  * Runs under TSan in `make check`. Run latency is a benchmark, not a test:
  * `llmem bench kernels` (bench/bench_kernels.c).
@@ -139,6 +140,57 @@ static void test_work_visible(void **state)
     free(v);
 }
 
+/* A barrier inside a run: each thread writes its own slot (plain stores),
+ * waits, then reads every slot, so each sees all the others' writes (TSan
+ * sees a race if the barrier's release/acquire edges are missing; a wrong
+ * count leaves a slot unwritten). Teams of 1..5 and 8 (8 on 2 cores:
+ * the waiters must yield to the threads still writing). */
+typedef struct barrier_job {
+    const llmem__threads *t;
+    uint32_t arrived;
+    uint64_t round;
+    uint64_t slot[MAXT];
+    uint64_t seen[MAXT];  /* per index: the sum of all slots it read after the barrier */
+} barrier_job;
+
+static void barrier_fn(void *ctx, unsigned index, unsigned count)
+{
+    barrier_job *j = ctx;
+    j->slot[index] = j->round * 1000 + index;
+    llmem__threads_barrier(j->t, &j->arrived, count);
+    uint64_t s = 0;
+    for (unsigned i = 0; i < count; i++) s += j->slot[i];
+    j->seen[index] = s;
+}
+
+static void test_barrier(void **state)
+{
+    (void)state;
+    static const unsigned ns[] = {1, 2, 3, 4, 5, 8};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        unsigned n = ns[k];
+        llmem__threads *t;
+        assert_ok(llmem__threads_create(n, &t));
+        barrier_job j;
+        memset(&j, 0, sizeof j);
+        j.t = t;
+        for (unsigned round = 1; round <= 300; round++) {
+            j.arrived = 0; /* one use per run */
+            j.round = round;
+            memset(j.slot, 0, sizeof j.slot);
+            llmem__threads_run(t, barrier_fn, &j);
+            uint64_t want = (uint64_t)round * 1000 * n + (uint64_t)n * (n - 1) / 2;
+            for (unsigned i = 0; i < n; i++)
+                if (j.seen[i] != want) fail_msg("barrier, %u threads, round %u: index %u saw %llu, want %llu", n, round, i,
+                                                (unsigned long long)j.seen[i], (unsigned long long)want);
+        }
+        llmem__threads_destroy(t);
+    }
+    /* A lone caller (count 1) does not wait. */
+    uint32_t arrived = 0;
+    llmem__threads_barrier(NULL, &arrived, 1);
+}
+
 /* Runs after the workers have gone to sleep (futex wake path), and runs in
  * which one worker is slow enough for the caller to sleep too. */
 typedef struct slow_job {
@@ -268,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_every_index_once),
         cmocka_unit_test(test_oversubscribed_not_slow),
         cmocka_unit_test(test_work_visible),
+        cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_sleep_paths),
         cmocka_unit_test(test_create_destroy),
         cmocka_unit_test(test_defaults_and_errors),

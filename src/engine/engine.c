@@ -112,7 +112,7 @@ enum {
 typedef struct graph_dims {
     size_t dim, qdim, kvdim, ffn, vocab, max_seq_len, blocks_max;
     unsigned threads;
-    size_t xq_row;  /* bytes of a quantised activation row for the widest block-type matmul; 0: none */
+    size_t xq_row;  /* bytes per token of the widest matmul or group's quantised activation rows; 0: none */
 } graph_dims;
 
 /* a * b * c, or SIZE_MAX when it does not fit (plan_step refuses it). */
@@ -652,9 +652,10 @@ static llmem_status forward(llmem_engine *e, step_bufs *b, const llmem_engine_ba
     for (uint32_t l = 0; l < e->L; l++) {
         const eng_layer *ly = &e->layers[l];
         llmem__rmsnorm_rows(th, b->xb, b->x, NULL, ly->attn_norm, e->dim, T, e->eps);
-        llmem__matmul(th, b->q, b->xb, ly->wq, ly->tq, e->dim, e->qdim, T, b->xq);
-        llmem__matmul(th, b->k, b->xb, ly->wk, ly->tk, e->dim, e->kvdim, T, b->xq);
-        llmem__matmul(th, b->v, b->xb, ly->wv, ly->tv, e->dim, e->kvdim, T, b->xq);
+        /* Q, K and V from one quantisation of xb, in one run of the team. */
+        const llmem__mm qkv[3] = {{b->q, ly->wq, ly->tq, e->qdim}, {b->k, ly->wk, ly->tk, e->kvdim},
+                                  {b->v, ly->wv, ly->tv, e->kvdim}};
+        llmem__matmul_group(th, qkv, 3, b->xb, e->dim, T, b->xq);
         llmem__engine_qkv_finish(e, ly, b, T);
         for (size_t i = 0; i < count; i++)
             if ((st = llmem__engine_fill_table(e, b, seq_get(e, items[i].seq), (uint32_t)i, l))) return st;
@@ -662,8 +663,8 @@ static llmem_status forward(llmem_engine *e, step_bufs *b, const llmem_engine_ba
         llmem__matmul(th, b->xo, b->att_out, ly->wo, ly->to, e->qdim, e->dim, T, b->xq);
         /* The residual and the FFN's norm, row by row on the team. */
         llmem__rmsnorm_rows(th, b->xf, b->x, b->xo, ly->ffn_norm, e->dim, T, e->eps);
-        llmem__matmul(th, b->hb, b->xf, ly->w1, ly->t1, e->dim, e->ffn, T, b->xq);
-        llmem__matmul(th, b->hb2, b->xf, ly->w3, ly->t3, e->dim, e->ffn, T, b->xq);
+        const llmem__mm up[2] = {{b->hb, ly->w1, ly->t1, e->ffn}, {b->hb2, ly->w3, ly->t3, e->ffn}};
+        llmem__matmul_group(th, up, 2, b->xf, e->dim, T, b->xq);
         llmem__swiglu_team(th, b->hb, b->hb2, T * e->ffn);
         llmem__matmul(th, b->xd, b->hb, ly->w2, ly->t2, e->ffn, e->dim, T, b->xq);
         /* Element-wise: one call over the rows, the same sums as one a row. */

@@ -67,7 +67,7 @@ struct llmem_engine {
                                from res, tagged "engine-weights"; NULL when none */
     size_t repacked_map;    /* its mapped size */
     size_t repacked_bytes;  /* the repacked copies' bytes; the source tensors' pages were given back */
-    size_t xq_row;          /* bytes of the widest quantised activation row a matmul needs (0: no block types) */
+    size_t xq_row;          /* bytes per token of the widest matmul or group's activation rows (0: no block types) */
     llmem_engine_batch_item *sub_items; /* max_seqs: a windowed step's passes */
 
     llmem__threads *th;
@@ -110,7 +110,7 @@ typedef struct step_bufs {
     size_t *tab_len;               /* items: tokens per block */
     size_t *tab_first;             /* items: the block (position / tab_len) the table's entry 0 holds */
     float *xlast, *logits;         /* items x dim, items x vocab */
-    void *xq;                      /* block-type weights: one matmul's quantised activation rows */
+    void *xq;                      /* block-type weights: one matmul's or group's quantised activation rows */
 } step_bufs;
 
 /* ---- engine.c ---- */

@@ -31,6 +31,19 @@
  * four activation rows. The same split over the team and the same
  * batch-independent order hold there.
  *
+ * Groups. Matrices that read the same x (Q, K, V; gate and up) go through
+ * llmem__matmul_group: x is quantised once per activation layout (A8 for
+ * the 32-element types, A8K for the k-quants), and one run of the team
+ * splits the concatenation of all their rows, in MM_GRAIN grains counted
+ * per matrix, so every part starts at a multiple of MM_GRAIN of its
+ * matrix's rows, as a separate matmul's parts do. With a batch large
+ * enough to quantise on the team the quantisation is that same run's first
+ * phase: each thread quantises its share of the rows, a barrier
+ * (llmem__threads_barrier), then the products; one wake of the team per
+ * group instead of two per matrix. llmem__matmul is a group of one. Each
+ * y is computed by the same kernel on the same rows as alone, so a group
+ * gives the separate calls' bits.
+ *
  * The summation-order invariant. Each y[b][r] is one dot product computed
  * by one thread, always in the same order, which depends on n alone:
  *
@@ -694,28 +707,111 @@ size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch)
     return llmem__act_row_bytes(llmem__x8_base_type(wtype), n) * batch;
 }
 
+/* The activation layouts (kernels_q.h): A8 for the 32-element block types,
+ * A8K for the k-quants; a group quantises x once for each layout its
+ * matrices need. */
+enum { ACT_A8, ACT_A8K, ACT_KINDS };
+
+static int act_kind(uint32_t base)
+{
+    switch (base) {
+    case LLMEM_DTYPE_Q2_K: case LLMEM_DTYPE_Q3_K: case LLMEM_DTYPE_Q4_K: case LLMEM_DTYPE_Q5_K:
+    case LLMEM_DTYPE_Q6_K: return ACT_A8K;
+    default: return llmem__is_qtype(base) ? ACT_A8 : -1;
+    }
+}
+
+/* Bytes of each layout's rows for the group (0 where none needs it), and
+ * the type that stands for it (any of its types: the rows are the same). */
+static size_t group_act_bytes(const uint32_t *types, size_t count, size_t n, uint32_t rep[ACT_KINDS],
+                              size_t bytes[ACT_KINDS])
+{
+    size_t total = 0;
+    for (int k = 0; k < ACT_KINDS; k++) bytes[k] = 0, rep[k] = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t base = llmem__x8_base_type(types[i]);
+        int k = act_kind(base);
+        if (k < 0 || bytes[k]) continue;
+        rep[k] = base;
+        bytes[k] = llmem__act_row_bytes(base, n);
+        total += bytes[k];
+    }
+    return total;
+}
+
+size_t llmem__matmul_group_scratch_bytes(const uint32_t *types, size_t count, size_t n, size_t batch)
+{
+    uint32_t rep[ACT_KINDS];
+    size_t bytes[ACT_KINDS];
+    return group_act_bytes(types, count, n, rep, bytes) * batch;
+}
+
+typedef struct mm_mat {
+    float *y;
+    const void *w;
+    uint32_t type;           /* the GGUF type (a repacked one's base type) */
+    bool x8;                 /* w is repacked 8 rows interleaved (type Q4_K or Q5_0) */
+    size_t d;
+    size_t g0;               /* its first grain in the concatenation of the group's rows */
+    const void *act;         /* block types: its activation rows (stride llmem__act_row_bytes(type, n)) */
+} mm_mat;
+
 typedef struct mm_job {
     const kernel_path *path; /* one path for every thread of the run */
-    float *y;
+    const llmem__threads *th;
     const float *x;
-    const void *w;
-    uint32_t type;
-    size_t n, d, batch;
-    void *act;               /* block types: the quantised activation rows (stride act_bytes) */
-    size_t act_bytes;
-    bool x8;                 /* w is repacked 8 rows interleaved (type is then its base type, Q4_K or Q5_0) */
+    size_t n, batch;
+    mm_mat m[LLMEM__MM_GROUP_MAX];
+    size_t count, grains;    /* matrices; grains of MM_GRAIN rows over all of them */
+    uint32_t act_type[ACT_KINDS]; /* a type of each layout the group needs (0: none) */
+    void *act[ACT_KINDS];    /* that layout's rows, stride act_bytes */
+    size_t act_bytes[ACT_KINDS];
+    bool fold;               /* each thread quantises its share of the rows, then the barrier, then the products */
+    uint32_t arrived;        /* the barrier's counter */
 } mm_job;
 
+/* Activation rows [lo, hi) of every layout the group needs. */
+static void act_rows(const mm_job *j, size_t lo, size_t hi)
+{
+    for (int k = 0; k < ACT_KINDS; k++)
+        if (j->act_type[k])
+            for (size_t b = lo; b < hi; b++)
+                j->path->act_quantize(j->act_type[k], j->x + b * j->n, j->n, (char *)j->act[k] + b * j->act_bytes[k]);
+}
+
+/* Rows [lo, hi) of one matrix against the whole batch. */
+static void mat_rows(const mm_job *j, const mm_mat *m, size_t lo, size_t hi)
+{
+    if (m->x8 && m->type == LLMEM_DTYPE_Q4_K) j->path->qrows_x8(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
+    else if (m->x8) j->path->qrows_x8_q5_0(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
+    else if (m->act) j->path->qrows(m->y, m->act, m->w, m->type, j->n, m->d, j->batch, lo, hi);
+    else j->path->rows(m->y, j->x, m->w, m->type, j->n, m->d, j->batch, lo, hi);
+}
+
+/* Thread index of count: (with fold) its share of the activation rows and
+ * the barrier, then its grains of the concatenated rows, cut at the
+ * matrices' bounds so that every part of a matrix starts at a multiple of
+ * MM_GRAIN of its own rows (whole tiles, whole 8-row groups of x8). */
 static void mm_part(void *ctx, unsigned index, unsigned count)
 {
-    const mm_job *j = ctx;
-    size_t lo, hi;
-    llmem__threads_split(j->d, MM_GRAIN, index, count, &lo, &hi);
-    if (lo >= hi) return;
-    if (j->x8 && j->type == LLMEM_DTYPE_Q4_K) j->path->qrows_x8(j->y, j->act, j->w, j->n, j->d, j->batch, lo, hi);
-    else if (j->x8) j->path->qrows_x8_q5_0(j->y, j->act, j->w, j->n, j->d, j->batch, lo, hi);
-    else if (j->act) j->path->qrows(j->y, j->act, j->w, j->type, j->n, j->d, j->batch, lo, hi);
-    else j->path->rows(j->y, j->x, j->w, j->type, j->n, j->d, j->batch, lo, hi);
+    mm_job *j = ctx;
+    if (j->fold) {
+        size_t lo, hi;
+        llmem__threads_split(j->batch, 1, index, count, &lo, &hi);
+        act_rows(j, lo, hi);
+        llmem__threads_barrier(j->th, &j->arrived, count);
+    }
+    size_t g0, g1;
+    llmem__threads_split(j->grains, 1, index, count, &g0, &g1);
+    for (size_t i = 0; i < j->count && g0 < g1; i++) {
+        const mm_mat *m = &j->m[i];
+        size_t mg = (m->d + MM_GRAIN - 1) / MM_GRAIN;
+        if (g0 >= m->g0 + mg) continue;
+        size_t lo = (g0 - m->g0) * MM_GRAIN, hi = (g1 < m->g0 + mg ? g1 - m->g0 : mg) * MM_GRAIN;
+        if (hi > m->d) hi = m->d;
+        mat_rows(j, m, lo, hi);
+        g0 = m->g0 + mg;
+    }
 }
 
 static void act_part(void *ctx, unsigned index, unsigned count)
@@ -723,32 +819,80 @@ static void act_part(void *ctx, unsigned index, unsigned count)
     const mm_job *j = ctx;
     size_t lo, hi;
     llmem__threads_split(j->batch, 1, index, count, &lo, &hi);
-    for (size_t b = lo; b < hi; b++)
-        j->path->act_quantize(j->type, j->x + b * j->n, j->n, (char *)j->act + b * j->act_bytes);
+    act_rows(j, lo, hi);
 }
 
 /* Batches at least this large quantise their activation rows on the team. */
 #define ACT_TEAM_ROWS 8
+/* 1: on the team, the activation rows and the products in one run with a
+ * barrier between them; 0: two runs (kept to measure the difference). */
+#ifndef MM_FOLD_ACT
+#define MM_FOLD_ACT 1
+#endif
+
+void llmem__matmul_group(llmem__threads *th, const llmem__mm *mats, size_t count, const float *x, size_t n,
+                         size_t batch, void *scratch)
+{
+    if (count == 0 || batch == 0) return;
+    if (count > LLMEM__MM_GROUP_MAX) { /* not in the engine's use; the same results */
+        for (size_t i = 0; i < count; i += LLMEM__MM_GROUP_MAX)
+            llmem__matmul_group(th, mats + i, count - i < LLMEM__MM_GROUP_MAX ? count - i : LLMEM__MM_GROUP_MAX, x,
+                                n, batch, scratch);
+        return;
+    }
+    mm_job j;
+    memset(&j, 0, sizeof j);
+    j.path = path_get();
+    j.th = th;
+    j.x = x;
+    j.n = n;
+    j.batch = batch;
+    uint32_t types[LLMEM__MM_GROUP_MAX];
+    for (size_t i = 0; i < count; i++) types[i] = mats[i].type;
+    size_t act_row = group_act_bytes(types, count, n, j.act_type, j.act_bytes);
+    /* The layouts one after the other in scratch, each batch rows. */
+    char *a = scratch;
+    for (int k = 0; k < ACT_KINDS; k++)
+        if (j.act_type[k]) {
+            j.act[k] = a;
+            a += j.act_bytes[k] * batch;
+        }
+    size_t rows = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (mats[i].d == 0) continue;
+        mm_mat *m = &j.m[j.count++];
+        m->y = mats[i].y;
+        m->w = mats[i].w;
+        m->type = llmem__x8_base_type(mats[i].type);
+        m->x8 = m->type != mats[i].type;
+        m->d = mats[i].d;
+        m->g0 = j.grains;
+        int k = act_kind(m->type);
+        m->act = k < 0 ? NULL : j.act[k];
+        j.grains += (m->d + MM_GRAIN - 1) / MM_GRAIN;
+        rows += m->d;
+    }
+    if (j.count == 0) return;
+    bool team = th && llmem__threads_count(th) > 1;
+    /* Any split gives the same bits (see the file comment); a tiny product
+     * is not worth waking the team for. */
+    bool mm_team = team && n * rows * batch >= MM_SERIAL_MACS && rows > MM_GRAIN;
+    bool act_team = act_row && team && batch >= ACT_TEAM_ROWS;
+    if (act_team && mm_team && MM_FOLD_ACT) {
+        j.fold = true;
+    } else if (act_row) {
+        if (act_team) llmem__threads_run(th, act_part, &j);
+        else act_part(&j, 0, 1);
+    }
+    if (mm_team) llmem__threads_run(th, mm_part, &j);
+    else mm_part(&j, 0, 1);
+}
 
 void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, uint32_t wtype, size_t n, size_t d,
                    size_t batch, void *scratch)
 {
-    if (d == 0 || batch == 0) return;
-    const bool x8 = llmem__x8_base_type(wtype) != wtype;
-    wtype = llmem__x8_base_type(wtype);
-    mm_job j = {path_get(), y, x, w, wtype, n, d, batch, NULL, 0, x8};
-    bool team = th && llmem__threads_count(th) > 1;
-    if (llmem__is_qtype(wtype)) {
-        /* x quantised once for every weight row. */
-        j.act = scratch;
-        j.act_bytes = llmem__act_row_bytes(wtype, n);
-        if (team && batch >= ACT_TEAM_ROWS) llmem__threads_run(th, act_part, &j);
-        else act_part(&j, 0, 1);
-    }
-    /* Any split gives the same bits (see the file comment); a tiny product
-     * is not worth waking the team for. */
-    if (!team || n * d * batch < MM_SERIAL_MACS || d <= MM_GRAIN) mm_part(&j, 0, 1);
-    else llmem__threads_run(th, mm_part, &j);
+    llmem__mm m = {y, w, wtype, d};
+    llmem__matmul_group(th, &m, 1, x, n, batch, scratch);
 }
 
 void llmem__dequant_row(uint32_t wtype, const void *w, size_t row, size_t n, float *out)

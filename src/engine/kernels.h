@@ -49,6 +49,35 @@ static inline uint32_t llmem__x8_base_type(uint32_t wtype)
 /* Bytes of scratch llmem__matmul needs for a batch over rows of n of wtype. */
 size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch);
 
+/* One matrix of a group: y (batch x d) = X W^T for W of d rows of type. */
+typedef struct llmem__mm {
+    float *y;        /* batch x d; must not alias x or another matrix's y */
+    const void *w;   /* d rows of n elements of type, as for llmem__matmul */
+    uint32_t type;   /* a type llmem__matmul_supports */
+    size_t d;        /* rows of w */
+} llmem__mm;
+
+/* The most matrices one run of llmem__matmul_group takes (a longer list
+ * goes in runs of this many). */
+#define LLMEM__MM_GROUP_MAX 4
+
+/* llmem__matmul for each of mats[0 .. count) over the same x (batch x n),
+ * bitwise the results of the separate calls, in one run of the team: x is
+ * quantised once for each activation layout the block types among them
+ * need (kernels_q.h: one for the 32-element types, one for the k-quants),
+ * and the team's row split covers all the matrices' rows at once, so a
+ * Q/K/V or gate/up projection wakes the team once instead of up to six
+ * times. scratch: llmem__matmul_group_scratch_bytes(types, count, n,
+ * batch) bytes, 64-byte aligned (may be NULL when that is 0). Allocates
+ * nothing. */
+void llmem__matmul_group(llmem__threads *th, const llmem__mm *mats, size_t count, const float *x, size_t n,
+                         size_t batch, void *scratch);
+
+/* Bytes of scratch llmem__matmul_group needs for matrices of these types
+ * over rows of n: the sum over the distinct activation layouts, at least
+ * each type's llmem__matmul_scratch_bytes. */
+size_t llmem__matmul_group_scratch_bytes(const uint32_t *types, size_t count, size_t n, size_t batch);
+
 /* Whether llmem__matmul takes this weight type. */
 bool llmem__matmul_supports(uint32_t wtype);
 

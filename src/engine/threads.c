@@ -31,6 +31,11 @@
  * enough: a thread that does not get its job within the spin budget sleeps
  * and gives its core to the threads that have work.
  *
+ * A barrier inside a run (llmem__threads_barrier) is one atomic counter
+ * per use: each thread adds 1 (acq_rel) and spins, then yields, until it
+ * reads count (acquire). It never sleeps: every thread of the run already
+ * has its job, so the wait is one phase's imbalance, not an idle team.
+ *
  * A run allocates nothing; create allocates the team and its workers.
  */
 #include "threads.h"
@@ -296,4 +301,18 @@ void llmem__threads_split(size_t total, size_t grain, unsigned index, unsigned c
      * grains * grain may exceed SIZE_MAX when total is close to it). */
     *lo = g0 == grains ? total : g0 * grain;
     *hi = g1 == grains ? total : g1 * grain;
+}
+
+void llmem__threads_barrier(const llmem__threads *t, uint32_t *arrived, unsigned count)
+{
+    if (count <= 1) return;
+    unsigned spin = t ? t->spin : SPIN_ITERS_OVER;
+    __atomic_add_fetch(arrived, 1, __ATOMIC_ACQ_REL);
+    /* Every thread of a run has its job (the caller's wait_done needs them
+     * all), so the wait is bounded by the slowest one's phase; the yields
+     * give an oversubscribed core to the thread still working. */
+    for (unsigned i = 0; __atomic_load_n(arrived, __ATOMIC_ACQUIRE) < count; i++) {
+        if (i < spin) cpu_relax();
+        else sched_yield();
+    }
 }

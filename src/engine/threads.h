@@ -13,6 +13,7 @@
 #define LLMEM_ENGINE_THREADS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "llmem/status.h"
 
@@ -30,5 +31,13 @@ void llmem__threads_run(llmem__threads *t, llmem__thread_fn fn, void *ctx);
 /* The part [*lo, *hi) of [0, total) that thread index of count takes:
  * contiguous, sizes differing by at most `grain` rounding. */
 void llmem__threads_split(size_t total, size_t grain, unsigned index, unsigned count, size_t *lo, size_t *hi);
+
+/* A barrier inside one run of team t: each of the `count` threads of the
+ * run (fn's count) calls it once with the same *arrived, which starts at 0
+ * and is good for one use; it returns on each thread once all have called
+ * it, and what each wrote before is visible to all after (acquire and
+ * release). Spins (t's budget), then yields: for the short wait between
+ * two phases of one kernel, cheaper than a second run. */
+void llmem__threads_barrier(const llmem__threads *t, uint32_t *arrived, unsigned count);
 
 #endif

@@ -44,17 +44,25 @@ static llmem_status want_matrix(const llmem_model *m, const char *name, uint64_t
     return LLMEM_OK;
 }
 
-/* The widest activation row any matrix's matmul quantises to. */
+/* The widest activation row (per token) any matmul or group of forward()
+ * quantises to: a group's rows for all its layouts. */
 static size_t xq_row_bytes(const llmem_engine *e)
 {
     size_t m = 0;
-#define W(type, n) if (llmem__matmul_scratch_bytes(type, n, 1) > m) m = llmem__matmul_scratch_bytes(type, n, 1)
+#define W(n, ...)                                                                                                  \
+    do {                                                                                                           \
+        const uint32_t ts_[] = {__VA_ARGS__};                                                                      \
+        size_t b_ = llmem__matmul_group_scratch_bytes(ts_, sizeof ts_ / sizeof ts_[0], n, 1);                      \
+        if (b_ > m) m = b_;                                                                                        \
+    } while (0)
     for (uint32_t l = 0; l < e->L; l++) {
         const eng_layer *ly = &e->layers[l];
-        W(ly->tq, e->dim); W(ly->tk, e->dim); W(ly->tv, e->dim); W(ly->to, e->qdim);
-        W(ly->t1, e->dim); W(ly->t3, e->dim); W(ly->t2, e->ffn);
+        W(e->dim, ly->tq, ly->tk, ly->tv);
+        W(e->qdim, ly->to);
+        W(e->dim, ly->t1, ly->t3);
+        W(e->ffn, ly->t2);
     }
-    W(e->wcls_type, e->dim);
+    W(e->dim, e->wcls_type);
 #undef W
     return m;
 }
