@@ -783,7 +783,7 @@ static void group_all(void)
     /* Rows not multiples of MM_GRAIN, so the team's cuts fall inside
      * matrices and at their bounds: 40 + 17 + 72 rows of 256 is enough
      * work (MM_SERIAL_MACS) for the team from batch 2. */
-    static const size_t ds[] = {40, 17, 72, 9, 24, 33};
+    static const size_t ds[] = {40, 17, 72, 9, 24, 33, 48}; /* GROUP_TYPES_MAX + 1: the cases start at ds + 1 too */
     static const uint32_t all[] = {F32, F16, BF16, LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYPE_Q5_0,
                                    LLMEM_DTYPE_Q5_1, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q3_K,
                                    LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K, LLMEM__WTYPE_Q4K_X8,
