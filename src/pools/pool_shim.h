@@ -38,4 +38,14 @@ void llmem__pool_fork_child(llmem_pool *p);
  * is always llmem_pool_usable_size's. */
 size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr);
 
+/* Give back the pages of every free run of at least min_run bytes
+ * (decommitted, as the purger does after the decay delay); returns the
+ * bytes decommitted (pages taken again later are committed as after any
+ * purge). The shim's pool has no purger: the shim calls this before it
+ * maps a block of its own (a megabyte or more), so that the pool's long
+ * free runs do not stay resident beside the new mapping (python3's test
+ * run: 6-7 MiB of them at its peak). Shorter runs, where slabs come and
+ * go, are kept. Takes the pool lock. */
+size_t llmem__pool_release_free_runs(llmem_pool *p, size_t min_run);
+
 #endif

@@ -36,7 +36,10 @@
  *    page-plus-header requests cluster.
  *  - Requests of 1 MiB and more are mappings of their own (mapped.c):
  *    free unmaps them, realloc resizes them with mremap; a pool block
- *    that realloc grows past 1 MiB moves to one.
+ *    that realloc grows past 1 MiB moves to one. Before it maps one, the
+ *    pool gives back the pages of its free runs of 1 MiB and more
+ *    (big_alloc): the shim's pool has no purger, and those pages stayed
+ *    resident beside the new mapping.
  *  - realloc and malloc_usable_size read a block's size without the
  *    pool's lock (llmem__pool_usable_nolock): programs such as redis ask
  *    for it at every malloc and free.
@@ -275,6 +278,22 @@ static void *side_or_enomem(size_t n, size_t align, bool zero)
 
 /* ---- allocation ------------------------------------------------------------ */
 
+/* A request of LLMEM_SHIM_MAPPED_MIN bytes or more: a mapping of its own,
+ * NULL if the kernel refuses (the caller tries the pool). First the pool
+ * gives back the pages of its long free runs (llmem__pool_release_free_runs):
+ * the new mapping's pages would otherwise add to the peak beside free pages
+ * that stay resident (python3's test run held 6-7 MiB of them at its peak
+ * while its 5-10 MB buffers were mapped). Runs shorter than a megabyte,
+ * where slabs come and go, are kept. */
+static __attribute__((noinline)) void *big_alloc(llmem_pool *p, size_t n)
+{
+    int was = inside;
+    inside = IN_POOL;
+    llmem__pool_release_free_runs(p, LLMEM_SHIM_MAPPED_MIN);
+    inside = was;
+    return llmem__mapped_alloc(n);
+}
+
 /* The entry points call each other through these, never by their
  * exported names: no PLT hop, and no --wrap in a test that links the shim
  * in can redirect them. */
@@ -283,7 +302,7 @@ static inline void *shim_malloc(size_t n)
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, false);
     if (LLMEM_UNLIKELY(n >= LLMEM_SHIM_MAPPED_MIN)) {
-        void *m = llmem__mapped_alloc(n);
+        void *m = big_alloc(p, n);
         if (m) return m;
     }
     inside = IN_POOL;
@@ -305,7 +324,7 @@ EXPORT void *calloc(size_t count, size_t size)
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, true);
     if (LLMEM_UNLIKELY(n >= LLMEM_SHIM_MAPPED_MIN)) {
-        void *m = llmem__mapped_alloc(n); /* zero-filled by the kernel */
+        void *m = big_alloc(p, n); /* zero-filled by the kernel */
         if (m) return m;
     }
     inside = IN_POOL;
@@ -460,7 +479,7 @@ static void *shim_realloc(void *ptr, size_t n)
         llmem_status st = LLMEM_OK;
         if (have && n <= have && n >= have / 2) {
             r = ptr;
-        } else if (have && n > have && n >= LLMEM_SHIM_MAPPED_MIN && (r = llmem__mapped_alloc(n)) != NULL) {
+        } else if (have && n > have && n >= LLMEM_SHIM_MAPPED_MIN && (r = big_alloc(pool, n)) != NULL) {
             memcpy(r, ptr, have); /* the last copy: mremap resizes it from here on */
             llmem_pool_free(pool, ptr);
         } else if (have && (n < have || have < GROW_IN_PLACE_MIN)) {
