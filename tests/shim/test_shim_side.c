@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include <sys/mman.h>
+#include <time.h>
 
 #include "llmem/pool.h"
 #include "pool_shim.h"
@@ -190,8 +191,9 @@ static size_t resident_pages(const void *p, size_t n)
 }
 
 /* llmem__pool_release_free_runs gives back the pages of free runs of at
- * least min_run bytes, keeps shorter runs resident, and the pool takes
- * the given-back pages again (committed, writable). */
+ * least min_run bytes and at least min_age_ns old, keeps shorter (and
+ * younger) runs resident, and the pool takes the given-back pages again
+ * (committed, writable). */
 static void test_release_free_runs(void **state)
 {
     (void)state;
@@ -200,7 +202,7 @@ static void test_release_free_runs(void **state)
     o.purge = LLMEM_POOL_PURGE_MANUAL;
     llmem_pool *p = NULL;
     assert_int_equal(llmem_pool_create(&o, &p), LLMEM_OK);
-    assert_int_equal(llmem__pool_release_free_runs(p, 1u << 20), 0); /* nothing mapped yet */
+    assert_int_equal(llmem__pool_release_free_runs(p, 1u << 20, 0), 0); /* nothing mapped yet */
     /* short (256 KiB), a live fence, long (2 MiB), a live fence: large
      * blocks, page runs of their own, adjacent in the pool's first
      * superblock. */
@@ -223,7 +225,10 @@ static void test_release_free_runs(void **state)
     llmem_pool_get_stats(p, &st0);
     assert_int_equal(llmem_pool_free(p, a), LLMEM_OK);
     assert_int_equal(llmem_pool_free(p, b), LLMEM_OK);
-    size_t got = llmem__pool_release_free_runs(p, 1u << 20);
+    /* Freed just now: a minimum age of a minute keeps every run. */
+    assert_int_equal(llmem__pool_release_free_runs(p, 1u << 20, 60000000000ull), 0);
+    assert_int_equal(resident_pages(b, s_long), s_long / 4096);
+    size_t got = llmem__pool_release_free_runs(p, 1u << 20, 0);
     assert_true(got >= s_long);
     assert_int_equal(resident_pages(b, s_long), 0);             /* the long run went back */
     assert_int_equal(resident_pages(a, s_short), s_short / 4096); /* the short one stayed */
@@ -234,7 +239,7 @@ static void test_release_free_runs(void **state)
     assert_true(st1.decommitted_bytes_total >= st0.decommitted_bytes_total + s_long);
     assert_true(st1.committed_bytes + s_long <= st0.committed_bytes);
     /* A second call finds nothing more to give back. */
-    assert_int_equal(llmem__pool_release_free_runs(p, 1u << 20), 0);
+    assert_int_equal(llmem__pool_release_free_runs(p, 1u << 20, 0), 0);
     /* The pool takes the run again: committed and writable. */
     unsigned char *c = llmem_pool_alloc(p, s_long, NULL);
     assert_non_null(c);
@@ -244,7 +249,7 @@ static void test_release_free_runs(void **state)
     assert_int_equal(llmem_pool_free(p, c), LLMEM_OK);
     assert_int_equal(llmem_pool_free(p, f1), LLMEM_OK);
     assert_int_equal(llmem_pool_free(p, f2), LLMEM_OK);
-    assert_int_equal(llmem__pool_release_free_runs(NULL, 1u << 20), 0);
+    assert_int_equal(llmem__pool_release_free_runs(NULL, 1u << 20, 0), 0);
     llmem_pool_destroy(p);
 }
 
@@ -295,6 +300,50 @@ static void test_shim_mapping_releases_free_runs(void **state)
     free(fence);
 }
 
+/* Through the shim: a malloc of 128 KiB or more first gives back the
+ * pool's free runs of 256 KiB and more that have been free 20 ms. */
+static void test_shim_medium_request_releases_old_runs(void **state)
+{
+    (void)state;
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    *(void **)&malloc = dlsym(RTLD_DEFAULT, "malloc");
+    *(void **)&free = dlsym(RTLD_DEFAULT, "free");
+    assert_non_null(malloc);
+    assert_non_null(free);
+    enum { N = 16 };
+    size_t bs = 64u << 10;
+    unsigned char *blk[N];
+    for (int i = 0; i < N; i++) {
+        blk[i] = malloc(bs);
+        assert_non_null(blk[i]);
+        memset(blk[i], 7, bs);
+    }
+    unsigned char *fence = malloc(bs);
+    assert_non_null(fence);
+    memset(fence, 8, bs);
+    for (int i = 0; i < N; i++) free(blk[i]);
+    /* Young runs stay: a request right away leaves them resident. */
+    unsigned char *m1 = malloc(200u << 10);
+    assert_non_null(m1);
+    size_t young = 0;
+    for (int i = 0; i < N; i++) young += resident_pages(blk[i], bs);
+    assert_true(young > N * bs / 4096 / 2);
+    free(m1);
+    struct timespec pause = {0, 60000000}; /* past the age and the interval */
+    nanosleep(&pause, NULL);
+    unsigned char *m2 = malloc(200u << 10);
+    assert_non_null(m2);
+    size_t old = 0;
+    for (int i = 0; i < N; i++) old += resident_pages(blk[i], bs);
+    assert_true(old < N * bs / 4096 / 4);
+    memset(m2, 3, 200u << 10); /* the pool serves given-back pages again */
+    assert_int_equal(m2[(200u << 10) - 1], 3);
+    assert_int_equal(resident_pages(fence, bs), bs / 4096);
+    free(m2);
+    free(fence);
+}
+
 static void *side_worker(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg;
@@ -340,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_shim_routes_side_pointers),
         cmocka_unit_test(test_release_free_runs),
         cmocka_unit_test(test_shim_mapping_releases_free_runs),
+        cmocka_unit_test(test_shim_medium_request_releases_old_runs),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
