@@ -2,8 +2,13 @@
 """programs.py - real programs from Debian under each allocator, side by side.
 
     bench/programs.sh [--rounds N] [--only redis,gcc,python,sqlite] [--json FILE]
+                      [--peers jemalloc,mimalloc,tcmalloc] [--base-shim OTHER.so]
 
 (programs.sh builds what is needed, then runs this under /usr/bin/python3.)
+
+With --base-shim, a second build of the shim runs beside the first as
+llmem-base (before and after a change, side by side); --peers "" leaves
+the three peers out.
 
 Allocators: glibc (no preload; for redis-server, which Debian links with
 jemalloc, a preload that hands every call to glibc's __libc_malloc:
@@ -212,8 +217,12 @@ class Bench:
     def main(self):
         self.prepare()
         programs = [p for p in ["redis", "gcc", "python", "sqlite"] if p in self.a.only]
-        allocs = [("glibc", None)] + [(n, PEERS[n]) for n in ["jemalloc", "mimalloc", "tcmalloc"]] + \
-                 [("llmem", self.a.shim)]
+        peers = [n for n in self.a.peers.split(",") if n]
+        for n in peers:
+            if n not in PEERS:
+                sys.exit("programs.py: unknown peer %s (known: %s)" % (n, ", ".join(PEERS)))
+        allocs = [("glibc", None)] + [(n, PEERS[n]) for n in peers] + \
+                 ([("llmem-base", self.a.base_shim)] if self.a.base_shim else []) + [("llmem", self.a.shim)]
         for n, path in allocs:
             if path and not os.path.exists(path):
                 sys.exit("programs.py: %s is missing (%s): scripts/deps.sh bench" % (n, path))
@@ -250,7 +259,7 @@ class Bench:
         print("|---|" + "---|" * (len(names) + 4))
         summary = {}
         for p in programs:
-            peers = [n for n in names if n != "llmem"]
+            peers = [n for n in names if not n.startswith("llmem")]
             best = min(peers, key=lambda n: med(p, n, 0))
             r = {"wall_vs_glibc": med(p, "llmem", 0) / med(p, "glibc", 0),
                  "wall_vs_best": med(p, "llmem", 0) / med(p, best, 0), "best": best,
@@ -282,6 +291,9 @@ def main():
     ap.add_argument("--source", required=True, help="the llmem checkout (gcc compiles its sources)")
     ap.add_argument("--work", required=True)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--peers", default="jemalloc,mimalloc,tcmalloc",
+                    help="comma-separated peers beside glibc (\"\" for none)")
+    ap.add_argument("--base-shim", help="another libllmem-malloc.so, run as llmem-base (an A/B of two builds)")
     ap.add_argument("--only", default="redis,gcc,python,sqlite")
     ap.add_argument("--redis-n", type=int, default=100000)
     ap.add_argument("--sqlite-rows", type=int, default=100000)

@@ -27,6 +27,8 @@
  * resized, which its owner is not doing while it asks. So for a live
  * block start the tables can be read as they are; the locked query
  * answers everything this cannot vouch for.
+ *
+ * Releasing long free runs: see pool_shim.h.
  */
 #include "pool_shim.h"
 
@@ -77,4 +79,22 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
         if (b && b->kind == D_LARGE && b->user == a) return b->start + b->size - a;
     }
     return llmem_pool_usable_size(p, ptr);
+}
+
+size_t llmem__pool_release_free_runs(llmem_pool *p, size_t min_run, uint64_t min_age_ns)
+{
+    if (!p || !p->host) return 0;
+    size_t released = 0;
+    uint64_t now = min_age_ns ? llmem__pool_clock() : 0;
+    pthread_mutex_lock(&p->lock);
+    for (unsigned h = 0; h < HEAPS; h++)
+        for (llmem__avl_node *x = llmem__avl_last(&p->free_tree[h]); x; x = llmem__avl_prev(x)) {
+            pblock *b = node_block(x);
+            if (b->size < min_run) break; /* the tree is in size order */
+            if (b->purged || (min_age_ns && now - b->free_since < min_age_ns)) continue;
+            released += llmem__pool_decommit_block(p, b, SIZE_MAX);
+            b->purged = true;
+        }
+    pthread_mutex_unlock(&p->lock);
+    return released;
 }

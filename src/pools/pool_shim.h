@@ -18,6 +18,8 @@
 #ifndef LLMEM_POOL_SHIM_H
 #define LLMEM_POOL_SHIM_H
 
+#include <stdint.h>
+
 #include "llmem/pool.h"
 
 /* Take every lock of the pool, in a fixed order (the pool lock, each
@@ -37,5 +39,19 @@ void llmem__pool_fork_child(llmem_pool *p);
  * block start) takes llmem_pool_usable_size's locked path, so the answer
  * is always llmem_pool_usable_size's. */
 size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr);
+
+/* Give back the pages of every free run of at least min_run bytes that
+ * has been free for min_age_ns or longer (0: any), decommitted as the
+ * purger does after the decay delay; returns the bytes decommitted (pages
+ * taken again later are committed as after any purge). The shim's pool
+ * has no purger; the shim calls this before it maps a block of its own
+ * (1 MiB and more: runs of 1 MiB and more, any age) and before a request
+ * of 128 KiB or more (runs of 256 KiB and more, free for 20 ms), where
+ * glibc would map or reuse its heap, so that long free runs do not stay
+ * resident beside new pages (python3's test run: 6-7 MiB of them at its
+ * peak; cc1: 1-2 MiB). The age keeps a run that a loop frees and takes
+ * again from being given back and faulted in at every turn. Shorter
+ * runs, where slabs come and go, are kept. Takes the pool lock. */
+size_t llmem__pool_release_free_runs(llmem_pool *p, size_t min_run, uint64_t min_age_ns);
 
 #endif

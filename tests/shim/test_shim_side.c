@@ -6,7 +6,8 @@
  * realloc and malloc_usable_size must route them back here.
  *
  * The shim (malloc.c) is linked into this test, so this program's malloc
- * is the shim's, as under LD_PRELOAD.
+ * is the shim's, as under LD_PRELOAD. Also here, for the same link: the
+ * pool internals only the shim uses (llmem__pool_release_free_runs).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -21,6 +22,11 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <sys/mman.h>
+#include <time.h>
+
+#include "llmem/pool.h"
+#include "pool_shim.h"
 #include "side.h"
 
 static llmem__side_stats stats(void)
@@ -173,6 +179,171 @@ static void test_shim_routes_side_pointers(void **state)
     assert_int_equal(after.bad_frees_total, before.bad_frees_total);
 }
 
+/* Pages of [p, p + n) resident now (p page-aligned). */
+static size_t resident_pages(const void *p, size_t n)
+{
+    static unsigned char vec[4096];
+    size_t pages = (n + 4095) / 4096, got = 0;
+    assert_true(pages <= sizeof vec);
+    assert_int_equal(mincore((void *)p, n, vec), 0);
+    for (size_t i = 0; i < pages; i++) got += vec[i] & 1;
+    return got;
+}
+
+/* llmem__pool_release_free_runs gives back the pages of free runs of at
+ * least min_run bytes and at least min_age_ns old, keeps shorter (and
+ * younger) runs resident, and the pool takes the given-back pages again
+ * (committed, writable). */
+static void test_release_free_runs(void **state)
+{
+    (void)state;
+    llmem_pool_options o = llmem_pool_options_default();
+    o.name = "release";
+    o.purge = LLMEM_POOL_PURGE_MANUAL;
+    llmem_pool *p = NULL;
+    assert_int_equal(llmem_pool_create(&o, &p), LLMEM_OK);
+    assert_int_equal(llmem__pool_release_free_runs(p, 1u << 20, 0), 0); /* nothing mapped yet */
+    /* short (256 KiB), a live fence, long (2 MiB), a live fence: large
+     * blocks, page runs of their own, adjacent in the pool's first
+     * superblock. */
+    size_t s_short = 256u << 10, s_long = 2u << 20;
+    unsigned char *a = llmem_pool_alloc(p, s_short, NULL);
+    unsigned char *f1 = llmem_pool_alloc(p, 64u << 10, NULL);
+    unsigned char *b = llmem_pool_alloc(p, s_long, NULL);
+    unsigned char *f2 = llmem_pool_alloc(p, 64u << 10, NULL);
+    assert_non_null(a);
+    assert_non_null(f1);
+    assert_non_null(b);
+    assert_non_null(f2);
+    memset(a, 1, s_short);
+    memset(f1, 2, 64u << 10);
+    memset(b, 3, s_long);
+    memset(f2, 4, 64u << 10);
+    assert_int_equal(resident_pages(a, s_short), s_short / 4096);
+    assert_int_equal(resident_pages(b, s_long), s_long / 4096);
+    llmem_pool_stats st0 = {.struct_size = sizeof st0};
+    llmem_pool_get_stats(p, &st0);
+    assert_int_equal(llmem_pool_free(p, a), LLMEM_OK);
+    assert_int_equal(llmem_pool_free(p, b), LLMEM_OK);
+    /* Freed just now: a minimum age of a minute keeps every run. */
+    assert_int_equal(llmem__pool_release_free_runs(p, 1u << 20, 60000000000ull), 0);
+    assert_int_equal(resident_pages(b, s_long), s_long / 4096);
+    size_t got = llmem__pool_release_free_runs(p, 1u << 20, 0);
+    assert_true(got >= s_long);
+    assert_int_equal(resident_pages(b, s_long), 0);             /* the long run went back */
+    assert_int_equal(resident_pages(a, s_short), s_short / 4096); /* the short one stayed */
+    assert_int_equal(resident_pages(f1, 64u << 10), 16);         /* live blocks untouched */
+    for (size_t i = 0; i < (64u << 10); i++) assert_int_equal(f1[i], 2);
+    llmem_pool_stats st1 = {.struct_size = sizeof st1};
+    llmem_pool_get_stats(p, &st1);
+    assert_true(st1.decommitted_bytes_total >= st0.decommitted_bytes_total + s_long);
+    assert_true(st1.committed_bytes + s_long <= st0.committed_bytes);
+    /* A second call finds nothing more to give back. */
+    assert_int_equal(llmem__pool_release_free_runs(p, 1u << 20, 0), 0);
+    /* The pool takes the run again: committed and writable. */
+    unsigned char *c = llmem_pool_alloc(p, s_long, NULL);
+    assert_non_null(c);
+    memset(c, 5, s_long);
+    for (size_t i = 0; i < s_long; i += 4096) assert_int_equal(c[i], 5);
+    assert_int_equal(llmem_pool_check(p), LLMEM_OK);
+    assert_int_equal(llmem_pool_free(p, c), LLMEM_OK);
+    assert_int_equal(llmem_pool_free(p, f1), LLMEM_OK);
+    assert_int_equal(llmem_pool_free(p, f2), LLMEM_OK);
+    assert_int_equal(llmem__pool_release_free_runs(NULL, 1u << 20, 0), 0);
+    llmem_pool_destroy(p);
+}
+
+/* Through the shim: a mapped block (1 MiB and more) first gives back the
+ * pages of the pool's long free runs, so a freed 2 MiB of large blocks
+ * does not stay resident beside the new mapping. */
+static void test_shim_mapping_releases_free_runs(void **state)
+{
+    (void)state;
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    *(void **)&malloc = dlsym(RTLD_DEFAULT, "malloc");
+    *(void **)&free = dlsym(RTLD_DEFAULT, "free");
+    assert_non_null(malloc);
+    assert_non_null(free);
+    enum { N = 40 };
+    size_t bs = 64u << 10; /* above the small classes: page runs */
+    unsigned char *blk[N];
+    for (int i = 0; i < N; i++) {
+        blk[i] = malloc(bs);
+        assert_non_null(blk[i]);
+        memset(blk[i], 7, bs);
+    }
+    unsigned char *fence = malloc(bs); /* keeps what follows apart */
+    assert_non_null(fence);
+    memset(fence, 8, bs);
+    size_t before = 0;
+    for (int i = 0; i < N; i++) before += resident_pages(blk[i], bs);
+    assert_int_equal(before, N * bs / 4096);
+    for (int i = 0; i < N; i++) free(blk[i]);
+    unsigned char *big = malloc(3u << 20);
+    assert_non_null(big);
+    memset(big, 9, 3u << 20);
+    size_t after = 0;
+    for (int i = 0; i < N; i++) after += resident_pages(blk[i], bs);
+    /* The 40 blocks were adjacent (one run of 2.5 MiB once free) unless
+     * the pool placed some elsewhere: most of their pages went back. */
+    assert_true(after < before / 4);
+    assert_int_equal(resident_pages(fence, bs), bs / 4096);
+    for (size_t i = 0; i < bs; i++) assert_int_equal(fence[i], 8);
+    /* and the pool serves those pages again */
+    unsigned char *again = malloc(bs);
+    assert_non_null(again);
+    memset(again, 10, bs);
+    assert_int_equal(again[bs - 1], 10);
+    free(again);
+    free(big);
+    free(fence);
+}
+
+/* Through the shim: a malloc of 128 KiB or more first gives back the
+ * pool's free runs of 256 KiB and more that have been free 20 ms. */
+static void test_shim_medium_request_releases_old_runs(void **state)
+{
+    (void)state;
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    *(void **)&malloc = dlsym(RTLD_DEFAULT, "malloc");
+    *(void **)&free = dlsym(RTLD_DEFAULT, "free");
+    assert_non_null(malloc);
+    assert_non_null(free);
+    enum { N = 16 };
+    size_t bs = 64u << 10;
+    unsigned char *blk[N];
+    for (int i = 0; i < N; i++) {
+        blk[i] = malloc(bs);
+        assert_non_null(blk[i]);
+        memset(blk[i], 7, bs);
+    }
+    unsigned char *fence = malloc(bs);
+    assert_non_null(fence);
+    memset(fence, 8, bs);
+    for (int i = 0; i < N; i++) free(blk[i]);
+    /* Young runs stay: a request right away leaves them resident. */
+    unsigned char *m1 = malloc(200u << 10);
+    assert_non_null(m1);
+    size_t young = 0;
+    for (int i = 0; i < N; i++) young += resident_pages(blk[i], bs);
+    assert_true(young > N * bs / 4096 / 2);
+    free(m1);
+    struct timespec pause = {0, 60000000}; /* past the age and the interval */
+    nanosleep(&pause, NULL);
+    unsigned char *m2 = malloc(200u << 10);
+    assert_non_null(m2);
+    size_t old = 0;
+    for (int i = 0; i < N; i++) old += resident_pages(blk[i], bs);
+    assert_true(old < N * bs / 4096 / 4);
+    memset(m2, 3, 200u << 10); /* the pool serves given-back pages again */
+    assert_int_equal(m2[(200u << 10) - 1], 3);
+    assert_int_equal(resident_pages(fence, bs), bs / 4096);
+    free(m2);
+    free(fence);
+}
+
 static void *side_worker(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg;
@@ -216,6 +387,9 @@ int main(void)
         cmocka_unit_test(test_boot_then_region),
         cmocka_unit_test(test_realloc_side),
         cmocka_unit_test(test_shim_routes_side_pointers),
+        cmocka_unit_test(test_release_free_runs),
+        cmocka_unit_test(test_shim_mapping_releases_free_runs),
+        cmocka_unit_test(test_shim_medium_request_releases_old_runs),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
