@@ -416,7 +416,4 @@ llmem_status llmem_controller_get_stats(const llmem_controller *cc, llmem_contro
     return llmem__stats_out_locked(out, &c->st, sizeof c->st, &c->lock);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_controller_stats, kind, vtype, name, help),
-static const llmem_stat_field controller_fields[] = {LLMEM_CONTROLLER_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_controller_stats_schema, "controller", llmem_controller_stats, controller_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_controller_stats_schema, "controller", llmem_controller_stats, LLMEM_CONTROLLER_STATS_FIELDS)

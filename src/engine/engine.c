@@ -931,7 +931,4 @@ llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *o
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_engine_stats, kind, vtype, name, help),
-static const llmem_stat_field engine_fields[] = {LLMEM_ENGINE_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_engine_stats_schema, "engine", llmem_engine_stats, engine_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_engine_stats_schema, "engine", llmem_engine_stats, LLMEM_ENGINE_STATS_FIELDS)

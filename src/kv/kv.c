@@ -617,7 +617,4 @@ llmem_status llmem_kv_get_stats(const llmem_kv *ckv, llmem_kv_stats *out)
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_kv_stats, kind, vtype, name, help),
-static const llmem_stat_field kv_fields[] = {LLMEM_KV_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_kv_stats_schema, "kv", llmem_kv_stats, kv_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_kv_stats_schema, "kv", llmem_kv_stats, LLMEM_KV_STATS_FIELDS)

@@ -547,10 +547,7 @@ llmem_status llmem_model_get_stats(const llmem_model *m, llmem_model_stats *out)
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_model_stats, kind, vtype, name, help),
-static const llmem_stat_field model_fields[] = {LLMEM_MODEL_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_model_stats_schema, "model", llmem_model_stats, model_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_model_stats_schema, "model", llmem_model_stats, LLMEM_MODEL_STATS_FIELDS)
 
 /* ---- giving pages back (model_release.h) ---- */
 

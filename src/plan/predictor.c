@@ -325,7 +325,4 @@ llmem_status llmem_predictor_get_stats(const llmem_predictor *p, llmem_predictor
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_predictor_stats, kind, vtype, name, help),
-static const llmem_stat_field predictor_fields[] = {LLMEM_PREDICTOR_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_predictor_stats_schema, "predictor", llmem_predictor_stats, predictor_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_predictor_stats_schema, "predictor", llmem_predictor_stats, LLMEM_PREDICTOR_STATS_FIELDS)

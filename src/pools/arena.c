@@ -395,7 +395,4 @@ llmem_status llmem_arena_get_stats(const llmem_arena *a, llmem_arena_stats *out)
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_arena_stats, kind, vtype, name, help),
-static const llmem_stat_field arena_fields[] = {LLMEM_ARENA_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_arena_stats_schema, "arena", llmem_arena_stats, arena_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_arena_stats_schema, "arena", llmem_arena_stats, LLMEM_ARENA_STATS_FIELDS)

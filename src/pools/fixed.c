@@ -693,7 +693,4 @@ llmem_status llmem_fixed_get_stats(const llmem_fixed *cp, llmem_fixed_stats *out
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_fixed_stats, kind, vtype, name, help),
-static const llmem_stat_field fixed_fields[] = {LLMEM_FIXED_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_fixed_stats_schema, "fixed", llmem_fixed_stats, fixed_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_fixed_stats_schema, "fixed", llmem_fixed_stats, LLMEM_FIXED_STATS_FIELDS)

@@ -167,7 +167,4 @@ llmem_status llmem_multipool_get_stats(const llmem_multipool *mp, llmem_multipoo
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_multipool_stats, kind, vtype, name, help),
-static const llmem_stat_field multipool_fields[] = {LLMEM_MULTIPOOL_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_multipool_stats_schema, "multipool", llmem_multipool_stats, multipool_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_multipool_stats_schema, "multipool", llmem_multipool_stats, LLMEM_MULTIPOOL_STATS_FIELDS)

@@ -409,15 +409,9 @@ llmem_status llmem_pool_export_stats(const llmem_pool *p, llmem_exporter *ex, co
     return st;
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_pool_stats, kind, vtype, name, help),
-static const llmem_stat_field pool_fields[] = {LLMEM_POOL_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_pool_stats_schema, "pool", llmem_pool_stats, pool_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_pool_stats_schema, "pool", llmem_pool_stats, LLMEM_POOL_STATS_FIELDS)
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_pool_class_stats, kind, vtype, name, help),
-static const llmem_stat_field class_fields[] = {LLMEM_POOL_CLASS_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_pool_class_stats_schema, "pool_class", llmem_pool_class_stats, class_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_pool_class_stats_schema, "pool_class", llmem_pool_class_stats, LLMEM_POOL_CLASS_STATS_FIELDS)
 
 /* ---- create / destroy ----------------------------------------------------------- */
 

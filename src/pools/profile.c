@@ -353,7 +353,4 @@ llmem_status llmem_profile_get_stats(const llmem_profile *pr, llmem_profile_stat
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_profile_stats, kind, vtype, name, help),
-static const llmem_stat_field profile_fields[] = {LLMEM_PROFILE_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_profile_stats_schema, "profile", llmem_profile_stats, profile_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_profile_stats_schema, "profile", llmem_profile_stats, LLMEM_PROFILE_STATS_FIELDS)

@@ -530,7 +530,4 @@ llmem_status llmem_os_resource_get_stats(const llmem_resource *r, llmem_os_stats
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_os_stats, kind, vtype, name, help),
-static const llmem_stat_field os_fields[] = {LLMEM_OS_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_os_stats_schema, "os", llmem_os_stats, os_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_os_stats_schema, "os", llmem_os_stats, LLMEM_OS_STATS_FIELDS)

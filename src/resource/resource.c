@@ -224,11 +224,7 @@ llmem_status llmem_resource_get_stats(const llmem_resource *r, llmem_resource_st
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_resource_stats, kind, vtype, name, help),
-static const llmem_stat_field resource_fields[] = {LLMEM_RESOURCE_STATS_FIELDS(F)};
-#undef F
-
-LLMEM__STATS_SCHEMA_GETTER(llmem_resource_stats_schema, "resource", llmem_resource_stats, resource_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_resource_stats_schema, "resource", llmem_resource_stats, LLMEM_RESOURCE_STATS_FIELDS)
 
 void llmem_resource_destroy(llmem_resource *r)
 {

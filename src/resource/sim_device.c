@@ -397,7 +397,4 @@ bool llmem_sim_resource_contains(const llmem_resource *r, const void *ptr, size_
     return ok;
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_sim_stats, kind, vtype, name, help),
-static const llmem_stat_field sim_fields[] = {LLMEM_SIM_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_sim_stats_schema, "sim_device", llmem_sim_stats, sim_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_sim_stats_schema, "sim_device", llmem_sim_stats, LLMEM_SIM_STATS_FIELDS)

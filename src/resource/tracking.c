@@ -304,7 +304,4 @@ llmem_status llmem_tracking_resource_report(const llmem_resource *r, FILE *f, si
     return LLMEM_OK;
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_tracking_stats, kind, vtype, name, help),
-static const llmem_stat_field tracking_fields[] = {LLMEM_TRACKING_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_tracking_stats_schema, "tracking", llmem_tracking_stats, tracking_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_tracking_stats_schema, "tracking", llmem_tracking_stats, LLMEM_TRACKING_STATS_FIELDS)

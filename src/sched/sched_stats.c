@@ -78,7 +78,4 @@ llmem_status llmem_sched_get_sim_stats(llmem_sched *s, llmem_sched_sim_stats *ou
     return st;
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_sched_stats, kind, vtype, name, help),
-static const llmem_stat_field sched_fields[] = {LLMEM_SCHED_STATS_FIELDS(F)};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_sched_stats_schema, "sched", llmem_sched_stats, sched_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_sched_stats_schema, "sched", llmem_sched_stats, LLMEM_SCHED_STATS_FIELDS)

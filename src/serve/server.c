@@ -722,8 +722,4 @@ llmem_status llmem_server_get_stats(llmem_server *s, llmem_server_stats *out)
     return llmem__stats_out_locked(out, &s->st, sizeof s->st, &s->mu);
 }
 
-#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(llmem_server_stats, kind, vtype, name, help),
-static const llmem_stat_field server_fields[] = {LLMEM_SERVER_STATS_FIELDS(F)};
-#undef F
-
-LLMEM__STATS_SCHEMA_GETTER(llmem_server_stats_schema, "server", llmem_server_stats, server_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_server_stats_schema, "server", llmem_server_stats, LLMEM_SERVER_STATS_FIELDS)
