@@ -70,21 +70,29 @@ typedef struct llmem_arena_mark {
     size_t requested;          /* requested bytes at the mark */
 } llmem_arena_mark;
 
+/* The fields of llmem_arena_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_ARENA_STATS_FIELDS(X) \
+    /* bytes handed out since the last reset, padding included */ \
+    X(GAUGE, U64, used_bytes, "Bytes handed out since the last reset, padding and skipped chunk tails included.") \
+    /* highest used_bytes ever */ \
+    X(GAUGE, U64, used_peak_bytes, "Highest used_bytes.") \
+    X(GAUGE, U64, requested_bytes, "Bytes asked for since the last reset.") \
+    X(GAUGE, U64, reserved_bytes, "Bytes held in chunks.") \
+    X(GAUGE, U64, reserved_peak_bytes, "Highest reserved_bytes.") \
+    /* used - requested: alignment padding and chunk tails skipped */ \
+    X(GAUGE, U64, waste_bytes, "used_bytes - requested_bytes.") \
+    X(GAUGE, U64, chunks, "Chunks held.") \
+    X(COUNTER, U64, allocs_total, "Allocations served.") \
+    X(COUNTER, U64, resets_total, "Resets.") \
+    X(COUNTER, U64, rollbacks_total, "Rollbacks to a mark.") \
+    X(COUNTER, U64, grows_total, "Chunks mapped.") \
+    X(COUNTER, U64, releases_total, "Chunks unmapped by trim.") \
+    X(COUNTER, U64, failures_total, "Allocations refused.")
+
 typedef struct llmem_arena_stats {
     size_t struct_size;
-    uint64_t used_bytes;           /* bytes handed out since the last reset, padding included */
-    uint64_t used_peak_bytes;      /* highest used_bytes ever */
-    uint64_t requested_bytes;      /* bytes asked for since the last reset */
-    uint64_t reserved_bytes;       /* bytes held in chunks */
-    uint64_t reserved_peak_bytes;
-    uint64_t waste_bytes;          /* used - requested: alignment padding and chunk tails skipped */
-    uint64_t chunks;               /* chunks held */
-    uint64_t allocs_total;
-    uint64_t resets_total;
-    uint64_t rollbacks_total;
-    uint64_t grows_total;          /* chunks mapped */
-    uint64_t releases_total;       /* chunks unmapped by trim */
-    uint64_t failures_total;       /* allocations refused */
+    LLMEM_ARENA_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_arena_stats;
 
 LLMEM_API llmem_arena_options llmem_arena_options_default(void);

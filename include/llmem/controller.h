@@ -168,24 +168,39 @@ LLMEM_API size_t llmem_controller_events(const llmem_controller *c, llmem_contro
  * not locked while the stream is written. */
 LLMEM_API llmem_status llmem_controller_write_events(const llmem_controller *c, FILE *f);
 
+/* The fields of llmem_controller_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_CONTROLLER_STATS_FIELDS(X) \
+    /* the current llmem_stage */ \
+    X(GAUGE, U64, stage, "The current stage (0 idle, 1 load, 2 prefill, 3 decode).") \
+    /* events recorded */ \
+    X(COUNTER, U64, events_total, "Decisions recorded.") \
+    /* of those, pushed out of the ring */ \
+    X(COUNTER, U64, events_dropped, "Events pushed out of the ring.") \
+    /* prefill reserves made */ \
+    X(COUNTER, U64, reserves_total, "Reserves taken before a prefill.") \
+    /* decode grows made */ \
+    X(COUNTER, U64, grows_total, "Grows past the high watermark in decode.") \
+    /* idle shrinks made */ \
+    X(COUNTER, U64, shrinks_total, "Shrinks to the low watermark after the idle decay.") \
+    /* idle compactions made */ \
+    X(COUNTER, U64, compactions_total, "Compactions of handle blocks when idle.") \
+    X(COUNTER, U64, failures_total, "Reserves, grows and compactions the pool refused.") \
+    X(COUNTER, U64, bytes_reserved_ahead_total, "Committed bytes added by prefill reserves.") \
+    X(COUNTER, U64, bytes_grown_total, "Committed bytes added by decode grows.") \
+    X(COUNTER, U64, bytes_released_total, "Bytes given back by shrinks and compactions.") \
+    X(COUNTER, U64, bytes_compacted_total, "Bytes moved by compactions.") \
+    X(GAUGE, U64, grow_step_bytes, "The next grow step.") \
+    /* stage events that changed the stage (from IDLE at create) */ \
+    X(COUNTER, U64, stage_changes_total, "Stage events that changed the stage.") \
+    /* PREFILL events */ \
+    X(COUNTER, U64, prefill_steps_total, "Prefill stage events.") \
+    /* DECODE events */ \
+    X(COUNTER, U64, decode_steps_total, "Decode stage events.")
+
 typedef struct llmem_controller_stats {
     size_t struct_size;
-    uint64_t stage;                      /* the current llmem_stage */
-    uint64_t events_total;               /* events recorded */
-    uint64_t events_dropped;             /* of those, pushed out of the ring */
-    uint64_t reserves_total;             /* prefill reserves made */
-    uint64_t grows_total;                /* decode grows made */
-    uint64_t shrinks_total;              /* idle shrinks made */
-    uint64_t compactions_total;          /* idle compactions made */
-    uint64_t failures_total;             /* reserves, grows and compactions the pool refused */
-    uint64_t bytes_reserved_ahead_total; /* committed bytes added by prefill reserves */
-    uint64_t bytes_grown_total;          /* committed bytes added by decode grows */
-    uint64_t bytes_released_total;       /* bytes given back by shrinks and compactions */
-    uint64_t bytes_compacted_total;      /* bytes moved by compactions */
-    uint64_t grow_step_bytes;            /* the next grow step */
-    uint64_t stage_changes_total;        /* stage events that changed the stage (from IDLE at create) */
-    uint64_t prefill_steps_total;        /* PREFILL events */
-    uint64_t decode_steps_total;         /* DECODE events */
+    LLMEM_CONTROLLER_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_controller_stats;
 
 /* LLMEM_EINVAL for null arguments. struct_size as for every stats struct. */

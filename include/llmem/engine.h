@@ -183,31 +183,48 @@ LLMEM_API float *llmem_engine_logits(llmem_engine *e, size_t i);
 /* Report a stage that is not a step: IDLE when the server has no work. */
 LLMEM_API void llmem_engine_set_idle(llmem_engine *e);
 
+/* The fields of llmem_engine_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_ENGINE_STATS_FIELDS(X) \
+    X(COUNTER, U64, steps_total, "Forward steps run.") \
+    /* tokens of prefill steps: an item brings a prompt (more than one token, or a sequence's first) */ \
+    X(COUNTER, U64, prefill_tokens_total, "Tokens processed in prefill steps.") \
+    X(COUNTER, U64, decode_tokens_total, "Tokens processed in decode steps.") \
+    X(COUNTER, DOUBLE, prefill_seconds_total, "Seconds spent in prefill steps.") \
+    X(COUNTER, DOUBLE, decode_seconds_total, "Seconds spent in decode steps.") \
+    X(GAUGE, U64, sequences, "Live sequences.") \
+    X(GAUGE, U64, weights_mapped_bytes, "Tensor bytes read in place from the mapped file.") \
+    /* copies made (1-D tensors not in f32; q4_K matrices repacked) */ \
+    X(GAUGE, U64, weights_converted_bytes, "Bytes of weights copied at load: f32 copies of 1-D tensors, repacked q4_K matrices.") \
+    X(GAUGE, U64, workspace_bytes, "Bytes of the activation arena.") \
+    /* most of it one step used */ \
+    X(GAUGE, U64, workspace_peak_bytes, "Most of the arena one step used.") \
+    /* the largest step's buffers laid end to end */ \
+    X(GAUGE, U64, workspace_naive_bytes, "The largest step's activation buffers laid end to end.") \
+    /* the most bytes alive at once in the largest step */ \
+    X(GAUGE, U64, workspace_lower_bound_bytes, "The most activation bytes alive at once in the largest step.") \
+    /* prefill pages given back when decode began */ \
+    X(COUNTER, U64, workspace_releases_total, "Prefill workspace pages given back when decode began.") \
+    /* KV storage held now (reserved) */ \
+    X(GAUGE, U64, kv_bytes, "KV storage held.") \
+    /* of which holding tokens of live sequences */ \
+    X(GAUGE, U64, kv_used_bytes, "KV storage holding tokens of live sequences.") \
+    X(GAUGE, U64, kv_peak_bytes, "Highest kv_bytes.") \
+    /* the engine's pool (0 with malloc) */ \
+    X(GAUGE, U64, pool_reserved_bytes, "Bytes the engine's pool holds.") \
+    /* ALLOC_MALLOC: bytes malloc'd now (KV and tables) */ \
+    X(GAUGE, U64, malloc_bytes, "Bytes held from malloc (the malloc baseline).") \
+    /* the last llmem_stage the engine reported (IDLE before any) */ \
+    X(GAUGE, U64, stage, "The last stage reported (0 idle, 1 load, 2 prefill, 3 decode).") \
+    X(COUNTER, U64, stage_changes_total, "Stage reports that changed the stage.") \
+    /* PREFILL reports */ \
+    X(COUNTER, U64, prefill_steps_total, "Prefill stage reports.") \
+    /* DECODE reports */ \
+    X(COUNTER, U64, decode_steps_total, "Decode stage reports.")
+
 typedef struct llmem_engine_stats {
     size_t struct_size;
-    uint64_t steps_total;
-    uint64_t prefill_tokens_total;     /* tokens of prefill steps: an item brings a prompt (more than
-                                          one token, or a sequence's first) */
-    uint64_t decode_tokens_total;
-    double prefill_seconds_total;
-    double decode_seconds_total;
-    uint64_t sequences;                /* live */
-    uint64_t weights_mapped_bytes;     /* tensor bytes read in place */
-    uint64_t weights_converted_bytes;  /* copies made (1-D tensors not in f32; q4_K matrices repacked) */
-    uint64_t workspace_bytes;          /* the activation arena */
-    uint64_t workspace_peak_bytes;     /* most of it one step used */
-    uint64_t workspace_naive_bytes;    /* the largest step's buffers laid end to end */
-    uint64_t workspace_lower_bound_bytes; /* the most bytes alive at once in the largest step */
-    uint64_t workspace_releases_total; /* prefill pages given back when decode began */
-    uint64_t kv_bytes;                 /* KV storage held now (reserved) */
-    uint64_t kv_used_bytes;            /* of which holding tokens of live sequences */
-    uint64_t kv_peak_bytes;
-    uint64_t pool_reserved_bytes;      /* the engine's pool (0 with malloc) */
-    uint64_t malloc_bytes;             /* ALLOC_MALLOC: bytes malloc'd now (KV and tables) */
-    uint64_t stage;                    /* the last llmem_stage the engine reported (IDLE before any) */
-    uint64_t stage_changes_total;      /* reports that changed the stage */
-    uint64_t prefill_steps_total;      /* PREFILL reports */
-    uint64_t decode_steps_total;       /* DECODE reports */
+    LLMEM_ENGINE_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_engine_stats;
 
 /* The activation workspace of one step of `tokens` tokens over `seqs`

@@ -41,12 +41,17 @@ typedef struct llmem_fault_options {
     llmem_status status;       /* returned by injected failures; 0 = LLMEM_ENOMEM */
 } llmem_fault_options;
 
+/* The fields of llmem_fault_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_FAULT_STATS_FIELDS(X) \
+    X(COUNTER, U64, calls_total, "Counted calls since the last arm.") \
+    X(COUNTER, U64, injected_total, "Failures injected since the last arm.") \
+    /* bytes mapped+committed through it since the last arm (counted calls upstream accepted; what the byte budget is charged) */ \
+    X(COUNTER, U64, bytes_total, "Bytes mapped and committed through it since the last arm.")
+
 typedef struct llmem_fault_stats {
     size_t struct_size;
-    uint64_t calls_total;      /* counted calls since the last arm */
-    uint64_t injected_total;   /* failures injected since the last arm */
-    uint64_t bytes_total;      /* bytes mapped+committed through it since the last arm (counted
-                                  calls upstream accepted; what the byte budget is charged) */
+    LLMEM_FAULT_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_fault_stats;
 
 LLMEM_API llmem_fault_options llmem_fault_options_default(void);

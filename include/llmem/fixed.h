@@ -73,21 +73,34 @@ typedef struct llmem_fixed_options {
     size_t cache_blocks;       /* thread_safe: magazine size; default 64 (fewer for big blocks) */
 } llmem_fixed_options;
 
+/* The fields of llmem_fixed_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_FIXED_STATS_FIELDS(X) \
+    /* as requested */ \
+    X(GAUGE, U64, block_size, "Requested block size in bytes.") \
+    /* bytes between blocks (size rounded to alignment) */ \
+    X(GAUGE, U64, stride, "Bytes between blocks.") \
+    /* handed out now (thread_safe: exact when threads are quiet) */ \
+    X(GAUGE, U64, blocks_in_use, "Blocks handed out now.") \
+    /* thread_safe: sampled when magazines refill */ \
+    X(GAUGE, U64, blocks_in_use_peak, "Highest blocks_in_use.") \
+    /* capacity of all chunks */ \
+    X(GAUGE, U64, blocks_capacity, "Blocks in all chunks.") \
+    X(GAUGE, U64, chunks, "Chunks mapped.") \
+    X(GAUGE, U64, reserved_bytes, "Bytes mapped in chunks.") \
+    X(COUNTER, U64, allocs_total, "Blocks allocated.") \
+    X(COUNTER, U64, frees_total, "Blocks freed.") \
+    X(COUNTER, U64, failures_total, "Allocations refused.") \
+    /* checked mode detections */ \
+    X(COUNTER, U64, double_frees_total, "Double frees detected (checked mode).") \
+    /* checked mode detections */ \
+    X(COUNTER, U64, foreign_frees_total, "Frees of pointers the pool does not own (checked mode).") \
+    /* checked host pools: free blocks found written after their free */ \
+    X(COUNTER, U64, corruptions_total, "Free blocks found written after their free (checked host pools).")
+
 typedef struct llmem_fixed_stats {
     size_t struct_size;
-    uint64_t block_size;           /* as requested */
-    uint64_t stride;               /* bytes between blocks (size rounded to alignment) */
-    uint64_t blocks_in_use;        /* handed out now (thread_safe: exact when threads are quiet) */
-    uint64_t blocks_in_use_peak;   /* thread_safe: sampled when magazines refill */
-    uint64_t blocks_capacity;         /* capacity of all chunks */
-    uint64_t chunks;
-    uint64_t reserved_bytes;       /* bytes mapped in chunks */
-    uint64_t allocs_total;
-    uint64_t frees_total;
-    uint64_t failures_total;       /* allocations refused */
-    uint64_t double_frees_total;   /* checked mode detections */
-    uint64_t foreign_frees_total;  /* checked mode detections */
-    uint64_t corruptions_total;    /* checked host pools: free blocks found written after their free */
+    LLMEM_FIXED_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_fixed_stats;
 
 LLMEM_API llmem_fixed_options llmem_fixed_options_default(void);

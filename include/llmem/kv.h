@@ -131,33 +131,52 @@ typedef struct llmem_kv_options {
                                      that tracking and fault injection see every byte it takes */
 } llmem_kv_options;
 
+/* The fields of llmem_kv_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_KV_STATS_FIELDS(X) \
+    X(GAUGE, U64, sequences, "Live sequences.") \
+    /* PAGED: blocks in all slabs */ \
+    X(GAUGE, U64, blocks_total, "Blocks in all slabs.") \
+    /* held by at least one sequence (STATIC, BUCKETS: in their buffers) */ \
+    X(GAUGE, U64, blocks_used, "Blocks held by a sequence.") \
+    /* held by no sequence, kept for the prefix cache */ \
+    X(GAUGE, U64, blocks_cached, "Blocks kept only for the prefix cache.") \
+    /* (BUCKETS: in idle buffers) */ \
+    X(GAUGE, U64, blocks_free, "Free blocks.") \
+    /* token slots holding data held by a sequence (a shared block's once) */ \
+    X(GAUGE, U64, tokens_written, "Token slots holding data.") \
+    /* token slots of storage held (blocks, reservations, buckets) */ \
+    X(GAUGE, U64, tokens_reserved, "Token slots of storage held.") \
+    X(GAUGE, U64, bytes_reserved, "KV storage held, all layers.") \
+    X(GAUGE, U64, bytes_reserved_peak, "Highest bytes_reserved.") \
+    X(COUNTER, U64, cow_copies_total, "Shared partial blocks copied on write.") \
+    X(COUNTER, U64, prefix_hit_tokens_total, "Prompt tokens found in the prefix cache.") \
+    X(COUNTER, U64, prefix_miss_tokens_total, "Prompt tokens not found in the prefix cache.") \
+    X(COUNTER, U64, evictions_total, "Cached blocks reused for new data.") \
+    X(COUNTER, U64, preemptions_total, "Creates and appends refused for memory.") \
+    X(COUNTER, U64, grows_total, "Slabs or buffers taken from the pool.") \
+    X(COUNTER, U64, shrinks_total, "Slabs or buffers given back.") \
+    /* BUCKETS: buffers outgrown and copied */ \
+    X(COUNTER, U64, bucket_copies_total, "Buffers outgrown and copied.") \
+    /* live sequences swapped out now */ \
+    X(GAUGE, U64, swapped_sequences, "Live sequences swapped out.") \
+    /* successful llmem_kv_seq_swap_out calls */ \
+    X(COUNTER, U64, swap_out_total, "Sequences swapped out.") \
+    /* successful llmem_kv_seq_swap_in calls */ \
+    X(COUNTER, U64, swap_in_total, "Sequences swapped in.") \
+    /* KV bytes copied device -> swap (whole blocks, all layers) */ \
+    X(COUNTER, U64, bytes_swapped_out_total, "KV bytes copied to swap memory.") \
+    /* KV bytes copied swap -> device */ \
+    X(COUNTER, U64, bytes_swapped_in_total, "KV bytes copied back from swap memory.") \
+    /* swap memory mapped now (rounded to the swap resource's granularity) */ \
+    X(GAUGE, U64, swap_bytes_held, "Swap memory mapped.") \
+    X(GAUGE, U64, swap_bytes_held_peak, "Highest swap_bytes_held.") \
+    /* wall time spent in swap copies, both directions (seconds) */ \
+    X(COUNTER, DOUBLE, swap_seconds_total, "Seconds spent copying to and from swap memory.")
+
 typedef struct llmem_kv_stats {
     size_t struct_size;
-    uint64_t sequences;               /* live */
-    uint64_t blocks_total;            /* PAGED: blocks in all slabs */
-    uint64_t blocks_used;             /* held by at least one sequence (STATIC, BUCKETS: in their buffers) */
-    uint64_t blocks_cached;           /* held by no sequence, kept for the prefix cache */
-    uint64_t blocks_free;             /* (BUCKETS: in idle buffers) */
-    uint64_t tokens_written;          /* token slots holding data held by a sequence (a shared block's once) */
-    uint64_t tokens_reserved;         /* token slots of storage held (blocks, reservations, buckets) */
-    uint64_t bytes_reserved;          /* KV storage held, all layers */
-    uint64_t bytes_reserved_peak;
-    uint64_t cow_copies_total;        /* shared partial blocks copied on write */
-    uint64_t prefix_hit_tokens_total; /* prompt tokens found in the prefix cache */
-    uint64_t prefix_miss_tokens_total;
-    uint64_t evictions_total;         /* cached blocks reused for new data */
-    uint64_t preemptions_total;       /* creates and appends refused for memory */
-    uint64_t grows_total;             /* slabs or buffers taken from the pool */
-    uint64_t shrinks_total;           /* slabs or buffers given back */
-    uint64_t bucket_copies_total;     /* BUCKETS: buffers outgrown and copied */
-    uint64_t swapped_sequences;       /* live sequences swapped out now */
-    uint64_t swap_out_total;          /* successful llmem_kv_seq_swap_out calls */
-    uint64_t swap_in_total;           /* successful llmem_kv_seq_swap_in calls */
-    uint64_t bytes_swapped_out_total; /* KV bytes copied device -> swap (whole blocks, all layers) */
-    uint64_t bytes_swapped_in_total;  /* KV bytes copied swap -> device */
-    uint64_t swap_bytes_held;         /* swap memory mapped now (rounded to the swap resource's granularity) */
-    uint64_t swap_bytes_held_peak;
-    double swap_seconds_total;        /* wall time spent in swap copies, both directions (seconds) */
+    LLMEM_KV_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_kv_stats;
 
 /* What a sequence holds. */

@@ -163,14 +163,22 @@ typedef struct llmem_tensor {
     const void *data;       /* into the mapping */
 } llmem_tensor;
 
+/* The fields of llmem_model_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_MODEL_STATS_FIELDS(X) \
+    X(GAUGE, U64, file_bytes, "Size of the model file.") \
+    X(GAUGE, U64, mapped_bytes, "Bytes of address space mapped for the file (whole pages).") \
+    /* of the mapping, now (mincore) */ \
+    X(GAUGE, U64, resident_bytes, "Bytes of the mapping resident in memory now (mincore).") \
+    /* sum of tensor data */ \
+    X(GAUGE, U64, tensor_bytes, "Bytes of tensor data.") \
+    X(GAUGE, U64, tensors, "Tensors in the file.") \
+    /* open: parse, map, hints, populate */ \
+    X(GAUGE, DOUBLE, open_seconds, "Seconds open took: parse, map, hints, populate.")
+
 typedef struct llmem_model_stats {
     size_t struct_size;
-    uint64_t file_bytes;
-    uint64_t mapped_bytes;
-    uint64_t resident_bytes;   /* of the mapping, now (mincore) */
-    uint64_t tensor_bytes;     /* sum of tensor data */
-    uint64_t tensors;
-    double open_seconds;       /* open: parse, map, hints, populate */
+    LLMEM_MODEL_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_model_stats;
 
 /* Open and check a model file. */

@@ -41,14 +41,22 @@ typedef struct llmem_multipool_options {
     llmem_pool_options fallback; /* the general pool's options (its resource is this one); zero = defaults */
 } llmem_multipool_options;
 
+/* The fields of llmem_multipool_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_MULTIPOOL_STATS_FIELDS(X) \
+    X(GAUGE, U64, dedicated_pools, "Sizes with a fixed pool of their own.") \
+    X(COUNTER, U64, dedicated_allocs_total, "Allocations served by a dedicated pool.") \
+    X(COUNTER, U64, fallback_allocs_total, "Allocations served by the general pool.") \
+    /* bytes asked for, over all allocations */ \
+    X(COUNTER, U64, requested_bytes_total, "Bytes asked for.") \
+    /* bytes handed out for them (block sizes) */ \
+    X(COUNTER, U64, usable_bytes_total, "Bytes handed out for them.") \
+    /* dedicated chunks plus the general pool's superblocks */ \
+    X(GAUGE, U64, reserved_bytes, "Bytes mapped by all the pools.")
+
 typedef struct llmem_multipool_stats {
     size_t struct_size;
-    uint64_t dedicated_pools;
-    uint64_t dedicated_allocs_total;   /* served by a dedicated pool */
-    uint64_t fallback_allocs_total;    /* served by the general pool */
-    uint64_t requested_bytes_total;    /* bytes asked for, over all allocations */
-    uint64_t usable_bytes_total;       /* bytes handed out for them (block sizes) */
-    uint64_t reserved_bytes;           /* dedicated chunks plus the general pool's superblocks */
+    LLMEM_MULTIPOOL_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_multipool_stats;
 
 LLMEM_API llmem_multipool_options llmem_multipool_options_default(void);

@@ -50,14 +50,22 @@ typedef struct llmem_os_options {
     bool populate;             /* pre-fault every committed mapping (as LLMEM_MAP_POPULATE) */
 } llmem_os_options;
 
+/* The fields of llmem_os_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_OS_STATS_FIELDS(X) \
+    X(GAUGE, U64, hugetlb_bytes, "Bytes mapped with MAP_HUGETLB now.") \
+    /* HUGETLB mappings that fell back to normal pages */ \
+    X(COUNTER, U64, hugetlb_fallbacks_total, "Huge page mappings that fell back to normal pages.") \
+    /* bytes given MADV_HUGEPAGE */ \
+    X(COUNTER, U64, thp_advised_bytes_total, "Bytes advised MADV_HUGEPAGE.") \
+    /* locked now */ \
+    X(GAUGE, U64, mlocked_bytes, "Bytes locked in memory now.") \
+    X(COUNTER, U64, numa_bound_bytes_total, "Bytes bound to the NUMA node.")
+
 /* Figures specific to the os resource. */
 typedef struct llmem_os_stats {
     size_t struct_size;
-    uint64_t hugetlb_bytes;        /* mapped with MAP_HUGETLB, now */
-    uint64_t hugetlb_fallbacks_total; /* HUGETLB mappings that fell back to normal pages */
-    uint64_t thp_advised_bytes_total; /* bytes given MADV_HUGEPAGE */
-    uint64_t mlocked_bytes;        /* locked now */
-    uint64_t numa_bound_bytes_total;
+    LLMEM_OS_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_os_stats;
 
 LLMEM_API llmem_os_options llmem_os_options_default(void);

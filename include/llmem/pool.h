@@ -138,50 +138,72 @@ typedef struct llmem_pool_options {
 
 #define LLMEM_POOL_MAX_EXTRA_CLASSES 24
 
+/* The fields of llmem_pool_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_POOL_STATS_FIELDS(X) \
+    X(GAUGE, U64, reserved_bytes, "Bytes mapped in superblocks.") \
+    X(GAUGE, U64, reserved_peak_bytes, "Highest reserved_bytes.") \
+    /* reserved less decommitted pages */ \
+    X(GAUGE, U64, committed_bytes, "Reserved bytes not decommitted.") \
+    /* in live blocks, at their class or page-rounded size */ \
+    X(GAUGE, U64, used_bytes, "Bytes in live blocks (class or page-rounded sizes).") \
+    X(GAUGE, U64, used_peak_bytes, "Highest used_bytes.") \
+    X(GAUGE, U64, live_allocations, "Live allocations.") \
+    /* committed bytes not in live blocks: free page runs' committed pages and free (or cached) slab blocks */ \
+    X(GAUGE, U64, free_bytes, "Committed bytes not in live blocks (free runs and free slab blocks).") \
+    /* the longest committed free page run: the most one allocation can take with no resource call */ \
+    X(GAUGE, U64, largest_free_bytes, "The longest committed free page run.") \
+    /* 1 - largest_free / free_bytes; 0 when nothing is free */ \
+    X(GAUGE, DOUBLE, fragmentation, "1 - largest committed free run / committed free bytes.") \
+    /* in slabs (small blocks, used or not) */ \
+    X(GAUGE, U64, slab_bytes, "Bytes in slabs of small blocks.") \
+    X(GAUGE, U64, superblocks, "Superblocks mapped.") \
+    X(COUNTER, U64, allocs_total, "Allocations served.") \
+    /* frees taken (counted, per thread on the fast path) */ \
+    X(COUNTER, U64, frees_total, "Blocks freed.") \
+    X(COUNTER, U64, grows_total, "Superblocks mapped.") \
+    X(COUNTER, U64, shrinks_total, "Superblocks unmapped.") \
+    /* pages given back inside superblocks */ \
+    X(COUNTER, U64, decommitted_bytes_total, "Bytes decommitted inside superblocks.") \
+    X(COUNTER, U64, resource_calls_total, "Map, unmap, commit and decommit calls made.") \
+    X(COUNTER, U64, failures_total, "Allocations refused.") \
+    X(COUNTER, U64, invalid_frees_total, "Foreign and double frees refused.") \
+    /* damaged canaries found (checked mode) */ \
+    X(COUNTER, U64, corruptions_total, "Damaged guard canaries found.") \
+    X(GAUGE, U64, handles, "Live movable allocations (handles).") \
+    X(COUNTER, U64, compactions_total, "Compactions run.") \
+    X(COUNTER, U64, moved_bytes_total, "Bytes moved by compaction.") \
+    X(GAUGE, U64, fenced_pending, "Blocks freed with a fence that is not done yet.") \
+    /* their bytes (still in used_bytes) */ \
+    X(GAUGE, U64, fenced_pending_bytes, "Bytes of blocks whose fenced free is pending.") \
+    X(COUNTER, U64, fenced_frees_total, "Fenced frees accepted.") \
+    X(COUNTER, U64, fence_waits_total, "Fences waited for because an allocation would have failed.") \
+    /* idle threads' caches taken back (purger, shrink) */ \
+    X(COUNTER, U64, reclaimed_caches_total, "Idle threads' caches taken back.")
+
 typedef struct llmem_pool_stats {
     size_t struct_size;
-    uint64_t reserved_bytes;          /* mapped in superblocks */
-    uint64_t reserved_peak_bytes;
-    uint64_t committed_bytes;         /* reserved less decommitted pages */
-    uint64_t used_bytes;              /* in live blocks, at their class or page-rounded size */
-    uint64_t used_peak_bytes;
-    uint64_t live_allocations;
-    uint64_t free_bytes;              /* committed bytes not in live blocks: free page runs' committed
-                                         pages and free (or cached) slab blocks */
-    uint64_t largest_free_bytes;      /* the longest committed free page run: the most one
-                                         allocation can take with no resource call */
-    double fragmentation;             /* 1 - largest_free / free_bytes; 0 when nothing is free */
-    uint64_t slab_bytes;              /* in slabs (small blocks, used or not) */
-    uint64_t superblocks;
-    uint64_t allocs_total;
-    uint64_t frees_total;             /* frees taken (counted, per thread on the fast path) */
-    uint64_t grows_total;             /* superblocks mapped */
-    uint64_t shrinks_total;           /* superblocks unmapped */
-    uint64_t decommitted_bytes_total; /* pages given back inside superblocks */
-    uint64_t resource_calls_total;    /* map, unmap, commit and decommit calls made */
-    uint64_t failures_total;          /* allocations refused */
-    uint64_t invalid_frees_total;     /* foreign and double frees refused */
-    uint64_t corruptions_total;       /* damaged canaries found (checked mode) */
-    uint64_t handles;                 /* live movable allocations */
-    uint64_t compactions_total;
-    uint64_t moved_bytes_total;       /* bytes moved by compaction */
-    uint64_t fenced_pending;          /* blocks freed with a fence that is not done yet */
-    uint64_t fenced_pending_bytes;    /* their bytes (still in used_bytes) */
-    uint64_t fenced_frees_total;      /* fenced frees accepted */
-    uint64_t fence_waits_total;       /* fences waited for because an allocation would have failed */
-    uint64_t reclaimed_caches_total;  /* idle threads' caches taken back (purger, shrink) */
+    LLMEM_POOL_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_pool_stats;
+
+/* The fields of llmem_pool_class_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_POOL_CLASS_STATS_FIELDS(X) \
+    X(GAUGE, U64, class_bytes, "Block size of the class.") \
+    X(GAUGE, U64, slab_bytes, "Bytes per slab.") \
+    /* slabs held now */ \
+    X(GAUGE, U64, slabs, "Slabs held.") \
+    X(GAUGE, U64, live_blocks, "Live blocks.") \
+    X(COUNTER, U64, allocs_total, "Blocks allocated.") \
+    /* frees taken (counted, per thread on the fast path) */ \
+    X(COUNTER, U64, frees_total, "Blocks freed.") \
+    /* allocations of this class refused */ \
+    X(COUNTER, U64, failures_total, "Allocations of the class refused.")
 
 /* Per size class figures, from llmem_pool_get_class_stats. */
 typedef struct llmem_pool_class_stats {
     size_t struct_size;
-    uint64_t class_bytes;         /* block size */
-    uint64_t slab_bytes;          /* bytes per slab */
-    uint64_t slabs;               /* slabs held now */
-    uint64_t live_blocks;
-    uint64_t allocs_total;
-    uint64_t frees_total;             /* frees taken (counted, per thread on the fast path) */
-    uint64_t failures_total;      /* allocations of this class refused */
+    LLMEM_POOL_CLASS_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_pool_class_stats;
 
 LLMEM_API llmem_pool_options llmem_pool_options_default(void);

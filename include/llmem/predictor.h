@@ -125,12 +125,19 @@ LLMEM_API llmem_status llmem_predictor_predict(const llmem_predictor *p, llmem_s
 LLMEM_API llmem_status llmem_predictor_observe(llmem_predictor *p, uint32_t batch, uint32_t tokens,
                                                uint32_t context, uint64_t measured_bytes);
 
+/* The fields of llmem_predictor_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_PREDICTOR_STATS_FIELDS(X) \
+    X(COUNTER, U64, observations, "Measured peaks fed to the corrector.") \
+    /* mean |predicted - measured| / measured over the observations */ \
+    X(GAUGE, DOUBLE, formula_error, "Mean relative error of the op formulas on the observations.") \
+    /* the same for the corrector, each scored before it was added (0: none yet) */ \
+    X(GAUGE, DOUBLE, corrector_error, "Mean relative error of the corrector, each scored before it was added.") \
+    X(GAUGE, U64, corrector_in_use, "1 when the corrector predicts better than the formulas.")
+
 typedef struct llmem_predictor_stats {
     size_t struct_size;
-    uint64_t observations;
-    double formula_error;          /* mean |predicted - measured| / measured over the observations */
-    double corrector_error;        /* the same for the corrector, each scored before it was added (0: none yet) */
-    uint64_t corrector_in_use;     /* 1 when the corrector predicts better */
+    LLMEM_PREDICTOR_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_predictor_stats;
 
 LLMEM_API llmem_status llmem_predictor_get_stats(const llmem_predictor *p, llmem_predictor_stats *out);

@@ -52,13 +52,21 @@ typedef struct llmem_profile_entry {
     double mean_lifetime_s;  /* their mean lifetime, 0 if none */
 } llmem_profile_entry;
 
+/* The fields of llmem_profile_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_PROFILE_STATS_FIELDS(X) \
+    X(COUNTER, U64, samples_total, "Allocations recorded.") \
+    /* estimated allocations seen (samples * rate) */ \
+    X(COUNTER, U64, allocations_total, "Allocations seen, estimated from the samples.") \
+    X(GAUGE, U64, distinct_sizes, "Distinct sizes in the histogram.") \
+    /* samples whose size found no room in the table */ \
+    X(COUNTER, U64, other_samples_total, "Samples whose size found no room in the histogram.") \
+    /* sampled frees matched */ \
+    X(COUNTER, U64, lifetimes_total, "Sampled allocations whose free was seen.")
+
 typedef struct llmem_profile_stats {
     size_t struct_size;
-    uint64_t samples_total;      /* allocations recorded */
-    uint64_t allocations_total;  /* estimated allocations seen (samples * rate) */
-    uint64_t distinct_sizes;
-    uint64_t other_samples_total;/* samples whose size found no room in the table */
-    uint64_t lifetimes_total;    /* sampled frees matched */
+    LLMEM_PROFILE_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_profile_stats;
 
 LLMEM_API llmem_profile_options llmem_profile_options_default(void);

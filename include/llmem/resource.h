@@ -79,23 +79,31 @@ typedef struct llmem_resource_info {
     unsigned caps;          /* LLMEM_RES_CAP_* bits */
 } llmem_resource_info;
 
+/* The fields of llmem_resource_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_RESOURCE_STATS_FIELDS(X) \
+    X(GAUGE, U64, mapped_bytes, "Address space currently mapped from the resource.") \
+    X(GAUGE, U64, mapped_peak_bytes, "Highest mapped_bytes.") \
+    /* sum of all successful map sizes */ \
+    X(COUNTER, U64, mapped_bytes_total, "Bytes mapped over the resource's life.") \
+    /* of mapped_bytes, how much is committed */ \
+    X(GAUGE, U64, committed_bytes, "Mapped bytes currently committed.") \
+    X(GAUGE, U64, committed_peak_bytes, "Highest committed_bytes.") \
+    X(GAUGE, U64, mappings, "Live mappings.") \
+    X(COUNTER, U64, map_calls_total, "Successful map calls.") \
+    X(COUNTER, U64, unmap_calls_total, "Successful unmap calls.") \
+    X(COUNTER, U64, commit_calls_total, "Successful commit calls.") \
+    X(COUNTER, U64, decommit_calls_total, "Successful decommit calls.") \
+    X(COUNTER, U64, copy_calls_total, "Successful copy calls.") \
+    X(COUNTER, U64, copy_bytes_total, "Bytes copied.") \
+    /* calls that returned an error, bad input included */ \
+    X(COUNTER, U64, failures_total, "Calls that returned an error.")
+
 /* Figures every resource keeps (through the common wrapper). Byte levels
  * follow the commit contract above. */
 typedef struct llmem_resource_stats {
-    size_t struct_size;              /* 0 or sizeof(llmem_resource_stats) */
-    uint64_t mapped_bytes;           /* address space currently mapped */
-    uint64_t mapped_peak_bytes;
-    uint64_t mapped_bytes_total;     /* sum of all successful map sizes */
-    uint64_t committed_bytes;        /* of mapped_bytes, how much is committed */
-    uint64_t committed_peak_bytes;
-    uint64_t mappings;               /* live mappings */
-    uint64_t map_calls_total;        /* successful map calls */
-    uint64_t unmap_calls_total;
-    uint64_t commit_calls_total;
-    uint64_t decommit_calls_total;
-    uint64_t copy_calls_total;
-    uint64_t copy_bytes_total;
-    uint64_t failures_total;         /* calls that returned an error, bad input included */
+    size_t struct_size;
+    LLMEM_RESOURCE_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_resource_stats;
 
 /* The process-wide default os resource. Never NULL, never destroyed. */

@@ -348,40 +348,58 @@ LLMEM_API uint64_t llmem_sched_now_ns(const llmem_sched *s);
  * with sequences admitted or over an engine; a t_ns in the past only ticks. */
 LLMEM_API llmem_status llmem_sched_advance(llmem_sched *s, uint64_t t_ns);
 
+/* The fields of llmem_sched_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_SCHED_STATS_FIELDS(X) \
+    X(GAUGE, U64, requests_waiting, "Requests none of whose samples is admitted.") \
+    X(GAUGE, U64, requests_running, "Requests with a sample admitted.") \
+    /* sequences admitted (holding KV, not swapped) */ \
+    X(GAUGE, U64, sequences_running, "Sequences admitted (holding KV).") \
+    /* sequences swapped out now */ \
+    X(GAUGE, U64, sequences_swapped, "Sequences swapped out to host memory.") \
+    /* KV held by sequences / KV capacity (the budget, or what the KV holds without one), 0..1 */ \
+    X(GAUGE, DOUBLE, kv_usage, "KV held by sequences over KV capacity (0..1).") \
+    X(COUNTER, U64, requests_submitted_total, "Requests submitted.") \
+    /* every sample finished, whatever the reason */ \
+    X(COUNTER, U64, requests_finished_total, "Requests whose every sample finished.") \
+    X(COUNTER, U64, requests_cancelled_total, "Requests cancelled.") \
+    X(COUNTER, U64, requests_rejected_total, "Requests whose prompt could never fit in the KV.") \
+    /* samples finished by reason */ \
+    X(COUNTER, U64, samples_length_total, "Samples that generated max_tokens.") \
+    X(COUNTER, U64, samples_stop_total, "Samples ended by a stop token or sequence.") \
+    X(COUNTER, U64, samples_context_total, "Samples that reached the context length.") \
+    X(COUNTER, U64, samples_memory_total, "Samples truncated: alone, and refused KV.") \
+    /* prompt tokens of admitted requests (once each) */ \
+    X(COUNTER, U64, prompt_tokens_total, "Prompt tokens of admitted requests.") \
+    /* tokens sampled */ \
+    X(COUNTER, U64, generation_tokens_total, "Tokens generated.") \
+    /* prompt tokens run through the backend, recomputation included */ \
+    X(COUNTER, U64, computed_tokens_total, "Prompt tokens computed, recomputation included.") \
+    X(COUNTER, U64, prefix_cache_queries_total, "Prompt tokens looked up in the prefix cache.") \
+    /* of those, found: their prefill was skipped */ \
+    X(COUNTER, U64, prefix_cache_hits_total, "Prompt tokens found in the prefix cache (prefill skipped).") \
+    /* admissions that found at least one block */ \
+    X(COUNTER, U64, prefix_cache_requests_hit_total, "Admissions that found cached blocks.") \
+    X(COUNTER, U64, preemptions_total, "Sequences preempted.") \
+    /* of which swapped out */ \
+    X(COUNTER, U64, preemptions_swap_total, "Sequences preempted by swapping their KV out.") \
+    X(COUNTER, U64, swap_ins_total, "Swapped sequences swapped back in.") \
+    /* samples that share their prompt's KV */ \
+    X(COUNTER, U64, forks_total, "Samples forked from their prompt's sequence.") \
+    X(COUNTER, U64, fork_fallbacks_total, "Samples that prefilled their prompt themselves.") \
+    X(COUNTER, U64, admissions_refused_total, "Admissions the KV refused at sequence creation.") \
+    X(COUNTER, U64, steps_total, "Steps run.") \
+    X(COUNTER, U64, step_prefill_tokens_total, "Prefill tokens in steps.") \
+    X(COUNTER, U64, step_decode_tokens_total, "Decode tokens in steps.") \
+    X(COUNTER, DOUBLE, step_seconds_total, "Seconds of steps (measured or modelled).") \
+    /* the same: clock time spent in steps */ \
+    X(COUNTER, DOUBLE, busy_seconds_total, "Clock seconds spent in steps.") \
+    /* the clock now */ \
+    X(GAUGE, DOUBLE, clock_seconds, "The scheduler's clock.")
+
 typedef struct llmem_sched_stats {
     size_t struct_size;
-    uint64_t requests_waiting;          /* requests none of whose samples is admitted */
-    uint64_t requests_running;          /* requests with a sample admitted */
-    uint64_t sequences_running;         /* sequences admitted (holding KV, not swapped) */
-    uint64_t sequences_swapped;         /* sequences swapped out now */
-    double kv_usage;                    /* KV held by sequences / KV capacity (the budget, or what the
-                                           KV holds without one), 0..1 */
-    uint64_t requests_submitted_total;
-    uint64_t requests_finished_total;   /* every sample finished, whatever the reason */
-    uint64_t requests_cancelled_total;
-    uint64_t requests_rejected_total;
-    uint64_t samples_length_total;      /* samples finished by reason */
-    uint64_t samples_stop_total;
-    uint64_t samples_context_total;
-    uint64_t samples_memory_total;
-    uint64_t prompt_tokens_total;       /* prompt tokens of admitted requests (once each) */
-    uint64_t generation_tokens_total;   /* tokens sampled */
-    uint64_t computed_tokens_total;     /* prompt tokens run through the backend, recomputation included */
-    uint64_t prefix_cache_queries_total; /* prompt tokens looked up in the prefix cache */
-    uint64_t prefix_cache_hits_total;   /* of those, found: their prefill was skipped */
-    uint64_t prefix_cache_requests_hit_total; /* admissions that found at least one block */
-    uint64_t preemptions_total;
-    uint64_t preemptions_swap_total;    /* of which swapped out */
-    uint64_t swap_ins_total;
-    uint64_t forks_total;               /* samples that share their prompt's KV */
-    uint64_t fork_fallbacks_total;      /* samples that prefilled their prompt themselves */
-    uint64_t admissions_refused_total;  /* admissions the KV refused at sequence creation */
-    uint64_t steps_total;
-    uint64_t step_prefill_tokens_total;
-    uint64_t step_decode_tokens_total;
-    double step_seconds_total;          /* measured or modelled */
-    double busy_seconds_total;          /* the same: clock time spent in steps */
-    double clock_seconds;               /* the clock now */
+    LLMEM_SCHED_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_sched_stats;
 
 LLMEM_API llmem_status llmem_sched_get_stats(llmem_sched *s, llmem_sched_stats *out);

@@ -123,21 +123,33 @@ LLMEM_API llmem_status llmem_server_shutdown(llmem_server *s, uint32_t deadline_
 /* Shut down (deadline 0) if not done, and free. NULL is a no-op. */
 LLMEM_API void llmem_server_destroy(llmem_server *s);
 
+/* The fields of llmem_server_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_SERVER_STATS_FIELDS(X) \
+    /* requests answered, every path */ \
+    X(COUNTER, U64, http_requests_total, "HTTP requests answered.") \
+    X(COUNTER, U64, http_2xx_total, "HTTP answers 2xx.") \
+    X(COUNTER, U64, http_4xx_total, "HTTP answers 4xx.") \
+    X(COUNTER, U64, http_5xx_total, "HTTP answers 5xx.") \
+    X(COUNTER, U64, http_413_total, "Request bodies over the limit (413).") \
+    /* queue full */ \
+    X(COUNTER, U64, http_429_total, "Requests refused because the queue was full (429).") \
+    X(COUNTER, U64, http_401_total, "Requests without the right API key (401).") \
+    /* generation requests accepted (submitted) */ \
+    X(COUNTER, U64, completions_total, "Generation requests submitted.") \
+    /* of which streamed */ \
+    X(COUNTER, U64, streams_total, "Generation requests streamed.") \
+    /* requests cancelled because the client went away */ \
+    X(COUNTER, U64, client_disconnects_total, "Requests cancelled because their client went away.") \
+    /* generation requests submitted and not answered */ \
+    X(GAUGE, U64, requests_in_flight, "Generation requests submitted and not yet answered.") \
+    /* open now */ \
+    X(GAUGE, U64, connections, "HTTP connections open.") \
+    X(COUNTER, U64, step_errors_total, "Scheduler steps that failed.")
+
 typedef struct llmem_server_stats {
     size_t struct_size;
-    uint64_t http_requests_total;      /* requests answered, every path */
-    uint64_t http_2xx_total;
-    uint64_t http_4xx_total;
-    uint64_t http_5xx_total;
-    uint64_t http_413_total;           /* bodies over the limit */
-    uint64_t http_429_total;           /* queue full */
-    uint64_t http_401_total;
-    uint64_t completions_total;        /* generation requests accepted (submitted) */
-    uint64_t streams_total;            /* of which streamed */
-    uint64_t client_disconnects_total; /* requests cancelled because the client went away */
-    uint64_t requests_in_flight;       /* generation requests submitted and not answered */
-    uint64_t connections;              /* open now */
-    uint64_t step_errors_total;        /* scheduler steps that failed */
+    LLMEM_SERVER_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_server_stats;
 
 LLMEM_API llmem_status llmem_server_get_stats(llmem_server *s, llmem_server_stats *out);

@@ -39,14 +39,23 @@ typedef struct llmem_sim_options {
                                   not touch; device-to-host copies then leave the host side as it was */
 } llmem_sim_options;
 
+/* The fields of llmem_sim_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_SIM_STATS_FIELDS(X) \
+    X(GAUGE, U64, capacity_bytes, "Simulated device capacity.") \
+    /* mapped device bytes now */ \
+    X(GAUGE, U64, used_bytes, "Committed device bytes now.") \
+    X(GAUGE, U64, used_peak_bytes, "Highest used_bytes.") \
+    /* maps refused for capacity */ \
+    X(COUNTER, U64, oom_total, "Requests refused for capacity.") \
+    /* copies refused: range outside live mappings or overlapping */ \
+    X(COUNTER, U64, bad_copies_total, "Copies refused as out of bounds, uncommitted or overlapping.") \
+    /* simulated time charged to map/unmap */ \
+    X(COUNTER, U64, cost_ns_total, "Simulated nanoseconds charged to map and unmap calls.")
+
 typedef struct llmem_sim_stats {
     size_t struct_size;
-    uint64_t capacity_bytes;
-    uint64_t used_bytes;           /* mapped device bytes now */
-    uint64_t used_peak_bytes;
-    uint64_t oom_total;            /* maps refused for capacity */
-    uint64_t bad_copies_total;     /* copies refused: range outside live mappings or overlapping */
-    uint64_t cost_ns_total;        /* simulated time charged to map/unmap */
+    LLMEM_SIM_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_sim_stats;
 
 LLMEM_API llmem_sim_options llmem_sim_options_default(void);

@@ -57,6 +57,17 @@ typedef struct llmem_stat_field {
     size_t offset;            /* offsetof(struct, field) */
 } llmem_stat_field;
 
+/* A stats struct's fields are spelled once, as a list
+ * LLMEM_<THING>_STATS_FIELDS(X) of X(kind, value type, name, help) entries
+ * (kind GAUGE or COUNTER, value type U64 or DOUBLE, help the one line for
+ * Prometheus HELP). The public struct is `size_t struct_size;` followed by
+ * the list with X = LLMEM_STATS_MEMBER, a plain uint64_t or double field per
+ * entry, in list order; the library makes the schema's rows from the same
+ * list, so the two cannot drift apart. */
+#define LLMEM_STATS_CTYPE_U64 uint64_t
+#define LLMEM_STATS_CTYPE_DOUBLE double
+#define LLMEM_STATS_MEMBER(kind, vtype, name, help) LLMEM_STATS_CTYPE_##vtype name;
+
 /* A stats struct's description. */
 typedef struct llmem_stats_schema {
     const char *name;         /* component name: "arena", "fixed", "resource"... */

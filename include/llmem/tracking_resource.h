@@ -24,13 +24,19 @@
 extern "C" {
 #endif
 
+/* The fields of llmem_tracking_stats after struct_size, in order: X(kind, value type,
+ * name, help) for each; the struct and its schema are both made from it. */
+#define LLMEM_TRACKING_STATS_FIELDS(X) \
+    X(GAUGE, U64, live_mappings, "Mappings live now.") \
+    X(GAUGE, U64, live_bytes, "Bytes in live mappings.") \
+    X(GAUGE, U64, peak_bytes, "Highest live_bytes.") \
+    X(GAUGE, U64, peak_mappings, "Highest live_mappings.") \
+    /* calls refused as invalid (foreign pointer, size mismatch...) */ \
+    X(COUNTER, U64, refused_total, "Calls refused as invalid.")
+
 typedef struct llmem_tracking_stats {
     size_t struct_size;
-    uint64_t live_mappings;
-    uint64_t live_bytes;
-    uint64_t peak_bytes;
-    uint64_t peak_mappings;
-    uint64_t refused_total;    /* calls refused as invalid (foreign pointer, size mismatch...) */
+    LLMEM_TRACKING_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } llmem_tracking_stats;
 
 /* One live mapping, as passed to the foreach callback. */

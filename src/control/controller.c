@@ -416,24 +416,4 @@ llmem_status llmem_controller_get_stats(const llmem_controller *cc, llmem_contro
     return llmem__stats_out_locked(out, &c->st, sizeof c->st, &c->lock);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_controller_stats, kind, U64, name, help)
-static const llmem_stat_field controller_fields[] = {
-    F(GAUGE, stage, "The current stage (0 idle, 1 load, 2 prefill, 3 decode)."),
-    F(COUNTER, events_total, "Decisions recorded."),
-    F(COUNTER, events_dropped, "Events pushed out of the ring."),
-    F(COUNTER, reserves_total, "Reserves taken before a prefill."),
-    F(COUNTER, grows_total, "Grows past the high watermark in decode."),
-    F(COUNTER, shrinks_total, "Shrinks to the low watermark after the idle decay."),
-    F(COUNTER, compactions_total, "Compactions of handle blocks when idle."),
-    F(COUNTER, failures_total, "Reserves, grows and compactions the pool refused."),
-    F(COUNTER, bytes_reserved_ahead_total, "Committed bytes added by prefill reserves."),
-    F(COUNTER, bytes_grown_total, "Committed bytes added by decode grows."),
-    F(COUNTER, bytes_released_total, "Bytes given back by shrinks and compactions."),
-    F(COUNTER, bytes_compacted_total, "Bytes moved by compactions."),
-    F(GAUGE, grow_step_bytes, "The next grow step."),
-    F(COUNTER, stage_changes_total, "Stage events that changed the stage."),
-    F(COUNTER, prefill_steps_total, "Prefill stage events."),
-    F(COUNTER, decode_steps_total, "Decode stage events."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_controller_stats_schema, "controller", llmem_controller_stats, controller_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_controller_stats_schema, "controller", llmem_controller_stats, LLMEM_CONTROLLER_STATS_FIELDS)

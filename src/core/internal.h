@@ -136,7 +136,8 @@ llmem_status llmem__stats_out_locked(void *out, const void *guarded, size_t size
 
 /* A row of a stats schema (llmem/stats.h): the field `name` of the stats
  * struct `type`, a GAUGE or COUNTER (`kind`) whose value is U64 or DOUBLE
- * (`vtype`). Files wrap it in a local F(kind, name, help) for their struct. */
+ * (`vtype`). A field list's entries become rows through a local F that
+ * names the struct (serve_report.c), or through LLMEM__STATS_SCHEMA_OF. */
 #define LLMEM__STAT_FIELD(type, kind, vtype, name, help) \
     {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_##vtype, offsetof(type, name)}
 
@@ -146,10 +147,20 @@ llmem_status llmem__stats_out_locked(void *out, const void *guarded, size_t size
 #define LLMEM__SCHEMA(var, label, type, fields, prefix) \
     static const llmem_stats_schema var = {label, sizeof(type), LLMEM_ARRAY_LEN(fields), fields, prefix}
 
-/* The same schema behind a public getter `fn` (llmem_<thing>_stats_schema). */
-#define LLMEM__STATS_SCHEMA_GETTER(fn, label, type, fields) \
-    LLMEM__SCHEMA(fields##_schema_, label, type, fields, NULL); \
-    const llmem_stats_schema *fn(void) { return &fields##_schema_; }
+/* The public getter `fn` of the schema named `label` for the stats struct
+ * `type`, whose rows are made from its field list `list`
+ * (LLMEM_<THING>_STATS_FIELDS, llmem/stats.h): one row per entry, in list
+ * order. The local typedef names the struct for LLMEM__STAT_ROW. */
+#define LLMEM__STAT_ROW(kind, vtype, name, help) \
+    {#name, help, LLMEM_METRIC_##kind, LLMEM_VALUE_##vtype, offsetof(llmem__stats_type, name)},
+#define LLMEM__STATS_SCHEMA_OF(fn, label, type, list) \
+    const llmem_stats_schema *fn(void) \
+    { \
+        typedef type llmem__stats_type; \
+        static const llmem_stat_field fields[] = {list(LLMEM__STAT_ROW)}; \
+        static const llmem_stats_schema schema = {label, sizeof(type), LLMEM_ARRAY_LEN(fields), fields, NULL}; \
+        return &schema; \
+    }
 
 /* Number of errors recorded in this thread so far: compare before and after
  * a call to know whether it left its own message. */

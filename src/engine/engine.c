@@ -932,32 +932,4 @@ llmem_status llmem_engine_get_stats(const llmem_engine *e, llmem_engine_stats *o
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_engine_stats, kind, U64, name, help)
-#define D(kind, name, help) LLMEM__STAT_FIELD(llmem_engine_stats, kind, DOUBLE, name, help)
-static const llmem_stat_field engine_fields[] = {
-    F(COUNTER, steps_total, "Forward steps run."),
-    F(COUNTER, prefill_tokens_total, "Tokens processed in prefill steps."),
-    F(COUNTER, decode_tokens_total, "Tokens processed in decode steps."),
-    D(COUNTER, prefill_seconds_total, "Seconds spent in prefill steps."),
-    D(COUNTER, decode_seconds_total, "Seconds spent in decode steps."),
-    F(GAUGE, sequences, "Live sequences."),
-    F(GAUGE, weights_mapped_bytes, "Tensor bytes read in place from the mapped file."),
-    F(GAUGE, weights_converted_bytes, "Bytes of weights copied at load: f32 copies of 1-D tensors, repacked q4_K matrices."),
-    F(GAUGE, workspace_bytes, "Bytes of the activation arena."),
-    F(GAUGE, workspace_peak_bytes, "Most of the arena one step used."),
-    F(GAUGE, workspace_naive_bytes, "The largest step's activation buffers laid end to end."),
-    F(GAUGE, workspace_lower_bound_bytes, "The most activation bytes alive at once in the largest step."),
-    F(COUNTER, workspace_releases_total, "Prefill workspace pages given back when decode began."),
-    F(GAUGE, kv_bytes, "KV storage held."),
-    F(GAUGE, kv_used_bytes, "KV storage holding tokens of live sequences."),
-    F(GAUGE, kv_peak_bytes, "Highest kv_bytes."),
-    F(GAUGE, pool_reserved_bytes, "Bytes the engine's pool holds."),
-    F(GAUGE, malloc_bytes, "Bytes held from malloc (the malloc baseline)."),
-    F(GAUGE, stage, "The last stage reported (0 idle, 1 load, 2 prefill, 3 decode)."),
-    F(COUNTER, stage_changes_total, "Stage reports that changed the stage."),
-    F(COUNTER, prefill_steps_total, "Prefill stage reports."),
-    F(COUNTER, decode_steps_total, "Decode stage reports."),
-};
-#undef F
-#undef D
-LLMEM__STATS_SCHEMA_GETTER(llmem_engine_stats_schema, "engine", llmem_engine_stats, engine_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_engine_stats_schema, "engine", llmem_engine_stats, LLMEM_ENGINE_STATS_FIELDS)

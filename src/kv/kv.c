@@ -617,34 +617,4 @@ llmem_status llmem_kv_get_stats(const llmem_kv *ckv, llmem_kv_stats *out)
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_kv_stats, kind, U64, name, help)
-static const llmem_stat_field kv_fields[] = {
-    F(GAUGE, sequences, "Live sequences."),
-    F(GAUGE, blocks_total, "Blocks in all slabs."),
-    F(GAUGE, blocks_used, "Blocks held by a sequence."),
-    F(GAUGE, blocks_cached, "Blocks kept only for the prefix cache."),
-    F(GAUGE, blocks_free, "Free blocks."),
-    F(GAUGE, tokens_written, "Token slots holding data."),
-    F(GAUGE, tokens_reserved, "Token slots of storage held."),
-    F(GAUGE, bytes_reserved, "KV storage held, all layers."),
-    F(GAUGE, bytes_reserved_peak, "Highest bytes_reserved."),
-    F(COUNTER, cow_copies_total, "Shared partial blocks copied on write."),
-    F(COUNTER, prefix_hit_tokens_total, "Prompt tokens found in the prefix cache."),
-    F(COUNTER, prefix_miss_tokens_total, "Prompt tokens not found in the prefix cache."),
-    F(COUNTER, evictions_total, "Cached blocks reused for new data."),
-    F(COUNTER, preemptions_total, "Creates and appends refused for memory."),
-    F(COUNTER, grows_total, "Slabs or buffers taken from the pool."),
-    F(COUNTER, shrinks_total, "Slabs or buffers given back."),
-    F(COUNTER, bucket_copies_total, "Buffers outgrown and copied."),
-    F(GAUGE, swapped_sequences, "Live sequences swapped out."),
-    F(COUNTER, swap_out_total, "Sequences swapped out."),
-    F(COUNTER, swap_in_total, "Sequences swapped in."),
-    F(COUNTER, bytes_swapped_out_total, "KV bytes copied to swap memory."),
-    F(COUNTER, bytes_swapped_in_total, "KV bytes copied back from swap memory."),
-    F(GAUGE, swap_bytes_held, "Swap memory mapped."),
-    F(GAUGE, swap_bytes_held_peak, "Highest swap_bytes_held."),
-    LLMEM__STAT_FIELD(llmem_kv_stats, COUNTER, DOUBLE, swap_seconds_total,
-                      "Seconds spent copying to and from swap memory."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_kv_stats_schema, "kv", llmem_kv_stats, kv_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_kv_stats_schema, "kv", llmem_kv_stats, LLMEM_KV_STATS_FIELDS)

@@ -547,17 +547,7 @@ llmem_status llmem_model_get_stats(const llmem_model *m, llmem_model_stats *out)
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, type, name, help) LLMEM__STAT_FIELD(llmem_model_stats, kind, type, name, help)
-static const llmem_stat_field model_fields[] = {
-    F(GAUGE, U64, file_bytes, "Size of the model file."),
-    F(GAUGE, U64, mapped_bytes, "Bytes of address space mapped for the file (whole pages)."),
-    F(GAUGE, U64, resident_bytes, "Bytes of the mapping resident in memory now (mincore)."),
-    F(GAUGE, U64, tensor_bytes, "Bytes of tensor data."),
-    F(GAUGE, U64, tensors, "Tensors in the file."),
-    F(GAUGE, DOUBLE, open_seconds, "Seconds open took: parse, map, hints, populate."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_model_stats_schema, "model", llmem_model_stats, model_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_model_stats_schema, "model", llmem_model_stats, LLMEM_MODEL_STATS_FIELDS)
 
 /* ---- giving pages back (model_release.h) ---- */
 

@@ -325,12 +325,4 @@ llmem_status llmem_predictor_get_stats(const llmem_predictor *p, llmem_predictor
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, type, name, help) LLMEM__STAT_FIELD(llmem_predictor_stats, kind, type, name, help)
-static const llmem_stat_field predictor_fields[] = {
-    F(COUNTER, U64, observations, "Measured peaks fed to the corrector."),
-    F(GAUGE, DOUBLE, formula_error, "Mean relative error of the op formulas on the observations."),
-    F(GAUGE, DOUBLE, corrector_error, "Mean relative error of the corrector, each scored before it was added."),
-    F(GAUGE, U64, corrector_in_use, "1 when the corrector predicts better than the formulas."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_predictor_stats_schema, "predictor", llmem_predictor_stats, predictor_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_predictor_stats_schema, "predictor", llmem_predictor_stats, LLMEM_PREDICTOR_STATS_FIELDS)

@@ -395,21 +395,4 @@ llmem_status llmem_arena_get_stats(const llmem_arena *a, llmem_arena_stats *out)
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_arena_stats, kind, U64, name, help)
-static const llmem_stat_field arena_fields[] = {
-    F(GAUGE, used_bytes, "Bytes handed out since the last reset, padding and skipped chunk tails included."),
-    F(GAUGE, used_peak_bytes, "Highest used_bytes."),
-    F(GAUGE, requested_bytes, "Bytes asked for since the last reset."),
-    F(GAUGE, reserved_bytes, "Bytes held in chunks."),
-    F(GAUGE, reserved_peak_bytes, "Highest reserved_bytes."),
-    F(GAUGE, waste_bytes, "used_bytes - requested_bytes."),
-    F(GAUGE, chunks, "Chunks held."),
-    F(COUNTER, allocs_total, "Allocations served."),
-    F(COUNTER, resets_total, "Resets."),
-    F(COUNTER, rollbacks_total, "Rollbacks to a mark."),
-    F(COUNTER, grows_total, "Chunks mapped."),
-    F(COUNTER, releases_total, "Chunks unmapped by trim."),
-    F(COUNTER, failures_total, "Allocations refused."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_arena_stats_schema, "arena", llmem_arena_stats, arena_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_arena_stats_schema, "arena", llmem_arena_stats, LLMEM_ARENA_STATS_FIELDS)

@@ -693,21 +693,4 @@ llmem_status llmem_fixed_get_stats(const llmem_fixed *cp, llmem_fixed_stats *out
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_fixed_stats, kind, U64, name, help)
-static const llmem_stat_field fixed_fields[] = {
-    F(GAUGE, block_size, "Requested block size in bytes."),
-    F(GAUGE, stride, "Bytes between blocks."),
-    F(GAUGE, blocks_in_use, "Blocks handed out now."),
-    F(GAUGE, blocks_in_use_peak, "Highest blocks_in_use."),
-    F(GAUGE, blocks_capacity, "Blocks in all chunks."),
-    F(GAUGE, chunks, "Chunks mapped."),
-    F(GAUGE, reserved_bytes, "Bytes mapped in chunks."),
-    F(COUNTER, allocs_total, "Blocks allocated."),
-    F(COUNTER, frees_total, "Blocks freed."),
-    F(COUNTER, failures_total, "Allocations refused."),
-    F(COUNTER, double_frees_total, "Double frees detected (checked mode)."),
-    F(COUNTER, foreign_frees_total, "Frees of pointers the pool does not own (checked mode)."),
-    F(COUNTER, corruptions_total, "Free blocks found written after their free (checked host pools)."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_fixed_stats_schema, "fixed", llmem_fixed_stats, fixed_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_fixed_stats_schema, "fixed", llmem_fixed_stats, LLMEM_FIXED_STATS_FIELDS)

@@ -167,14 +167,4 @@ llmem_status llmem_multipool_get_stats(const llmem_multipool *mp, llmem_multipoo
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_multipool_stats, kind, U64, name, help)
-static const llmem_stat_field multipool_fields[] = {
-    F(GAUGE, dedicated_pools, "Sizes with a fixed pool of their own."),
-    F(COUNTER, dedicated_allocs_total, "Allocations served by a dedicated pool."),
-    F(COUNTER, fallback_allocs_total, "Allocations served by the general pool."),
-    F(COUNTER, requested_bytes_total, "Bytes asked for."),
-    F(COUNTER, usable_bytes_total, "Bytes handed out for them."),
-    F(GAUGE, reserved_bytes, "Bytes mapped by all the pools."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_multipool_stats_schema, "multipool", llmem_multipool_stats, multipool_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_multipool_stats_schema, "multipool", llmem_multipool_stats, LLMEM_MULTIPOOL_STATS_FIELDS)

@@ -409,53 +409,9 @@ llmem_status llmem_pool_export_stats(const llmem_pool *p, llmem_exporter *ex, co
     return st;
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_pool_stats, kind, U64, name, help)
-static const llmem_stat_field pool_fields[] = {
-    F(GAUGE, reserved_bytes, "Bytes mapped in superblocks."),
-    F(GAUGE, reserved_peak_bytes, "Highest reserved_bytes."),
-    F(GAUGE, committed_bytes, "Reserved bytes not decommitted."),
-    F(GAUGE, used_bytes, "Bytes in live blocks (class or page-rounded sizes)."),
-    F(GAUGE, used_peak_bytes, "Highest used_bytes."),
-    F(GAUGE, live_allocations, "Live allocations."),
-    F(GAUGE, free_bytes, "Committed bytes not in live blocks (free runs and free slab blocks)."),
-    F(GAUGE, largest_free_bytes, "The longest committed free page run."),
-    LLMEM__STAT_FIELD(llmem_pool_stats, GAUGE, DOUBLE, fragmentation,
-                      "1 - largest committed free run / committed free bytes."),
-    F(GAUGE, slab_bytes, "Bytes in slabs of small blocks."),
-    F(GAUGE, superblocks, "Superblocks mapped."),
-    F(COUNTER, allocs_total, "Allocations served."),
-    F(COUNTER, frees_total, "Blocks freed."),
-    F(COUNTER, grows_total, "Superblocks mapped."),
-    F(COUNTER, shrinks_total, "Superblocks unmapped."),
-    F(COUNTER, decommitted_bytes_total, "Bytes decommitted inside superblocks."),
-    F(COUNTER, resource_calls_total, "Map, unmap, commit and decommit calls made."),
-    F(COUNTER, failures_total, "Allocations refused."),
-    F(COUNTER, invalid_frees_total, "Foreign and double frees refused."),
-    F(COUNTER, corruptions_total, "Damaged guard canaries found."),
-    F(GAUGE, handles, "Live movable allocations (handles)."),
-    F(COUNTER, compactions_total, "Compactions run."),
-    F(COUNTER, moved_bytes_total, "Bytes moved by compaction."),
-    F(GAUGE, fenced_pending, "Blocks freed with a fence that is not done yet."),
-    F(GAUGE, fenced_pending_bytes, "Bytes of blocks whose fenced free is pending."),
-    F(COUNTER, fenced_frees_total, "Fenced frees accepted."),
-    F(COUNTER, fence_waits_total, "Fences waited for because an allocation would have failed."),
-    F(COUNTER, reclaimed_caches_total, "Idle threads' caches taken back."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_pool_stats_schema, "pool", llmem_pool_stats, pool_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_pool_stats_schema, "pool", llmem_pool_stats, LLMEM_POOL_STATS_FIELDS)
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_pool_class_stats, kind, U64, name, help)
-static const llmem_stat_field class_fields[] = {
-    F(GAUGE, class_bytes, "Block size of the class."),
-    F(GAUGE, slab_bytes, "Bytes per slab."),
-    F(GAUGE, slabs, "Slabs held."),
-    F(GAUGE, live_blocks, "Live blocks."),
-    F(COUNTER, allocs_total, "Blocks allocated."),
-    F(COUNTER, frees_total, "Blocks freed."),
-    F(COUNTER, failures_total, "Allocations of the class refused."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_pool_class_stats_schema, "pool_class", llmem_pool_class_stats, class_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_pool_class_stats_schema, "pool_class", llmem_pool_class_stats, LLMEM_POOL_CLASS_STATS_FIELDS)
 
 /* ---- create / destroy ----------------------------------------------------------- */
 

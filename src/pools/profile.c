@@ -353,13 +353,4 @@ llmem_status llmem_profile_get_stats(const llmem_profile *pr, llmem_profile_stat
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_profile_stats, kind, U64, name, help)
-static const llmem_stat_field profile_fields[] = {
-    F(COUNTER, samples_total, "Allocations recorded."),
-    F(COUNTER, allocations_total, "Allocations seen, estimated from the samples."),
-    F(GAUGE, distinct_sizes, "Distinct sizes in the histogram."),
-    F(COUNTER, other_samples_total, "Samples whose size found no room in the histogram."),
-    F(COUNTER, lifetimes_total, "Sampled allocations whose free was seen."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_profile_stats_schema, "profile", llmem_profile_stats, profile_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_profile_stats_schema, "profile", llmem_profile_stats, LLMEM_PROFILE_STATS_FIELDS)

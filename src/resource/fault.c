@@ -225,11 +225,4 @@ llmem_status llmem_fault_resource_get_stats(const llmem_resource *r, llmem_fault
     return llmem__stats_out_locked(out, &f->st, sizeof f->st, &f->lock);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_fault_stats, kind, U64, name, help)
-static const llmem_stat_field fault_fields[] = {
-    F(COUNTER, calls_total, "Counted calls since the last arm."),
-    F(COUNTER, injected_total, "Failures injected since the last arm."),
-    F(COUNTER, bytes_total, "Bytes mapped and committed through it since the last arm."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_fault_stats_schema, "fault", llmem_fault_stats, fault_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_fault_stats_schema, "fault", llmem_fault_stats, LLMEM_FAULT_STATS_FIELDS)

@@ -530,13 +530,4 @@ llmem_status llmem_os_resource_get_stats(const llmem_resource *r, llmem_os_stats
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_os_stats, kind, U64, name, help)
-static const llmem_stat_field os_fields[] = {
-    F(GAUGE, hugetlb_bytes, "Bytes mapped with MAP_HUGETLB now."),
-    F(COUNTER, hugetlb_fallbacks_total, "Huge page mappings that fell back to normal pages."),
-    F(COUNTER, thp_advised_bytes_total, "Bytes advised MADV_HUGEPAGE."),
-    F(GAUGE, mlocked_bytes, "Bytes locked in memory now."),
-    F(COUNTER, numa_bound_bytes_total, "Bytes bound to the NUMA node."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_os_stats_schema, "os", llmem_os_stats, os_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_os_stats_schema, "os", llmem_os_stats, LLMEM_OS_STATS_FIELDS)

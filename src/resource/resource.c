@@ -224,25 +224,7 @@ llmem_status llmem_resource_get_stats(const llmem_resource *r, llmem_resource_st
     return llmem__stats_out(out, &s, sizeof s);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_resource_stats, kind, U64, name, help)
-static const llmem_stat_field resource_fields[] = {
-    F(GAUGE, mapped_bytes, "Address space currently mapped from the resource."),
-    F(GAUGE, mapped_peak_bytes, "Highest mapped_bytes."),
-    F(COUNTER, mapped_bytes_total, "Bytes mapped over the resource's life."),
-    F(GAUGE, committed_bytes, "Mapped bytes currently committed."),
-    F(GAUGE, committed_peak_bytes, "Highest committed_bytes."),
-    F(GAUGE, mappings, "Live mappings."),
-    F(COUNTER, map_calls_total, "Successful map calls."),
-    F(COUNTER, unmap_calls_total, "Successful unmap calls."),
-    F(COUNTER, commit_calls_total, "Successful commit calls."),
-    F(COUNTER, decommit_calls_total, "Successful decommit calls."),
-    F(COUNTER, copy_calls_total, "Successful copy calls."),
-    F(COUNTER, copy_bytes_total, "Bytes copied."),
-    F(COUNTER, failures_total, "Calls that returned an error."),
-};
-#undef F
-
-LLMEM__STATS_SCHEMA_GETTER(llmem_resource_stats_schema, "resource", llmem_resource_stats, resource_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_resource_stats_schema, "resource", llmem_resource_stats, LLMEM_RESOURCE_STATS_FIELDS)
 
 void llmem_resource_destroy(llmem_resource *r)
 {

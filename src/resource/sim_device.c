@@ -397,14 +397,4 @@ bool llmem_sim_resource_contains(const llmem_resource *r, const void *ptr, size_
     return ok;
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_sim_stats, kind, U64, name, help)
-static const llmem_stat_field sim_fields[] = {
-    F(GAUGE, capacity_bytes, "Simulated device capacity."),
-    F(GAUGE, used_bytes, "Committed device bytes now."),
-    F(GAUGE, used_peak_bytes, "Highest used_bytes."),
-    F(COUNTER, oom_total, "Requests refused for capacity."),
-    F(COUNTER, bad_copies_total, "Copies refused as out of bounds, uncommitted or overlapping."),
-    F(COUNTER, cost_ns_total, "Simulated nanoseconds charged to map and unmap calls."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_sim_stats_schema, "sim_device", llmem_sim_stats, sim_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_sim_stats_schema, "sim_device", llmem_sim_stats, LLMEM_SIM_STATS_FIELDS)

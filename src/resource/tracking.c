@@ -304,13 +304,4 @@ llmem_status llmem_tracking_resource_report(const llmem_resource *r, FILE *f, si
     return LLMEM_OK;
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_tracking_stats, kind, U64, name, help)
-static const llmem_stat_field tracking_fields[] = {
-    F(GAUGE, live_mappings, "Mappings live now."),
-    F(GAUGE, live_bytes, "Bytes in live mappings."),
-    F(GAUGE, peak_bytes, "Highest live_bytes."),
-    F(GAUGE, peak_mappings, "Highest live_mappings."),
-    F(COUNTER, refused_total, "Calls refused as invalid."),
-};
-#undef F
-LLMEM__STATS_SCHEMA_GETTER(llmem_tracking_stats_schema, "tracking", llmem_tracking_stats, tracking_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_tracking_stats_schema, "tracking", llmem_tracking_stats, LLMEM_TRACKING_STATS_FIELDS)

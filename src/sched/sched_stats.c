@@ -78,41 +78,4 @@ llmem_status llmem_sched_get_sim_stats(llmem_sched *s, llmem_sched_sim_stats *ou
     return st;
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_sched_stats, kind, U64, name, help)
-#define D(kind, name, help) LLMEM__STAT_FIELD(llmem_sched_stats, kind, DOUBLE, name, help)
-static const llmem_stat_field sched_fields[] = {
-    F(GAUGE, requests_waiting, "Requests none of whose samples is admitted."),
-    F(GAUGE, requests_running, "Requests with a sample admitted."),
-    F(GAUGE, sequences_running, "Sequences admitted (holding KV)."),
-    F(GAUGE, sequences_swapped, "Sequences swapped out to host memory."),
-    D(GAUGE, kv_usage, "KV held by sequences over KV capacity (0..1)."),
-    F(COUNTER, requests_submitted_total, "Requests submitted."),
-    F(COUNTER, requests_finished_total, "Requests whose every sample finished."),
-    F(COUNTER, requests_cancelled_total, "Requests cancelled."),
-    F(COUNTER, requests_rejected_total, "Requests whose prompt could never fit in the KV."),
-    F(COUNTER, samples_length_total, "Samples that generated max_tokens."),
-    F(COUNTER, samples_stop_total, "Samples ended by a stop token or sequence."),
-    F(COUNTER, samples_context_total, "Samples that reached the context length."),
-    F(COUNTER, samples_memory_total, "Samples truncated: alone, and refused KV."),
-    F(COUNTER, prompt_tokens_total, "Prompt tokens of admitted requests."),
-    F(COUNTER, generation_tokens_total, "Tokens generated."),
-    F(COUNTER, computed_tokens_total, "Prompt tokens computed, recomputation included."),
-    F(COUNTER, prefix_cache_queries_total, "Prompt tokens looked up in the prefix cache."),
-    F(COUNTER, prefix_cache_hits_total, "Prompt tokens found in the prefix cache (prefill skipped)."),
-    F(COUNTER, prefix_cache_requests_hit_total, "Admissions that found cached blocks."),
-    F(COUNTER, preemptions_total, "Sequences preempted."),
-    F(COUNTER, preemptions_swap_total, "Sequences preempted by swapping their KV out."),
-    F(COUNTER, swap_ins_total, "Swapped sequences swapped back in."),
-    F(COUNTER, forks_total, "Samples forked from their prompt's sequence."),
-    F(COUNTER, fork_fallbacks_total, "Samples that prefilled their prompt themselves."),
-    F(COUNTER, admissions_refused_total, "Admissions the KV refused at sequence creation."),
-    F(COUNTER, steps_total, "Steps run."),
-    F(COUNTER, step_prefill_tokens_total, "Prefill tokens in steps."),
-    F(COUNTER, step_decode_tokens_total, "Decode tokens in steps."),
-    D(COUNTER, step_seconds_total, "Seconds of steps (measured or modelled)."),
-    D(COUNTER, busy_seconds_total, "Clock seconds spent in steps."),
-    D(GAUGE, clock_seconds, "The scheduler's clock."),
-};
-#undef F
-#undef D
-LLMEM__STATS_SCHEMA_GETTER(llmem_sched_stats_schema, "sched", llmem_sched_stats, sched_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_sched_stats_schema, "sched", llmem_sched_stats, LLMEM_SCHED_STATS_FIELDS)

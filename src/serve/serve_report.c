@@ -119,27 +119,24 @@ void llmem__srv_sample(llmem_server *s, bool force)
 
 /* vLLM's gauges and counters, named as vLLM names them (schema prefix
  * "vllm:"), and its success counter by finished_reason. */
+#define VLLM_STATS_FIELDS(X) \
+    X(GAUGE, U64, num_requests_running, "Number of requests in model execution batches.") \
+    X(GAUGE, U64, num_requests_waiting, "Number of requests waiting to be processed.") \
+    X(GAUGE, U64, num_requests_swapped, "Number of sequences swapped out to host memory.") \
+    X(GAUGE, DOUBLE, kv_cache_usage_perc, "KV-cache usage. 1 means 100 percent usage.") \
+    X(GAUGE, DOUBLE, gpu_cache_usage_perc, "KV-cache usage (the older name). 1 means 100 percent usage.") \
+    X(COUNTER, U64, prefix_cache_queries_total, "Prefix cache queries, in tokens.") \
+    X(COUNTER, U64, prefix_cache_hits_total, "Prefix cache hits, in tokens.") \
+    X(COUNTER, U64, num_preemptions_total, "Cumulative number of preemptions.") \
+    X(COUNTER, U64, prompt_tokens_total, "Number of prefill tokens processed.") \
+    X(COUNTER, U64, generation_tokens_total, "Number of generation tokens processed.")
 typedef struct vllm_stats {
     size_t struct_size;
-    uint64_t num_requests_running, num_requests_waiting, num_requests_swapped;
-    double kv_cache_usage_perc, gpu_cache_usage_perc;
-    uint64_t prefix_cache_queries_total, prefix_cache_hits_total, num_preemptions_total, prompt_tokens_total,
-        generation_tokens_total;
+    VLLM_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } vllm_stats;
 
-#define F(kind, type, name, help) LLMEM__STAT_FIELD(vllm_stats, kind, type, name, help)
-static const llmem_stat_field vllm_fields[] = {
-    F(GAUGE, U64, num_requests_running, "Number of requests in model execution batches."),
-    F(GAUGE, U64, num_requests_waiting, "Number of requests waiting to be processed."),
-    F(GAUGE, U64, num_requests_swapped, "Number of sequences swapped out to host memory."),
-    F(GAUGE, DOUBLE, kv_cache_usage_perc, "KV-cache usage. 1 means 100 percent usage."),
-    F(GAUGE, DOUBLE, gpu_cache_usage_perc, "KV-cache usage (the older name). 1 means 100 percent usage."),
-    F(COUNTER, U64, prefix_cache_queries_total, "Prefix cache queries, in tokens."),
-    F(COUNTER, U64, prefix_cache_hits_total, "Prefix cache hits, in tokens."),
-    F(COUNTER, U64, num_preemptions_total, "Cumulative number of preemptions."),
-    F(COUNTER, U64, prompt_tokens_total, "Number of prefill tokens processed."),
-    F(COUNTER, U64, generation_tokens_total, "Number of generation tokens processed."),
-};
+#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(vllm_stats, kind, vtype, name, help),
+static const llmem_stat_field vllm_fields[] = {VLLM_STATS_FIELDS(F)};
 #undef F
 LLMEM__SCHEMA(vllm_schema, "vllm", vllm_stats, vllm_fields, "vllm:");
 
@@ -162,20 +159,19 @@ static const llmem_stat_field process_fields[] = {
 };
 LLMEM__SCHEMA(process_schema, "process", process_stats, process_fields, NULL);
 
+#define STEP_MODEL_STATS_FIELDS(X) \
+    X(GAUGE, DOUBLE, c0_seconds, "Fitted fixed cost of a scheduler step (the server's latest 4096 steps).") \
+    X(GAUGE, DOUBLE, prefill_token_seconds, "Fitted cost of a step per prefilled token.") \
+    X(GAUGE, DOUBLE, decode_seq_seconds, "Fitted cost of a step per decoding sequence.") \
+    X(GAUGE, DOUBLE, attn_pair_seconds, "Fitted cost of a step per attention query-key pair.") \
+    X(GAUGE, DOUBLE, fit_error, "Mean relative error of the fitted step model over its steps.") \
+    X(GAUGE, U64, fit_steps, "Steps the step model was fitted on.")
 typedef struct step_model_stats {
     size_t struct_size;
-    double c0_seconds, prefill_token_seconds, decode_seq_seconds, attn_pair_seconds, fit_error;
-    uint64_t fit_steps;
+    STEP_MODEL_STATS_FIELDS(LLMEM_STATS_MEMBER)
 } step_model_stats;
-#define F(kind, type, name, help) LLMEM__STAT_FIELD(step_model_stats, kind, type, name, help)
-static const llmem_stat_field step_model_fields[] = {
-    F(GAUGE, DOUBLE, c0_seconds, "Fitted fixed cost of a scheduler step (the server's latest 4096 steps)."),
-    F(GAUGE, DOUBLE, prefill_token_seconds, "Fitted cost of a step per prefilled token."),
-    F(GAUGE, DOUBLE, decode_seq_seconds, "Fitted cost of a step per decoding sequence."),
-    F(GAUGE, DOUBLE, attn_pair_seconds, "Fitted cost of a step per attention query-key pair."),
-    F(GAUGE, DOUBLE, fit_error, "Mean relative error of the fitted step model over its steps."),
-    F(GAUGE, U64, fit_steps, "Steps the step model was fitted on."),
-};
+#define F(kind, vtype, name, help) LLMEM__STAT_FIELD(step_model_stats, kind, vtype, name, help),
+static const llmem_stat_field step_model_fields[] = {STEP_MODEL_STATS_FIELDS(F)};
 #undef F
 LLMEM__SCHEMA(step_model_schema, "step_model", step_model_stats, step_model_fields, NULL);
 

@@ -722,22 +722,4 @@ llmem_status llmem_server_get_stats(llmem_server *s, llmem_server_stats *out)
     return llmem__stats_out_locked(out, &s->st, sizeof s->st, &s->mu);
 }
 
-#define F(kind, name, help) LLMEM__STAT_FIELD(llmem_server_stats, kind, U64, name, help)
-static const llmem_stat_field server_fields[] = {
-    F(COUNTER, http_requests_total, "HTTP requests answered."),
-    F(COUNTER, http_2xx_total, "HTTP answers 2xx."),
-    F(COUNTER, http_4xx_total, "HTTP answers 4xx."),
-    F(COUNTER, http_5xx_total, "HTTP answers 5xx."),
-    F(COUNTER, http_413_total, "Request bodies over the limit (413)."),
-    F(COUNTER, http_429_total, "Requests refused because the queue was full (429)."),
-    F(COUNTER, http_401_total, "Requests without the right API key (401)."),
-    F(COUNTER, completions_total, "Generation requests submitted."),
-    F(COUNTER, streams_total, "Generation requests streamed."),
-    F(COUNTER, client_disconnects_total, "Requests cancelled because their client went away."),
-    F(GAUGE, requests_in_flight, "Generation requests submitted and not yet answered."),
-    F(GAUGE, connections, "HTTP connections open."),
-    F(COUNTER, step_errors_total, "Scheduler steps that failed."),
-};
-#undef F
-
-LLMEM__STATS_SCHEMA_GETTER(llmem_server_stats_schema, "server", llmem_server_stats, server_fields)
+LLMEM__STATS_SCHEMA_OF(llmem_server_stats_schema, "server", llmem_server_stats, LLMEM_SERVER_STATS_FIELDS)
