@@ -69,6 +69,7 @@ llmem_status llmem_pool_reserve(llmem_pool *p, size_t bytes)
     if (!llmem__align_up(bytes, p->unit, &need) || need > (size_t)PTRDIFF_MAX)
         return llmem__fail(LLMEM_EOVERFLOW, "pool '%s': reserve of %zu bytes overflows", p->name, bytes);
     pthread_mutex_lock(&p->lock);
+    if (p->rc.bytes) llmem__pool_cache_flush(p, llmem__pool_clock()); /* the reserved run whole, not in pieces */
     llmem_status st = reserve_heap(p, heap_for(p, D_LARGE), need);
     if (!st && p->split) st = reserve_heap(p, HEAP_SMALL, need < p->first_sb ? need : p->first_sb);
     pthread_mutex_unlock(&p->lock);
@@ -97,6 +98,7 @@ size_t llmem_pool_shrink(llmem_pool *p, size_t target)
     for (unsigned c = 0; c < p->cls.count; c++) llmem__pool_xfer_drain(p, c);
     __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
     if (p->nfenced) llmem__pool_poll_fenced_locked(p); /* finished work gives its blocks back too */
+    if (p->rc.bytes) llmem__pool_cache_flush(p, llmem__pool_clock()); /* cached runs may empty superblocks */
     size_t released = 0;
     /* Cached empty slabs first: returning them may empty whole superblocks. */
     for (unsigned c = 0; c < p->cls.count && p->st.committed_bytes > target; c++) {
@@ -144,8 +146,8 @@ llmem_status llmem_pool_check(llmem_pool *p)
     llmem_status st = LLMEM_OK;
     pthread_mutex_lock(&p->lock);
     uint64_t reserved = 0, committed = 0, used = 0, free_bytes = 0, slab_bytes = 0, live = 0, nsb = 0;
-    size_t free_blocks = 0;
-    uint64_t class_live[LLMEM_MAX_CLASSES] = {0}, class_slabs[LLMEM_MAX_CLASSES] = {0};
+    size_t free_blocks = 0, cached = 0;
+    uint64_t cached_bytes = 0, class_live[LLMEM_MAX_CLASSES] = {0}, class_slabs[LLMEM_MAX_CLASSES] = {0};
     for (superblock *sb = p->sbs; sb; sb = sb->next) {
         nsb++;
         reserved += sb->size;
@@ -160,7 +162,8 @@ llmem_status llmem_pool_check(llmem_pool *p)
                 BAD("pool '%s': block %p breaks the tiling of superblock %p", p->name, (void *)b->start,
                     (void *)sb->base);
             size_t u0 = unit_of(sb, b->start, p->ushift), n = b->size >> p->ushift;
-            if (sb->owner[u0] != b) BAD("pool '%s': owner entry of block %p is wrong", p->name, (void *)b->start);
+            if (sb->owner[u0] != b)
+                BAD("pool '%s': owner entry of block %p (kind %d) is wrong", p->name, (void *)b->start, b->kind);
             for (size_t i = 1; i < n; i++) {
                 pblock *o = sb->owner[u0 + i];
                 bool ok = b->kind == D_SLAB ? o == b
@@ -174,6 +177,15 @@ llmem_status llmem_pool_check(llmem_pool *p)
                         (void *)b->start);
                 free_bytes += b->size;
                 free_blocks++;
+            } else if (b->kind == D_CACHED) {
+                /* Free to the user, whole and committed, in its superblock's used bytes. */
+                for (size_t i = 0; i < n; i++)
+                    if (bit_get(sb->decommitted, u0 + i))
+                        BAD("pool '%s': cached run %p has decommitted pages", p->name, (void *)b->start);
+                free_bytes += b->size;
+                sb_used += b->size;
+                cached++;
+                cached_bytes += b->size;
             } else if (b->kind == D_LARGE) {
                 if (b->user < b->start || b->requested > b->start + b->size - b->user)
                     BAD("pool '%s': large block %p has a bad user range", p->name, (void *)b->start);
@@ -253,6 +265,8 @@ llmem_status llmem_pool_check(llmem_pool *p)
             llmem__avl_check(&p->free_tree[HEAP_LARGE], llmem__pool_free_cmp) !=
         (long)free_blocks)
         BAD("pool '%s': the free tree does not hold exactly the free blocks", p->name);
+    if (!llmem__pool_cache_check(p, cached, cached_bytes))
+        BAD("pool '%s': the run cache's lists do not hold exactly its %zu cached runs", p->name, cached);
     if (reserved != p->st.reserved_bytes || committed != p->st.committed_bytes || used != p->st.used_bytes ||
         free_bytes != p->st.free_bytes || slab_bytes != p->st.slab_bytes || live != p->st.live_allocations ||
         nsb != p->st.superblocks)
@@ -478,6 +492,7 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     if ((unsigned)o->purge > LLMEM_POOL_PURGE_MANUAL)
         return llmem__fail(LLMEM_EINVAL, "pool '%s': unknown purge mode %d", p->name, (int)o->purge);
     p->purge_background = o->purge != LLMEM_POOL_PURGE_MANUAL;
+    p->rc.cap = p->host && p->purge_background ? RUN_CACHE_BYTES : 0; /* see pool_pages.c, "the run cache" */
     p->checked = o->checked;
     p->inband = p->host && !p->checked;
     if (o->extra_class_count && !o->extra_classes)

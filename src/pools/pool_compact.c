@@ -303,6 +303,7 @@ llmem_status llmem_pool_compact(llmem_pool *p, size_t budget, llmem_pool_compact
     llmem_pool_compact_report r = {.struct_size = sizeof r};
     if (budget == 0) budget = SIZE_MAX;
     pthread_mutex_lock(&p->lock);
+    llmem__pool_cache_flush(p, llmem__pool_clock()); /* cached runs are not movable, nor holes: coalesce them */
     r.fragmentation_before = fragmentation(p);
     evacuate(p, budget, &r);
     slide(p, budget, &r);

@@ -95,7 +95,7 @@ static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
     if (!c) return NOT_A_BLOCK;
     l->b = c;
     l->extent = c->size;
-    if (c->kind == D_FREE) return IN_FREE_RUN;
+    if (c->kind == D_FREE || c->kind == D_CACHED) return IN_FREE_RUN;
     if (c->kind == D_LARGE) {
         l->off = a - c->user;
         return INSIDE_BLOCK;
@@ -182,7 +182,7 @@ static llmem_status free_located(llmem_pool *p, uintptr_t a, located *l)
         if (b->user != b->start) sb->owner[unit_of(sb, b->user, p->ushift)] = NULL;
         ST_SUB(p->st.used_bytes, b->size);
         ST_SUB(p->st.live_allocations, 1);
-        llmem__pool_put_pages(p, b);
+        llmem__pool_put_large(p, b);
     }
     ST_ADD(p->st.frees_total, 1);
     return st;

@@ -20,7 +20,9 @@
 #include "llmem/profile.h"
 #include "size_class.h"
 
-enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3 };
+/* D_CACHED: a freed large block kept whole in the run cache (see
+ * pool_pages.c, "the run cache"): free to the user, not coalesced. */
+enum { D_FREE = 1, D_LARGE = 2, D_SLAB = 3, D_CACHED = 4 };
 
 /* The page heaps of a pool (see pool_pages.c): slabs live in superblocks of
  * the small heap, large blocks in those of the large heap. A pool that does
@@ -88,7 +90,13 @@ typedef struct pblock {
     size_t size;               /* bytes, a multiple of U */
     superblock *sb;
     struct pblock *prev, *next; /* address order within the superblock */
-    llmem__avl_node node;        /* D_FREE: in the pool's free tree */
+    union {
+        llmem__avl_node node;    /* D_FREE: in the pool's free tree */
+        struct {                 /* D_CACHED: the run cache's lists */
+            struct pblock *cnext, *cprev; /* its size's list, newest first */
+            struct pblock *anext, *aprev; /* every cached run, newest first */
+        };
+    };
     uintptr_t user;             /* D_LARGE: the pointer handed out */
     size_t requested;           /* D_LARGE: bytes asked for */
     uint64_t free_since;        /* D_FREE: when it became a free run (ns) */
@@ -131,13 +139,28 @@ struct superblock {
     superblock *enext, *eprev;  /* the pool's empty superblocks */
     uint64_t *decommitted;      /* one bit per unit */
     size_t decommitted_units;
-    size_t used;                /* bytes in LARGE and SLAB blocks */
+    size_t used;                /* bytes in LARGE, SLAB and CACHED blocks */
     uint64_t empty_since;       /* when used became 0, if listed as empty */
     bool empty;
     bool reserved;              /* the reserve_bytes range: never listed empty, never unmapped
                                    before destroy, committed page run by page run */
     uint8_t heap;               /* HEAP_SMALL or HEAP_LARGE: whose free tree its runs are in */
 };
+
+/* The run cache (pool_pages.c): freed large blocks of up to RUN_CACHE_UNITS
+ * units, kept whole in lists by exact size, so that an allocation of a
+ * size freed before takes one without touching the free tree. Under the
+ * pool lock. */
+#define RUN_CACHE_UNITS 256u
+#define RUN_CACHE_BYTES ((size_t)8 << 20) /* host pools: 8 MiB at most, oldest out first */
+
+typedef struct run_cache {
+    pblock *head[RUN_CACHE_UNITS + 1]; /* by units */
+    pblock *newest, *oldest;           /* every cached run, by age */
+    size_t bytes, cap;                 /* cap 0: no cache (device pools, manual purge) */
+    uint64_t ops;                      /* bumped by every put and take */
+    uint64_t seen_ops, seen_at;        /* the purger's last look: ops then, and when */
+} run_cache;
 
 typedef struct central {
     slab *partial;              /* slabs with a free block (or none carved yet) */
@@ -198,6 +221,7 @@ struct llmem_pool {
     size_t next_sb[HEAPS];      /* each heap's next superblock size */
     central central[LLMEM_MAX_CLASSES];
     llmem_avl free_tree[HEAPS]; /* each heap's free runs */
+    run_cache rc;               /* freed large blocks by size, in heap_for(p, D_LARGE) */
     superblock *sbs, *empties;
     superblock *rsb;            /* the reserved superblock, once mapped */
     llmem_pool_stats st;        /* derived fields are filled by get_stats */
@@ -342,8 +366,6 @@ void llmem__pool_desc_free(llmem_pool *p, pblock *b);
 /* Make b a FREE block in the tree (counted in free_bytes), free since now. */
 void llmem__pool_tree_insert(llmem_pool *p, pblock *b);
 void llmem__pool_tree_remove(llmem_pool *p, pblock *b);
-/* Split everything past `keep` bytes off b as a free run after it. */
-void llmem__pool_split_back(llmem_pool *p, pblock *b, size_t keep);
 /* Map a superblock in heap h for `need` bytes at `align` (the reserved
  * range first, if configured and not mapped yet). */
 llmem_status llmem__pool_grow(llmem_pool *p, unsigned h, size_t need, size_t align);
@@ -367,6 +389,19 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
 bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size);
 /* Back to the free runs, coalescing; the caller has fixed the owner table. */
 void llmem__pool_put_pages(llmem_pool *p, pblock *b);
+/* A freed LARGE block (owner table fixed, counted free by the caller) into
+ * the run cache if it takes it, else llmem__pool_put_pages. */
+void llmem__pool_put_large(llmem_pool *p, pblock *b);
+/* Every cached run back to the free runs, coalescing, free since `stamp`
+ * (a llmem__pool_clock reading no earlier than any of them was freed). */
+void llmem__pool_cache_flush(llmem_pool *p, uint64_t stamp);
+/* The purger's look at the run cache at `now`: flush it once it has seen no
+ * put or take for the decay delay. Returns when to look again, or
+ * UINT64_MAX. */
+uint64_t llmem__pool_cache_purge(llmem_pool *p, uint64_t now);
+/* The run cache's invariants (llmem_pool_check): its lists hold exactly
+ * `cached` runs of `bytes` bytes, each of its size's list. */
+bool llmem__pool_cache_check(const llmem_pool *p, size_t cached, uint64_t bytes);
 /* Commit every decommitted run overlapping [a, a+n). */
 llmem_status llmem__pool_commit_range(llmem_pool *p, superblock *sb, uintptr_t a, size_t n);
 /* Decommit the committed runs inside free block b until `budget` bytes

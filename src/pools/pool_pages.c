@@ -41,14 +41,33 @@
  *
  * Invariants (llmem_pool_check verifies them): blocks tile each superblock
  * in address order; no two FREE blocks are adjacent; the trees hold
- * exactly the FREE blocks, each in its superblock's heap; owner table entries are as described; a superblock's
- * used bytes are the sum of its LARGE and SLAB blocks, and it is listed
+ * exactly the FREE blocks, each in its superblock's heap; the run cache's
+ * lists hold exactly the CACHED blocks, each in its size's list; owner table entries are as described; a superblock's
+ * used bytes are the sum of its LARGE, SLAB and CACHED blocks, and it is listed
  * empty exactly when that is 0 (except the reserved one); a live block has
  * no decommitted unit.
  *
+ * The run cache. A freed large block of up to RUN_CACHE_UNITS units goes
+ * whole, not coalesced, to a list of its exact size (kind D_CACHED), and an
+ * allocation of that size takes it back from there: no free-tree search,
+ * no split or merge, no descriptor made or freed, no clock read. An engine
+ * frees and asks again for the same tensor sizes layer after layer (under
+ * tensor_mix some 30% of the time was the tree's, docs/BENCHMARKS.md). A
+ * cached run is free to the user (counted in free_bytes, a double free of
+ * it is refused as one in a free run) but stays in its superblock's used
+ * bytes, so no superblock holding one is listed empty; it stays committed.
+ * The cache holds RUN_CACHE_BYTES at most, oldest out first (coalesced as
+ * a free would have), and is flushed, every run coalesced, whenever the
+ * free runs must be whole: before a growth (an allocation that fits
+ * nowhere else), by reserve, shrink/trim and compaction, and by the purger
+ * once the cache has seen no put or take for the decay delay. Only host
+ * pools with the background purger have one: elsewhere nothing would
+ * flush an idle cache.
+ *
  * Timestamps (free_since, empty_since) come from llmem__pool_clock, a
  * coarse clock: CLOCK_MONOTONIC cost 150 ns a call on this project's VMs,
- * on every free of a page run.
+ * on every free of a page run. A free run cut from another keeps its
+ * stamp (its pages were free since then), so a take reads no clock.
  *
  * Locking: every function here runs with the pool lock held.
  */
@@ -79,20 +98,28 @@ int llmem__pool_size_key_cmp(const void *key, const llmem__avl_node *n)
 pblock *llmem__pool_desc_new(llmem_pool *p)
 {
     slab *s = llmem_fixed_alloc(p->descs, NULL);
-    if (s) memset(s, 0, sizeof *s);
+    /* A call to memset, not the inline `rep stos` gcc makes of a constant
+     * size: that instruction's start-up cost was 5% of tensor_mix (AMD EPYC
+     * VM, perf annotate; docs/BENCHMARKS.md). */
+    size_t n = sizeof *s;
+    __asm__("" : "+r"(n));
+    if (s) memset(s, 0, n);
     return &s->b;
 }
 
 void llmem__pool_desc_free(llmem_pool *p, pblock *b) { llmem_fixed_free(p->descs, b); }
 
-void llmem__pool_tree_insert(llmem_pool *p, pblock *b)
+/* Make b a FREE block in the tree, free since `stamp`. */
+static void tree_add(llmem_pool *p, pblock *b, uint64_t stamp)
 {
     b->kind = D_FREE;
-    b->free_since = llmem__pool_clock();
+    b->free_since = stamp;
     b->purged = false;
     llmem__avl_insert(&p->free_tree[b->sb->heap], &b->node, llmem__pool_free_cmp);
     ST_ADD(p->st.free_bytes, b->size);
 }
+
+void llmem__pool_tree_insert(llmem_pool *p, pblock *b) { tree_add(p, b, llmem__pool_clock()); }
 
 void llmem__pool_tree_remove(llmem_pool *p, pblock *b)
 {
@@ -104,8 +131,10 @@ void llmem__pool_tree_remove(llmem_pool *p, pblock *b)
  * or size: the same as removing it at its old size and inserting it anew,
  * but it keeps its node where its neighbours in (size, address) order
  * still bracket it, which is the common case for a superblock's big
- * free tail that a take shortens or a free lengthens. */
-static void tree_rekey(llmem_pool *p, pblock *b, size_t old)
+ * free tail that a take shortens or a free lengthens. It is free since
+ * the later of its stamp and `stamp` (0 from a take: what is left of it
+ * was free all along). */
+static void tree_rekey(llmem_pool *p, pblock *b, size_t old, uint64_t stamp)
 {
     llmem_avl *t = &p->free_tree[b->sb->heap];
     const llmem__avl_node *pr = llmem__avl_prev(&b->node), *nx = llmem__avl_next(&b->node);
@@ -116,7 +145,7 @@ static void tree_rekey(llmem_pool *p, pblock *b, size_t old)
     ST_SUB(p->st.free_bytes, old);
     ST_ADD(p->st.free_bytes, b->size);
     b->kind = D_FREE;
-    b->free_since = llmem__pool_clock();
+    if (stamp > b->free_since) b->free_since = stamp;
     b->purged = false;
 }
 
@@ -390,6 +419,9 @@ static size_t committed_stretch(const llmem_pool *p, const pblock *b)
 size_t llmem__pool_largest_committed_free(const llmem_pool *p)
 {
     size_t best = 0;
+    if (p->rc.bytes) /* cached runs are whole and committed */
+        for (size_t u = RUN_CACHE_UNITS; u > 0 && !best; u--)
+            if (p->rc.head[u]) best = u << p->ushift;
     for (unsigned h = 0; h < HEAPS; h++)
         for (llmem__avl_node *n = llmem__avl_last(&p->free_tree[h]); n; n = llmem__avl_prev(n)) {
             const pblock *b = node_block(n);
@@ -437,18 +469,19 @@ static pblock *cut_front(llmem_pool *p, pblock *b, size_t at)
     return f;
 }
 
-/* Split [b.start, b.start+at) off b as a new FREE block before it; b keeps
- * the rest. Lock held, b not in the tree. */
-static bool split_front(llmem_pool *p, pblock *b, size_t at)
+/* Split [b.start, b.start+at) off b as a new FREE block before it, free
+ * since `stamp`; b keeps the rest. Lock held, b not in the tree. */
+static bool split_front(llmem_pool *p, pblock *b, size_t at, uint64_t stamp)
 {
     pblock *f = cut_front(p, b, at);
     if (!f) return false;
-    llmem__pool_tree_insert(p, f);
+    tree_add(p, f, stamp);
     return true;
 }
 
-/* Split everything past `keep` bytes off b as a FREE block after it. */
-void llmem__pool_split_back(llmem_pool *p, pblock *b, size_t keep)
+/* Split everything past `keep` bytes off b as a FREE block after it, free
+ * since `stamp`. */
+static void split_back(llmem_pool *p, pblock *b, size_t keep, uint64_t stamp)
 {
     pblock *t = llmem__pool_desc_new(p);
     if (!t) return; /* keep the tail inside b: wasted, not lost */
@@ -461,8 +494,9 @@ void llmem__pool_split_back(llmem_pool *p, pblock *b, size_t keep)
     b->next = t;
     b->size = keep;
     t->sb->owner[unit_of(t->sb, t->start, p->ushift)] = t;
-    llmem__pool_tree_insert(p, t);
+    tree_add(p, t, stamp);
 }
+
 
 /* Take `size` bytes (a unit multiple) at `align` from the free runs,
  * growing if needed. The block returned is out of the tree, its units
@@ -480,19 +514,20 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
         pblock *f = cut_front(p, b, size);
         if (f) {
             sb->owner[unit_of(sb, b->start, p->ushift)] = b;
-            tree_rekey(p, b, old);
+            tree_rekey(p, b, old, 0);
             if (sb->used == 0) empty_list_remove(p, sb);
             sb->used += f->size;
             return f;
         }
     }
+    const uint64_t since = b->free_since;
     llmem__pool_tree_remove(p, b);
-    if (pad && !split_front(p, b, pad)) {
-        llmem__pool_tree_insert(p, b);
+    if (pad && !split_front(p, b, pad, since)) {
+        tree_add(p, b, since);
         *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for a block descriptor", p->name);
         return NULL;
     }
-    if (b->size > size) llmem__pool_split_back(p, b, size);
+    if (b->size > size) split_back(p, b, size, since);
     if (sb->used == 0) empty_list_remove(p, sb);
     sb->used += b->size;
     return b;
@@ -518,16 +553,29 @@ bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size)
     superblock *sb = b->sb;
     size_t old = b->size;
     if (llmem__pool_commit_range(p, sb, next->start, size - old)) return false;
+    const uint64_t since = next->free_since;
     take_in_next(p, sb, b, next);
-    if (b->size > size) llmem__pool_split_back(p, b, size);
+    if (b->size > size) split_back(p, b, size, since);
     sb->used += b->size - old;
     return true;
 }
 
+/* The cached run of exactly `size` bytes at `align` in heap h, taken out
+ * of the cache (still counted in its superblock's used bytes), or NULL. */
+static pblock *cache_take(llmem_pool *p, unsigned h, size_t size, size_t align);
+
 pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st)
 {
+    pblock *b = p->rc.bytes ? cache_take(p, h, size, align) : NULL;
+    if (b) return b;
     decay(p);
-    pblock *b = llmem__pool_best_fit(p, h, size, align);
+    b = llmem__pool_best_fit(p, h, size, align);
+    /* Nothing fits: the cached runs, coalesced, may make room before a
+     * superblock is mapped. */
+    if (!b && p->rc.bytes) {
+        llmem__pool_cache_flush(p, llmem__pool_clock());
+        b = llmem__pool_best_fit(p, h, size, align);
+    }
     /* Twice at most: the reserved range first, if it is not mapped yet and
      * cannot hold the request, then an ordinary superblock. */
     for (int tries = 0; !b && tries < 2; tries++) {
@@ -542,8 +590,9 @@ pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t al
     return llmem__pool_take_run(p, b, size, align, st);
 }
 
-/* Return a block to the free runs, coalescing with free neighbours. */
-void llmem__pool_put_pages(llmem_pool *p, pblock *b)
+/* Return a block to the free runs, coalescing with free neighbours; it is
+ * free since `stamp` (and the run it joins since the later stamp). */
+static void put_run(llmem_pool *p, pblock *b, uint64_t stamp)
 {
     superblock *sb = b->sb;
     llmem__assert(b->kind != D_FREE && b->size <= sb->used && b->size % p->unit == 0);
@@ -562,6 +611,7 @@ void llmem__pool_put_pages(llmem_pool *p, pblock *b)
     }
     if (next && next->kind == D_FREE) {
         if (kept) {
+            if (next->free_since > stamp) stamp = next->free_since;
             take_in_next(p, sb, b, next);
         } else {
             /* next's descriptor takes in b: it stays in the tree. */
@@ -580,9 +630,121 @@ void llmem__pool_put_pages(llmem_pool *p, pblock *b)
     /* No two free runs are adjacent: b took in both free neighbours. */
     llmem__assert((!b->prev || b->prev->kind != D_FREE) && (!b->next || b->next->kind != D_FREE));
     if (p->host) LLMEM_POISON((void *)b->start, b->size);
-    if (kept) tree_rekey(p, b, kept_old);
-    else llmem__pool_tree_insert(p, b);
+    if (kept) tree_rekey(p, b, kept_old, stamp);
+    else tree_add(p, b, stamp);
     if (sb->used == 0) empty_list_add(p, sb);
     llmem__pool_purger_kick(p);
+}
+
+void llmem__pool_put_pages(llmem_pool *p, pblock *b) { put_run(p, b, llmem__pool_clock()); }
+
+/* ---- the run cache (see the top of this file) ----------------------------- */
+
+/* Take cached run b out of both lists (counted free no more). */
+static void cache_unlink(llmem_pool *p, pblock *b)
+{
+    run_cache *c = &p->rc;
+    if (b->cprev) b->cprev->cnext = b->cnext;
+    else c->head[b->size >> p->ushift] = b->cnext;
+    if (b->cnext) b->cnext->cprev = b->cprev;
+    if (b->aprev) b->aprev->anext = b->anext;
+    else c->newest = b->anext;
+    if (b->anext) b->anext->aprev = b->aprev;
+    else c->oldest = b->aprev;
+    c->bytes -= b->size;
+    c->ops++;
+    ST_SUB(p->st.free_bytes, b->size);
+}
+
+static pblock *cache_take(llmem_pool *p, unsigned h, size_t size, size_t align)
+{
+    size_t u = size >> p->ushift;
+    if (h != heap_for(p, D_LARGE) || u > RUN_CACHE_UNITS) return NULL;
+    pblock *b = p->rc.head[u];
+    if (!b || (align > p->unit && (b->start & (align - 1)))) return NULL;
+    cache_unlink(p, b);
+    return b;
+}
+
+/* Coalesce cached run b into the free runs, free since `stamp`. */
+static void cache_evict(llmem_pool *p, pblock *b, uint64_t stamp)
+{
+    cache_unlink(p, b);
+    b->kind = D_LARGE; /* what put_run takes */
+    put_run(p, b, stamp);
+}
+
+void llmem__pool_put_large(llmem_pool *p, pblock *b)
+{
+    run_cache *c = &p->rc;
+    size_t u = b->size >> p->ushift;
+    if (!c->cap || u > RUN_CACHE_UNITS || b->size > c->cap) {
+        llmem__pool_put_pages(p, b);
+        return;
+    }
+    b->kind = D_CACHED;
+    /* The caller cleared the user pointer's entry, which in a checked pool
+     * may be the first unit's. */
+    b->sb->owner[unit_of(b->sb, b->start, p->ushift)] = b;
+    b->cprev = NULL;
+    b->cnext = c->head[u];
+    if (b->cnext) b->cnext->cprev = b;
+    c->head[u] = b;
+    b->aprev = NULL;
+    b->anext = c->newest;
+    if (c->newest) c->newest->aprev = b;
+    else c->oldest = b;
+    c->newest = b;
+    c->bytes += b->size;
+    c->ops++;
+    ST_ADD(p->st.free_bytes, b->size);
+    if (p->host) LLMEM_POISON((void *)b->start, b->size);
+    if (c->bytes > c->cap) {
+        uint64_t now = llmem__pool_clock();
+        while (c->bytes > c->cap) cache_evict(p, c->oldest, now);
+    }
+    /* An idle cache is flushed by the purger: it must hear of a cache that
+     * was empty. While it holds runs the purger's passes look again by
+     * themselves (llmem__pool_cache_purge gives them a time), so later puts
+     * need not: that saves a locked instruction per free. */
+    if (c->bytes == b->size) llmem__pool_purger_kick(p);
+}
+
+void llmem__pool_cache_flush(llmem_pool *p, uint64_t stamp)
+{
+    while (p->rc.oldest) cache_evict(p, p->rc.oldest, stamp);
+}
+
+uint64_t llmem__pool_cache_purge(llmem_pool *p, uint64_t now)
+{
+    run_cache *c = &p->rc;
+    if (!c->bytes) return UINT64_MAX;
+    if (c->ops != c->seen_ops) {
+        c->seen_ops = c->ops;
+        c->seen_at = now;
+        return now + p->decay_ns;
+    }
+    if (now - c->seen_at < p->decay_ns) return c->seen_at + p->decay_ns;
+    /* No put or take since seen_at: every cached run was freed before it. */
+    llmem__pool_cache_flush(p, c->seen_at);
+    return UINT64_MAX;
+}
+
+bool llmem__pool_cache_check(const llmem_pool *p, size_t cached, uint64_t bytes)
+{
+    const run_cache *c = &p->rc;
+    size_t n = 0, m = 0;
+    uint64_t sum = 0;
+    for (size_t u = 0; u <= RUN_CACHE_UNITS; u++)
+        for (const pblock *b = c->head[u], *prev = NULL; b; prev = b, b = b->cnext, n++)
+            if (b->kind != D_CACHED || b->size != u << p->ushift || b->cprev != prev ||
+                b->sb->heap != heap_for(p, D_LARGE) || n > cached)
+                return false;
+    const pblock *last = NULL;
+    for (const pblock *b = c->newest; b; last = b, b = b->anext, m++) {
+        if (b->kind != D_CACHED || b->aprev != last || m > cached) return false;
+        sum += b->size;
+    }
+    return n == cached && m == cached && last == c->oldest && sum == bytes && c->bytes == bytes && bytes <= c->cap;
 }
 

@@ -47,7 +47,8 @@ void llmem__pool_purger_kick(const llmem_pool *p)
  * item will have, or UINT64_MAX. Pool lock held. */
 static uint64_t purge_pass(llmem_pool *p, uint64_t now)
 {
-    uint64_t next = llmem__pool_reclaim_idle(p, now);
+    uint64_t next = llmem__pool_reclaim_idle(p, now), c = llmem__pool_cache_purge(p, now);
+    if (c < next) next = c;
     for (superblock *sb = p->empties, *n; sb; sb = n) {
         n = sb->enext;
         if (now - sb->empty_since >= p->decay_ns) llmem__pool_release_sb(p, sb);
