@@ -18,13 +18,6 @@ static llmem_pool *new_pool(llmem_resource *r, bool checked)
     return p;
 }
 
-static llmem_pool_stats pstats(const llmem_pool *p)
-{
-    llmem_pool_stats s = {0};
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
-}
-
 /* ---- shadow model ---------------------------------------------------------- */
 
 typedef struct live {
@@ -123,20 +116,20 @@ static void property_run(llmem_resource *res, bool checked, uint64_t seed, int o
         if (op % 97 == 0) {
             no_overlap(v, n);
             assert_ok(llmem_pool_check(p));
-            llmem_pool_stats st = pstats(p);
+            llmem_pool_stats st = test_pool_stats(p);
             assert_int_equal(st.live_allocations, n);
         }
-        if (op % 500 == 250) llmem_pool_shrink(p, pstats(p).committed_bytes / 2);
+        if (op % 500 == 250) llmem_pool_shrink(p, test_pool_stats(p).committed_bytes / 2);
     }
     for (size_t i = 0; i < n; i++) verify(dev, v[i].p, v[i].size, v[i].tag);
     no_overlap(v, n);
     assert_ok(llmem_pool_check(p));
     for (size_t i = 0; i < n; i++) assert_ok(llmem_pool_free(p, v[i].p));
-    assert_int_equal(pstats(p).live_allocations, 0);
-    assert_int_equal(pstats(p).used_bytes, 0);
+    assert_int_equal(test_pool_stats(p).live_allocations, 0);
+    assert_int_equal(test_pool_stats(p).used_bytes, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_trim(p);
-    assert_int_equal(pstats(p).reserved_bytes, 0);
+    assert_int_equal(test_pool_stats(p).reserved_bytes, 0);
     llmem_pool_destroy(p);
     free(v);
 }
@@ -246,8 +239,8 @@ static void bad_input(void **state)
     char *small = llmem_pool_alloc(p, 100, NULL);
     assert_status(llmem_pool_free(p, small + 8), LLMEM_EFOREIGN);
     assert_ok(llmem_pool_free(p, small));
-    assert_int_equal(pstats(p).invalid_frees_total, 7);
-    assert_int_equal(pstats(p).live_allocations, 0);
+    assert_int_equal(test_pool_stats(p).invalid_frees_total, 7);
+    assert_int_equal(test_pool_stats(p).live_allocations, 0);
     assert_ok(llmem_pool_check(p));
     assert_null(llmem_pool_realloc(p, &on_stack, 10, &st));
     assert_int_equal(st, LLMEM_EFOREIGN);
@@ -289,7 +282,7 @@ static void checked_mode_catches_misuse(void **state)
         assert_status(llmem_pool_free(p, c + 16), LLMEM_EFOREIGN);
         assert_ok(llmem_pool_free(p, c));
     }
-    assert_int_equal(pstats(p).live_allocations, 0);
+    assert_int_equal(test_pool_stats(p).live_allocations, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
 }
@@ -312,10 +305,10 @@ static void trim_and_shrink_return_memory(void **state)
     assert_true(rss1 - rss0 > (size_t)48 << 20);
     /* Free every other block: nothing wholly free, shrink decommits. */
     for (int i = 0; i < N; i += 2) assert_ok(llmem_pool_free(p, b[i]));
-    size_t committed = pstats(p).committed_bytes;
+    size_t committed = test_pool_stats(p).committed_bytes;
     size_t released = llmem_pool_shrink(p, 0);
     assert_true(released >= (size_t)24 << 20);
-    assert_int_equal(pstats(p).committed_bytes, committed - released);
+    assert_int_equal(test_pool_stats(p).committed_bytes, committed - released);
     size_t rss2 = test_rss_bytes();
     assert_true(rss1 - rss2 >= (size_t)24 << 20);
     for (int i = 1; i < N; i += 2)
@@ -331,7 +324,7 @@ static void trim_and_shrink_return_memory(void **state)
     for (int i = 0; i < N; i++) assert_ok(llmem_pool_free(p, b[i]));
     released = llmem_pool_trim(p);
     assert_true(released >= (size_t)64 << 20);
-    llmem_pool_stats s = pstats(p);
+    llmem_pool_stats s = test_pool_stats(p);
     assert_int_equal(s.reserved_bytes, 0);
     assert_int_equal(s.superblocks, 0);
     assert_true(test_rss_bytes() < rss1 - ((size_t)48 << 20));
@@ -349,16 +342,16 @@ static void empty_superblocks_decay(void **state)
     llmem_pool *p;
     assert_ok(llmem_pool_create(&o, &p));
     void *a = llmem_pool_alloc(p, 512 << 10, NULL), *b = llmem_pool_alloc(p, 800 << 10, NULL);
-    assert_int_equal(pstats(p).superblocks, 2);
+    assert_int_equal(test_pool_stats(p).superblocks, 2);
     assert_ok(llmem_pool_free(p, b));
     /* Within the delay it stays: a burst of frees then allocations does not thrash. */
     b = llmem_pool_alloc(p, 800 << 10, NULL);
-    assert_int_equal(pstats(p).grows_total, 2);
+    assert_int_equal(test_pool_stats(p).grows_total, 2);
     assert_ok(llmem_pool_free(p, b));
     usleep(260 * 1000);
     void *c = llmem_pool_alloc(p, 256 << 10, NULL); /* the next slow path releases it */
-    assert_int_equal(pstats(p).superblocks, 1);
-    assert_int_equal(pstats(p).shrinks_total, 1);
+    assert_int_equal(test_pool_stats(p).superblocks, 1);
+    assert_int_equal(test_pool_stats(p).shrinks_total, 1);
     assert_ok(llmem_pool_free(p, a));
     assert_ok(llmem_pool_free(p, c));
     assert_ok(llmem_pool_check(p));
@@ -401,13 +394,13 @@ static void max_bytes_caps_growth(void **state)
     assert_null(llmem_pool_alloc(p, 6 << 20, &st));
     assert_int_equal(st, LLMEM_ENOMEM);
     assert_error_mentions("max_bytes");
-    assert_int_equal(pstats(p).failures_total, 1);
+    assert_int_equal(test_pool_stats(p).failures_total, 1);
     /* Small blocks until the cap: the refusal is counted for its class. */
     static void *small[1 << 16];
     size_t n = 0;
     while (n < (1u << 16) && (small[n] = llmem_pool_alloc(p, 1000, &st))) n++;
     assert_int_equal(st, LLMEM_ENOMEM);
-    assert_int_equal(pstats(p).failures_total, 2);
+    assert_int_equal(test_pool_stats(p).failures_total, 2);
     llmem_pool_class_stats cs[96];
     size_t count = 0, failed = 0;
     for (size_t i = 0; i < 96; i++) cs[i].struct_size = sizeof cs[i];
@@ -497,7 +490,7 @@ static void stats_export(void **state)
     (void)state;
     llmem_pool *p = new_pool(NULL, false);
     void *a = llmem_pool_alloc(p, 100, NULL), *b = llmem_pool_alloc(p, 100000, NULL);
-    llmem_pool_stats s = pstats(p);
+    llmem_pool_stats s = test_pool_stats(p);
     assert_int_equal(s.live_allocations, 2);
     assert_int_equal(s.used_bytes, 112 + 102400);
     assert_true(s.largest_free_bytes > 0 && s.largest_free_bytes <= s.free_bytes);
@@ -519,7 +512,7 @@ static void stats_export(void **state)
      * failure. */
     void *c = llmem_pool_alloc(p, 100, NULL);
     assert_ok(llmem_pool_free(p, c));
-    s = pstats(p);
+    s = test_pool_stats(p);
     assert_int_equal(s.frees_total, 1);
     assert_int_equal(s.allocs_total, 3);
     /* The pool's and every used class's figures, in Prometheus and JSON. */
@@ -545,7 +538,7 @@ static void stats_export(void **state)
     assert_status(llmem_pool_export_stats(p, NULL, NULL, 0), LLMEM_EINVAL);
     assert_ok(llmem_pool_free(p, a));
     assert_ok(llmem_pool_free(p, b));
-    assert_int_equal(pstats(p).frees_total, 3);
+    assert_int_equal(test_pool_stats(p).frees_total, 3);
     llmem_pool_destroy(p);
 }
 
@@ -561,7 +554,7 @@ static void realloc_grows_large_blocks_in_place(void **state)
     unsigned char *a = llmem_pool_alloc(p, n, NULL);
     assert_non_null(a);
     for (size_t i = 0; i < n; i++) a[i] = (unsigned char)(i * 7);
-    uint64_t used = pstats(p).used_bytes;
+    uint64_t used = test_pool_stats(p).used_bytes;
     llmem_status st;
     unsigned char *g = llmem_pool_realloc(p, a, 1 << 20, &st);
     assert_ok(st);
@@ -569,15 +562,15 @@ static void realloc_grows_large_blocks_in_place(void **state)
     for (size_t i = 0; i < n; i++) assert_int_equal(g[i], (unsigned char)(i * 7));
     memset(g, 1, 1 << 20);
     assert_true(llmem_pool_usable_size(p, g) >= (1 << 20));
-    assert_int_equal(pstats(p).used_bytes, used + (1 << 20) - (100 << 10));
+    assert_int_equal(test_pool_stats(p).used_bytes, used + (1 << 20) - (100 << 10));
     assert_ok(llmem_pool_check(p));
     /* The free run after it, decommitted by a trim: committed again. */
     llmem_pool_trim(p);
-    uint64_t committed = pstats(p).committed_bytes;
+    uint64_t committed = test_pool_stats(p).committed_bytes;
     g = llmem_pool_realloc(p, a, 2 << 20, &st);
     assert_ptr_equal(g, a);
     memset(g, 2, 2 << 20);
-    assert_true(pstats(p).committed_bytes >= committed + (1 << 20));
+    assert_true(test_pool_stats(p).committed_bytes >= committed + (1 << 20));
     assert_ok(llmem_pool_check(p));
     /* A live block right after it: it moves, contents kept. */
     unsigned char *b = llmem_pool_alloc(p, 100 << 10, NULL);
@@ -590,8 +583,8 @@ static void realloc_grows_large_blocks_in_place(void **state)
     assert_ok(llmem_pool_check(p));
     assert_ok(llmem_pool_free(p, g));
     assert_ok(llmem_pool_free(p, b));
-    assert_int_equal(pstats(p).live_allocations, 0);
-    assert_int_equal(pstats(p).used_bytes, 0);
+    assert_int_equal(test_pool_stats(p).live_allocations, 0);
+    assert_int_equal(test_pool_stats(p).used_bytes, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
 }
@@ -637,8 +630,8 @@ static void handles_misuse_is_refused(void **state)
     assert_status(llmem_pool_unpin(p, 12345), LLMEM_EINVAL);
     assert_ok(llmem_pool_handle_free(p, LLMEM_HANDLE_NULL));
     assert_ok(llmem_pool_handle_free(p, h2));
-    assert_int_equal(pstats(p).handles, 0);
-    assert_int_equal(pstats(p).live_allocations, 0);
+    assert_int_equal(test_pool_stats(p).handles, 0);
+    assert_int_equal(test_pool_stats(p).live_allocations, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
 }
@@ -692,10 +685,10 @@ static void compaction_run(llmem_resource *res, size_t budget)
             h[i] = LLMEM_HANDLE_NULL;
         }
     }
-    llmem_pool_stats before = pstats(p);
+    llmem_pool_stats before = test_pool_stats(p);
     llmem_pool_compact_report r = {0};
     assert_ok(llmem_pool_compact(p, budget, &r));
-    llmem_pool_stats after = pstats(p);
+    llmem_pool_stats after = test_pool_stats(p);
     assert_ok(llmem_pool_check(p));
     assert_true(r.blocks_moved > 0);
     if (budget) {

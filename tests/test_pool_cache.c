@@ -22,13 +22,6 @@ static llmem_pool *cache_pool(size_t max_bytes, uint32_t decay_ms)
     return p;
 }
 
-static llmem_pool_stats pstats(const llmem_pool *p)
-{
-    llmem_pool_stats s = {0};
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
-}
-
 static size_t cached_bytes(llmem_pool *p)
 {
     pthread_mutex_lock(&p->lock);
@@ -44,10 +37,10 @@ static void same_size_comes_back(void **state)
     char *a = llmem_pool_alloc(p, 40 << 10, NULL), *b = llmem_pool_alloc(p, 40 << 10, NULL);
     assert_non_null(a);
     assert_non_null(b);
-    uint64_t free_before = pstats(p).free_bytes;
+    uint64_t free_before = test_pool_stats(p).free_bytes;
     assert_ok(llmem_pool_free(p, a));
     assert_int_equal(cached_bytes(p), 40 << 10);
-    assert_int_equal(pstats(p).free_bytes, free_before + (40 << 10)); /* free to the user */
+    assert_int_equal(test_pool_stats(p).free_bytes, free_before + (40 << 10)); /* free to the user */
     assert_ok(llmem_pool_check(p));
     /* Refused like a free in a free run: the start, inside, and not owned. */
     llmem_status st = llmem_pool_free(p, a);
@@ -55,7 +48,7 @@ static void same_size_comes_back(void **state)
     assert_int_equal(llmem_pool_free(p, a + 8192), LLMEM_EDOUBLEFREE);
     assert_false(llmem_pool_owns(p, a));
     assert_int_equal(llmem_pool_usable_size(p, a), 0);
-    assert_int_equal(pstats(p).invalid_frees_total, 2);
+    assert_int_equal(test_pool_stats(p).invalid_frees_total, 2);
     assert_ok(llmem_pool_check(p));
     /* The same size takes it back; another size does not. */
     char *c = llmem_pool_alloc(p, 36 << 10, NULL); /* 9 pages, not 10 */
@@ -73,7 +66,7 @@ static void same_size_comes_back(void **state)
     /* Trim flushes the cache: every superblock goes. */
     llmem_pool_trim(p);
     assert_int_equal(cached_bytes(p), 0);
-    assert_int_equal(pstats(p).reserved_bytes, 0);
+    assert_int_equal(test_pool_stats(p).reserved_bytes, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
 }
@@ -94,11 +87,11 @@ static void flush_before_growing(void **state)
     for (int i = 0; i < 4; i++) assert_non_null(b[i] = llmem_pool_alloc(p, 256 << 10, NULL));
     for (int i = 0; i < 4; i++) assert_ok(llmem_pool_free(p, b[i]));
     assert_int_equal(cached_bytes(p), 1 << 20);
-    assert_int_equal(pstats(p).largest_free_bytes, 256 << 10); /* cached runs count, whole */
+    assert_int_equal(test_pool_stats(p).largest_free_bytes, 256 << 10); /* cached runs count, whole */
     assert_ok(llmem_pool_check(p));
     void *all = llmem_pool_alloc(p, 1 << 20, NULL);
     assert_non_null(all);
-    assert_int_equal(pstats(p).grows_total, 1);
+    assert_int_equal(test_pool_stats(p).grows_total, 1);
     assert_int_equal(cached_bytes(p), 0);
     assert_ok(llmem_pool_check(p));
     assert_ok(llmem_pool_free(p, all));
@@ -144,15 +137,15 @@ static void idle_cache_is_purged(void **state)
     assert_non_null(keep);
     assert_non_null(a);
     memset(a, 1, 512 << 10);
-    uint64_t committed = pstats(p).committed_bytes;
+    uint64_t committed = test_pool_stats(p).committed_bytes;
     assert_ok(llmem_pool_free(p, a));
     int waited = 0;
-    while ((cached_bytes(p) || pstats(p).committed_bytes > committed - (512 << 10)) && waited < 5000) {
+    while ((cached_bytes(p) || test_pool_stats(p).committed_bytes > committed - (512 << 10)) && waited < 5000) {
         usleep(10 * 1000);
         waited += 10;
     }
     assert_int_equal(cached_bytes(p), 0);
-    assert_true(pstats(p).committed_bytes <= committed - (512 << 10));
+    assert_true(test_pool_stats(p).committed_bytes <= committed - (512 << 10));
     assert_true(waited >= 30); /* not before the delay */
     assert_ok(llmem_pool_check(p));
     assert_ok(llmem_pool_free(p, keep));
@@ -217,14 +210,14 @@ static void shadow_run(void **state)
                 memset(v[k], (int)k, n);
             }
             if (op % 13 == 0) assert_ok(llmem_pool_check(p));
-            if (op % 1000 == 999) llmem_pool_shrink(p, pstats(p).committed_bytes / 2);
+            if (op % 1000 == 999) llmem_pool_shrink(p, test_pool_stats(p).committed_bytes / 2);
         }
         for (size_t k = 0; k < SLOTS; k++)
             if (v[k]) assert_ok(llmem_pool_free(p, v[k]));
         assert_ok(llmem_pool_check(p));
-        assert_int_equal(pstats(p).used_bytes, 0);
+        assert_int_equal(test_pool_stats(p).used_bytes, 0);
         llmem_pool_trim(p);
-        assert_int_equal(pstats(p).reserved_bytes, 0);
+        assert_int_equal(test_pool_stats(p).reserved_bytes, 0);
         llmem_pool_destroy(p);
     }
 }

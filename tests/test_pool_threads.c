@@ -169,13 +169,6 @@ static void thread_exit_returns_cache(void **state)
     llmem_pool_destroy(p);
 }
 
-static llmem_pool_stats pool_stats(const llmem_pool *p)
-{
-    llmem_pool_stats s = {0};
-    assert_ok(llmem_pool_get_stats(p, &s));
-    return s;
-}
-
 /* An idle live thread's cache is memory no one uses: once it has seen no
  * refill or flush for the decay delay, shrink (manual purge) or the
  * purger (background) takes its blocks back, the slabs and superblocks
@@ -246,20 +239,20 @@ static void idle_cache_reclaimed(bool background)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, idler_main, &d), 0);
     idler_wait(&d, 1);
-    llmem_pool_stats s = pool_stats(d.pool);
+    llmem_pool_stats s = test_pool_stats(d.pool);
     assert_int_equal(s.live_allocations, 0);
     assert_true(s.superblocks > 0);
     if (!background) {
         /* Within the delay the cache is the thread's: shrink leaves it. */
         llmem_pool_trim(d.pool);
-        if (test_now_ms() - d.idle_ms < (uint64_t)o.decay_ms / 2) assert_true(pool_stats(d.pool).superblocks > 0);
+        if (test_now_ms() - d.idle_ms < (uint64_t)o.decay_ms / 2) assert_true(test_pool_stats(d.pool).superblocks > 0);
     }
     /* Past the delay: everything goes, without the thread doing anything. */
     bool gone = false;
     for (int ms = 0; ms < 5000 && !gone; ms += 20) {
         usleep(20 * 1000);
         if (!background) llmem_pool_trim(d.pool);
-        s = pool_stats(d.pool);
+        s = test_pool_stats(d.pool);
         gone = s.superblocks == 0 && s.committed_bytes == 0;
     }
     if (!gone)
@@ -273,7 +266,7 @@ static void idle_cache_reclaimed(bool background)
     assert_true(d.ok);
     assert_ok(llmem_pool_check(d.pool));
     pthread_join(t, NULL);
-    s = pool_stats(d.pool);
+    s = test_pool_stats(d.pool);
     assert_int_equal(s.live_allocations, 0);
     assert_int_equal(s.allocs_total, s.frees_total);
     llmem_pool_destroy(d.pool);
@@ -294,7 +287,7 @@ static bool wait_stats(llmem_pool *p, bool (*done)(const llmem_pool_stats *, uin
 {
     uint64_t t0 = test_now_ms();
     for (;;) {
-        *last = pool_stats(p);
+        *last = test_pool_stats(p);
         if (done(last, arg)) return true;
         if (test_now_ms() - t0 > PURGE_BOUND_MS) return false;
         usleep(10 * 1000);
@@ -340,7 +333,7 @@ static void background_purge_returns_idle_memory(void **state)
     uint64_t t0 = test_now_ms();
     for (int i = 0; i < N; i++)
         if (i % 4) assert_ok(llmem_pool_free(p, b[i]));
-    llmem_pool_stats before = pool_stats(p);
+    llmem_pool_stats before = test_pool_stats(p);
     uint64_t took = test_now_ms() - t0;
     /* Within the delay, nothing goes: nothing else is free, so any
      * decommit would be of the blocks just freed. Readable only if the
@@ -480,7 +473,7 @@ static void property_run(llmem_resource *dev)
         assert_int_equal(pthread_create(&t[i], NULL, property_worker, &args[i]), 0);
     }
     for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
-    llmem_pool_stats st = pool_stats(p);
+    llmem_pool_stats st = test_pool_stats(p);
     assert_int_equal(st.live_allocations, 0);
     assert_int_equal(st.used_bytes, 0);
     assert_ok(llmem_pool_check(p));
