@@ -134,6 +134,14 @@ size_t llmem_pool_trim(llmem_pool *p) { return llmem_pool_shrink(p, 0); }
 
 /* ---- invariants ------------------------------------------------------------- */
 
+/* Whether any of the n units from u0 of sb is decommitted. */
+static bool any_decommitted(const superblock *sb, size_t u0, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bit_get(sb->decommitted, u0 + i)) return true;
+    return false;
+}
+
 #define BAD(...)                                                  \
     do {                                                          \
         st = llmem__fail(LLMEM_ECORRUPT, __VA_ARGS__);            \
@@ -179,9 +187,8 @@ llmem_status llmem_pool_check(llmem_pool *p)
                 free_blocks++;
             } else if (b->kind == D_CACHED) {
                 /* Free to the user, whole and committed, in its superblock's used bytes. */
-                for (size_t i = 0; i < n; i++)
-                    if (bit_get(sb->decommitted, u0 + i))
-                        BAD("pool '%s': cached run %p has decommitted pages", p->name, (void *)b->start);
+                if (any_decommitted(sb, u0, n))
+                    BAD("pool '%s': cached run %p has decommitted pages", p->name, (void *)b->start);
                 free_bytes += b->size;
                 sb_used += b->size;
                 cached++;
@@ -189,9 +196,8 @@ llmem_status llmem_pool_check(llmem_pool *p)
             } else if (b->kind == D_LARGE) {
                 if (b->user < b->start || b->requested > b->start + b->size - b->user)
                     BAD("pool '%s': large block %p has a bad user range", p->name, (void *)b->start);
-                for (size_t i = 0; i < n; i++)
-                    if (bit_get(sb->decommitted, u0 + i))
-                        BAD("pool '%s': live block %p has decommitted pages", p->name, (void *)b->start);
+                if (any_decommitted(sb, u0, n))
+                    BAD("pool '%s': live block %p has decommitted pages", p->name, (void *)b->start);
                 used += b->size;
                 sb_used += b->size;
                 live++;
