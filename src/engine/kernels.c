@@ -70,6 +70,7 @@
 #include "kernels.h"
 #include "exp.h"
 #include "kernels_q.h"
+#include "kernels_q_layout.h"
 #include "kernels_q4k_x8.h"
 
 #include <math.h>
@@ -714,11 +715,8 @@ enum { ACT_A8, ACT_A8K, ACT_KINDS };
 
 static int act_kind(uint32_t base)
 {
-    switch (base) {
-    case LLMEM_DTYPE_Q2_K: case LLMEM_DTYPE_Q3_K: case LLMEM_DTYPE_Q4_K: case LLMEM_DTYPE_Q5_K:
-    case LLMEM_DTYPE_Q6_K: return ACT_A8K;
-    default: return llmem__is_qtype(base) ? ACT_A8 : -1;
-    }
+    if (!llmem__is_qtype(base)) return -1;
+    return is_k(base) ? ACT_A8K : ACT_A8;
 }
 
 /* Bytes of each layout's rows for the group (0 where none needs it), and
