@@ -306,12 +306,7 @@ static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)
  * resolution (1-10 ms). Every stamp and every reading come from here, and
  * decay_ns carries two ticks more than asked, so nothing goes back before
  * its delay. */
-static inline uint64_t llmem__pool_clock(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+static inline uint64_t llmem__pool_clock(void) { return llmem__coarse_ns(); }
 
 /* The heap that serves blocks of a kind (D_SLAB or D_LARGE). */
 static inline unsigned heap_for(const llmem_pool *p, int kind) { return p->split && kind == D_LARGE ? HEAP_LARGE : HEAP_SMALL; }

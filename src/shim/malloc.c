@@ -70,7 +70,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "addrmap.h"
@@ -294,13 +293,6 @@ static void *side_or_enomem(size_t n, size_t align, bool zero)
 #define RELEASE_EVERY_NS ((uint64_t)5000000)
 static uint64_t next_release_ns;
 
-static uint64_t coarse_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* A request of RELEASE_REQUEST_MIN bytes or more, before it is served. A
  * mapping (LLMEM_SHIM_MAPPED_MIN and more) comes back from here, NULL if
  * the kernel refuses or the request is smaller (the caller tries the
@@ -316,7 +308,7 @@ static __attribute__((noinline)) void *big_alloc(llmem_pool *p, size_t n)
     if (n >= LLMEM_SHIM_MAPPED_MIN) {
         llmem__pool_release_free_runs(p, LLMEM_SHIM_MAPPED_MIN, 0);
     } else {
-        uint64_t now = coarse_ns();
+        uint64_t now = llmem__coarse_ns();
         if (now >= __atomic_load_n(&next_release_ns, __ATOMIC_RELAXED)) {
             __atomic_store_n(&next_release_ns, now + RELEASE_EVERY_NS, __ATOMIC_RELAXED);
             llmem__pool_release_free_runs(p, RELEASE_RUN_MIN, RELEASE_AGE_NS);
