@@ -19,6 +19,7 @@ static llmem_pool *cache_pool(size_t max_bytes, uint32_t decay_ms)
     o.decay_ms = decay_ms;
     llmem_pool *p;
     assert_ok(llmem_pool_create(&o, &p));
+    p->lcache_on = false; /* the run cache alone: test_pool_lcache.c tests the thread caches' stacks in front */
     return p;
 }
 
@@ -83,6 +84,7 @@ static void flush_before_growing(void **state)
     o.decay_ms = 60000;
     llmem_pool *p;
     assert_ok(llmem_pool_create(&o, &p));
+    p->lcache_on = false; /* as in cache_pool */
     void *b[4];
     for (int i = 0; i < 4; i++) assert_non_null(b[i] = llmem_pool_alloc(p, 256 << 10, NULL));
     for (int i = 0; i < 4; i++) assert_ok(llmem_pool_free(p, b[i]));

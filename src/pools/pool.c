@@ -154,7 +154,8 @@ llmem_status llmem_pool_check(llmem_pool *p)
     llmem_status st = LLMEM_OK;
     pthread_mutex_lock(&p->lock);
     uint64_t reserved = 0, committed = 0, used = 0, free_bytes = 0, slab_bytes = 0, live = 0, nsb = 0;
-    size_t free_blocks = 0, cached = 0;
+    size_t free_blocks = 0, cached = 0, tcached = 0;
+    llmem__pool_tcaches_freeze(p); /* the large-block stacks hold still for the walk */
     uint64_t cached_bytes = 0, class_live[LLMEM_MAX_CLASSES] = {0}, class_slabs[LLMEM_MAX_CLASSES] = {0};
     for (superblock *sb = p->sbs; sb; sb = sb->next) {
         nsb++;
@@ -201,6 +202,7 @@ llmem_status llmem_pool_check(llmem_pool *p)
                 used += b->size;
                 sb_used += b->size;
                 live++;
+                tcached += __atomic_load_n(&b->tcached, __ATOMIC_RELAXED) != 0;
             } else if (b->kind == D_SLAB) {
                 slab *s = (slab *)b;
                 if (b->cls >= p->cls.count || b->size != p->cls.slab_bytes[b->cls] ||
@@ -273,6 +275,9 @@ llmem_status llmem_pool_check(llmem_pool *p)
         BAD("pool '%s': the free tree does not hold exactly the free blocks", p->name);
     if (!llmem__pool_cache_check(p, cached, cached_bytes))
         BAD("pool '%s': the run cache's lists do not hold exactly its %zu cached runs", p->name, cached);
+    if (!llmem__pool_lcache_check(p, tcached))
+        BAD("pool '%s': the thread caches' large-block entries do not name exactly its %zu cached large blocks",
+            p->name, tcached);
     if (reserved != p->st.reserved_bytes || committed != p->st.committed_bytes || used != p->st.used_bytes ||
         free_bytes != p->st.free_bytes || slab_bytes != p->st.slab_bytes || live != p->st.live_allocations ||
         nsb != p->st.superblocks)
@@ -316,7 +321,9 @@ static void thread_sums(llmem_pool *p, uint64_t *allocs, uint64_t *frees, uint64
                         uint64_t *class_frees)
 {
     pthread_mutex_lock(&p->tlock);
-    for (const tcache *t = p->tcaches; t; t = t->next)
+    for (const tcache *t = p->tcaches; t; t = t->next) {
+        *allocs += __atomic_load_n(&t->large.allocs, __ATOMIC_RELAXED);
+        *frees += __atomic_load_n(&t->large.frees, __ATOMIC_RELAXED);
         for (unsigned c = 0; c < p->cls.count; c++) {
             uint64_t a = __atomic_load_n(&t->bin[c].allocs, __ATOMIC_RELAXED);
             uint64_t f = __atomic_load_n(&t->bin[c].frees, __ATOMIC_RELAXED);
@@ -325,6 +332,7 @@ static void thread_sums(llmem_pool *p, uint64_t *allocs, uint64_t *frees, uint64
             if (class_allocs) class_allocs[c] += a;
             if (class_frees) class_frees[c] += f;
         }
+    }
     pthread_mutex_unlock(&p->tlock);
 }
 
@@ -551,6 +559,7 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     /* Thread caches, unless checked; without a pthread key left (over a
      * thousand pools alive) the pool simply runs on its lock. */
     p->tcache_on = !p->checked && pthread_key_create(&p->tkey, llmem__pool_tcache_destructor) == 0;
+    p->lcache_on = p->tcache_on && p->rc.cap; /* the purger reclaims idle ones, as it flushes the run cache */
     size_t xslots = 0;
     for (unsigned c = 0; c < p->cls.count; c++) {
         size_t cap = 16 * p->unit / p->cls.size[c];

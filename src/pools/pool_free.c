@@ -44,7 +44,8 @@ typedef enum where {
     INSIDE_BLOCK,    /* inside a live block, not its start */
     BAD_HEADER,      /* checked host: the guard header is damaged */
     NOT_A_BLOCK,     /* in a superblock but no block starts there */
-    FENCED           /* a live block whose fenced free is pending */
+    FENCED,          /* a live block whose fenced free is pending */
+    IN_TCACHE        /* in a large block freed into a thread cache: freed already */
 } where;
 
 /* Find the block containing a in a superblock: the nearest owner entry at
@@ -89,13 +90,15 @@ static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
     }
     if (b && b->kind == D_LARGE && b->user == a) {
         l->block = b->start;
-        return AT_BLOCK;
+        l->extent = b->size;
+        return __atomic_load_n(&b->tcached, __ATOMIC_RELAXED) ? IN_TCACHE : AT_BLOCK;
     }
     pblock *c = containing(p, sb, a);
     if (!c) return NOT_A_BLOCK;
     l->b = c;
     l->extent = c->size;
     if (c->kind == D_FREE || c->kind == D_CACHED) return IN_FREE_RUN;
+    if (c->kind == D_LARGE && __atomic_load_n(&c->tcached, __ATOMIC_RELAXED)) return IN_TCACHE;
     if (c->kind == D_LARGE) {
         l->off = a - c->user;
         return INSIDE_BLOCK;
@@ -134,6 +137,10 @@ static llmem_status refuse_free(llmem_pool *p, uintptr_t a, where w, const locat
         return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EFOREIGN,
                                "pool '%s': free of %p, %zu bytes into a live %zu-byte block, not its start", p->name,
                                ptr, l->off, l->extent);
+    case IN_TCACHE:
+        return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EDOUBLEFREE,
+                               "pool '%s': double free of %p (it lies in a %zu-byte block freed to a thread cache)",
+                               p->name, ptr, l->extent);
     case FENCED:
         return llmem__fail_log(LLMEM_LOG_WARN, LLMEM_EDOUBLEFREE,
                                "pool '%s': double free of %p (its fenced free is pending)", p->name, ptr);

@@ -103,6 +103,8 @@ typedef struct pblock {
     bool purged;                /* D_FREE: its pages were decommitted by the purger */
     uint32_t handle;            /* D_LARGE: index + 1 of its handle, 0 for a raw allocation */
     bool fenced;                /* D_LARGE: its fenced free is pending (pool_fence.c) */
+    uint8_t tcached;            /* D_LARGE: 1 while freed into a thread's large-block cache
+                                   (pool_tcache.c); relaxed atomics: its owner writes it unlocked */
 } pblock;
 
 /* A movable allocation: the block it is in now, and how it may be named. */
@@ -191,6 +193,7 @@ struct llmem_pool {
     /* read-mostly */
     uint64_t id;                /* unique for the process's life */
     bool host, checked, inband, tcache_on;
+    bool lcache_on;             /* thread caches of large blocks: tcache_on pools with a run cache */
     size_t unit;
     unsigned ushift;
     size_t align;               /* pool minimum alignment */
@@ -239,6 +242,26 @@ struct llmem_pool {
     xfer_cache xfer[LLMEM_MAX_CLASSES];
 };
 
+/* A thread's cache of freed large blocks (pool_tcache.c, "large blocks"):
+ * up to LCACHE_SLOTS blocks of at most RUN_CACHE_UNITS units and
+ * LCACHE_BYTES in all, oldest first. Written by its owner with relaxed
+ * atomic stores; read by stats, check and the reclaimer. */
+#define LCACHE_SLOTS 16u
+#define LCACHE_BYTES ((uint64_t)4 << 20)
+
+typedef struct lslot {
+    uintptr_t ptr;              /* the block's start, as handed out */
+    pblock *b;
+} lslot;
+
+typedef struct lcache {
+    uint32_t count;
+    uint32_t units[LCACHE_SLOTS]; /* entry i's size in units (scanned by an allocation: one line) */
+    lslot slot[LCACHE_SLOTS];
+    uint64_t bytes;             /* the entries' block bytes */
+    uint64_t allocs, frees;     /* served and taken by this thread */
+} lcache;
+
 /* A thread's cache for one pool (pool_tcache.c). */
 /* One class's stack: what the fast paths touch, in 32 bytes. */
 typedef struct tbin {
@@ -256,6 +279,7 @@ typedef struct tcache {
     uint64_t last_active;       /* owner: llmem__pool_clock at its last refill or flush */
     bool kicked;                /* the purger was told about this cache's blocks (under tlock) */
     uint64_t seen_ops;          /* reclaimer's: the cache's allocs + frees at its last look (pool lock) */
+    lcache large;               /* freed large blocks, when p->lcache_on */
     tbin bin[LLMEM_MAX_CLASSES];
     tslot storage[];
 } tcache;
@@ -384,6 +408,9 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
 bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size);
 /* Back to the free runs, coalescing; the caller has fixed the owner table. */
 void llmem__pool_put_pages(llmem_pool *p, pblock *b);
+/* The same, free since `stamp` (a llmem__pool_clock reading no later than
+ * its free). */
+void llmem__pool_put_pages_since(llmem_pool *p, pblock *b, uint64_t stamp);
 /* A freed LARGE block (owner table fixed, counted free by the caller) into
  * the run cache if it takes it, else llmem__pool_put_pages. */
 void llmem__pool_put_large(llmem_pool *p, pblock *b);
@@ -454,6 +481,16 @@ void llmem__pool_tcache_destructor(void *v);
  * one uses. Returns when the next cache with blocks will be idle that
  * long, or UINT64_MAX. Pool lock held. */
 uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now);
+/* Freeze the thread caches for llmem_pool_check (pools with large-block
+ * stacks): the reclaim handshake's request set on each cache whose owner
+ * is not inside a call, so that it waits for the pool lock at its next
+ * call and its stacks hold still until the check ends. Pool lock held. */
+void llmem__pool_tcaches_freeze(llmem_pool *p);
+/* The frozen caches' large-block entries (llmem_pool_check): each names a
+ * D_LARGE block of its size marked tcached and the byte counts add up;
+ * `flagged` (the marked blocks the walk found) equals their number when
+ * every cache was frozen, and is no smaller otherwise. Pool lock held. */
+bool llmem__pool_lcache_check(llmem_pool *p, size_t flagged);
 /* Free every cache of p (destroy; no other thread uses p any more). */
 void llmem__pool_tcaches_destroy(llmem_pool *p);
 /* Bytes and blocks in thread and transfer caches (per_class, optional,

@@ -638,6 +638,8 @@ static void put_run(llmem_pool *p, pblock *b, uint64_t stamp)
 
 void llmem__pool_put_pages(llmem_pool *p, pblock *b) { put_run(p, b, llmem__pool_clock()); }
 
+void llmem__pool_put_pages_since(llmem_pool *p, pblock *b, uint64_t stamp) { put_run(p, b, stamp); }
+
 /* ---- the run cache (see the top of this file) ----------------------------- */
 
 /* Take cached run b out of both lists (counted free no more). */

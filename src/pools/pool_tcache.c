@@ -32,6 +32,22 @@
  * Without membarrier (kernels before 4.14) idle caches stay their
  * threads' until exit, as before.
  *
+ * Large blocks. A host pool with a run cache (the background purger)
+ * also gives each thread cache a small stack of freed large blocks (up to
+ * RUN_CACHE_UNITS units; LCACHE_SLOTS of them and LCACHE_BYTES at most,
+ * oldest first): a free of a live large block pushes it, marked tcached,
+ * and an allocation of the same unit count pops it, both with no lock
+ * (tcmalloc serves up to 256 KiB from its per-thread lists; an engine
+ * frees and asks again for the same tensor sizes layer after layer). The
+ * block stays D_LARGE, in used_bytes and live_allocations like any cached
+ * block (the stats subtract the caches); a free of a marked block is
+ * refused as a double free by the locked path. A push that finds the stack
+ * full evicts its oldest entries to the run cache under the pool lock. The
+ * reclaimer, shrink, llmem_pool_flush_thread_cache and thread exit return
+ * them to the free runs (free since the cache was last active), under the
+ * same handshake as the small classes. Its requested field is not updated
+ * by a pop (only checked pools and handles read it; neither is cached).
+ *
  * Lock order: the pool lock, then a transfer cache's lock or tlock (both
  * leaves: nothing is taken while one is held).
  *
@@ -126,6 +142,8 @@ void llmem__pool_cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *b
         if (per_class) per_class[c] += n;
     }
     for (const tcache *t = p->tcaches; t; t = t->next) {
+        *blocks += ld_u32(&t->large.count);
+        *bytes += __atomic_load_n(&t->large.bytes, __ATOMIC_RELAXED);
         for (unsigned c = 0; c < p->cls.count; c++) {
             uint32_t n = ld_u32(&t->bin[c].count);
             *blocks += n;
@@ -208,11 +226,197 @@ void llmem__pool_xfer_drain(llmem_pool *p, unsigned c)
     pthread_mutex_unlock(&x->lock);
 }
 
-void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t)
+/* ---- large blocks (see the top of this file) ---------------------------- */
+
+static inline void st_uptr(uintptr_t *p, uintptr_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline void st_pb(pblock **p, pblock *v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline void tcached_set(pblock *b, uint8_t v) { __atomic_store_n(&b->tcached, v, __ATOMIC_RELAXED); }
+static inline uint8_t tcached_get(const pblock *b) { return __atomic_load_n(&b->tcached, __ATOMIC_RELAXED); }
+
+/* The newest entry of u units, or -1. Owner. */
+static inline int lcache_find(const lcache *l, uint32_t u)
+{
+    for (int i = (int)l->count; i-- > 0;)
+        if (l->units[i] == u) return i;
+    return -1;
+}
+
+/* Drop entry i (the younger ones move down one). Owner, or the pool lock
+ * held with the owner outside any call. */
+static void lcache_remove(lcache *l, uint32_t i)
+{
+    st_u64(&l->bytes, l->bytes - l->slot[i].b->size);
+    for (uint32_t j = i + 1; j < l->count; j++) {
+        st_u32(&l->units[j - 1], l->units[j]);
+        st_uptr(&l->slot[j - 1].ptr, l->slot[j].ptr);
+        st_pb(&l->slot[j - 1].b, l->slot[j].b);
+    }
+    st_u32(&l->count, l->count - 1);
+}
+
+/* Entry b back to the pool: free since `stamp` into the free runs, or (0)
+ * into the run cache. Its free was counted when it was cached. Pool lock
+ * held. */
+static void lcache_release(llmem_pool *p, pblock *b, uint64_t stamp)
+{
+    tcached_set(b, 0);
+    ST_SUB(p->st.used_bytes, b->size);
+    ST_SUB(p->st.live_allocations, 1);
+    if (stamp) llmem__pool_put_pages_since(p, b, stamp);
+    else llmem__pool_put_large(p, b);
+}
+
+/* Every large entry of t back to the free runs, free since `stamp`. Pool
+ * lock held. */
+static void lcache_flush(llmem_pool *p, tcache *t, uint64_t stamp)
+{
+    lcache *l = &t->large;
+    while (l->count) {
+        pblock *b = l->slot[l->count - 1].b;
+        lcache_remove(l, l->count - 1);
+        lcache_release(p, b, stamp);
+    }
+}
+
+/* A push of `bytes` finds the stack full: its oldest entries go to the run
+ * cache, at least four if it was out of slots, until the push fits. The
+ * owner, inside a call; takes the pool lock. */
+static __attribute__((noinline)) void lcache_evict(llmem_pool *p, tcache *t, size_t bytes)
+{
+    lcache *l = &t->large;
+    pthread_mutex_lock(&p->lock);
+    while (l->count && (l->count > LCACHE_SLOTS - 4 || l->bytes + bytes > LCACHE_BYTES)) {
+        pblock *b = l->slot[0].b;
+        lcache_remove(l, 0);
+        lcache_release(p, b, 0);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* The live large block starting at a that a free may cache, or NULL: the
+ * superblock and owner tables read without the lock, which cannot change
+ * for a live block while its owner frees it (anything else takes the
+ * locked path, which explains). */
+static inline pblock *large_block_of(const llmem_pool *p, uintptr_t a)
+{
+    superblock *sb = llmem__addrmap_get(a);
+    if (!sb || sb->pool != p || (a & (p->unit - 1))) return NULL;
+    pblock *b = sb->owner[unit_of(sb, a, p->ushift)];
+    if (!b || b->kind != D_LARGE || b->user != a || b->handle || b->fenced ||
+        b->size > ((size_t)RUN_CACHE_UNITS << p->ushift) || tcached_get(b))
+        return NULL;
+    return b;
+}
+
+/* Push the live large block b (at a) onto t's stack: poisoned, marked,
+ * counted as a free. No lock held. */
+static void lcache_push(llmem_pool *p, tcache *t, pblock *b, uintptr_t a)
+{
+    lcache *l = &t->large;
+    owner_enter(t);
+    if (owner_reclaimed(t)) owner_ack(p, t);
+    if (l->count == LCACHE_SLOTS || l->bytes + b->size > LCACHE_BYTES) lcache_evict(p, t, b->size);
+    if (!__atomic_load_n(&t->kicked, __ATOMIC_RELAXED)) note_active(p, t); /* the purger hears of it once */
+    LLMEM_POISON((void *)b->start, b->size);
+    tcached_set(b, 1);
+    uint32_t n = l->count;
+    st_u32(&l->units[n], (uint32_t)(b->size >> p->ushift));
+    st_uptr(&l->slot[n].ptr, a);
+    st_pb(&l->slot[n].b, b);
+    st_u64(&l->bytes, l->bytes + b->size);
+    st_u32(&l->count, n + 1);
+    st_u64(&l->frees, l->frees + 1);
+    owner_leave(t);
+}
+
+/* A cached large block for size bytes (past the small classes, at the
+ * pool's alignment), taken off t's stack, or NULL. No lock held. */
+static void *lcache_pop(llmem_pool *p, tcache *t, size_t size)
+{
+    lcache *l = &t->large;
+    uint32_t u = (uint32_t)((size + p->unit - 1) >> p->ushift);
+    owner_enter(t);
+    if (owner_reclaimed(t)) owner_ack(p, t);
+    int i = lcache_find(l, u);
+    if (i < 0) {
+        owner_leave(t);
+        return NULL;
+    }
+    pblock *b = l->slot[i].b;
+    uintptr_t a = l->slot[i].ptr;
+    lcache_remove(l, (uint32_t)i);
+    tcached_set(b, 0);
+    st_u64(&l->allocs, l->allocs + 1);
+    owner_leave(t);
+    LLMEM_UNPOISON((void *)a, size);
+    return (void *)a;
+}
+
+void llmem__pool_tcaches_freeze(llmem_pool *p)
+{
+    if (!p->lcache_on || !membarrier_ready()) return;
+    enum { BATCH = 64 };
+    tcache *cand[BATCH];
+    size_t n = 0;
+    pthread_mutex_lock(&p->tlock);
+    for (tcache *t = p->tcaches; t && n < BATCH; t = t->next)
+        if (!__atomic_load_n(&t->reclaim, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&t->reclaim, 1, __ATOMIC_RELAXED);
+            cand[n++] = t;
+        }
+    pthread_mutex_unlock(&p->tlock);
+    if (!n) return;
+    bool fenced = syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+    for (size_t i = 0; i < n; i++)
+        if (!fenced || __atomic_load_n(&cand[i]->busy, __ATOMIC_ACQUIRE))
+            __atomic_store_n(&cand[i]->reclaim, 0, __ATOMIC_RELAXED); /* in a call: not frozen */
+}
+
+bool llmem__pool_lcache_check(llmem_pool *p, size_t flagged)
+{
+    size_t n = 0;
+    bool ok = true, exact = true;
+    pthread_mutex_lock(&p->tlock);
+    for (const tcache *t = p->tcaches; t && ok; t = t->next) {
+        const lcache *l = &t->large;
+        if (!__atomic_load_n(&t->reclaim, __ATOMIC_RELAXED)) { /* not frozen: its entries may be moving */
+            exact = false;
+            continue;
+        }
+        uint32_t cnt = ld_u32(&l->count);
+        uint64_t bytes = 0;
+        if (cnt > LCACHE_SLOTS) ok = false;
+        for (uint32_t i = 0; i < cnt && ok; i++) {
+            uintptr_t a = __atomic_load_n(&l->slot[i].ptr, __ATOMIC_RELAXED);
+            const pblock *e = __atomic_load_n(&l->slot[i].b, __ATOMIC_RELAXED);
+            size_t u = ld_u32(&l->units[i]);
+            superblock *sb = llmem__addrmap_get(a);
+            if (!sb || sb->pool != p || (a & (p->unit - 1))) {
+                ok = false;
+                break;
+            }
+            const pblock *b = sb->owner[unit_of(sb, a, p->ushift)];
+            if (b != e || b->kind != D_LARGE || b->user != a || b->size != u << p->ushift || !tcached_get(b) ||
+                b->handle)
+                ok = false;
+            else bytes += b->size;
+        }
+        if (ok && bytes != __atomic_load_n(&l->bytes, __ATOMIC_RELAXED)) ok = false;
+        n += cnt;
+    }
+    pthread_mutex_unlock(&p->tlock);
+    return ok && (exact ? n == flagged : n <= flagged);
+}
+
+/* Every block of t back, the large ones free since `stamp`. Pool lock held. */
+static void tcache_flush_all_since(llmem_pool *p, tcache *t, uint64_t stamp)
 {
     for (unsigned c = 0; c < p->cls.count; c++)
         if (t->bin[c].count) tcache_flush_class_locked(p, t, c, 0);
+    if (t->large.count) lcache_flush(p, t, stamp);
 }
+
+void llmem__pool_tcache_flush_all(llmem_pool *p, tcache *t) { tcache_flush_all_since(p, t, llmem__pool_clock()); }
 
 /* Transfer caches and kept empty slabs of classes idle for the decay go
  * back too: without that, the blocks taken from an idle cache would sit in
@@ -257,7 +461,7 @@ uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now)
     uint64_t next = UINT64_MAX;
     pthread_mutex_lock(&p->tlock);
     for (tcache *t = p->tcaches; t; t = t->next) {
-        uint32_t held = 0;
+        uint32_t held = ld_u32(&t->large.count);
         for (unsigned c = 0; c < p->cls.count && !held; c++) held = ld_u32(&t->bin[c].count);
         if (!held) {
             __atomic_store_n(&t->kicked, false, __ATOMIC_RELAXED); /* the next refill tells again */
@@ -265,7 +469,8 @@ uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now)
         }
         /* Fast-path calls alone (a cache whose classes balance) are use
          * too: a cache is idle only if its counters stood still. */
-        uint64_t ops = 0;
+        uint64_t ops = __atomic_load_n(&t->large.allocs, __ATOMIC_RELAXED) +
+                       __atomic_load_n(&t->large.frees, __ATOMIC_RELAXED);
         for (unsigned c = 0; c < p->cls.count; c++)
             ops += __atomic_load_n(&t->bin[c].allocs, __ATOMIC_RELAXED) +
                    __atomic_load_n(&t->bin[c].frees, __ATOMIC_RELAXED);
@@ -301,7 +506,9 @@ uint64_t llmem__pool_reclaim_idle(llmem_pool *p, uint64_t now)
         /* reclaim stays set: the owner's next call clears it under the
          * pool lock, after this. */
         __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
-        llmem__pool_tcache_flush_all(p, t);
+        /* Large blocks free since the cache's last activity: idle pages,
+         * decommitted by this pass. */
+        tcache_flush_all_since(p, t, __atomic_load_n(&t->last_active, __ATOMIC_RELAXED));
         __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
         ST_ADD(p->st.reclaimed_caches_total, 1);
     }
@@ -322,6 +529,8 @@ void llmem__pool_tcache_destructor(void *v)
     /* Counters fold in and the cache leaves the list at once, under both
      * locks, so a stats read counts them exactly once. */
     pthread_mutex_lock(&p->tlock);
+    ST_ADD(p->st.allocs_total, t->large.allocs);
+    ST_ADD(p->st.frees_total, t->large.frees);
     for (unsigned c = 0; c < p->cls.count; c++) {
         ST_ADD(p->st.allocs_total, t->bin[c].allocs);
         ST_ADD(p->st.frees_total, t->bin[c].frees);
@@ -520,6 +729,15 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
         }
     }
     if (!p) return llmem__pool_alloc_failed(llmem__fail(LLMEM_EINVAL, "pool: null pool"), status);
+    tcache *lt = NULL; /* this thread's cache, when it may hold large blocks */
+    if (p->lcache_on && size > p->cls.max_small && size <= ((size_t)RUN_CACHE_UNITS << p->ushift) &&
+        align <= p->align && !(align & (align - 1)) && (lt = llmem__pool_tcache_get(p))) {
+        void *r = lcache_pop(p, lt, size);
+        if (r) {
+            if (status) *status = LLMEM_OK;
+            return r;
+        }
+    }
     llmem_status st;
     if (size == 0) st = llmem__fail(LLMEM_EINVAL, "pool '%s': allocation of 0 bytes", p->name);
     else if (size > (size_t)PTRDIFF_MAX)
@@ -544,6 +762,14 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
     void *r = llmem__pool_alloc_locked(p, size, align, &st);
     /* Memory still in flight is not memory lost: wait for it before failing. */
     while (!r && st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) r = llmem__pool_alloc_locked(p, size, align, &st);
+    /* This thread's cached large blocks are free memory: coalesced, they
+     * may hold it. */
+    if (!r && st == LLMEM_ENOMEM && lt && lt->large.count) {
+        __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
+        lcache_flush(p, lt, llmem__pool_clock());
+        __atomic_add_fetch(&p->reclaim_seq, 1, __ATOMIC_SEQ_CST);
+        r = llmem__pool_alloc_locked(p, size, align, &st);
+    }
     if (!r) {
         ST_ADD(p->st.failures_total, 1);
         if (cls < p->cls.count) ST_ADD(p->central[cls].failures, 1);
@@ -670,6 +896,11 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
             }
             bin_push(p, t, c, n, ptr, state);
             owner_leave(t);
+            return LLMEM_OK;
+        }
+        pblock *b = c < 0 && p->lcache_on ? large_block_of(p, (uintptr_t)ptr) : NULL;
+        if (b && (t = llmem__pool_tcache_get(p))) {
+            lcache_push(p, t, b, (uintptr_t)ptr);
             return LLMEM_OK;
         }
     }
