@@ -243,9 +243,9 @@ static inline int lcache_find(const lcache *l, uint32_t u)
 
 /* Drop entry i (the younger ones move down one). Owner, or the pool lock
  * held with the owner outside any call. */
-static void lcache_remove(lcache *l, uint32_t i)
+static void lcache_remove(lcache *l, uint32_t i, unsigned ushift)
 {
-    st_u64(&l->bytes, l->bytes - l->slot[i].b->size);
+    st_u64(&l->bytes, l->bytes - ((uint64_t)l->units[i] << ushift)); /* not b->size: a miss on the descriptor */
     for (uint32_t j = i + 1; j < l->count; j++) {
         st_u32(&l->units[j - 1], l->units[j]);
         st_uptr(&l->slot[j - 1].ptr, l->slot[j].ptr);
@@ -273,7 +273,7 @@ static void lcache_flush(llmem_pool *p, tcache *t, uint64_t stamp)
     lcache *l = &t->large;
     while (l->count) {
         pblock *b = l->slot[l->count - 1].b;
-        lcache_remove(l, l->count - 1);
+        lcache_remove(l, l->count - 1, p->ushift);
         lcache_release(p, b, stamp);
     }
 }
@@ -287,7 +287,7 @@ static __attribute__((noinline)) void lcache_evict(llmem_pool *p, tcache *t, siz
     pthread_mutex_lock(&p->lock);
     while (l->count && (l->count > LCACHE_SLOTS - 4 || l->bytes + bytes > LCACHE_BYTES)) {
         pblock *b = l->slot[0].b;
-        lcache_remove(l, 0);
+        lcache_remove(l, 0, p->ushift);
         lcache_release(p, b, 0);
     }
     pthread_mutex_unlock(&p->lock);
@@ -344,7 +344,7 @@ static void *lcache_pop(llmem_pool *p, tcache *t, size_t size)
     }
     pblock *b = l->slot[i].b;
     uintptr_t a = l->slot[i].ptr;
-    lcache_remove(l, (uint32_t)i);
+    lcache_remove(l, (uint32_t)i, p->ushift);
     tcached_set(b, 0);
     st_u64(&l->allocs, l->allocs + 1);
     owner_leave(t);
@@ -910,6 +910,16 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     return st;
 }
 
+/* A free that is not of a small block, on a thread with a cache: a live
+ * large block goes onto its stack (true); anything else is free_slow's. */
+static __attribute__((noinline)) bool free_large(llmem_pool *p, tcache *t, void *ptr)
+{
+    pblock *b = large_block_of(p, (uintptr_t)ptr);
+    if (!b) return false;
+    lcache_push(p, t, b, (uintptr_t)ptr);
+    return true;
+}
+
 /* The fast path: a small block pushed onto this thread's cache, unless its
  * state byte says it is free already (a double free: free_slow refuses
  * it). The slab cannot change under us: it holds this live block. */
@@ -928,6 +938,8 @@ static inline __attribute__((always_inline)) llmem_status pool_free(llmem_pool *
                 return LLMEM_OK;
             }
             owner_leave(t);
+        } else if (c < 0 && p->lcache_on && free_large(p, t, ptr)) {
+            return LLMEM_OK;
         }
     }
     return free_slow(p, ptr);
