@@ -203,10 +203,13 @@ KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_mi
      * the hardware prefetcher follows worse than the one linear stream of
      * a row at a time (without this, q8_0 decode on tiny-15m ran at half
      * speed): fetch the tile after next (ahead; NULL past the matrix)
-     * linearly. */
-    if (ahead)
-        for (size_t o = 0; o < (size_t)TR * rb; o += 64) _mm_prefetch((const char *)(ahead + o), _MM_HINT_T0);
+     * linearly, TR * bb bytes of it a block, so that the fetches keep
+     * pace with the loads. One burst of the whole tile at its start (17
+     * KB on the yi-coder shape) overflowed the miss buffers and the L1. */
     for (size_t k = 0; k < nb; k++) {
+        if (ahead)
+            for (size_t o = 0; o < (size_t)TR * bb; o += 64)
+                _mm_prefetch((const char *)(ahead + k * TR * bb + o), _MM_HINT_T0);
         const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a.qs + 32 * k));
         __m256i p[TR];
 KQ_UNROLL
@@ -304,8 +307,15 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
      * KC blocks; a tile's running sums live in y between buffers. */
     __m256i tq[KC][8], taq[KC][8];
     float tdw[KC][8], tmw[KC][8];
+    /* The next tile's rows, KC blocks of each ahead of their use: with a
+     * few sequences decode still streams the weights from memory. */
+    const uint8_t *next = r + 2 * TR <= d ? w0 + TR * rb : NULL;
     for (size_t k0 = 0; k0 < nb; k0 += KC) {
         const size_t kn = nb - k0 < KC ? nb - k0 : KC;
+        if (next)
+            for (int i = 0; i < TR; i++)
+                for (size_t o = 0; o < kn * bb; o += 64)
+                    _mm_prefetch((const char *)(next + (size_t)i * rb + k0 * bb + o), _MM_HINT_T0);
         for (size_t kk = 0; kk < kn; kk++) {
             tile_block(t, w0, rb, bb, rows, k0 + kk, tq[kk], tdw[kk], tmw[kk]);
             if (!uns)
