@@ -6,17 +6,21 @@
 # binary after the first the median of its per-round ratios to the first
 # (paired within a round, so a slow moment of the machine cancels).
 #
-#   bench/ab_runs.sh [-r ROUNDS] [-g DECODE] MODEL... -- NAME=BINARY...
+#   bench/ab_runs.sh [-r ROUNDS] [-g DECODE] [-b SEQS] MODEL... -- NAME=BINARY...
+#
+#   -b SEQS  sequences at once (llmem run --batch; default 1)
 #
 # Run it under flock /work/bench.lock (it does not take the lock itself).
 set -eu
 ROUNDS=5
 GEN=128
-while getopts r:g: opt; do
+SEQS=1
+while getopts r:g:b: opt; do
     case $opt in
     r) ROUNDS=$OPTARG ;;
     g) GEN=$OPTARG ;;
-    *) echo "usage: $0 [-r ROUNDS] [-g DECODE] MODEL... -- NAME=BINARY..." >&2; exit 2 ;;
+    b) SEQS=$OPTARG ;;
+    *) echo "usage: $0 [-r ROUNDS] [-g DECODE] [-b SEQS] MODEL... -- NAME=BINARY..." >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -34,7 +38,7 @@ while [ "$r" -le "$ROUNDS" ]; do
             name=${nb%%=*}
             bin=${nb#*=}
             key=$name.$(basename "$m" .gguf)
-            "$bin" run "$m" -t 0 -n $((99 + GEN)) -i "$LONG" --threads "${THREADS:-2}" --populate --warmup --stats \
+            "$bin" run "$m" -t 0 -n $((99 + GEN)) -i "$LONG" --batch "$SEQS" --threads "${THREADS:-2}" --populate --warmup --stats \
                 > /dev/null 2> "$TMP/err"
             sed -n 's/^prefill .*: \([0-9.]*\) tok\/s.*/\1/p' "$TMP/err" >> "$TMP/$key.p"
             sed -n 's/^decode .*: \([0-9.]*\) tok\/s.*/\1/p' "$TMP/err" >> "$TMP/$key.d"

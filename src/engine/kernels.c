@@ -330,7 +330,7 @@ X86_INLINE float x86_hsum(__m256 v)
  * R and B are constants after inlining, and the loops unroll, so the
  * accumulators live in registers. */
 X86_INLINE void x86_tile(const uint32_t type, const int R, const int B, const void *w, size_t n, size_t r0,
-                         const float *x, float *y, size_t d)
+                         const float *x, float *y, size_t d, const char *ahead)
 {
     size_t rb = row_bytes(type, n);
     const char *wr[8];
@@ -345,6 +345,14 @@ UNROLL
     {
         size_t k = 0;
         for (; k + 8 <= n; k += 8) {
+            /* The same region of the tile after next (ahead, contiguous
+             * rows): R * 8 weights' bytes a step, so the fetches keep pace
+             * with the loads. The R interleaved row streams alone kept
+             * fewer lines in flight than one linear stream (f16 decode
+             * moved 13.5 GB/s where f32 moved 18.6). */
+            if (ahead)
+                for (size_t o = 0; o < (size_t)R * row_bytes(type, 8); o += 64)
+                    _mm_prefetch(ahead + k / 8 * (size_t)R * row_bytes(type, 8) + o, _MM_HINT_T0);
 UNROLL
             for (int r = 0; r < R; r++) wv[r] = x86_load8(type, wr[r], k);
 UNROLL
@@ -380,9 +388,11 @@ X86_INLINE void x86_rows_t(const uint32_t type, float *y, const float *x, const 
 {
     size_t r = r0;
     if (batch == 1) {
-        for (; r + 8 <= r1; r += 8) x86_tile(type, 8, 1, w, n, r, x, y, d);
-        for (; r + 4 <= r1; r += 4) x86_tile(type, 4, 1, w, n, r, x, y, d);
-        for (; r < r1; r++) x86_tile(type, 1, 1, w, n, r, x, y, d);
+        size_t rb = row_bytes(type, n);
+        for (; r + 8 <= r1; r += 8)
+            x86_tile(type, 8, 1, w, n, r, x, y, d, r + 24 <= d ? (const char *)w + (r + 16) * rb : NULL);
+        for (; r + 4 <= r1; r += 4) x86_tile(type, 4, 1, w, n, r, x, y, d, NULL);
+        for (; r < r1; r++) x86_tile(type, 1, 1, w, n, r, x, y, d, NULL);
         return;
     }
     /* A tile of 4 rows of W stays in L1 while the whole batch streams by,
@@ -394,12 +404,12 @@ X86_INLINE void x86_rows_t(const uint32_t type, float *y, const float *x, const 
      * third path. */
     for (; r + 4 <= r1; r += 4) {
         size_t b = 0;
-        for (; b + 2 <= batch; b += 2) x86_tile(type, 4, 2, w, n, r, x + b * n, y + b * d, d);
-        if (b < batch) x86_tile(type, 4, 1, w, n, r, x + b * n, y + b * d, d);
+        for (; b + 2 <= batch; b += 2) x86_tile(type, 4, 2, w, n, r, x + b * n, y + b * d, d, NULL);
+        if (b < batch) x86_tile(type, 4, 1, w, n, r, x + b * n, y + b * d, d, NULL);
     }
     for (; r < r1; r++) {
         size_t b = 0;
-        for (; b < batch; b++) x86_tile(type, 1, 1, w, n, r, x + b * n, y + b * d, d);
+        for (; b < batch; b++) x86_tile(type, 1, 1, w, n, r, x + b * n, y + b * d, d, NULL);
     }
 }
 

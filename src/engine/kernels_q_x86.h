@@ -184,18 +184,27 @@ KQ_UNROLL
                                          (short)h[1], (short)h[0]));
 }
 
-/* Decode (batch 1), rows [0, rows) of y from w0: each row's block against
- * the activation block as it lies (no transpose: one load of x for the 8
- * rows), 8 int32 partial sums a row, then one horizontal reduction for the
- * 8 rows puts row i's block sum in lane i; a biased type's bias * xs is
- * then one subtraction for the 8 rows. Integer sums are exact in any
- * order, so the floats are the tile path's and the reference's. Called
- * with rows a constant TR for whole tiles, so the row tests fold away. */
-KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_min, float *y, const uint8_t *act,
-                           const uint8_t *w0, size_t rb, size_t n, int rows, const uint8_t *ahead)
+/* Decode, rows [0, rows) of y from w0 for G activation rows (stride ab;
+ * y's stride d): each row's block against the activation block as it lies
+ * (no transpose: one load of x for the 8 rows), 8 int32 partial sums a
+ * row, then one horizontal reduction for the 8 rows puts row i's block sum
+ * in lane i; a biased type's bias * xs is then one subtraction for the 8
+ * rows. The 8 rows' scales are gathered once a block for all G (the
+ * gather was a quarter of the work at G = 4); the G passes reload the
+ * block's levels from L1. Integer sums are exact in any order, so the
+ * floats are the tile path's and the reference's. Called with rows a
+ * constant TR for whole tiles, so the row tests fold away. */
+KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_min, const int G, float *y, size_t d,
+                           const uint8_t *act, size_t ab, const uint8_t *w0, size_t rb, size_t n, int rows,
+                           const uint8_t *ahead)
 {
-    a8 a = a8_view(act, n);
-    __m256 acc = _mm256_setzero_ps();
+    a8 a[MAXB];
+    __m256 acc[MAXB];
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8_view(act + (size_t)g * ab, n);
+        acc[g] = _mm256_setzero_ps();
+    }
     const size_t nb = n / 32;
     const int bias = w_bias(t);
     const bool uns = with_min || bias;
@@ -203,32 +212,43 @@ KQ_INLINE void row8_decode(const uint32_t t, const size_t bb, const bool with_mi
      * the hardware prefetcher follows worse than the one linear stream of
      * a row at a time (without this, q8_0 decode on tiny-15m ran at half
      * speed): fetch the tile after next (ahead; NULL past the matrix)
-     * linearly. */
-    if (ahead)
-        for (size_t o = 0; o < (size_t)TR * rb; o += 64) _mm_prefetch((const char *)(ahead + o), _MM_HINT_T0);
+     * linearly, TR * bb bytes of it a block, so that the fetches keep
+     * pace with the loads. One burst of the whole tile at its start (17
+     * KB on the yi-coder shape) overflowed the miss buffers and the L1. */
     for (size_t k = 0; k < nb; k++) {
-        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a.qs + 32 * k));
-        __m256i p[TR];
+        if (ahead)
+            for (size_t o = 0; o < (size_t)TR * bb; o += 64)
+                _mm_prefetch((const char *)(ahead + k * TR * bb + o), _MM_HINT_T0);
+        const __m256 dwv = h8(w0, rb, k * bb, 0, rows);
+        const __m256 mwv = with_min ? h8(w0, rb, k * bb, 2, rows) : _mm256_setzero_ps();
 KQ_UNROLL
-        for (int i = 0; i < TR; i++) {
-            if (i >= rows) {
-                p[i] = _mm256_setzero_si256();
-                continue;
+        for (int g = 0; g < G; g++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[g].qs + 32 * k));
+            __m256i p[TR];
+KQ_UNROLL
+            for (int i = 0; i < TR; i++) {
+                if (i >= rows) {
+                    p[i] = _mm256_setzero_si256();
+                    continue;
+                }
+                float dw, mw;
+                __m256i q = w_levels32(t, w0 + (size_t)i * rb + k * bb, &dw, &mw);
+                p[i] = uns ? dp_acc(_mm256_setzero_si256(), q, x)
+                           : dp_acc(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
             }
-            float dw, mw;
-            __m256i q = w_levels32(t, w0 + (size_t)i * rb + k * bb, &dw, &mw);
-            p[i] = uns ? dp_acc(_mm256_setzero_si256(), q, x)
-                       : dp_acc(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+            __m256i sum = hsum8_epi32(p);
+            if (bias) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(bias * a[g].xs[k]));
+            __m256 sc = _mm256_mul_ps(dwv, _mm256_set1_ps(a[g].d[k]));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
+            if (with_min) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(mwv, _mm256_set1_ps(a[g].s[k])));
         }
-        __m256i sum = hsum8_epi32(p);
-        if (bias) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(bias * a.xs[k]));
-        __m256 sc = _mm256_mul_ps(h8(w0, rb, k * bb, 0, rows), _mm256_set1_ps(a.d[k]));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(sum)));
-        if (with_min) acc = _mm256_add_ps(acc, _mm256_mul_ps(h8(w0, rb, k * bb, 2, rows), _mm256_set1_ps(a.s[k])));
     }
-    float res[TR];
-    _mm256_storeu_ps(res, acc);
-    for (int i = 0; i < rows; i++) y[i] = res[i];
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        float res[TR];
+        _mm256_storeu_ps(res, acc[g]);
+        for (int i = 0; i < rows; i++) y[(size_t)g * d + (size_t)i] = res[i];
+    }
 }
 
 /* G activation rows (stride ab) over a tile buffer of kn blocks from
@@ -294,18 +314,36 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
     const bool uns = with_min || w_bias(t);
     const size_t nb = n / 32;
     const uint8_t *w0 = w + r * rb;
-    if (batch == 1) {
+    if (batch <= MAXB) {
+        /* Decode, one sequence or a few: the weights stream by once, a
+         * block of 8 rows at a time, against every activation row. */
         const uint8_t *ahead = r + 3 * TR <= d ? w0 + 2 * TR * rb : NULL;
-        if (rows == TR) row8_decode(t, bb, with_min, y + r, act, w0, rb, n, TR, ahead);
-        else row8_decode(t, bb, with_min, y + r, act, w0, rb, n, rows, ahead);
+        float *yr = y + r;
+        switch (batch * 2 + (rows == TR)) {
+        case 3: row8_decode(t, bb, with_min, 1, yr, d, act, ab, w0, rb, n, TR, ahead); break;
+        case 2: row8_decode(t, bb, with_min, 1, yr, d, act, ab, w0, rb, n, rows, ahead); break;
+        case 5: row8_decode(t, bb, with_min, 2, yr, d, act, ab, w0, rb, n, TR, ahead); break;
+        case 4: row8_decode(t, bb, with_min, 2, yr, d, act, ab, w0, rb, n, rows, ahead); break;
+        case 7: row8_decode(t, bb, with_min, 3, yr, d, act, ab, w0, rb, n, TR, ahead); break;
+        case 6: row8_decode(t, bb, with_min, 3, yr, d, act, ab, w0, rb, n, rows, ahead); break;
+        case 9: row8_decode(t, bb, with_min, 4, yr, d, act, ab, w0, rb, n, TR, ahead); break;
+        default: row8_decode(t, bb, with_min, 4, yr, d, act, ab, w0, rb, n, rows, ahead); break;
+        }
         return;
     }
     /* Levels (signed q8_0: and their magnitudes), scales and minimums of
      * KC blocks; a tile's running sums live in y between buffers. */
     __m256i tq[KC][8], taq[KC][8];
     float tdw[KC][8], tmw[KC][8];
+    /* The next tile's rows, KC blocks of each ahead of their use: with a
+     * few sequences decode still streams the weights from memory. */
+    const uint8_t *next = r + 2 * TR <= d ? w0 + TR * rb : NULL;
     for (size_t k0 = 0; k0 < nb; k0 += KC) {
         const size_t kn = nb - k0 < KC ? nb - k0 : KC;
+        if (next)
+            for (int i = 0; i < TR; i++)
+                for (size_t o = 0; o < kn * bb; o += 64)
+                    _mm_prefetch((const char *)(next + (size_t)i * rb + k0 * bb + o), _MM_HINT_T0);
         for (size_t kk = 0; kk < kn; kk++) {
             tile_block(t, w0, rb, bb, rows, k0 + kk, tq[kk], tdw[kk], tmw[kk]);
             if (!uns)
