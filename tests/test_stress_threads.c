@@ -13,7 +13,7 @@
  *    blocks other threads handed it;
  *  - handles: movable allocations, pinned to be written and checked,
  *    compaction (llmem_pool_compact) by any thread while others pin, and
- *    hfree by the thread they were handed to;
+ *    llmem_pool_handle_free by the thread they were handed to;
  *  - fixed: blocks allocated and freed, here or by another thread;
  *  - KV: sequences created, appended to (every slot written, K and V of
  *    every layer), forked, truncated, handed to another thread and freed
