@@ -80,13 +80,17 @@
  * (test_sim_expect_clean, test_tracking_expect_clean). */
 #include "support/resources.h"
 
-/* Monotonic milliseconds, for tests that must tell whether a delay passed. */
-static inline uint64_t test_now_ms(void)
+/* The tests' one clock: monotonic nanoseconds (the library's is
+ * llmem__now_ns, private). */
+static inline uint64_t test_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+/* Monotonic milliseconds, for tests that must tell whether a delay passed. */
+static inline uint64_t test_now_ms(void) { return test_now_ns() / 1000000u; }
 
 /* Resident set size of this process in bytes (from /proc/self/statm). */
 static inline size_t test_rss_bytes(void)
