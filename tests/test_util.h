@@ -89,6 +89,17 @@ static inline uint64_t test_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Deterministic bytes, different for each seed (an LCG's high bytes): what
+ * the resource tests write through a mapping and read back. */
+static inline void test_pattern(unsigned char *buf, size_t n, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        buf[i] = (unsigned char)(x >> 16);
+    }
+}
+
 /* Monotonic milliseconds, for tests that must tell whether a delay passed. */
 static inline uint64_t test_now_ms(void) { return test_now_ns() / 1000000u; }
 
