@@ -62,22 +62,13 @@ static llmem_resource *make_if_supported(creator fn)
     return r;
 }
 
-static void pattern(unsigned char *buf, size_t n, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (unsigned char)(x >> 16);
-    }
-}
-
 /* Host -> mapping -> mapping -> host; the bytes come back unchanged. */
 static void round_trip(llmem_resource *r, void *a, void *b, size_t n, unsigned seed)
 {
     unsigned char *in = malloc(n), *out = malloc(n);
     assert_non_null(in);
     assert_non_null(out);
-    pattern(in, n, seed);
+    test_pattern(in, n, seed);
     memset(out, 0, n);
     assert_ok(llmem_resource_copy(r, a, in, n));
     assert_ok(llmem_resource_copy(r, b, a, n));
@@ -234,7 +225,7 @@ static void host_memory_is_cpu_writable(void **state)
     memset(p, 0xa5, n);
     for (size_t i = 0; i < n; i += 4093) assert_int_equal(p[i], 0xa5);
     unsigned char src[64];
-    pattern(src, sizeof src, 9);
+    test_pattern(src, sizeof src, 9);
     assert_ok(llmem_resource_copy(r, p + 100, src, sizeof src));
     assert_memory_equal(p + 100, src, sizeof src);
     assert_ok(llmem_resource_unmap(r, p, n, n));
@@ -429,7 +420,7 @@ static void vmm_commit_decommit_keeps_bytes(void **state)
      * first bytes intact (growth in place, nothing moved). */
     assert_ok(llmem_resource_commit(r, base, 8 * g));
     unsigned char *host = malloc(16 * g), *back = malloc(16 * g);
-    pattern(host, 16 * g, 5);
+    test_pattern(host, 16 * g, 5);
     assert_ok(llmem_resource_copy(r, base, host, 8 * g));
     assert_ok(llmem_resource_commit(r, (char *)base + 8 * g, 8 * g));
     assert_ok(llmem_resource_copy(r, (char *)base + 8 * g, host + 8 * g, 8 * g));
@@ -484,7 +475,7 @@ static void vmm_pool_grows_in_place(void **state)
     for (int i = 0; i < N; i++) {
         blk[i] = llmem_pool_alloc(p, 16 * MiB, NULL);
         assert_non_null(blk[i]);
-        pattern(host, MiB, (unsigned)i);
+        test_pattern(host, MiB, (unsigned)i);
         assert_ok(llmem_resource_copy(r, blk[i], host, MiB));
         llmem_pool_stats s = test_pool_stats(p);
         assert_int_equal(s.superblocks, 1);
@@ -496,7 +487,7 @@ static void vmm_pool_grows_in_place(void **state)
     assert_true(released >= (size_t)(N / 2) * 16 * MiB - 4 * MiB);
     assert_int_equal(test_pool_stats(p).committed_bytes, before - released);
     for (int i = 1; i < N; i += 2) {
-        pattern(host, MiB, (unsigned)i);
+        test_pattern(host, MiB, (unsigned)i);
         assert_ok(llmem_resource_copy(r, back, blk[i], MiB));
         assert_memory_equal(host, back, MiB);
     }
@@ -539,7 +530,7 @@ static void vmm_kv_contiguous(void **state)
         void *k, *v;
         assert_ok(llmem_kv_seq_token(kv, s, 3, t, &k, &v));
         if (t == 0) k0 = k, v0 = v;
-        pattern(host, tb, (unsigned)t);
+        test_pattern(host, tb, (unsigned)t);
         assert_ok(llmem_resource_copy(r, k, host, tb));
     }
     /* Position 0 did not move while the sequence grew, and kept its bytes. */
@@ -549,7 +540,7 @@ static void vmm_kv_contiguous(void **state)
     assert_ptr_equal(v, v0);
     for (size_t t = 0; t < 3000; t += 499) {
         assert_ok(llmem_kv_seq_token(kv, s, 3, t, &k, &v));
-        pattern(host, tb, (unsigned)t);
+        test_pattern(host, tb, (unsigned)t);
         assert_ok(llmem_resource_copy(r, back, k, tb));
         assert_memory_equal(host, back, tb);
     }
@@ -594,9 +585,9 @@ static void kv_swap_round_trip_to_pinned(void **state)
         for (size_t t = 0; t < n; t++) {
             void *k, *v;
             assert_ok(llmem_kv_seq_token(kv, s, l, t, &k, &v));
-            pattern(host, tb, (unsigned)(l * 100003 + t));
+            test_pattern(host, tb, (unsigned)(l * 100003 + t));
             assert_ok(llmem_resource_copy(dev, k, host, tb));
-            pattern(host, tb, (unsigned)(l * 100003 + t + 7));
+            test_pattern(host, tb, (unsigned)(l * 100003 + t + 7));
             assert_ok(llmem_resource_copy(dev, v, host, tb));
         }
     assert_ok(llmem_kv_seq_swap_out(kv, s));
@@ -608,10 +599,10 @@ static void kv_swap_round_trip_to_pinned(void **state)
         for (size_t t = 0; t < n; t += 13) {
             void *k, *v;
             assert_ok(llmem_kv_seq_token(kv, s, l, t, &k, &v));
-            pattern(host, tb, (unsigned)(l * 100003 + t));
+            test_pattern(host, tb, (unsigned)(l * 100003 + t));
             assert_ok(llmem_resource_copy(dev, back, k, tb));
             assert_memory_equal(host, back, tb);
-            pattern(host, tb, (unsigned)(l * 100003 + t + 7));
+            test_pattern(host, tb, (unsigned)(l * 100003 + t + 7));
             assert_ok(llmem_resource_copy(dev, back, v, tb));
             assert_memory_equal(host, back, tb);
         }

@@ -290,7 +290,7 @@ static void refusals_drop_the_fence(void **state)
     assert_ok(llmem_pool_free_fenced(e.pool, sm, &fks));
     assert_status(llmem_pool_free(e.pool, sm), LLMEM_EDOUBLEFREE);
     assert_error_mentions("fenced free is pending");
-    /* A handle block is freed with hfree, fenced or not. */
+    /* A handle block is freed with llmem_pool_handle_free, fenced or not. */
     llmem_handle hd;
     assert_ok(llmem_pool_handle_alloc(e.pool, 64 * KiB, &hd));
     void *hp = llmem_pool_pin(e.pool, hd, NULL);

@@ -23,23 +23,6 @@ static llmem_resource *sim_new(const llmem_sim_options *o)
     return r;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Deterministic bytes, different for each (seed, index). */
-static void pattern(unsigned char *buf, size_t n, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (unsigned char)(x >> 16);
-    }
-}
-
 /* Copy n device bytes at dev out and compare them with want. */
 static void expect_device_bytes(llmem_resource *r, const void *dev, const void *want, size_t n)
 {
@@ -201,7 +184,7 @@ static void pages_are_closed_again_after_copies(void **state)
     assert_ok(llmem_resource_map(r, 2 * pg, 0, 0, (void **)&a));
     assert_ok(llmem_resource_map(r, 2 * pg, 0, 0, (void **)&b));
     unsigned char buf[512];
-    pattern(buf, sizeof buf, 1);
+    test_pattern(buf, sizeof buf, 1);
     assert_ok(llmem_resource_copy(r, a + pg - 100, buf, sizeof buf)); /* in, across a page boundary */
     assert_true(test_child_faults(touch_read, a + pg - 100));
     assert_true(test_child_faults(touch_write, a + pg));
@@ -232,7 +215,7 @@ static void copy_round_trips_host_device_host(void **state)
     unsigned char *in = malloc(n), *out = malloc(n);
     assert_non_null(in);
     assert_non_null(out);
-    pattern(in, n, 7);
+    test_pattern(in, n, 7);
     memset(out, 0, n);
     assert_ok(llmem_resource_copy(r, p + 77, in, n)); /* odd offset, crosses pages */
     assert_ok(llmem_resource_copy(r, out, p + 77, n));
@@ -266,7 +249,7 @@ static void copy_within_one_mapping_without_overlap(void **state)
     assert_ok(llmem_resource_map(r, 2 * half, 0, 0, (void **)&p));
     unsigned char *in = malloc(half);
     assert_non_null(in);
-    pattern(in, half, 3);
+    test_pattern(in, half, 3);
     assert_ok(llmem_resource_copy(r, p, in, half));
     assert_ok(llmem_resource_copy(r, p + half, p, half)); /* adjacent, not overlapping */
     expect_device_bytes(r, p + half, in, half);
@@ -289,10 +272,10 @@ static void copy_past_the_end_of_a_mapping_is_refused(void **state)
     char *p;
     assert_ok(llmem_resource_map(r, pg, 0, 0, (void **)&p));
     unsigned char tail[10], zeros[20] = {0};
-    pattern(tail, sizeof tail, 5);
+    test_pattern(tail, sizeof tail, 5);
     assert_ok(llmem_resource_copy(r, p + pg - 10, tail, 10));
     unsigned char src[20];
-    pattern(src, sizeof src, 6);
+    test_pattern(src, sizeof src, 6);
     expect_bad_copy(r, p + pg - 10, src, 20, "outside a device mapping");
     expect_device_bytes(r, p + pg - 10, tail, 10); /* destination unchanged */
     /* Reading past the end is refused too, and the host side untouched. */
@@ -327,9 +310,9 @@ static void copy_straddling_two_mappings_is_refused(void **state)
     if (!lo) fail_msg("no two of %d one-page mappings are adjacent; cannot build a straddling copy", N);
     assert_false(llmem_sim_resource_contains(r, lo + pg - 10, 20));
     unsigned char lo_tail[10], hi_head[10], src[20];
-    pattern(lo_tail, 10, 1);
-    pattern(hi_head, 10, 2);
-    pattern(src, 20, 3);
+    test_pattern(lo_tail, 10, 1);
+    test_pattern(hi_head, 10, 2);
+    test_pattern(src, 20, 3);
     assert_ok(llmem_resource_copy(r, lo + pg - 10, lo_tail, 10));
     assert_ok(llmem_resource_copy(r, hi, hi_head, 10));
     expect_bad_copy(r, lo + pg - 10, src, 20, "outside a device mapping");
@@ -350,11 +333,11 @@ static void copy_with_a_host_range_running_into_device_memory_is_refused(void **
     char *p;
     assert_ok(llmem_resource_map(r, pg, 0, 0, (void **)&p));
     unsigned char head[16];
-    pattern(head, sizeof head, 9);
+    test_pattern(head, sizeof head, 9);
     assert_ok(llmem_resource_copy(r, p, head, sizeof head));
     /* [p - 16, p + 16) starts outside every mapping but runs into one. */
     unsigned char src[32];
-    pattern(src, sizeof src, 10);
+    test_pattern(src, sizeof src, 10);
     expect_bad_copy(r, p - 16, src, 32, "outside a device mapping");
     expect_device_bytes(r, p, head, sizeof head);
     assert_ok(llmem_resource_unmap(r, p, pg, pg));
@@ -369,7 +352,7 @@ static void overlapping_copies_are_refused(void **state)
     char *p;
     assert_ok(llmem_resource_map(r, 2 * pg, 0, 0, (void **)&p));
     unsigned char in[300];
-    pattern(in, sizeof in, 4);
+    test_pattern(in, sizeof in, 4);
     assert_ok(llmem_resource_copy(r, p, in, sizeof in));
     expect_bad_copy(r, p + 10, p, 100, "overlap");
     expect_bad_copy(r, p, p + 10, 100, "overlap");
@@ -377,7 +360,7 @@ static void overlapping_copies_are_refused(void **state)
     expect_device_bytes(r, p, in, sizeof in);
     /* The contract holds for host ranges too. */
     unsigned char host[64], copy_of[64];
-    pattern(host, sizeof host, 8);
+    test_pattern(host, sizeof host, 8);
     memcpy(copy_of, host, sizeof host);
     expect_bad_copy(r, host + 1, host, 32, "overlap");
     assert_memory_equal(host, copy_of, sizeof host);
@@ -395,8 +378,8 @@ static void copy_touching_uncommitted_memory_is_refused(void **state)
     assert_ok(llmem_resource_map(r, 4 * pg, 0, LLMEM_MAP_UNCOMMITTED, (void **)&p));
     assert_ok(llmem_resource_commit(r, p, pg));
     unsigned char tail[10], src[20];
-    pattern(tail, 10, 12);
-    pattern(src, 20, 13);
+    test_pattern(tail, 10, 12);
+    test_pattern(src, 20, 13);
     assert_ok(llmem_resource_copy(r, p + pg - 10, tail, 10));
     expect_bad_copy(r, p + pg, src, 20, "uncommitted");
     expect_bad_copy(r, p + pg - 10, src, 20, "uncommitted"); /* half committed */
@@ -500,7 +483,7 @@ static void reservations_commit_against_capacity(void **state)
     assert_int_equal(test_sim_stats(r).used_bytes, 256 * KiB);
     assert_int_equal(test_resource_stats(r).committed_bytes, 256 * KiB);
     unsigned char in[100], out[100];
-    pattern(in, sizeof in, 21);
+    test_pattern(in, sizeof in, 21);
     assert_ok(llmem_resource_copy(r, p + 512 * KiB, in, sizeof in));
     assert_ok(llmem_resource_copy(r, out, p + 512 * KiB, sizeof out));
     assert_memory_equal(in, out, sizeof in);
@@ -523,7 +506,7 @@ static void decommitted_memory_comes_back_zeroed(void **state)
     char *p;
     assert_ok(llmem_resource_map(r, 2 * pg, 0, 0, (void **)&p));
     unsigned char in[64];
-    pattern(in, sizeof in, 30);
+    test_pattern(in, sizeof in, 30);
     assert_ok(llmem_resource_copy(r, p, in, sizeof in));
     assert_ok(llmem_resource_copy(r, p + pg, in, sizeof in));
     assert_ok(llmem_resource_decommit(r, p, pg));
@@ -543,7 +526,7 @@ static void unmap_with_wrong_pointer_or_size_is_refused(void **state)
     char *p;
     assert_ok(llmem_resource_map(r, 4 * pg, 0, 0, (void **)&p));
     unsigned char in[128];
-    pattern(in, sizeof in, 40);
+    test_pattern(in, sizeof in, 40);
     assert_ok(llmem_resource_copy(r, p + pg, in, sizeof in));
     llmem_clear_error();
     assert_status(llmem_resource_unmap(r, p + pg, 3 * pg, 3 * pg), LLMEM_EINVAL);
@@ -584,14 +567,14 @@ static void map_and_unmap_costs_are_charged(void **state)
     llmem_resource *r = sim_new(&o);
     assert_int_equal(test_sim_stats(r).cost_ns_total, 0);
     void *p;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = test_now_ns();
     assert_ok(llmem_resource_map(r, page(), 0, 0, &p));
-    uint64_t t1 = now_ns();
+    uint64_t t1 = test_now_ns();
     if (t1 - t0 < map_cost) fail_msg("map took %llu ns, less than its 2 ms cost", (unsigned long long)(t1 - t0));
     assert_int_equal(test_sim_stats(r).cost_ns_total, map_cost);
-    t0 = now_ns();
+    t0 = test_now_ns();
     assert_ok(llmem_resource_unmap(r, p, page(), page()));
-    t1 = now_ns();
+    t1 = test_now_ns();
     if (t1 - t0 < unmap_cost)
         fail_msg("unmap took %llu ns, less than its 1 ms cost", (unsigned long long)(t1 - t0));
     assert_int_equal(test_sim_stats(r).cost_ns_total, map_cost + unmap_cost);
@@ -766,7 +749,7 @@ static void arena_over_sim_never_touches_device_memory(void **state)
             assert_int_equal(st, LLMEM_OK);
             assert_int_equal((uintptr_t)ptrs[i] % 256, 0); /* the device default alignment */
             assert_true(llmem_sim_resource_contains(r, ptrs[i], sizes[i]));
-            pattern(buf, sizes[i], round * 1000 + i);
+            test_pattern(buf, sizes[i], round * 1000 + i);
             assert_ok(llmem_resource_copy(r, ptrs[i], buf, sizes[i]));
         }
         /* Temporaries past a mark, then rolled back. */
@@ -780,13 +763,13 @@ static void arena_over_sim_never_touches_device_memory(void **state)
         void *big = llmem_arena_alloc(a, 200 * KiB, 0, NULL); /* larger than a chunk */
         assert_non_null(big);
         assert_true(llmem_sim_resource_contains(r, big, 200 * KiB));
-        pattern(buf, 200 * KiB, 77);
+        test_pattern(buf, 200 * KiB, 77);
         assert_ok(llmem_resource_copy(r, big, buf, 200 * KiB));
         assert_ok(llmem_arena_rollback(a, m));
         /* Every allocation kept its own bytes: none overlapped another. */
         for (unsigned i = 0; i < ARENA_ALLOCS; i++) {
             unsigned char *want = buf + 128 * KiB;
-            pattern(want, sizes[i], round * 1000 + i);
+            test_pattern(want, sizes[i], round * 1000 + i);
             expect_device_bytes(r, ptrs[i], want, sizes[i]);
         }
         llmem_arena_reset(a);
@@ -836,7 +819,7 @@ static void fixed_workload(bool thread_safe, bool checked)
         assert_true(llmem_sim_resource_contains(r, blocks[i], 1000));
         assert_true(llmem_fixed_owns(p, blocks[i]));
         seed[i] = i + 1;
-        pattern(buf, sizeof buf, seed[i]);
+        test_pattern(buf, sizeof buf, seed[i]);
         assert_ok(llmem_resource_copy(r, blocks[i], buf, sizeof buf));
     }
     /* Free every other block, allocate them again with new contents. */
@@ -846,11 +829,11 @@ static void fixed_workload(bool thread_safe, bool checked)
         assert_non_null(blocks[i]);
         assert_true(llmem_sim_resource_contains(r, blocks[i], 1000));
         seed[i] = 10000 + i;
-        pattern(buf, sizeof buf, seed[i]);
+        test_pattern(buf, sizeof buf, seed[i]);
         assert_ok(llmem_resource_copy(r, blocks[i], buf, sizeof buf));
     }
     for (unsigned i = 0; i < FIXED_BLOCKS; i++) {
-        pattern(want, sizeof want, seed[i]);
+        test_pattern(want, sizeof want, seed[i]);
         expect_device_bytes(r, blocks[i], want, sizeof want);
     }
     if (checked) {

@@ -13,7 +13,7 @@
  *    blocks other threads handed it;
  *  - handles: movable allocations, pinned to be written and checked,
  *    compaction (llmem_pool_compact) by any thread while others pin, and
- *    hfree by the thread they were handed to;
+ *    llmem_pool_handle_free by the thread they were handed to;
  *  - fixed: blocks allocated and freed, here or by another thread;
  *  - KV: sequences created, appended to (every slot written, K and V of
  *    every layer), forked, truncated, handed to another thread and freed
@@ -129,13 +129,6 @@ typedef struct worker {
     seqstate *seqs[MAX_SEQS];
     size_t nseqs;
 } worker;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static bool push(inbox *b, item it) { return test_inbox_push(b, &it); }
 static bool pop(inbox *b, item *it) { return test_inbox_pop(b, it); }
@@ -448,7 +441,7 @@ static void *worker_main(void *arg)
     shared *sh = w->sh;
     uint64_t ops = 0;
     for (;; ops++) {
-        if (sh->ops_per_thread ? ops >= sh->ops_per_thread : (ops % 64 == 0 && now_ns() >= sh->deadline_ns)) break;
+        if (sh->ops_per_thread ? ops >= sh->ops_per_thread : (ops % 64 == 0 && test_now_ns() >= sh->deadline_ns)) break;
         if (ops % 16 == 0) drain(w);
         uint64_t r = test_rng_next(&w->s) % 1000;
         if (r < 280) op_alloc(w);
@@ -496,7 +489,7 @@ static void stress(void **state)
     sh->seed = env_u64("LLMEM_STRESS_SEED", 0x5eed);
     uint64_t seconds = env_u64("LLMEM_STRESS_SECONDS", 0);
     uint64_t total = env_u64("LLMEM_STRESS_OPS", DEFAULT_OPS);
-    if (seconds) sh->deadline_ns = now_ns() + seconds * 1000000000ull;
+    if (seconds) sh->deadline_ns = test_now_ns() + seconds * 1000000000ull;
     else sh->ops_per_thread = (total + THREADS - 1) / THREADS;
 
     assert_ok(llmem_os_resource_create(NULL, &sh->os));
@@ -532,7 +525,7 @@ static void stress(void **state)
     worker *w = calloc(THREADS, sizeof *w);
     assert_non_null(w);
     pthread_t t[THREADS];
-    uint64_t t0 = now_ns();
+    uint64_t t0 = test_now_ns();
     for (int i = 0; i < THREADS; i++) {
         w[i].sh = sh;
         w[i].id = i;
@@ -540,7 +533,7 @@ static void stress(void **state)
         assert_int_equal(pthread_create(&t[i], NULL, worker_main, &w[i]), 0);
     }
     for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
-    double secs = (double)(now_ns() - t0) * 1e-9;
+    double secs = (double)(test_now_ns() - t0) * 1e-9;
     printf("stress: %llu ops in %.2f s, seed %llu (%d threads; %llu handed across threads, %llu compactions "
            "moving %llu bytes, %llu KV budget refusals)\n",
            (unsigned long long)atomic_load(&sh->ops), secs, (unsigned long long)sh->seed, THREADS,

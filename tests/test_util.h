@@ -80,13 +80,28 @@
  * (test_sim_expect_clean, test_tracking_expect_clean). */
 #include "support/resources.h"
 
-/* Monotonic milliseconds, for tests that must tell whether a delay passed. */
-static inline uint64_t test_now_ms(void)
+/* The tests' one clock: monotonic nanoseconds (the library's is
+ * llmem__now_ns, private). */
+static inline uint64_t test_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+/* Deterministic bytes, different for each seed (an LCG's high bytes): what
+ * the resource tests write through a mapping and read back. */
+static inline void test_pattern(unsigned char *buf, size_t n, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        buf[i] = (unsigned char)(x >> 16);
+    }
+}
+
+/* Monotonic milliseconds, for tests that must tell whether a delay passed. */
+static inline uint64_t test_now_ms(void) { return test_now_ns() / 1000000u; }
 
 /* Resident set size of this process in bytes (from /proc/self/statm). */
 static inline size_t test_rss_bytes(void)

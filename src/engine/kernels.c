@@ -66,6 +66,13 @@
  * where the intrinsics ask for them.
  *
  * Nothing here allocates: tails go through 8-element stack buffers.
+ *
+ * Why one file of about 1,000 lines: the portable and AVX2 paths of each
+ * kernel sit side by side with the dispatch table that picks between them
+ * and the matmul that calls through it, so a reader checks the summation
+ * order above against both paths in one place; the static inline helpers
+ * they share stay visible to the compiler in the hot loops. The block types
+ * are already in kernels_q*.c.
  */
 #include "kernels.h"
 #include "exp.h"
