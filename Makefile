@@ -79,7 +79,7 @@ check-asan:
 check-tsan:
 	@scripts/deps.sh test
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMEM_SANITIZE=thread -DLLMEM_BUILD_TESTS=ON -DLLMEM_WERROR=ON $(CMAKE_FLAGS) >/dev/null
-	cmake --build build-tsan -j$(JOBS) --target test_fixed_threads test_resource_threads test_pool_threads test_kv_threads test_threads test_controller_threads test_sched_threads test_stress_threads test_fence llmem_tool
+	cmake --build build-tsan -j$(JOBS) --target test_fixed_threads test_resource_threads test_pool_threads test_kv_threads test_threads test_controller_threads test_sched_threads test_stress_threads test_fence test_pool_lcache llmem_tool
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(NOASLR) $(CTEST) -L threads \
 	    --output-junit ctest.xml; rc=$$?; ../tests/skip_summary.sh ctest.xml; exit $$rc
 
