@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "support/phase.h"
 
 #include "../src/pools/pool_internal.h"
 
@@ -178,26 +179,9 @@ static void check_sees_corrupt_entries(void **state)
  * and its pages are decommitted; the thread's next free caches again. */
 typedef struct idler {
     llmem_pool *pool;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int phase; /* 1 idle, 2 wake up, 3 done */
+    test_phase step; /* 1 idle, 2 wake up, 3 done */
     bool ok;
 } idler;
-
-static void set_phase(idler *d, int ph)
-{
-    pthread_mutex_lock(&d->lock);
-    d->phase = ph;
-    pthread_cond_broadcast(&d->cond);
-    pthread_mutex_unlock(&d->lock);
-}
-
-static void wait_phase(idler *d, int ph)
-{
-    pthread_mutex_lock(&d->lock);
-    while (d->phase != ph) pthread_cond_wait(&d->cond, &d->lock);
-    pthread_mutex_unlock(&d->lock);
-}
 
 static void *idler_main(void *v)
 {
@@ -211,12 +195,12 @@ static void *idler_main(void *v)
     for (int i = 0; i < 3; i++)
         if (llmem_pool_free(d->pool, b[i]) != LLMEM_OK) d->ok = false;
     if (mine(d->pool)->count != 3) d->ok = false;
-    set_phase(d, 1);
-    wait_phase(d, 2);
+    test_phase_set(&d->step, 1);
+    test_phase_wait(&d->step, 2);
     if (mine(d->pool)->count != 0) d->ok = false; /* reclaimed */
     void *c = llmem_pool_alloc(d->pool, 100 << 12, NULL);
     if (!c || llmem_pool_free(d->pool, c) != LLMEM_OK || mine(d->pool)->count != 1) d->ok = false;
-    set_phase(d, 3);
+    test_phase_set(&d->step, 3);
     return NULL;
 }
 
@@ -225,12 +209,11 @@ static void idle_thread_reclaimed(void **state)
     (void)state;
     llmem_pool *p = lc_pool(0, 50);
     idler d = {.pool = p, .ok = true};
-    pthread_mutex_init(&d.lock, NULL);
-    pthread_cond_init(&d.cond, NULL);
+    test_phase_init(&d.step);
     void *keep = llmem_pool_alloc(p, 64 << 10, NULL); /* the superblock stays */
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, idler_main, &d), 0);
-    wait_phase(&d, 1);
+    test_phase_wait(&d.step, 1);
     llmem_pool_stats s = test_pool_stats(p);
     assert_int_equal(s.live_allocations, 1);
     uint64_t committed = s.committed_bytes;
@@ -245,8 +228,8 @@ static void idle_thread_reclaimed(void **state)
                  (unsigned long long)s.reclaimed_caches_total, (unsigned long long)s.committed_bytes,
                  (unsigned long long)committed);
     assert_ok(llmem_pool_check(p));
-    set_phase(&d, 2);
-    wait_phase(&d, 3);
+    test_phase_set(&d.step, 2);
+    test_phase_wait(&d.step, 3);
     pthread_join(t, NULL);
     assert_true(d.ok);
     /* The thread's exit returned its cache. */
@@ -255,8 +238,7 @@ static void idle_thread_reclaimed(void **state)
     assert_int_equal(s.live_allocations, 1);
     assert_ok(llmem_pool_free(p, keep));
     llmem_pool_destroy(p);
-    pthread_cond_destroy(&d.cond);
-    pthread_mutex_destroy(&d.lock);
+    test_phase_destroy(&d.step);
 }
 
 /* Freed on one thread, allocated on another: each thread's stack is its

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "test_util.h"
+#include "support/phase.h"
 #include "support/inbox.h"
 #include "support/cases.h"
 #include "support/rng.h"
@@ -177,9 +178,7 @@ static void thread_exit_returns_cache(void **state)
  * exited. */
 typedef struct idler {
     llmem_pool *pool;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int phase; /* 0 working, 1 idle (main may reclaim), 2 wake up, 3 done */
+    test_phase step; /* 0 working, 1 idle (main may reclaim), 2 wake up, 3 done */
     bool ok;
     uint64_t idle_ms; /* when the thread last used the pool before idling */
 } idler;
@@ -199,30 +198,15 @@ static void idler_churn(idler *d)
         if (b[i] && llmem_pool_free(d->pool, b[i]) != LLMEM_OK) d->ok = false;
 }
 
-static void idler_set(idler *d, int phase)
-{
-    pthread_mutex_lock(&d->lock);
-    d->phase = phase;
-    pthread_cond_broadcast(&d->cond);
-    pthread_mutex_unlock(&d->lock);
-}
-
-static void idler_wait(idler *d, int phase)
-{
-    pthread_mutex_lock(&d->lock);
-    while (d->phase != phase) pthread_cond_wait(&d->cond, &d->lock);
-    pthread_mutex_unlock(&d->lock);
-}
-
 static void *idler_main(void *v)
 {
     idler *d = v;
     idler_churn(d); /* its cache now holds blocks of many classes */
     d->idle_ms = test_now_ms();
-    idler_set(d, 1);
-    idler_wait(d, 2);
+    test_phase_set(&d->step, 1);
+    test_phase_wait(&d->step, 2);
     idler_churn(d); /* after the reclaim: the cache works as before */
-    idler_set(d, 3);
+    test_phase_set(&d->step, 3);
     return NULL;
 }
 
@@ -234,11 +218,10 @@ static void idle_cache_reclaimed(bool background)
     o.first_superblock_bytes = 1 << 20;
     idler d = {.ok = true};
     assert_ok(llmem_pool_create(&o, &d.pool));
-    pthread_mutex_init(&d.lock, NULL);
-    pthread_cond_init(&d.cond, NULL);
+    test_phase_init(&d.step);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, idler_main, &d), 0);
-    idler_wait(&d, 1);
+    test_phase_wait(&d.step, 1);
     llmem_pool_stats s = test_pool_stats(d.pool);
     assert_int_equal(s.live_allocations, 0);
     assert_true(s.superblocks > 0);
@@ -261,8 +244,8 @@ static void idle_cache_reclaimed(bool background)
     assert_true(s.reclaimed_caches_total >= 1); /* more if the thread stalled long in its churn */
     assert_int_equal(s.live_allocations, 0);
     assert_ok(llmem_pool_check(d.pool));
-    idler_set(&d, 2);
-    idler_wait(&d, 3);
+    test_phase_set(&d.step, 2);
+    test_phase_wait(&d.step, 3);
     assert_true(d.ok);
     assert_ok(llmem_pool_check(d.pool));
     pthread_join(t, NULL);
@@ -270,8 +253,7 @@ static void idle_cache_reclaimed(bool background)
     assert_int_equal(s.live_allocations, 0);
     assert_int_equal(s.allocs_total, s.frees_total);
     llmem_pool_destroy(d.pool);
-    pthread_mutex_destroy(&d.lock);
-    pthread_cond_destroy(&d.cond);
+    test_phase_destroy(&d.step);
 }
 
 TEST_CASE(idle_cache_reclaimed_by_shrink, idle_cache_reclaimed(false))
