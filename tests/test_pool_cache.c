@@ -51,8 +51,9 @@ static void same_size_comes_back(void **state)
     assert_int_equal(llmem_pool_usable_size(p, a), 0);
     assert_int_equal(test_pool_stats(p).invalid_frees_total, 2);
     assert_ok(llmem_pool_check(p));
-    /* The same size takes it back; another size does not. */
-    char *c = llmem_pool_alloc(p, 36 << 10, NULL); /* 9 pages, not 10 */
+    /* The same size takes it back; a larger one does not (fitted_run
+     * tests smaller ones). */
+    char *c = llmem_pool_alloc(p, 44 << 10, NULL); /* 11 pages, not 10 */
     assert_non_null(c);
     assert_ptr_not_equal(c, a);
     char *d = llmem_pool_alloc(p, (40 << 10) - 100, NULL);
@@ -68,6 +69,69 @@ static void same_size_comes_back(void **state)
     llmem_pool_trim(p);
     assert_int_equal(cached_bytes(p), 0);
     assert_int_equal(test_pool_stats(p).reserved_bytes, 0);
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+/* A cached run serves a large allocation of up to a third fewer pages,
+ * whole (the smallest cached size that fits, not the newest): usable
+ * size, used and free bytes count the whole run, its tail stays poisoned,
+ * and its free, double free and realloc treat it as the block it is. */
+static void fitted_run(void **state)
+{
+    (void)state;
+    test_quiet_logs(NULL);
+    llmem_pool *p = cache_pool(0, 60000);
+    char *a = llmem_pool_alloc(p, 56 << 10, NULL), *gap = llmem_pool_alloc(p, 4 << 10, NULL);
+    char *b = llmem_pool_alloc(p, 60 << 10, NULL), *keep = llmem_pool_alloc(p, 4 << 10, NULL);
+    assert_non_null(gap);
+    assert_non_null(keep);
+    assert_ok(llmem_pool_free(p, a));
+    assert_ok(llmem_pool_free(p, b)); /* newer */
+    assert_int_equal(cached_bytes(p), 116 << 10);
+    llmem_pool_stats s0 = test_pool_stats(p);
+    /* 10 pages fit 15: a (14 pages) and b (15) both; a is the smaller. */
+    size_t n = (40 << 10) - 100;
+    char *f = llmem_pool_alloc(p, n, NULL);
+    assert_ptr_equal(f, a);
+    assert_int_equal(cached_bytes(p), 60 << 10);
+    assert_int_equal(llmem_pool_usable_size(p, f), 56 << 10);
+    llmem_pool_stats s = test_pool_stats(p);
+    assert_int_equal(s.used_bytes, s0.used_bytes + (56 << 10));
+    assert_int_equal(s.free_bytes, s0.free_bytes - (56 << 10));
+    assert_int_equal(s.live_allocations, s0.live_allocations + 1);
+#ifdef TEST_ASAN
+    assert_null(__asan_region_is_poisoned(f, n));
+    assert_true(__asan_address_is_poisoned(f + n));
+    assert_true(__asan_address_is_poisoned(f + (56 << 10) - 1));
+#endif
+    memset(f, 5, n);
+    assert_ok(llmem_pool_check(p));
+    /* 9 pages fit 13: b (15) is too large. */
+    char *g = llmem_pool_alloc(p, 36 << 10, NULL);
+    assert_ptr_not_equal(g, b);
+    assert_int_equal(cached_bytes(p), 60 << 10);
+    /* 11 pages fit 16: b, whole. */
+    char *h = llmem_pool_alloc(p, 44 << 10, NULL);
+    assert_ptr_equal(h, b);
+    assert_int_equal(llmem_pool_usable_size(p, h), 60 << 10);
+    assert_int_equal(cached_bytes(p), 0);
+    assert_ok(llmem_pool_check(p));
+    /* Realloc in place up to the run's size. */
+    assert_ptr_equal(llmem_pool_realloc(p, h, 60 << 10, NULL), h);
+    memset(h, 6, 60 << 10);
+    assert_ok(llmem_pool_free(p, h));
+    assert_int_equal(llmem_pool_free(p, h), LLMEM_EDOUBLEFREE);
+    assert_ok(llmem_pool_free(p, f));
+    assert_int_equal(llmem_pool_free(p, f), LLMEM_EDOUBLEFREE);
+    assert_int_equal(cached_bytes(p), 116 << 10); /* back at their own sizes */
+    assert_ok(llmem_pool_check(p));
+    assert_ok(llmem_pool_free(p, g));
+    assert_ok(llmem_pool_free(p, gap));
+    assert_ok(llmem_pool_free(p, keep));
+    s = test_pool_stats(p);
+    assert_int_equal(s.used_bytes, 0);
+    assert_int_equal(s.live_allocations, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
 }
@@ -282,6 +346,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(same_size_comes_back, test_quiet_logs),
+        cmocka_unit_test(fitted_run),
         cmocka_unit_test(flush_before_growing),
         cmocka_unit_test(cap_evicts_oldest),
         cmocka_unit_test(idle_cache_is_purged),

@@ -65,19 +65,83 @@ static void same_size_from_the_thread(void **state)
     assert_int_equal(test_pool_stats(p).invalid_frees_total, 3);
     assert_int_equal(mine(p)->count, 1);
     assert_ok(llmem_pool_check(p));
-    /* Another unit count does not take it; the same one does. */
-    char *c = llmem_pool_alloc(p, 36 << 10, NULL);
+    /* A larger count does not take it (fitted_block tests smaller ones);
+     * the same one does, before a newer block that would fit too. */
+    char *c = llmem_pool_alloc(p, 44 << 10, NULL);
     assert_ptr_not_equal(c, a);
+    assert_ok(llmem_pool_free(p, c)); /* cached too, newer than a */
+    assert_int_equal(mine(p)->count, 2);
     char *d = llmem_pool_alloc(p, (40 << 10) - 100, NULL);
-    assert_ptr_equal(d, a);
-    assert_int_equal(mine(p)->count, 0);
+    assert_ptr_equal(d, a); /* its exact size, not the newer 44 KiB */
+    assert_int_equal(mine(p)->count, 1);
     memset(d, 1, (40 << 10) - 100);
     s = test_pool_stats(p);
     assert_int_equal(s.allocs_total, s0.allocs_total + 2);
-    assert_int_equal(s.live_allocations, s0.live_allocations + 1);
+    assert_int_equal(s.live_allocations, s0.live_allocations);
     assert_ok(llmem_pool_check(p));
-    assert_ok(llmem_pool_free(p, c));
     assert_ok(llmem_pool_free(p, d));
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
+/* A block freed into the stack serves an allocation of up to a third
+ * fewer units (llmem__pool_fit_units), whole: usable size, used bytes and
+ * the stack's count say so, the tail past the request stays poisoned, and
+ * a double free, realloc and check treat it as the block it is. Of two
+ * that fit, the smaller is taken. */
+static void fitted_block(void **state)
+{
+    (void)state;
+    llmem_pool *p = lc_pool(0, 60000);
+    char *a = llmem_pool_alloc(p, 56 << 10, NULL), *b = llmem_pool_alloc(p, 60 << 10, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_ok(llmem_pool_free(p, a));
+    assert_ok(llmem_pool_free(p, b)); /* newer, and larger */
+    llmem_pool_stats s0 = test_pool_stats(p);
+    /* 10 units fit 15: a (14 units) and b (15) both; a is the smaller. */
+    size_t n = (40 << 10) - 100;
+    char *f = llmem_pool_alloc(p, n, NULL);
+    assert_ptr_equal(f, a);
+    assert_int_equal(mine(p)->count, 1);
+    assert_int_equal(mine(p)->bytes, 60 << 10);
+    assert_int_equal(llmem_pool_usable_size(p, f), 56 << 10);
+    llmem_pool_stats s = test_pool_stats(p);
+    assert_int_equal(s.used_bytes, s0.used_bytes + (56 << 10)); /* the whole block is in use */
+    assert_int_equal(s.live_allocations, s0.live_allocations + 1);
+    assert_int_equal(s.allocs_total, s0.allocs_total + 1);
+#ifdef TEST_ASAN
+    assert_null(__asan_region_is_poisoned(f, n));
+    assert_true(__asan_address_is_poisoned(f + n));
+    assert_true(__asan_address_is_poisoned(f + (56 << 10) - 1));
+#endif
+    memset(f, 3, n);
+    assert_ok(llmem_pool_check(p));
+    /* Realloc within the usable size stays in place; one past it moves or
+     * grows, keeping the bytes. */
+    assert_ptr_equal(llmem_pool_realloc(p, f, 56 << 10, NULL), f);
+    memset(f + n, 3, (56 << 10) - n);
+    char *g = llmem_pool_realloc(p, f, (56 << 10) + 1, NULL);
+    assert_non_null(g);
+    for (size_t i = 0; i < (56 << 10); i += 997) assert_int_equal(g[i], 3);
+    assert_true(llmem_pool_usable_size(p, g) >= (56 << 10) + 1);
+    assert_ok(llmem_pool_check(p));
+    /* Freed again it is cached at its own size; a second free is refused. */
+    assert_ok(llmem_pool_free(p, g));
+    assert_int_equal(llmem_pool_free(p, g), LLMEM_EDOUBLEFREE);
+    assert_int_equal(mine(p)->count, 2);
+    assert_ok(llmem_pool_check(p));
+    /* 9 units fit 13: neither cached block (15 units and more) serves them. */
+    char *h = llmem_pool_alloc(p, 36 << 10, NULL);
+    assert_ptr_not_equal(h, b);
+    assert_ptr_not_equal(h, g);
+    assert_int_equal(mine(p)->count, 2);
+    assert_int_equal(llmem_pool_usable_size(p, h), 36 << 10);
+    assert_ok(llmem_pool_free(p, h));
+    llmem_pool_flush_thread_cache(p);
+    s = test_pool_stats(p);
+    assert_int_equal(s.live_allocations, 0);
+    assert_int_equal(s.used_bytes, 0);
     assert_ok(llmem_pool_check(p));
     llmem_pool_destroy(p);
 }
@@ -285,6 +349,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(same_size_from_the_thread, test_quiet_logs),
+        cmocka_unit_test_setup(fitted_block, test_quiet_logs),
         cmocka_unit_test(bounded),
         cmocka_unit_test(flushed_before_failing),
         cmocka_unit_test(check_sees_corrupt_entries),

@@ -158,6 +158,7 @@ struct superblock {
 
 typedef struct run_cache {
     pblock *head[RUN_CACHE_UNITS + 1]; /* by units */
+    uint64_t nonempty[RUN_CACHE_UNITS / 64 + 1]; /* bit u: head[u] is not NULL (a fitting take's search) */
     pblock *newest, *oldest;           /* every cached run, by age */
     size_t bytes, cap;                 /* cap 0: no cache (device pools, manual purge) */
     uint64_t ops;                      /* bumped by every put and take */
@@ -375,6 +376,14 @@ static inline size_t llmem__pool_guard_front(size_t align) { return align > GUAR
 
 /* ---- pool_pages.c: superblocks and page runs; the pool lock is held ---- */
 
+/* The most units a large allocation of u units takes whole from a
+ * thread's stack or the run cache: a freed block up to half as large
+ * again is reused where it lies, not cut anew from the free runs (whose
+ * fresh pages the program then faults in: docs/BENCHMARKS.md,
+ * 2026-12-04). The whole block is the allocation's: usable size, used
+ * bytes; past the bytes asked for it stays poisoned. */
+static inline size_t llmem__pool_fit_units(size_t u) { return u + u / 2; }
+
 /* Free-tree order: (size, address). */
 int llmem__pool_free_cmp(const llmem__avl_node *a, const llmem__avl_node *b);
 /* Free-tree search key: the smallest size wanted. */
@@ -398,6 +407,11 @@ pblock *llmem__pool_best_fit(llmem_pool *p, unsigned h, size_t size, size_t alig
 /* A run of `size` bytes at `align` from heap h, out of the tree,
  * committed, growing if needed; the caller sets its kind. */
 pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st);
+/* A run for a large block of `size` bytes (a unit multiple) at `align`
+ * from heap h: a cached run of size to llmem__pool_fit_units(size) units
+ * if there is one (taken whole: its size may exceed `size`), else as
+ * llmem__pool_take_pages. */
+pblock *llmem__pool_take_large(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st);
 /* The same from a given free run b (which must fit). */
 pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align, llmem_status *st);
 /* Grow the LARGE block b to `size` bytes (a unit multiple) in place, from

@@ -48,9 +48,12 @@
  * no decommitted unit.
  *
  * The run cache. A freed large block of up to RUN_CACHE_UNITS units goes
- * whole, not coalesced, to a list of its exact size (kind D_CACHED), and an
- * allocation of that size takes it back from there: no free-tree search,
- * no split or merge, no descriptor made or freed, no clock read. An engine
+ * whole, not coalesced, to a list of its exact size (kind D_CACHED), and a
+ * large allocation of that size, or of a size it exceeds by at most half
+ * (llmem__pool_fit_units; the smallest cached size that fits, found
+ * through a bitmap of the lists that are not empty), takes it back whole
+ * from there: no free-tree search, no split or merge, no descriptor made
+ * or freed, no clock read. Slabs and handles take exact sizes only. An engine
  * frees and asks again for the same tensor sizes layer after layer (under
  * tensor_mix some 30% of the time was the tree's, docs/BENCHMARKS.md). A
  * cached run is free to the user (counted in free_bytes, a double free of
@@ -560,13 +563,16 @@ bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size)
     return true;
 }
 
-/* The cached run of exactly `size` bytes at `align` in heap h, taken out
- * of the cache (still counted in its superblock's used bytes), or NULL. */
-static pblock *cache_take(llmem_pool *p, unsigned h, size_t size, size_t align);
+/* A cached run of `size` bytes to `most` units at `align` in heap h (the
+ * smallest size there is, its newest run), taken out of the cache (still
+ * counted in its superblock's used bytes), or NULL. */
+static pblock *cache_take(llmem_pool *p, unsigned h, size_t size, size_t most, size_t align);
 
-pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st)
+/* llmem__pool_take_pages, with a cached run of up to `most` units taken
+ * whole. */
+static pblock *take_pages_upto(llmem_pool *p, unsigned h, size_t size, size_t most, size_t align, llmem_status *st)
 {
-    pblock *b = p->rc.bytes ? cache_take(p, h, size, align) : NULL;
+    pblock *b = p->rc.bytes ? cache_take(p, h, size, most, align) : NULL;
     if (b) return b;
     decay(p);
     b = llmem__pool_best_fit(p, h, size, align);
@@ -588,6 +594,16 @@ pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t al
         return NULL;
     }
     return llmem__pool_take_run(p, b, size, align, st);
+}
+
+pblock *llmem__pool_take_pages(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st)
+{
+    return take_pages_upto(p, h, size, size >> p->ushift, align, st);
+}
+
+pblock *llmem__pool_take_large(llmem_pool *p, unsigned h, size_t size, size_t align, llmem_status *st)
+{
+    return take_pages_upto(p, h, size, llmem__pool_fit_units(size >> p->ushift), align, st);
 }
 
 /* Return a block to the free runs, coalescing with free neighbours; it is
@@ -646,8 +662,9 @@ void llmem__pool_put_pages_since(llmem_pool *p, pblock *b, uint64_t stamp) { put
 static void cache_unlink(llmem_pool *p, pblock *b)
 {
     run_cache *c = &p->rc;
+    size_t u = b->size >> p->ushift;
     if (b->cprev) b->cprev->cnext = b->cnext;
-    else c->head[b->size >> p->ushift] = b->cnext;
+    else if (!(c->head[u] = b->cnext)) bit_clear(c->nonempty, u);
     if (b->cnext) b->cnext->cprev = b->cprev;
     if (b->aprev) b->aprev->anext = b->anext;
     else c->newest = b->anext;
@@ -658,12 +675,27 @@ static void cache_unlink(llmem_pool *p, pblock *b)
     ST_SUB(p->st.free_bytes, b->size);
 }
 
-static pblock *cache_take(llmem_pool *p, unsigned h, size_t size, size_t align)
+/* The smallest u at or above `from` whose list is not empty, or a value
+ * above `most` if none is up to `most` (<= RUN_CACHE_UNITS). */
+static size_t cache_first(const run_cache *c, size_t from, size_t most)
+{
+    for (size_t w = from / 64; w <= most / 64; w++) {
+        uint64_t bits = c->nonempty[w];
+        if (w == from / 64) bits &= ~0ull << (from % 64);
+        if (bits) return w * 64 + (size_t)__builtin_ctzll(bits);
+    }
+    return most + 1;
+}
+
+static pblock *cache_take(llmem_pool *p, unsigned h, size_t size, size_t most, size_t align)
 {
     size_t u = size >> p->ushift;
     if (h != heap_for(p, D_LARGE) || u > RUN_CACHE_UNITS) return NULL;
+    if (most > RUN_CACHE_UNITS) most = RUN_CACHE_UNITS;
+    u = cache_first(&p->rc, u, most);
+    if (u > most) return NULL;
     pblock *b = p->rc.head[u];
-    if (!b || (align > p->unit && (b->start & (align - 1)))) return NULL;
+    if (align > p->unit && (b->start & (align - 1))) return NULL;
     cache_unlink(p, b);
     return b;
 }
@@ -692,6 +724,7 @@ void llmem__pool_put_large(llmem_pool *p, pblock *b)
     b->cnext = c->head[u];
     if (b->cnext) b->cnext->cprev = b;
     c->head[u] = b;
+    bit_set(c->nonempty, u);
     b->aprev = NULL;
     b->anext = c->newest;
     if (c->newest) c->newest->aprev = b;
@@ -737,11 +770,13 @@ bool llmem__pool_cache_check(const llmem_pool *p, size_t cached, uint64_t bytes)
     const run_cache *c = &p->rc;
     size_t n = 0, m = 0;
     uint64_t sum = 0;
-    for (size_t u = 0; u <= RUN_CACHE_UNITS; u++)
+    for (size_t u = 0; u <= RUN_CACHE_UNITS; u++) {
+        if (bit_get(c->nonempty, u) != (c->head[u] != NULL)) return false;
         for (const pblock *b = c->head[u], *prev = NULL; b; prev = b, b = b->cnext, n++)
             if (b->kind != D_CACHED || b->size != u << p->ushift || b->cprev != prev ||
                 b->sb->heap != heap_for(p, D_LARGE) || n > cached)
                 return false;
+    }
     const pblock *last = NULL;
     for (const pblock *b = c->newest; b; last = b, b = b->anext, m++) {
         if (b->kind != D_CACHED || b->aprev != last || m > cached) return false;

@@ -36,7 +36,9 @@
  * also gives each thread cache a small stack of freed large blocks (up to
  * RUN_CACHE_UNITS units; LCACHE_SLOTS of them and LCACHE_BYTES at most,
  * oldest first): a free of a live large block pushes it, marked tcached,
- * and an allocation of the same unit count pops it, both with no lock
+ * and an allocation of its unit count, or of a count it exceeds by at
+ * most half (llmem__pool_fit_units; the smallest such entry, the newest
+ * of that size), pops it whole, both with no lock
  * (tcmalloc serves up to 256 KiB from its per-thread lists; an engine
  * frees and asks again for the same tensor sizes layer after layer). The
  * block stays D_LARGE, in used_bytes and live_allocations like any cached
@@ -233,12 +235,21 @@ static inline void st_pb(pblock **p, pblock *v) { __atomic_store_n(p, v, __ATOMI
 static inline void tcached_set(pblock *b, uint8_t v) { __atomic_store_n(&b->tcached, v, __ATOMIC_RELAXED); }
 static inline uint8_t tcached_get(const pblock *b) { return __atomic_load_n(&b->tcached, __ATOMIC_RELAXED); }
 
-/* The newest entry of u units, or -1. Owner. */
+/* The entry to serve u units: of the smallest size from u to
+ * llmem__pool_fit_units(u), the newest of that size; -1 if none. Owner. */
 static inline int lcache_find(const lcache *l, uint32_t u)
 {
-    for (int i = (int)l->count; i-- > 0;)
-        if (l->units[i] == u) return i;
-    return -1;
+    uint32_t most = (uint32_t)llmem__pool_fit_units(u), best = most + 1;
+    int at = -1;
+    for (int i = (int)l->count; i-- > 0;) {
+        uint32_t v = l->units[i];
+        if (v >= u && v < best) {
+            best = v;
+            at = i;
+            if (v == u) break;
+        }
+    }
+    return at;
 }
 
 /* Drop entry i (the younger ones move down one). Owner, or the pool lock
@@ -348,6 +359,8 @@ static void *lcache_pop(llmem_pool *p, tcache *t, size_t size)
     tcached_set(b, 0);
     st_u64(&l->allocs, l->allocs + 1);
     owner_leave(t);
+    /* The entry may be larger than asked (llmem__pool_fit_units): the
+     * rest of it stays poisoned from the push, as a rounded block's tail. */
     LLMEM_UNPOISON((void *)a, size);
     return (void *)a;
 }
@@ -673,7 +686,7 @@ void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_s
         }
         /* With guards the user pointer must keep the alignment: the block
          * starts aligned, and g is a multiple of it. */
-        pblock *b = llmem__pool_take_pages(p, heap_for(p, D_LARGE), pages, align, st);
+        pblock *b = llmem__pool_take_large(p, heap_for(p, D_LARGE), pages, align, st);
         if (!b) return NULL;
         b->kind = D_LARGE;
         b->requested = size;
