@@ -865,21 +865,22 @@ void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *
 }
 
 
-/* The slab block a pointer starts, read from the superblock's slab and
- * owner tables without touching the block: its class (or -1 if it is not a
- * block boundary of a slab of this pool: then the slow path explains) and
- * its state byte. */
+/* The slab block a pointer starts, read from its unit's slab_info entry
+ * without touching the block or the superblock (the address map's aux
+ * word locates the entry): its class (or -1 if it is not a block boundary
+ * of a slab of this pool: then the slow path explains) and its state byte.
+ * Four dependent loads: map root, map entry, unit entry, state byte. */
 static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **state)
 {
-    superblock *sb = llmem__addrmap_get(a);
-    if (!sb || sb->pool != p) return -1;
-    size_t u = unit_of(sb, a, p->ushift);
-    const slab_unit *su = &sb->slab_info[u];
+    uintptr_t aux = llmem__addrmap_aux(a);
+    if (!aux) return -1;
+    const slab_unit *su = (const slab_unit *)(aux + (a >> p->ushift) * sizeof(slab_unit));
     uint32_t info = su->info;
-    if (!info) return -1;
+    if (!info || su->tag != pool_tag(p)) return -1;
     unsigned c = (info >> 24) - 1;
-    /* Offset into the slab: into this unit, plus the units before it. */
-    size_t off = ((a - sb->base) & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
+    /* Offset into the slab: into this unit (superblocks start on a unit
+     * boundary), plus the units before it. */
+    size_t off = (a & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
     uint32_t idx;
     if (!llmem__pool_slab_index(p, c, off, &idx)) return -1;
     *state = su->state + idx;
