@@ -728,12 +728,45 @@ static void compaction_sim_device(void **state)
     llmem_resource_destroy(sim);
 }
 
+/* The free fast path finds a block's unit entry through the address map
+ * alone (no superblock load), so the entry's pool tag is all that tells a
+ * block of another pool: freed with this pool's thread cache warm (the
+ * memo names this pool), it must still be refused, at every class, and
+ * neither pool may change. Then the same block frees in its own pool, and
+ * a double free there is caught on the fast path's state byte. */
+static void foreign_small_block_refused_on_the_fast_path(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, false), *other = new_pool(NULL, false);
+    size_t sizes[] = {16, 100, 1000, 4000};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        void *o = llmem_pool_alloc(other, sizes[k], NULL);
+        assert_non_null(o);
+        void *mine = llmem_pool_alloc(p, sizes[k], NULL); /* the memo now names p */
+        assert_non_null(mine);
+        assert_status(llmem_pool_free(p, o), LLMEM_EFOREIGN);
+        assert_false(llmem_pool_owns(p, o));
+        assert_ok(llmem_pool_free(p, mine));
+        assert_ok(llmem_pool_free(other, o));
+        assert_status(llmem_pool_free(other, o), LLMEM_EDOUBLEFREE);
+    }
+    assert_int_equal(test_pool_stats(p).invalid_frees_total, 4);
+    assert_int_equal(test_pool_stats(other).invalid_frees_total, 4);
+    assert_int_equal(test_pool_stats(p).live_allocations, 0);
+    assert_int_equal(test_pool_stats(other).live_allocations, 0);
+    assert_ok(llmem_pool_check(p));
+    assert_ok(llmem_pool_check(other));
+    llmem_pool_destroy(other);
+    llmem_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(waste_is_bounded),
         cmocka_unit_test(alignment_and_bad_alignment),
         cmocka_unit_test_setup(bad_input, test_quiet_logs),
+        cmocka_unit_test_setup(foreign_small_block_refused_on_the_fast_path, test_quiet_logs),
         cmocka_unit_test_setup(checked_mode_catches_misuse, test_quiet_logs),
         cmocka_unit_test(trim_and_shrink_return_memory),
         cmocka_unit_test(empty_superblocks_decay),

@@ -2,9 +2,11 @@
  * addrmap.c - two-level radix tree from 64 KiB units to owners.
  *
  * Key = address >> 16 (32 bits for 48-bit addresses), split 16/16: a
- * static root of 65536 leaf pointers, leaves of 65536 owner pointers
- * mapped zeroed on first use (calloc of 512 KiB: fresh pages, touched only
- * where entries are written).
+ * static root of 65536 leaf pointers, leaves of 65536 (owner, aux) entries
+ * mapped zeroed on first use (calloc of 1 MiB: fresh pages, touched only
+ * where entries are written). A registration stores aux before owner and a
+ * removal clears owner first, so a reader that finds an owner finds its
+ * aux.
  */
 #include "addrmap.h"
 
@@ -18,7 +20,7 @@
 #define LEAF_SIZE ((uint64_t)1 << LEAF_BITS)
 
 typedef llmem__addrmap_leaf leaf;
-_Static_assert(sizeof(leaf) == LEAF_SIZE * sizeof(void *), "leaf size");
+_Static_assert(sizeof(leaf) == LEAF_SIZE * 2 * sizeof(void *), "leaf size");
 
 leaf *llmem__addrmap_root[(size_t)1 << (KEY_BITS - LEAF_BITS)];
 #define root llmem__addrmap_root
@@ -38,7 +40,7 @@ static leaf *leaf_for(uint64_t key, bool create)
     return l;
 }
 
-llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner)
+llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner, uintptr_t aux)
 {
     if (size == 0) return LLMEM_OK;
     uintptr_t last = start + size - 1;
@@ -54,8 +56,11 @@ llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner)
             return llmem__fail(LLMEM_ENOMEM, "address map: out of memory for a leaf");
         }
     }
-    for (uint64_t k = k0; k <= k1; k++)
-        __atomic_store_n(&leaf_for(k, false)->owner[k & (LEAF_SIZE - 1)], owner, __ATOMIC_RELEASE);
+    for (uint64_t k = k0; k <= k1; k++) {
+        llmem__addrmap_entry *e = &leaf_for(k, false)->e[k & (LEAF_SIZE - 1)];
+        __atomic_store_n(&e->aux, aux, __ATOMIC_RELEASE);
+        __atomic_store_n(&e->owner, owner, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&write_lock);
     return LLMEM_OK;
 }
@@ -69,7 +74,9 @@ void llmem__addrmap_clear(uintptr_t start, size_t size)
     pthread_mutex_lock(&write_lock);
     for (uint64_t k = k0; k <= k1; k++) {
         leaf *l = leaf_for(k, false);
-        if (l) __atomic_store_n(&l->owner[k & (LEAF_SIZE - 1)], NULL, __ATOMIC_RELEASE);
+        if (!l) continue;
+        __atomic_store_n(&l->e[k & (LEAF_SIZE - 1)].owner, NULL, __ATOMIC_RELEASE);
+        __atomic_store_n(&l->e[k & (LEAF_SIZE - 1)].aux, 0, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&write_lock);
 }

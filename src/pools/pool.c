@@ -163,6 +163,11 @@ llmem_status llmem_pool_check(llmem_pool *p)
         committed += sb->size - (sb->decommitted_units << p->ushift);
         if (llmem__addrmap_get(sb->base) != sb || llmem__addrmap_get(sb->base + sb->size - 1) != sb)
             BAD("pool '%s': superblock %p is not in the address map", p->name, (void *)sb->base);
+        /* The free fast path finds unit entries through the map's aux word
+         * alone. */
+        if (llmem__addrmap_aux(sb->base) != sb_aux(sb, p->ushift) ||
+            llmem__addrmap_aux(sb->base + sb->size - 1) != sb_aux(sb, p->ushift))
+            BAD("pool '%s': superblock %p has a wrong aux word in the address map", p->name, (void *)sb->base);
         uintptr_t at = sb->base;
         size_t sb_used = 0;
         pblock *prev = NULL;
@@ -179,6 +184,16 @@ llmem_status llmem_pool_check(llmem_pool *p)
                                             : o == NULL || (b->kind == D_LARGE && o == b &&
                                                             unit_of(sb, b->user, p->ushift) == u0 + i);
                 if (!ok) BAD("pool '%s': owner entry %zu of block %p is wrong", p->name, i, (void *)b->start);
+            }
+            /* Each unit's slab_info entry, as the free fast path reads it:
+             * its slab's class, place, state array and this pool's tag, or
+             * all zero outside slabs. */
+            for (size_t i = 0; i < n; i++) {
+                const slab_unit *su = &sb->slab_info[u0 + i];
+                bool ok = b->kind == D_SLAB ? su->state == ((slab *)b)->state && su->tag == pool_tag(p) &&
+                                                  su->info == ((uint32_t)(b->cls + 1) << 24 | (uint32_t)i)
+                                            : !su->state && !su->info && !su->tag;
+                if (!ok) BAD("pool '%s': slab_info entry %zu of block %p is wrong", p->name, i, (void *)b->start);
             }
             if (b->kind == D_FREE) {
                 if (prev && prev->kind == D_FREE)

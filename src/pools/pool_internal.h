@@ -76,11 +76,14 @@ typedef struct tslot {
 typedef struct superblock superblock;
 
 /* A unit of a slab, as the free fast path reads it (one line, no slab
- * descriptor): its class and place in the slab, and the slab's state
- * array. All zero for a unit outside slabs. */
+ * descriptor and no superblock): its class and place in the slab, the
+ * slab's state array, and its pool's tag. All zero for a unit outside
+ * slabs. The free finds the entry from the address map's aux word
+ * (sb_aux), so the chain is map root, map entry, this entry, state byte. */
 typedef struct slab_unit {
     uint8_t *state;             /* the slab's state bytes */
     uint32_t info;              /* (class + 1) << 24 | units from the slab's start */
+    uint32_t tag;               /* pool_tag of the pool whose slab it is */
 } slab_unit;
 
 typedef struct pblock {
@@ -319,6 +322,19 @@ typedef struct tcache {
 #define ST_GET(f) __atomic_load_n(&(f), __ATOMIC_RELAXED)
 
 /* ---- helpers ---------------------------------------------------------- */
+
+/* The tag a pool's slab_unit entries carry: the low half of its id, unique
+ * among live pools unless 2^32 pools were created while one lived. */
+static inline uint32_t pool_tag(const llmem_pool *p) { return (uint32_t)p->id; }
+
+/* A superblock's address-map aux word: its slab_info table biased by its
+ * base, so that unit entry of address a (in the superblock) lies at
+ * aux + (a >> ushift) * sizeof(slab_unit), with no load of the superblock.
+ * Integer arithmetic: the biased value need not point into the table. */
+static inline uintptr_t sb_aux(const superblock *sb, unsigned ushift)
+{
+    return (uintptr_t)sb->slab_info - (sb->base >> ushift) * sizeof(slab_unit);
+}
 
 static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)
 {

@@ -202,7 +202,10 @@ static llmem_status sb_map(llmem_pool *p, unsigned h, size_t size, bool reserved
     }
     if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b)
         st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for superblock metadata", p->name);
-    else st = llmem__addrmap_set((uintptr_t)base, size, sb);
+    else {
+        sb->base = (uintptr_t)base;
+        st = llmem__addrmap_set((uintptr_t)base, size, sb, sb_aux(sb, p->ushift));
+    }
     if (st) {
         if (sb) llmem__pool_sb_free_meta(sb);
         if (b) llmem__pool_desc_free(p, b);
@@ -211,7 +214,6 @@ static llmem_status sb_map(llmem_pool *p, unsigned h, size_t size, bool reserved
         return st;
     }
     if (p->host && !reserved) LLMEM_POISON(base, size);
-    sb->base = (uintptr_t)base;
     sb->size = size;
     sb->pool = p;
     sb->reserved = reserved;
@@ -269,7 +271,7 @@ bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
     size_t decommitted = sb->decommitted_units << p->ushift;
     ST_ADD(p->st.resource_calls_total, 1);
     if (llmem_resource_unmap(p->heap_res[sb->heap], (void *)sb->base, sb->size, sb->size - decommitted) != LLMEM_OK) {
-        llmem__addrmap_set(sb->base, sb->size, sb); /* its nodes exist: cannot fail */
+        llmem__addrmap_set(sb->base, sb->size, sb, sb_aux(sb, p->ushift)); /* its nodes exist: cannot fail */
         sb->empty_since = llmem__pool_clock();          /* try again after another delay */
         llmem__log(LLMEM_LOG_WARN, "pool '%s': superblock %p kept: %s", p->name, (void *)sb->base,
                    llmem_last_error());

@@ -146,7 +146,7 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     size_t u0 = unit_of(sb, b->start, p->ushift), n = b->size >> p->ushift;
     for (size_t i = 0; i < n; i++) {
         sb->owner[u0 + i] = b;
-        sb->slab_info[u0 + i] = (slab_unit){s->state, (uint32_t)(cls + 1) << 24 | (uint32_t)i};
+        sb->slab_info[u0 + i] = (slab_unit){s->state, (uint32_t)(cls + 1) << 24 | (uint32_t)i, pool_tag(p)};
     }
     central *c = &p->central[cls];
     ST_ADD(c->slabs, 1);
@@ -167,7 +167,7 @@ void llmem__pool_slab_release(llmem_pool *p, slab *s)
     superblock *sb = s->b.sb;
     size_t u0 = unit_of(sb, s->b.start, p->ushift), n = s->b.size >> p->ushift;
     for (size_t i = 1; i < n; i++) sb->owner[u0 + i] = NULL;
-    for (size_t i = 0; i < n; i++) sb->slab_info[u0 + i] = (slab_unit){NULL, 0};
+    for (size_t i = 0; i < n; i++) sb->slab_info[u0 + i] = (slab_unit){NULL, 0, 0};
     ST_SUB(p->st.slab_bytes, s->b.size);
     memset((char *)s + sizeof(pblock), 0, sizeof *s - sizeof(pblock));
     llmem__pool_put_pages(p, &s->b);
