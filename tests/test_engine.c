@@ -729,13 +729,13 @@ static void weight_types_agree_with_f32(void **state)
 }
 
 
-/* q4_K and q5_0 matrices are repacked 8 rows interleaved at load when the model is
+/* q4_K, q5_0 and q8_0 matrices are repacked 8 rows interleaved at load when the model is
  * a private, unlocked file mapping and the kernels are AVX2 (then counted
  * as converted weights and no longer as mapped ones); the logits are
  * bitwise those of the same file read in place: copied, shared, from
  * memory, and the malloc baseline, on one and two threads. The shape
  * (rows of 256, 300 classifier rows: 37 groups of 8 and 4 tail rows) runs
- * every q4_K matrix through the repacked kernels, prefill and decode. */
+ * every q4_K (q8_0) matrix through the repacked kernels, prefill and decode. */
 static void q4k_logits(const char *path, int how, unsigned threads, float *out, uint64_t *converted, uint64_t *mapped)
 {
     llmem_model_options mo = llmem_model_options_default();
@@ -783,16 +783,18 @@ static void q4k_logits(const char *path, int how, unsigned threads, float *out, 
     free(bytes);
 }
 
-static void q4k_repacked_bitwise(void **state)
+/* A file of type (q4_K: ffn_down in q5_0, as yi-coder-1.5b's; q8_0: every
+ * matrix), private against the in-place readings. */
+static void repacked_bitwise(uint32_t type)
 {
-    (void)state;
     char path[512];
     test_tmp_file(path, sizeof path, "test-engine");
-    /* ffn 544: ffn_down's rows of 544 are no whole super-blocks, so q5_0 (as yi-coder-1.5b's) */
+    /* ffn 544: ffn_down's rows of 544 are no whole super-blocks, so q5_0 in a q4_K file */
     llmem_shape sh = {"q4k-test", 2, 256, 4, 2, 64, 544, 300, 64, 10000.0, 0};
     llmem_synth_options so = {0};
     so.seed = 7;
-    so.type = LLMEM_DTYPE_Q4_K;
+    so.type = type;
+    const char *tn = type == LLMEM_DTYPE_Q4_K ? "q4_K" : "q8_0";
     assert_ok(llmem_synth_gguf(&sh, &so, path));
     enum { V = 300, K = 5 };
     static float want[K * V], got[K * V];
@@ -807,14 +809,14 @@ static void q4k_repacked_bitwise(void **state)
             if (memcmp(got, want, sizeof got) != 0) {
                 size_t i = 0;
                 while (memcmp(&got[i], &want[i], sizeof got[i]) == 0) i++;
-                fail_msg("q4_K model, %u threads (%s): %s logit %zu is %.9g, the private mapping's %.9g", threads,
+                fail_msg("%s model, %u threads (%s): %s logit %zu is %.9g, the private mapping's %.9g", tn, threads,
                          llmem__kernels_isa(), how[h], i, got[i], want[i]);
             }
             conv_in_place = conv;
             map_in_place = map;
         }
-        /* Repacked: 1184 bytes per 8 rows and super-block against 1152. */
-        print_message("q4_K model, %u threads (%s): converted %llu bytes, mapped %llu (in place: %llu, %llu)\n", threads,
+        /* Repacked: q4_K 1184 bytes per 8 rows and super-block against 1152; q8_0 the same bytes. */
+        print_message("%s model, %u threads (%s): converted %llu bytes, mapped %llu (in place: %llu, %llu)\n", tn, threads,
                       llmem__kernels_isa(), (unsigned long long)conv0, (unsigned long long)map0,
                       (unsigned long long)conv_in_place, (unsigned long long)map_in_place);
         if (avx2) {
@@ -822,12 +824,25 @@ static void q4k_repacked_bitwise(void **state)
             assert_true(map0 < map_in_place);
             uint64_t moved = map_in_place - map0;
             assert_true(conv0 - conv_in_place >= moved && conv0 - conv_in_place <= moved + moved / 32);
+            if (type == LLMEM_DTYPE_Q8_0) assert_true(conv0 - conv_in_place == moved);
         } else {
             assert_int_equal(conv0, conv_in_place);
             assert_int_equal(map0, map_in_place);
         }
     }
     unlink(path);
+}
+
+static void q4k_repacked_bitwise(void **state)
+{
+    (void)state;
+    repacked_bitwise(LLMEM_DTYPE_Q4_K);
+}
+
+static void q8_0_repacked_bitwise(void **state)
+{
+    (void)state;
+    repacked_bitwise(LLMEM_DTYPE_Q8_0);
 }
 
 static void tiny_random_f16_gguf_runs(void **state)
@@ -861,6 +876,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(workspace_plan_near_lower_bound, test_quiet_logs),
         cmocka_unit_test(weight_types_agree_with_f32),
         cmocka_unit_test(q4k_repacked_bitwise),
+        cmocka_unit_test(q8_0_repacked_bitwise),
     };
     /* The real checkpoints of the shared folder (test_engine_shared). */
     const struct CMUnitTest shared_tests[] = {

@@ -531,24 +531,66 @@ static void x8_check_range(x8_rows_fn f, const char *name, const uint8_t *act, c
     free(y);
 }
 
+/* The repacked layouts (kernels_q4k_x8.h), one a source type: the wtype,
+ * the size, the pack, and the reference, AVX2 and VNNI kernels. */
+typedef struct x8_kind {
+    uint32_t type, wtype;
+    const char *name;
+    size_t (*bytes)(size_t n, size_t d);
+    void (*pack)(void *dst, const void *src, size_t n, size_t d);
+    x8_rows_fn fns[3];
+} x8_kind;
+
+static const x8_kind x8_kinds[] = {
+    {LLMEM_DTYPE_Q4_K, LLMEM__WTYPE_Q4K_X8, "q4_K_x8", llmem__q4k_x8_bytes, llmem__q4k_x8_pack,
+     {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni}},
+    {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, "q5_0_x8", llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack,
+     {llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni}},
+    {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, "q8_0_x8", llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack,
+     {llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni}},
+};
+
+/* The kind of a source type or of a repacked wtype. */
+static const x8_kind *x8_kind_of(uint32_t t)
+{
+    for (size_t i = 0; i < sizeof x8_kinds / sizeof x8_kinds[0]; i++)
+        if (x8_kinds[i].type == t || x8_kinds[i].wtype == t) return &x8_kinds[i];
+    fail_msg("no x8 layout for type %u", (unsigned)t);
+    return NULL;
+}
+
+/* The extreme levels of a mode-1 block: q4_K 15, q5_0 31 (or 0 where
+ * (r + k) % 4 == 3); q8_0 -128, +127 and -127 by turns (its magnitude's
+ * largest, which the AVX2 sign trick takes as the unsigned 128). */
+static void x8_extreme_levels(uint32_t t, uint8_t *blk, size_t bb, size_t r, size_t k)
+{
+    if (t == LLMEM_DTYPE_Q8_0) {
+        memset(blk + 2, (r + k) % 3 == 0 ? 0x80 : (r + k) % 3 == 1 ? 0x7f : 0x81, bb - 2);
+        return;
+    }
+    memset(blk + 2, (r + k) % 4 == 3 ? 0 : 0xff, bb - 2);
+}
+
 /* mode 0: qmat_make rows; 1: extreme weights. act_mode 0: quantised x; 1: all -127; 2: +-127; 3: random bytes. */
 static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
 {
     const bool k4 = t == LLMEM_DTYPE_Q4_K;
-    const uint32_t wt = k4 ? LLMEM__WTYPE_Q4K_X8 : LLMEM__WTYPE_Q5_0_X8;
-    const size_t maxb = 9, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32), bb = k4 ? 144 : 22;
+    const x8_kind *xk = x8_kind_of(t);
+    const uint32_t wt = xk->wtype;
+    const size_t maxb = 9, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32);
+    const size_t bb = k4 ? 144 : t == LLMEM_DTYPE_Q8_0 ? 34 : 22;
     size_t rb;
     uint8_t *w = qmat_make(t, n, d, &rb);
     if (mode == 1)
         for (size_t r = 0; r < d; r++)
             for (size_t k = 0; k < nb; k++) {
                 uint8_t *blk = w + r * rb + k * bb;
-                memset(blk + 2, (r + k) % 4 == 3 ? 0 : 0xff, bb - 2); /* every level 15 (q5_0: 31, or 0) */
+                x8_extreme_levels(t, blk, bb, r, k);
                 uint16_t h = (uint16_t)(r % 2 ? 0x5bff : 0x3c00), hm = (uint16_t)(r % 3 ? 0x57ff : 0xbc00);
                 memcpy(blk, &h, 2);
                 if (k4) memcpy(blk + 2, &hm, 2);
             }
-    const size_t xbytes = k4 ? llmem__q4k_x8_bytes(n, d) : llmem__q5_0_x8_bytes(n, d);
+    const size_t xbytes = xk->bytes(n, d);
     uint8_t *w8 = malloc(xbytes + 1);
     float *x = malloc(maxb * n * sizeof(float)), *yr = malloc(maxb * d * sizeof(float)), *y = malloc(maxb * d * sizeof(float));
     uint8_t *act = aligned_alloc(64, maxb * ab);
@@ -557,8 +599,7 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
     if (k4) assert_int_equal(xbytes, d / 8 * nb * LLMEM__X8_BLOCK + d % 8 * rb);
     else assert_int_equal(xbytes, d * rb); /* exactly the source's size */
     assert_int_equal(llmem__matmul_scratch_bytes(wt, n, maxb), maxb * ab);
-    if (k4) llmem__q4k_x8_pack(w8, w, n, d);
-    else llmem__q5_0_x8_pack(w8, w, n, d);
+    xk->pack(w8, w, n, d);
     for (size_t i = 0; i < maxb * n; i++) {
         x[i] = act_mode == 1 ? 1.0f : act_mode == 2 ? (i % 3 ? 1.0f : -1.0f) : rng_f() * (i % 97 == 0 ? 30.0f : 1.0f);
     }
@@ -570,6 +611,10 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
         if (act_mode != 3) continue;
         int8_t *qs = (int8_t *)row;
         for (size_t i = 0; i < n; i++) qs[i] = (int8_t)(test_rng_next(&rng_state) & 0xff);
+        /* q8_0's AVX2 kernels (in place and x8) move the weights' signs onto
+         * the activation, so they take the quantiser's range, -127..127 */
+        if (t == LLMEM_DTYPE_Q8_0)
+            for (size_t i = 0; i < n; i++) qs[i] = qs[i] == -128 ? -127 : qs[i];
         if (k4) {
             int16_t *bs = (int16_t *)(void *)(row + n);
             float *dd = (float *)(void *)(row + n + 2 * (n / 16));
@@ -596,12 +641,7 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
     llmem__qrows_ref(yr, act, w, t, n, d, maxb, 0, d);
     char what[64];
     snprintf(what, sizeof what, "%s, weights %d, activations %d", type_name(t), mode, act_mode);
-    x8_rows_fn fns[3] = {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni};
-    if (!k4) {
-        fns[0] = llmem__q5_0_x8_rows_ref;
-        fns[1] = llmem__q5_0_x8_rows_avx2;
-        fns[2] = llmem__q5_0_x8_rows_vnni;
-    }
+    const x8_rows_fn *fns = xk->fns;
     const char *names[3] = {"reference", "avx2", "avx2+vnni"};
     const bool has_avx2 = !strncmp(llmem__kernels_isa(), "avx2", 4), has_vnni = !strcmp(llmem__kernels_isa(), "avx2+vnni");
     const size_t cuts[][2] = {{0, d}, {d > 3 ? 3 : 0, d}, {d > 1 ? 1 : 0, d > 13 ? 13 : d}, {d > 5 ? 5 : 0, d > 6 ? 6 : d},
@@ -653,11 +693,13 @@ static void x8_all(void)
             for (int a = 0; a < 4; a++) {
                 x8_case(LLMEM_DTYPE_Q4_K, ns[i], ds[j], 0, a);
                 x8_case(LLMEM_DTYPE_Q5_0, ns5[i], ds[j], 0, a);
+                x8_case(LLMEM_DTYPE_Q8_0, ns5[i], ds[j], 0, a);
             }
     for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++)
         for (int a = 0; a < 4; a++) {
             x8_case(LLMEM_DTYPE_Q4_K, 512, ds[j], 1, a);
             x8_case(LLMEM_DTYPE_Q5_0, 64, ds[j], 1, a);
+            x8_case(LLMEM_DTYPE_Q8_0, 64, ds[j], 1, a);
         }
 }
 
@@ -700,11 +742,10 @@ static void *group_weights(uint32_t t, size_t n, size_t d)
     size_t rb;
     uint8_t *w = qmat_make(base, n, d, &rb);
     if (base == t) return w;
-    bool k4 = base == LLMEM_DTYPE_Q4_K;
-    uint8_t *w8 = malloc((k4 ? llmem__q4k_x8_bytes(n, d) : llmem__q5_0_x8_bytes(n, d)) + 1);
+    const x8_kind *xk = x8_kind_of(t);
+    uint8_t *w8 = malloc(xk->bytes(n, d) + 1);
     assert_non_null(w8);
-    if (k4) llmem__q4k_x8_pack(w8, w, n, d);
-    else llmem__q5_0_x8_pack(w8, w, n, d);
+    xk->pack(w8, w, n, d);
     free(w);
     return w8;
 }
@@ -736,7 +777,7 @@ static void group_case(const uint32_t *types, size_t count, size_t n, const size
     int len = snprintf(what, sizeof what, "group n=%zu (%s):", n, llmem__kernels_isa());
     for (size_t i = 0; i < count && len > 0 && (size_t)len < sizeof what; i++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %s x %zu", types[i] >= LLMEM__WTYPE_Q4K_X8
-                        ? (types[i] == LLMEM__WTYPE_Q4K_X8 ? "q4_K_x8" : "q5_0_x8") : type_name(types[i]), ds[i]);
+                        ? x8_kind_of(types[i])->name : type_name(types[i]), ds[i]);
     for (size_t batch = 1; batch <= maxb; batch++) {
         /* The separate calls: one thread (any team gives these bits: check_batches). */
         for (size_t i = 0; i < count; i++)
@@ -787,7 +828,7 @@ static void group_all(void)
     static const uint32_t all[] = {F32, F16, BF16, LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYPE_Q5_0,
                                    LLMEM_DTYPE_Q5_1, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q3_K,
                                    LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K, LLMEM__WTYPE_Q4K_X8,
-                                   LLMEM__WTYPE_Q5_0_X8};
+                                   LLMEM__WTYPE_Q5_0_X8, LLMEM__WTYPE_Q8_0_X8};
     /* Each type alone: three matrices of it (QKV), and two (gate/up). */
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
         uint32_t base = llmem__x8_base_type(all[t]);
@@ -806,9 +847,10 @@ static void group_all(void)
         {LLMEM__WTYPE_Q4K_X8, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q6_K},
         {LLMEM__WTYPE_Q5_0_X8, LLMEM_DTYPE_Q4_0, F16, LLMEM_DTYPE_Q3_K},
         {F32, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q5_1, LLMEM__WTYPE_Q4K_X8},
+        {LLMEM__WTYPE_Q8_0_X8, LLMEM__WTYPE_Q8_0_X8, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q6_K},
         {LLMEM_DTYPE_Q4_0, F32, LLMEM_DTYPE_Q4_K, BF16, LLMEM_DTYPE_Q6_K, LLMEM__WTYPE_Q5_0_X8},
     };
-    static const size_t mix_count[] = {3, 3, 4, 4, 6};
+    static const size_t mix_count[] = {3, 3, 4, 4, 4, 6};
     for (size_t i = 0; i < sizeof mix_count / sizeof mix_count[0]; i++) {
         group_case(mix[i], mix_count[i], 256, ds);
         group_case(mix[i], mix_count[i], 512, ds + 1);

@@ -607,6 +607,8 @@ typedef struct kernel_path {
     void (*qrows_x8)(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0, size_t r1);
     void (*qrows_x8_q5_0)(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
                           size_t r1);
+    void (*qrows_x8_q8_0)(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                          size_t r1);
 } kernel_path;
 
 static const kernel_path path_portable = {
@@ -624,6 +626,7 @@ static const kernel_path path_portable = {
     /* .qrows = */ llmem__qrows_ref,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_ref,
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_ref,
+    /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_ref,
 };
 
 #ifdef KERNELS_X86
@@ -642,6 +645,7 @@ static const kernel_path path_x86 = {
     /* .qrows = */ llmem__qrows_avx2,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_avx2,
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_avx2,
+    /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_avx2,
 };
 
 /* AVX2 with AVX-VNNI for the integer dot products (same results). */
@@ -660,6 +664,7 @@ static const kernel_path path_x86_vnni = {
     /* .qrows = */ llmem__qrows_vnni,
     /* .qrows_x8 = */ llmem__q4k_x8_rows_vnni,
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_vnni,
+    /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_vnni,
 };
 #endif
 
@@ -717,7 +722,7 @@ void llmem__kernels_force_portable(bool on) { __atomic_store_n(&force_portable, 
 bool llmem__matmul_supports(uint32_t wtype)
 {
     return wtype == LLMEM_DTYPE_F32 || wtype == LLMEM_DTYPE_F16 || wtype == LLMEM_DTYPE_BF16 || llmem__is_qtype(wtype) ||
-           wtype == LLMEM__WTYPE_Q4K_X8 || wtype == LLMEM__WTYPE_Q5_0_X8;
+           wtype == LLMEM__WTYPE_Q4K_X8 || wtype == LLMEM__WTYPE_Q5_0_X8 || wtype == LLMEM__WTYPE_Q8_0_X8;
 }
 
 size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch)
@@ -765,7 +770,7 @@ typedef struct mm_mat {
     float *y;
     const void *w;
     uint32_t type;           /* the GGUF type (a repacked one's base type) */
-    bool x8;                 /* w is repacked 8 rows interleaved (type Q4_K or Q5_0) */
+    bool x8;                 /* w is repacked 8 rows interleaved (type Q4_K, Q5_0 or Q8_0) */
     size_t d;
     size_t g0;               /* its first grain in the concatenation of the group's rows */
     const void *act;         /* block types: its activation rows (stride llmem__act_row_bytes(type, n)) */
@@ -798,7 +803,8 @@ static void act_rows(const mm_job *j, size_t lo, size_t hi)
 static void mat_rows(const mm_job *j, const mm_mat *m, size_t lo, size_t hi)
 {
     if (m->x8 && m->type == LLMEM_DTYPE_Q4_K) j->path->qrows_x8(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
-    else if (m->x8) j->path->qrows_x8_q5_0(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
+    else if (m->x8 && m->type == LLMEM_DTYPE_Q5_0) j->path->qrows_x8_q5_0(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
+    else if (m->x8) j->path->qrows_x8_q8_0(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
     else if (m->act) j->path->qrows(m->y, m->act, m->w, m->type, j->n, m->d, j->batch, lo, hi);
     else j->path->rows(m->y, j->x, m->w, m->type, j->n, m->d, j->batch, lo, hi);
 }

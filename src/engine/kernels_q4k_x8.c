@@ -1,8 +1,8 @@
 /*
- * kernels_q4k_x8.c - the 8-row interleaved q4_K layout (kernels_q4k_x8.h):
- * the repack and the scalar reference over it. The reference decodes each
- * row's super-block back to the q4_K values and sums as
- * llmem__qdot_ref does, so it gives that function's bits.
+ * kernels_q4k_x8.c - the 8-row interleaved q4_K, q5_0 and q8_0 layouts
+ * (kernels_q4k_x8.h): the repacks and the scalar references over them.
+ * Each reference reads a row's block back to the source type's values and
+ * sums as llmem__qdot_ref does, so it gives that function's bits.
  */
 #include "kernels_q4k_x8.h"
 
@@ -170,6 +170,63 @@ void llmem__q5_0_x8_rows_ref(float *y, const void *act, const void *w, size_t n,
                     }
                 uint16_t h;
                 memcpy(&h, blk + 160 + 2 * i, 2);
+                acc += (llmem__f16_to_f32(h) * a.d[k]) * (float)sum;
+            }
+            y[b * d + r] = acc;
+        }
+    }
+}
+
+/* ---- q8_0 ---- */
+
+#define QB8 sizeof(llmem__q8_0)
+
+size_t llmem__q8_0_x8_bytes(size_t n, size_t d)
+{
+    const size_t nb = n / 32;
+    return d / 8 * nb * LLMEM__X8_Q8_0_BLOCK + d % 8 * nb * QB8;
+}
+
+void llmem__q8_0_x8_pack(void *dst, const void *src, size_t n, size_t d)
+{
+    const size_t nb = n / 32, rb = nb * QB8;
+    const uint8_t *s = src;
+    uint8_t *o = dst;
+    for (size_t g = 0; g < d / 8; g++)
+        for (size_t k = 0; k < nb; k++, o += LLMEM__X8_Q8_0_BLOCK) {
+            uint16_t *dd = (uint16_t *)(void *)(o + 256);
+            for (size_t i = 0; i < 8; i++) {
+                const llmem__q8_0 *b = (const void *)(s + (8 * g + i) * rb + k * QB8);
+                for (size_t j = 0; j < 8; j++) memcpy(o + (j * 8 + i) * 4, b->qs + 4 * j, 4);
+                dd[i] = b->d;
+            }
+        }
+    memcpy(o, s + d / 8 * 8 * rb, d % 8 * rb);
+}
+
+void llmem__q8_0_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                             size_t r1)
+{
+    const size_t nb = n / 32, ab = llmem__act_row_bytes(LLMEM_DTYPE_Q8_0, n), d8 = d / 8 * 8;
+    const uint8_t *w8 = w, *tail = w8 + d / 8 * nb * LLMEM__X8_Q8_0_BLOCK;
+    for (size_t r = r0; r < r1; r++) {
+        if (r >= d8) { /* a tail row, as q8_0 */
+            for (size_t b = 0; b < batch; b++)
+                y[b * d + r] = llmem__qdot_ref(LLMEM_DTYPE_Q8_0, tail + (r - d8) * nb * QB8, (const uint8_t *)act + b * ab, n);
+            continue;
+        }
+        const size_t i = r % 8;
+        for (size_t b = 0; b < batch; b++) {
+            a8 a = a8_view((const uint8_t *)act + b * ab, n);
+            float acc = 0;
+            for (size_t k = 0; k < nb; k++) {
+                const uint8_t *blk = w8 + (r / 8 * nb + k) * LLMEM__X8_Q8_0_BLOCK;
+                int sum = 0;
+                for (size_t j = 0; j < 8; j++)
+                    for (size_t bb = 0; bb < 4; bb++)
+                        sum += (int8_t)blk[(j * 8 + i) * 4 + bb] * a.qs[32 * k + 4 * j + bb];
+                uint16_t h;
+                memcpy(&h, blk + 256 + 2 * i, 2);
                 acc += (llmem__f16_to_f32(h) * a.d[k]) * (float)sum;
             }
             y[b * d + r] = acc;

@@ -1,6 +1,6 @@
 /*
- * kernels_q4k_x8.h - q4_K weight matrices repacked 8 rows interleaved, for
- * the decode matmul (kernels_q4k_x8.c: the layout, the repack and the
+ * kernels_q4k_x8.h - q4_K (and q5_0, q8_0) weight matrices repacked 8 rows
+ * interleaved, for the decode matmul (kernels_q4k_x8.c: the layout, the repack and the
  * scalar reference; kernels_q_x86.h: the AVX2 and AVX-VNNI kernels).
  * Private to llmem.
  *
@@ -71,5 +71,27 @@ size_t llmem__q5_0_x8_bytes(size_t n, size_t d);
 void llmem__q5_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
 /* As llmem__q4k_x8_rows_*, over A8 activation rows (q5_0's). */
 llmem__x8_rows_fn llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni;
+
+/* ---- q8_0, the same interleave ----
+ *
+ * Why. The in-place q8_0 decode reads 8 rows a block at a time: 8
+ * interleaved streams 34 bytes a step, which the hardware prefetcher
+ * follows worse than one (the kernel prefetches them itself), and each
+ * block's 8 f16 scales are gathered from 8 places. Interleaved, the 8
+ * rows' block is one linear 272-byte step, its scales one 16-byte load,
+ * and the levels are already transposed for the broadcast kernel (lane i
+ * = row i, no lane reduction). Exactly the source's size: the d / 8 groups
+ * of 8 rows, each n / 32 blocks of X8_Q8_0_BLOCK bytes, then the d % 8
+ * tail rows as q8_0 rows. Block k of rows i = 0..7:
+ *   qs[256]  byte (j * 8 + i) * 4 + b = qs[4 j + b] of row i (j < 8, b < 4)
+ *   d[8]     f16, row i's scale
+ * Results are the q8_0 kernels' bits (acc += (d da) sum per block, in
+ * increasing order). */
+#define LLMEM__X8_Q8_0_BLOCK 272
+
+size_t llmem__q8_0_x8_bytes(size_t n, size_t d);
+void llmem__q8_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
+/* As llmem__q4k_x8_rows_*, over A8 activation rows (q8_0's). */
+llmem__x8_rows_fn llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni;
 
 #endif

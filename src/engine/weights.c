@@ -1,7 +1,7 @@
 /*
  * weights.c - the engine's weights: found by name in the model, checked
  * against the shape, 1-D tensors converted to f32, and on the AVX2 paths
- * the q4_K and q5_0 matrices repacked 8 rows interleaved
+ * the q4_K, q5_0 and q8_0 matrices repacked 8 rows interleaved
  * (kernels_q4k_x8.h). Runs once, from llmem_engine_create (weights.h).
  */
 #include <stdio.h>
@@ -168,16 +168,18 @@ static llmem_status bind_weights(llmem_engine *e)
 
 /* ---- repacked weights -----------------------------------------------------------------
  *
- * On the AVX2 paths, every q4_K and q5_0 matrix is copied at load into the
- * 8-row interleaved layouts of kernels_q4k_x8.h (same values, same results,
- * about 2x the q4_K decode matmul's speed), in one mapping of the pool's resource
- * tagged "engine-weights" and counted as converted weights. After each
- * matrix is copied its file pages are given back (llmem__model_release),
- * so the peak stays about the model plus one matrix. Only for a private,
- * unlocked file mapping: a shared or mlocked mapping, a copied model or a
- * memory model keeps its tensors and reads them in place, as does the
- * malloc baseline. The classifier is repacked only when it is not the
- * embedding table, which lookups read by rows. */
+ * On the AVX2 paths, every q4_K, q5_0 and q8_0 matrix is copied at load
+ * into the 8-row interleaved layouts of kernels_q4k_x8.h (same values, same
+ * results; about 2x the q4_K decode matmul's speed; q8_0's the same size,
+ * one linear stream where the in-place rows are 8), in one mapping of the
+ * pool's resource tagged "engine-weights" and counted as converted
+ * weights. As each matrix is copied its file pages are given back
+ * (llmem__model_release) a few MB at a time, so the peak stays about the
+ * model plus one chunk. Only for a private, unlocked file mapping: a
+ * shared or mlocked mapping, a copied model or a memory model keeps its
+ * tensors and reads them in place, as does the malloc baseline. The
+ * classifier is repacked only when it is not the embedding table, which
+ * lookups read by rows. */
 
 /* The i-th matrix slot of the engine (7 a layer, then the classifier), or
  * false past the last. */
@@ -205,45 +207,80 @@ static bool mat_slot(llmem_engine *e, size_t i, const void ***w, uint32_t **type
     return true;
 }
 
-static bool repack_this(const llmem_engine *e, const void *w, uint32_t type)
+/* The repacked layout of each source type (kernels_q4k_x8.h): its bytes
+ * for d rows of n, its pack, and the wtype the kernels take for it; the
+ * source's bytes a row. */
+typedef struct repack_kind {
+    uint32_t type, wtype;
+    size_t (*bytes)(size_t n, size_t d);
+    void (*pack)(void *dst, const void *src, size_t n, size_t d);
+    size_t block_elems, block_bytes;
+} repack_kind;
+
+static const repack_kind repack_kinds[] = {
+    {LLMEM_DTYPE_Q4_K, LLMEM__WTYPE_Q4K_X8, llmem__q4k_x8_bytes, llmem__q4k_x8_pack, 256, sizeof(llmem__q4_k)},
+    {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack, 32, sizeof(llmem__q5_0)},
+    {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack, 32, sizeof(llmem__q8_0)},
+};
+
+/* The repacked layout for a matrix slot's tensor, or NULL to read it in place. */
+static const repack_kind *repack_this(const llmem_engine *e, const void *w, uint32_t type)
 {
-    return (type == LLMEM_DTYPE_Q4_K || type == LLMEM_DTYPE_Q5_0) && !(w == e->embd && e->wcls == e->embd);
+    if (w == e->embd && e->wcls == e->embd) return NULL;
+    for (size_t i = 0; i < sizeof repack_kinds / sizeof repack_kinds[0]; i++)
+        if (repack_kinds[i].type == type) return &repack_kinds[i];
+    return NULL;
 }
 
-/* Bytes of the repacked copy, and of the tensor as the file holds it. */
-static size_t repacked_size(uint32_t type, size_t n, size_t d)
+/* Bytes of d rows of n of the tensor as the file holds it. */
+static size_t source_size(const repack_kind *rk, size_t n, size_t d)
 {
-    return type == LLMEM_DTYPE_Q4_K ? llmem__q4k_x8_bytes(n, d) : llmem__q5_0_x8_bytes(n, d);
+    return n / rk->block_elems * rk->block_bytes * d;
 }
 
-static size_t source_size(uint32_t type, size_t n, size_t d)
-{
-    return type == LLMEM_DTYPE_Q4_K ? n / 256 * sizeof(llmem__q4_k) * d : n / 32 * sizeof(llmem__q5_0) * d;
-}
-
-/* One matrix to repack, split over the thread team by whole groups of 8
- * rows: each group's blocks depend on its 8 rows only; the last part
- * also copies the tail rows. */
+/* Groups [g0, g1) of one matrix to repack (a group: 8 rows; the tail rows
+ * past the last whole group count as one more), split over the thread
+ * team by whole groups: each group's blocks depend on its 8 rows only. */
 typedef struct repack_job {
     uint8_t *dst;
     const uint8_t *src;
-    uint32_t type;
-    size_t n, d;
+    const repack_kind *rk;
+    size_t n, d, g0, g1;
 } repack_job;
 
 static void repack_part(void *ctx, unsigned index, unsigned count)
 {
     const repack_job *j = ctx;
-    const bool k4 = j->type == LLMEM_DTYPE_Q4_K;
-    const size_t groups = j->d / 8, last = j->d % 8 ? 1 : 0;
+    const size_t groups = j->d / 8;
     size_t g0, g1;
-    llmem__threads_split(groups + last, 1, index, count, &g0, &g1);
+    llmem__threads_split(j->g1 - j->g0, 1, index, count, &g0, &g1);
+    g0 += j->g0;
+    g1 += j->g0;
     if (g0 >= g1) return;
     const size_t rows = (g1 > groups ? j->d : 8 * g1) - 8 * g0;
-    const size_t dst_off = k4 ? llmem__q4k_x8_bytes(j->n, 8 * g0) : llmem__q5_0_x8_bytes(j->n, 8 * g0);
-    const size_t src_off = 8 * g0 * source_size(j->type, j->n, 1);
-    if (k4) llmem__q4k_x8_pack(j->dst + dst_off, j->src + src_off, j->n, rows);
-    else llmem__q5_0_x8_pack(j->dst + dst_off, j->src + src_off, j->n, rows);
+    j->rk->pack(j->dst + j->rk->bytes(j->n, 8 * g0), j->src + 8 * g0 * source_size(j->rk, j->n, 1), j->n, rows);
+}
+
+/* Source bytes repacked between two releases of the file's pages: the
+ * peak is the model plus this much, not plus the largest matrix (with
+ * --populate the whole file is resident first; yi-coder-1.5b's q8_0
+ * classifier alone is 139 MB). */
+#define REPACK_CHUNK_BYTES ((size_t)4 << 20)
+
+/* Repacks one matrix into dst a chunk of groups at a time, giving back
+ * each chunk's file pages as it goes, then the whole range (the pages a
+ * chunk's bounds cut). */
+static void repack_matrix(llmem_engine *e, uint8_t *dst, const void *src, const repack_kind *rk, size_t n, size_t d)
+{
+    const size_t rb = source_size(rk, n, 1), groups = d / 8 + (d % 8 ? 1 : 0);
+    const size_t step = REPACK_CHUNK_BYTES / (8 * rb) ? REPACK_CHUNK_BYTES / (8 * rb) : 1;
+    for (size_t g = 0; g < groups; g += step) {
+        repack_job job = {dst, src, rk, n, d, g, g + step < groups ? g + step : groups};
+        llmem__threads_run(e->th, repack_part, &job);
+        const size_t r1 = 8 * job.g1 < d ? 8 * job.g1 : d;
+        llmem__model_release(e->model, (const uint8_t *)src + 8 * g * rb, (r1 - 8 * g) * rb);
+    }
+    llmem__model_release(e->model, src, d * rb);
 }
 
 static llmem_status repack_weights(llmem_engine *e)
@@ -253,26 +290,24 @@ static llmem_status repack_weights(llmem_engine *e)
     const void **w;
     uint32_t *type;
     size_t n, d, total = 0;
+    const repack_kind *rk;
     for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++)
-        if (repack_this(e, *w, *type)) total += (repacked_size(*type, n, d) + 63) & ~(size_t)63;
+        if ((rk = repack_this(e, *w, *type))) total += (rk->bytes(n, d) + 63) & ~(size_t)63;
     if (!total) return LLMEM_OK;
     llmem_status st = llmem_resource_round(e->res, total, &e->repacked_map);
     if (!st) st = llmem_resource_map_tagged(e->res, e->repacked_map, 0, 0, "engine-weights", &e->repacked);
     if (st) {
         e->repacked = NULL;
-        return llmem__fail(st, "engine: no memory for %zu bytes of repacked q4_K/q5_0 weights", total);
+        return llmem__fail(st, "engine: no memory for %zu bytes of repacked q4_K/q5_0/q8_0 weights", total);
     }
     size_t off = 0;
     for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++) {
-        if (!repack_this(e, *w, *type)) continue;
+        if (!(rk = repack_this(e, *w, *type))) continue;
         uint8_t *dst = (uint8_t *)e->repacked + off;
-        const bool k4 = *type == LLMEM_DTYPE_Q4_K;
-        const size_t bytes = repacked_size(*type, n, d), src = source_size(*type, n, d);
-        repack_job job = {dst, *w, *type, n, d};
-        llmem__threads_run(e->th, repack_part, &job);
-        llmem__model_release(e->model, *w, src);
+        const size_t bytes = rk->bytes(n, d), src = source_size(rk, n, d);
+        repack_matrix(e, dst, *w, rk, n, d);
         *w = dst;
-        *type = k4 ? LLMEM__WTYPE_Q4K_X8 : LLMEM__WTYPE_Q5_0_X8;
+        *type = rk->wtype;
         off += (bytes + 63) & ~(size_t)63;
         e->repacked_bytes += bytes;
         e->st.weights_mapped_bytes -= src;
