@@ -285,7 +285,7 @@ static void *step_loop(void *arg)
             pthread_mutex_lock(&s->mu);
             s->st.step_errors_total++;
             pthread_mutex_unlock(&s->mu);
-            llmem__log(LLMEM_LOG_WARN, "serve: a step failed: %s", llmem_last_error());
+            llmem__log(LLMEM_LOG_WARN, "serve: a step failed: %s", llmem_error_message());
         }
         if (!st && rep.sequences) record_step(s, &rep);
         llmem__srv_sample(s, false);
@@ -399,7 +399,7 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
         if (err) {
             err->type = "invalid_request_error";
             err->param[0] = 0;
-            snprintf(err->message, sizeof err->message, "%s", llmem_last_error());
+            snprintf(err->message, sizeof err->message, "%s", llmem_error_message());
             switch (st) {
             case LLMEM_ECAPACITY:
                 err->http_status = 429;
@@ -458,8 +458,8 @@ static llmem_status setup_chat(llmem_server *s)
     }
     llmem_status st = llmem_chat_format_init(t, s->tok, &s->chat);
     if (st) {
-        if (!from_model) return llmem__fail(LLMEM_EINVAL, "serve: %s", llmem_last_error());
-        snprintf(s->chat_why, sizeof s->chat_why, "the model's chat template cannot be used: %s", llmem_last_error());
+        if (!from_model) return llmem__fail(LLMEM_EINVAL, "serve: %s", llmem_error_message());
+        snprintf(s->chat_why, sizeof s->chat_why, "the model's chat template cannot be used: %s", llmem_error_message());
         return LLMEM_OK;
     }
     s->chat_ok = true;
@@ -592,7 +592,7 @@ llmem_status llmem_server_create(const llmem_server_options *o, llmem_server **o
         s->stepper_started = true;
     if (st) {
         char msg[512];
-        snprintf(msg, sizeof msg, "%s", llmem_last_error());
+        snprintf(msg, sizeof msg, "%s", llmem_error_message());
         llmem_server_destroy(s);
         return llmem__fail(st, "%s", msg);
     }
