@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "internal.h"
 #include "serve_internal.h"
 #include "server_impl.h"
@@ -337,14 +338,6 @@ void llmem__srv_req_free(srv_req *r)
     free(r);
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *prompt, uint32_t prompt_len,
                                uint32_t max_tokens, int32_t extra_stop, llmem_oai_error *err)
 {
@@ -368,7 +361,7 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
     uint64_t serial = ++s->next_id;
     pthread_mutex_unlock(&s->mu);
     snprintf(r->id_str, sizeof r->id_str, "%s-%016llx", q->kind == LLMEM_OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)mix64(serial ^ s->start_ns));
+             (unsigned long long)llmem__splitmix64(serial ^ s->start_ns));
     r->created = time(NULL);
 
     int32_t stops[3];
@@ -386,7 +379,7 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
     p.n = q->n;
     p.temperature = q->temperature;
     p.top_p = q->top_p >= 1.0f ? 0 : q->top_p;
-    p.seed = q->seed_set ? q->seed : mix64(serial + llmem__now_ns());
+    p.seed = q->seed_set ? q->seed : llmem__splitmix64(serial + llmem__now_ns());
     p.stop_tokens = stops;
     p.stop_token_count = nstops;
     p.user = r;
