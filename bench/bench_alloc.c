@@ -114,9 +114,9 @@ static void mix_free(void *ctx, void *p, size_t n)
 static result w_tensor_mix(bool quick)
 {
     tensor_mix_ops ops = {mix_alloc, mix_free, NULL};
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     uint64_t n = tensor_mix_run(quick ? 60 : 300, 7, &tensor_mix_llama2_7b, &ops);
-    return (result){n, (double)(tool_now_ns() - t0) / 1e9, 0, 0};
+    return (result){n, (double)(llmem_time_now_ns() - t0) / 1e9, 0, 0};
 }
 
 static result w_small(bool quick)
@@ -124,7 +124,7 @@ static result w_small(bool quick)
     enum { SLOTS = 65536 };
     void **slot = calloc(SLOTS, sizeof *slot);
     uint64_t s = 11, ops = 0, target = quick ? 2000000 : 10000000;
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     while (ops < target) {
         size_t k = (size_t)(bench_rand(&s) % SLOTS);
         if (slot[k]) {
@@ -137,7 +137,7 @@ static result w_small(bool quick)
             ops++;
         }
     }
-    double sec = (double)(tool_now_ns() - t0) / 1e9;
+    double sec = (double)(llmem_time_now_ns() - t0) / 1e9;
     for (size_t k = 0; k < SLOTS; k++)
         if (slot[k]) A_free(slot[k]);
     free(slot);
@@ -174,7 +174,7 @@ static result w_cross_thread(bool quick)
     r->n = quick ? 1000000 : 5000000;
     pthread_t t;
     uint64_t s = 13;
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     pthread_create(&t, NULL, consumer, r);
     for (uint64_t i = 0; i < r->n; i++) {
         while (i - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) >= RING) {
@@ -186,7 +186,7 @@ static result w_cross_thread(bool quick)
         __atomic_store_n(&r->tail, i + 1, __ATOMIC_RELEASE);
     }
     pthread_join(t, NULL);
-    double sec = (double)(tool_now_ns() - t0) / 1e9;
+    double sec = (double)(llmem_time_now_ns() - t0) / 1e9;
     uint64_t n = r->n;
     free(r);
     return (result){n, sec, 0, 0};
@@ -232,13 +232,13 @@ static result w_larson(int threads, bool quick)
     pthread_barrier_init(&L.bar, NULL, (unsigned)threads);
     pthread_t t[8];
     larg a[8];
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     for (int i = 0; i < threads; i++) {
         a[i] = (larg){&L, i};
         pthread_create(&t[i], NULL, larson_worker, &a[i]);
     }
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
-    double sec = (double)(tool_now_ns() - t0) / 1e9;
+    double sec = (double)(llmem_time_now_ns() - t0) / 1e9;
     for (int i = 0; i < threads; i++) {
         for (size_t k = 0; k < LSLOTS; k++)
             if (L.arrays[i][k]) A_free(L.arrays[i][k]);
@@ -254,7 +254,7 @@ static result w_burst_idle(bool quick)
     void **v = malloc(cap * sizeof *v);
     size_t *sz = malloc(cap * sizeof *sz);
     uint64_t s = 19;
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     while (sum < total) {
         if (n == cap) {
             cap *= 2;
@@ -267,7 +267,7 @@ static result w_burst_idle(bool quick)
         sz[n++] = k;
         sum += k;
     }
-    double sec = (double)(tool_now_ns() - t0) / 1e9;
+    double sec = (double)(llmem_time_now_ns() - t0) / 1e9;
     size_t live = 0;
     for (size_t i = 0; i < n; i++) {
         if (bench_rand(&s) % 10 != 0) {
@@ -337,7 +337,7 @@ static int child(const char *wname, const char *aname, bool quick)
     if (!w) return 2;
     if (!strcmp(aname, "llmem")) {
         if (llmem_pool_create(NULL, &g_pool)) {
-            fprintf(stderr, "bench alloc: %s\n", llmem_last_error());
+            fprintf(stderr, "bench alloc: %s\n", llmem_error_message());
             return 1;
         }
         A_alloc = pool_alloc;

@@ -32,7 +32,7 @@ typedef struct subject {
 static void *must(void *p)
 {
     if (!p) {
-        fprintf(stderr, "llmem bench checked: allocation failed: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem bench checked: allocation failed: %s\n", llmem_error_message());
         exit(1);
     }
     return p;
@@ -133,7 +133,7 @@ static void make_subject(const workload *w, bool checked, subject *s)
         st = llmem_fixed_create(&o, &s->fixed);
     }
     if (st) {
-        fprintf(stderr, "llmem bench checked: cannot create the pool: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem bench checked: cannot create the pool: %s\n", llmem_error_message());
         exit(1);
     }
 }
@@ -146,9 +146,9 @@ static double time_run(const workload *w, bool checked, uint64_t ops, uint64_t *
     subject s;
     make_subject(w, checked, &s);
     w->fn(&s, ops / 20 + 1);
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     *done = w->fn(&s, ops);
-    uint64_t t1 = tool_now_ns();
+    uint64_t t1 = llmem_time_now_ns();
     uint64_t corrupt = 0;
     if (s.pool) {
         llmem_pool_stats ps;

@@ -52,7 +52,7 @@ static void result(const char *bench, const char *subject, const char *metric, d
 
 static void die(const char *what)
 {
-    fprintf(stderr, "llmem bench device: %s: %s\n", what, llmem_last_error());
+    fprintf(stderr, "llmem bench device: %s: %s\n", what, llmem_error_message());
     exit(1);
 }
 
@@ -111,10 +111,10 @@ static double time_mix(const tensor_mix_ops *ops, int steps)
 {
     tensor_mix_run(3, 7, NULL, ops);
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     uint64_t n = tensor_mix_run(steps, 42, NULL, ops);
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    uint64_t t1 = tool_now_ns();
+    uint64_t t1 = llmem_time_now_ns();
     return n ? (double)(t1 - t0) / (double)n : 0;
 }
 
@@ -163,7 +163,7 @@ static void bench_alloc(int device, int steps, int rounds)
         result("alloc", names[k], "ns_per_alloc_free", bench_median(t[k], (size_t)rounds), "ns");
         free(t[k]);
     }
-    if (!pv) printf("# cuda-vmm: %s\n", llmem_last_error());
+    if (!pv) printf("# cuda-vmm: %s\n", llmem_error_message());
     llmem_pool_destroy(pc);
     llmem_pool_destroy(pv);
     llmem_resource_destroy(cuda);
@@ -178,7 +178,7 @@ static void bench_grow(int device, size_t max)
     /* cudaMalloc: a new buffer per step, the old one copied over and freed. */
     void *buf = NULL;
     size_t have = 0, peak = 0;
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     for (size_t want = step; want <= max; want += step) {
         void *nb = NULL;
         cuda_check(cudaMalloc(&nb, want), "cudaMalloc");
@@ -190,7 +190,7 @@ static void bench_grow(int device, size_t max)
         buf = nb;
         have = want;
     }
-    uint64_t t1 = tool_now_ns();
+    uint64_t t1 = llmem_time_now_ns();
     for (size_t want = max - step; want >= step; want -= step) {
         void *nb = NULL;
         cuda_check(cudaMalloc(&nb, want), "cudaMalloc");
@@ -198,7 +198,7 @@ static void bench_grow(int device, size_t max)
         cuda_check(cudaFree(buf), "cudaFree");
         buf = nb;
     }
-    uint64_t t2 = tool_now_ns();
+    uint64_t t2 = llmem_time_now_ns();
     cuda_check(cudaFree(buf), "cudaFree");
     result("grow", "cudaMalloc+copy", "grow_ms", (double)(t1 - t0) / 1e6, "ms");
     result("grow", "cudaMalloc+copy", "shrink_ms", (double)(t2 - t1) / 1e6, "ms");
@@ -207,18 +207,18 @@ static void bench_grow(int device, size_t max)
     llmem_cuda_options co = {.device = device};
     llmem_resource *vmm = NULL;
     if (llmem_cuda_vmm_resource_create(&co, &vmm)) {
-        printf("# grow: cuda-vmm unavailable: %s\n", llmem_last_error());
+        printf("# grow: cuda-vmm unavailable: %s\n", llmem_error_message());
         return;
     }
     void *base = NULL;
     if (llmem_resource_map(vmm, max, 0, LLMEM_MAP_UNCOMMITTED, &base)) die("cuda-vmm reserve");
-    t0 = tool_now_ns();
+    t0 = llmem_time_now_ns();
     for (size_t at = 0; at < max; at += step)
         if (llmem_resource_commit(vmm, (char *)base + at, step)) die("cuda-vmm commit");
-    t1 = tool_now_ns();
+    t1 = llmem_time_now_ns();
     for (size_t at = max - step; at >= step; at -= step)
         if (llmem_resource_decommit(vmm, (char *)base + at, step)) die("cuda-vmm decommit");
-    t2 = tool_now_ns();
+    t2 = llmem_time_now_ns();
     llmem_resource_stats s;
     memset(&s, 0, sizeof s);
     llmem_resource_get_stats(vmm, &s);
@@ -260,11 +260,11 @@ static void bench_kv(int device, int tokens)
     llmem_kv_seq s[SEQS];
     for (int i = 0; i < SEQS; i++)
         if (llmem_kv_seq_create(kv, 0, &s[i])) die("kv seq create");
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     for (int t = 0; t < tokens; t++)
         for (int i = 0; i < SEQS; i++)
             if (llmem_kv_seq_append(kv, s[i], 1, NULL, NULL)) die("kv append");
-    uint64_t t1 = tool_now_ns();
+    uint64_t t1 = llmem_time_now_ns();
     result("kv", "append (16 seqs, llama-2-7b)", "tokens_per_s", (double)tokens * SEQS / ((double)(t1 - t0) / 1e9),
            "tok/s");
     for (int i = 1; i < SEQS; i++) llmem_kv_seq_free(kv, s[i]);
@@ -274,11 +274,11 @@ static void bench_kv(int device, int tokens)
     double out_s = 0, in_s = 0;
     uint64_t bytes = 0;
     for (int r = 0; r < 5; r++) {
-        uint64_t a = tool_now_ns();
+        uint64_t a = llmem_time_now_ns();
         if (llmem_kv_seq_swap_out(kv, s[0])) die("kv swap out");
-        uint64_t b = tool_now_ns();
+        uint64_t b = llmem_time_now_ns();
         if (llmem_kv_seq_swap_in(kv, s[0])) die("kv swap in");
-        uint64_t c = tool_now_ns();
+        uint64_t c = llmem_time_now_ns();
         out_s += (double)(b - a) / 1e9;
         in_s += (double)(c - b) / 1e9;
     }
@@ -294,11 +294,11 @@ static void bench_kv(int device, int tokens)
     cuda_check(cudaMalloc(&d, bytes), "cudaMalloc");
     cuda_check(cudaHostAlloc(&h, bytes, cudaHostAllocDefault), "cudaHostAlloc");
     cuda_check(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    uint64_t a = tool_now_ns();
+    uint64_t a = llmem_time_now_ns();
     for (int r = 0; r < 5; r++) cuda_check(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    uint64_t b = tool_now_ns();
+    uint64_t b = llmem_time_now_ns();
     for (int r = 0; r < 5; r++) cuda_check(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-    uint64_t c = tool_now_ns();
+    uint64_t c = llmem_time_now_ns();
     result("swap", "cudaMemcpy D2H pinned", "GB_per_s", (double)bytes * 5 / ((double)(b - a) / 1e9) / 1e9, "GB/s");
     result("swap", "cudaMemcpy H2D pinned", "GB_per_s", (double)bytes * 5 / ((double)(c - b) / 1e9) / 1e9, "GB/s");
     cudaFree(d);
@@ -327,7 +327,7 @@ int llmem_bench_device(int argc, char **argv)
     if (rounds < 1 || rounds > 100) rounds = 5;
     int n = 0;
     if (llmem_cuda_device_count(&n) || n == 0) {
-        printf("llmem bench device: skipped: no CUDA device (%s)\n", llmem_last_error());
+        printf("llmem bench device: skipped: no CUDA device (%s)\n", llmem_error_message());
         return 0;
     }
     if (device < 0 || device >= n) {

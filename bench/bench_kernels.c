@@ -59,7 +59,7 @@ static const uint32_t wtypes[] = {F32,
 static const char *type_name(uint32_t t) { return llmem_dtype_name(t); }
 static void *scratch; /* the block types' quantised activation rows */
 
-static double now_s(void) { return (double)tool_now_ns() * 1e-9; }
+static double now_s(void) { return (double)llmem_time_now_ns() * 1e-9; }
 
 static float rnd_f(uint64_t *s) { return (float)((double)(bench_rand(s) >> 11) * 0x1p-52 - 1.0); }
 
@@ -158,16 +158,16 @@ static int bench_threads(bool json)
     for (size_t i = 0; i < sizeof teams / sizeof teams[0]; i++) {
         llmem__threads *t;
         if (llmem__threads_create(teams[i], &t)) {
-            fprintf(stderr, "llmem bench kernels: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem bench kernels: %s\n", llmem_error_message());
             return 1;
         }
         for (unsigned r = 0; r < 100; r++) llmem__threads_run(t, noop_fn, NULL); /* warm */
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        uint64_t t0 = tool_now_ns();
+        uint64_t t0 = llmem_time_now_ns();
         unsigned done = 0;
         /* At most 50000 runs, and at most half a second on a busy machine. */
-        while (done < 50000 && (done % 256 || tool_now_ns() - t0 < 500000000ull)) {
+        while (done < 50000 && (done % 256 || llmem_time_now_ns() - t0 < 500000000ull)) {
             llmem__threads_run(t, noop_fn, NULL);
             done++;
         }
@@ -241,7 +241,7 @@ int llmem_bench_kernels(int argc, char **argv)
     if (!(scratch = aligned_alloc(64, (sb + 63) / 64 * 64))) goto oom;
     for (unsigned k = 1; k <= 2; k++)
         if (llmem__threads_create(k, &team[k])) {
-            fprintf(stderr, "llmem bench kernels: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem bench kernels: %s\n", llmem_error_message());
             goto out;
         }
     double naive1 = gflops(NULL, true, x, w[0], F32, n, d, 1, y, min_s, rounds);

@@ -164,14 +164,14 @@ static double time_run(const workload *w, bool llmem, uint64_t ops)
 {
     ctx c = {0};
     if (llmem && make_ctx(w, &c)) {
-        fprintf(stderr, "llmem bench: cannot create the pool: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem bench: cannot create the pool: %s\n", llmem_error_message());
         exit(1);
     }
     uint64_t (*fn)(ctx *, uint64_t) = llmem ? w->llmem_fn : w->glibc_fn;
     bench_sink += fn(&c, ops / 50 + LIFO_BATCH); /* warm-up */
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     bench_sink += fn(&c, ops);
-    uint64_t t1 = tool_now_ns();
+    uint64_t t1 = llmem_time_now_ns();
     if (llmem) free_ctx(&c);
     return (double)(t1 - t0) / 1e9;
 }

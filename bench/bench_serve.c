@@ -66,7 +66,7 @@ typedef struct run {
     size_t busy;
 } run;
 
-static double now_s(void) { return (double)tool_now_ns() * 1e-9; }
+static double now_s(void) { return (double)llmem_time_now_ns() * 1e-9; }
 
 static int connect_port(uint16_t port)
 {
@@ -285,7 +285,7 @@ static int run_config(const config *c, const llmem_server_options *base, job *jo
     reset_hwm();
     llmem_status st = llmem_server_create(&o, &s);
     if (st) {
-        fprintf(stderr, "llmem bench serve: %s: %s\n", c->name, llmem_last_error());
+        fprintf(stderr, "llmem bench serve: %s: %s\n", c->name, llmem_error_message());
         return 1;
     }
     run r;
@@ -299,7 +299,7 @@ static int run_config(const config *c, const llmem_server_options *base, job *jo
     pthread_create(&smp, NULL, sampler, &r);
     pthread_t *th = calloc(n, sizeof *th);
     client_arg *ca = calloc(n, sizeof *ca);
-    r.t0_ns = tool_now_ns();
+    r.t0_ns = llmem_time_now_ns();
     for (size_t i = 0; i < n; i++) {
         jobs[i].ok = false;
         ca[i].r = &r;
@@ -307,7 +307,7 @@ static int run_config(const config *c, const llmem_server_options *base, job *jo
         pthread_create(&th[i], NULL, client, &ca[i]);
     }
     for (size_t i = 0; i < n; i++) pthread_join(th[i], NULL);
-    double wall = (double)(tool_now_ns() - r.t0_ns) * 1e-9;
+    double wall = (double)(llmem_time_now_ns() - r.t0_ns) * 1e-9;
     r.sampling = false;
     pthread_join(smp, NULL);
     char *mbuf = malloc(1 << 20);
@@ -320,7 +320,7 @@ static int run_config(const config *c, const llmem_server_options *base, job *jo
     free(mbuf);
     fit->f.struct_size = sizeof fit->f;
     fit->ok = !llmem_server_step_model(s, &fit->m, &fit->f);
-    if (!fit->ok) snprintf(fit->why, sizeof fit->why, "%s", llmem_last_error());
+    if (!fit->ok) snprintf(fit->why, sizeof fit->why, "%s", llmem_error_message());
     uint64_t hwm = hwm_bytes();
     llmem_server_shutdown_report rep;
     llmem_server_shutdown(s, 1000, &rep);
@@ -443,7 +443,7 @@ int llmem_bench_serve(int argc, char **argv)
     llmem_trace tr;
     memset(&tr, 0, sizeof tr);
     if (llmem_trace_load(trace_path, &tr)) {
-        fprintf(stderr, "llmem bench serve: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem bench serve: %s\n", llmem_error_message());
         return 1;
     }
     /* The model's context and vocabulary, from a server started once. */
@@ -451,7 +451,7 @@ int llmem_bench_serve(int argc, char **argv)
     probe.port = LLMEM_SERVER_PORT_ANY;
     llmem_server *s;
     if (llmem_server_create(&probe, &s)) {
-        fprintf(stderr, "llmem bench serve: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem bench serve: %s\n", llmem_error_message());
         llmem_trace_free(&tr);
         return 1;
     }

@@ -19,7 +19,7 @@ typedef struct bench_result {
     int rounds;
 } bench_result;
 
-#include "tool_util.h" /* tool_now_ns */
+#include "tool_util.h" /* llmem_time_now_ns */
 double bench_median(double *v, size_t n);
 
 /* Progress line on stderr when it is a terminal. */

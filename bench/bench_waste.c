@@ -46,7 +46,7 @@ static void *t_alloc(void *ctx, size_t n)
         got = p ? llmem_pool_usable_size(t->pool, p) : 0;
     }
     if (!p) {
-        fprintf(stderr, "bench waste: allocation of %zu bytes failed: %s\n", n, llmem_last_error());
+        fprintf(stderr, "bench waste: allocation of %zu bytes failed: %s\n", n, llmem_error_message());
         return NULL;
     }
     t->asked += n;
@@ -153,7 +153,7 @@ int llmem_bench_waste(int argc, char **argv)
         bench_progress("bench waste: %s", ws[i].name);
         if (measure(&ws[i], steps, &out[i])) {
             bench_progress_done();
-            fprintf(stderr, "llmem bench waste: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem bench waste: %s\n", llmem_error_message());
             return 1;
         }
     }

@@ -61,11 +61,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_begin();
     llmem_model *m = NULL;
-    llmem_clear_error();
+    llmem_error_clear();
     llmem_status st = llmem_model_open_memory(data, size, &m);
     if (st) {
         FZ_CHECK(!(st != LLMEM_EFORMAT && st != LLMEM_ENOTSUP && st != LLMEM_ENOMEM));
-        FZ_CHECK(!(m || !llmem_last_error()[0]));
+        FZ_CHECK(!(m || !llmem_error_message()[0]));
         return 0;
     }
     size_t n = llmem_model_tensor_count(m);

@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(err.http_status == (st == LLMEM_ENOMEM ? 500 : 400));
         FZ_CHECK(err.type && err.type[0]);
         FZ_CHECK(err.message[0]);
-        FZ_CHECK(llmem_last_error()[0]);
+        FZ_CHECK(llmem_error_message()[0]);
     } else {
         FZ_CHECK(r && r->kind == kind);
         FZ_CHECK(r->n >= 1 && r->n <= LLMEM_OAI_MAX_N);

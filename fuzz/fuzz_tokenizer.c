@@ -58,7 +58,7 @@ static void exercise(const llmem_tokenizer *t, const char *text, bool bos, bool 
     FZ_CHECK(memcmp(a, b, n * sizeof *a) == 0);
     if (n) {
         FZ_CHECK(llmem_tokenizer_encode(t, text, bos, eos, b, n - 1, &need) == LLMEM_ERANGE && need == n);
-        FZ_CHECK(llmem_last_error()[0] != '\0');
+        FZ_CHECK(llmem_error_message()[0] != '\0');
     }
     for (size_t i = 0; i < n; i++) {
         size_t len = 99;
@@ -125,7 +125,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             st = llmem_tokenizer_from_model(m, &t);
             FZ_CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_ENOTFOUND || st == LLMEM_ENOTSUP ||
                   st == LLMEM_ENOMEM);
-            if (st) FZ_CHECK(t == NULL && llmem_last_error()[0] != '\0');
+            if (st) FZ_CHECK(t == NULL && llmem_error_message()[0] != '\0');
             if (!st) exercise(t, text, bos, eos, true);
             llmem_tokenizer_destroy(st ? NULL : t);
             llmem_model_close(m);
@@ -135,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         st = llmem_tokenizer_load_memory(image, L, vocab, &t);
         FZ_CHECK(st == LLMEM_OK || st == LLMEM_EFORMAT || st == LLMEM_EINVAL || st == LLMEM_ENOMEM);
         if (st) {
-            FZ_CHECK(t == NULL && llmem_last_error()[0] != '\0');
+            FZ_CHECK(t == NULL && llmem_error_message()[0] != '\0');
         } else {
             FZ_CHECK(llmem_tokenizer_vocab_size(t) == vocab);
             exercise(t, text, bos, eos, false);

@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static inline void fz_fail(const char *what, const char *file, int line)
 {
-    fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", file, line, what, llmem_last_error());
+    fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", file, line, what, llmem_error_message());
     abort();
 }
 

@@ -109,7 +109,7 @@ TEST_OS_CASE(limit_caps_maps_and_names_the_limit)
 
     /* One page more does not fit; nor does a single map above the cap. */
     void *q = (void *)1;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_map(l, page, 0, 0, &q), LLMEM_ENOMEM);
     assert_null(q);
     assert_error_mentions("limit(os)");
@@ -416,7 +416,7 @@ static llmem_resource *new_fault(llmem_resource *up, const llmem_fault_options *
 static bool try_map(llmem_resource *f, size_t size, llmem_status want_fail)
 {
     void *p = (void *)1;
-    llmem_clear_error();
+    llmem_error_clear();
     llmem_status st = llmem_resource_map(f, size, 0, 0, &p);
     if (st == LLMEM_OK) {
         assert_non_null(p);
@@ -424,7 +424,7 @@ static bool try_map(llmem_resource *f, size_t size, llmem_status want_fail)
         return true;
     }
     if (st != want_fail) fail_msg("map -> %s, expected %s (%s)", llmem_status_name(st), llmem_status_name(want_fail),
-                                  llmem_last_error());
+                                  llmem_error_message());
     assert_null(p);
     assert_error_mentions("injected");
     return false;
@@ -627,7 +627,7 @@ TEST_OS_CASE(fault_ops_mask_copy_only)
     assert_ok(llmem_resource_map(f, page, 0, 0, (void **)&b));
     fill(a, page, 1);
     memset(b, 0, page);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_copy(f, b, a, page), LLMEM_ENOMEM);
     assert_error_mentions("injected");
     assert_error_mentions("copy");
@@ -693,7 +693,7 @@ TEST_OS_CASE(fault_custom_status)
     assert_status(llmem_resource_map(f, page, 0, 0, &p), LLMEM_EIO);
     assert_null(p);
     assert_error_mentions("LLMEM_EIO");
-    assert_int_equal(llmem_last_status(), LLMEM_EIO);
+    assert_int_equal(llmem_error_status(), LLMEM_EIO);
     assert_int_equal(test_resource_stats(f).failures_total, 1);
     o.status = LLMEM_EDEVICE;
     o.ops = LLMEM_FAULT_OP_ALL;
@@ -769,10 +769,10 @@ TEST_OS_CASE(fault_bad_options_and_wrong_resources)
     llmem_resource *f;
     for (int i = 0; i < 8; i++) {
         f = (llmem_resource *)1;
-        llmem_clear_error();
+        llmem_error_clear();
         if (llmem_fault_resource_create(os, &bad[i], &f) != LLMEM_EINVAL) fail_msg("bad option set %d accepted", i);
         assert_null(f);
-        assert_true(llmem_last_error()[0] != '\0');
+        assert_true(llmem_error_message()[0] != '\0');
     }
     f = (llmem_resource *)1;
     assert_status(llmem_fault_resource_create(NULL, &o, &f), LLMEM_EINVAL);
@@ -1072,7 +1072,7 @@ TEST_OS_CASE(tracking_refuses_what_would_corrupt_upstream)
     uint64_t refused = 0;
 
     /* A pointer it never mapped, and one inside a mapping it did. */
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_unmap(t, foreign, 2 * page, 2 * page), LLMEM_EFOREIGN);
     assert_error_mentions("never mapped");
     refused++;
@@ -1226,7 +1226,7 @@ static llmem_status gate_unmap(llmem_resource *r, void *ptr, size_t size, size_t
     if (__atomic_exchange_n(&g->hold, 0, __ATOMIC_ACQ_REL)) {
         sem_post(&g->entered);
         sem_wait(&g->release);
-        return llmem_set_error(LLMEM_EIO, "gate: unmap refused");
+        return llmem_error_set(LLMEM_EIO, "gate: unmap refused");
     }
     return llmem_resource_unmap(g->up, ptr, size, committed);
 }

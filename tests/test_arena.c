@@ -77,7 +77,7 @@ static unsigned char *must_alloc(llmem_arena *a, size_t size, size_t align)
     llmem_status st = LLMEM_ECORRUPT;
     void *p = llmem_arena_alloc(a, size, align, &st);
     if (!p || st != LLMEM_OK)
-        fail_msg("alloc(%zu, %zu) -> %p %s: %s", size, align, p, llmem_status_name(st), llmem_last_error());
+        fail_msg("alloc(%zu, %zu) -> %p %s: %s", size, align, p, llmem_status_name(st), llmem_error_message());
     return p;
 }
 
@@ -85,21 +85,21 @@ static unsigned char *must_alloc(llmem_arena *a, size_t size, size_t align)
  * fresh message mentioning `needle`. */
 #define assert_alloc_fails(a, size, align, want, needle)                                                \
     do {                                                                                                \
-        llmem_clear_error();                                                                            \
+        llmem_error_clear();                                                                            \
         llmem_status st__ = LLMEM_OK;                                                                   \
         void *p__ = llmem_arena_alloc((a), (size), (align), &st__);                                     \
         if (p__ != NULL) fail_msg("alloc(%s, %s) succeeded, expected %s", #size, #align, llmem_status_name(want)); \
         if (st__ != (want))                                                                             \
             fail_msg("alloc(%s, %s) -> %s, expected %s (%s)", #size, #align, llmem_status_name(st__),   \
-                     llmem_status_name(want), llmem_last_error());                                      \
-        assert_int_equal(llmem_last_status(), (want));                                                  \
+                     llmem_status_name(want), llmem_error_message());                                      \
+        assert_int_equal(llmem_error_status(), (want));                                                  \
         assert_error_mentions(needle);                                                                  \
     } while (0)
 
 /* A call that must fail with `want` and a fresh message mentioning needle. */
 #define assert_fails(expr, want, needle)                                                                \
     do {                                                                                                \
-        llmem_clear_error();                                                                            \
+        llmem_error_clear();                                                                            \
         assert_status((expr), (want));                                                                  \
         assert_error_mentions(needle);                                                                  \
     } while (0)
@@ -862,10 +862,10 @@ static void resource_failure_changes_nothing(void **state)
     must_alloc(a, 60000, 0);
     llmem_arena_stats s0 = ast(a);
     llmem_status st = LLMEM_OK;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_null(llmem_arena_alloc(a, 60000, 0, &st));
     assert_int_equal(st, LLMEM_ENOMEM);
-    assert_true(llmem_last_error()[0] != '\0');
+    assert_true(llmem_error_message()[0] != '\0');
     llmem_arena_stats s1 = ast(a);
     assert_int_equal(s1.used_bytes, s0.used_bytes);
     assert_int_equal(s1.allocs_total, s0.allocs_total);
@@ -1071,7 +1071,7 @@ static void bad_alloc_changes_nothing(void **state)
     llmem_arena_stats s0 = ast(a);
 
     llmem_status st = LLMEM_OK;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_null(llmem_arena_alloc(NULL, 16, 0, &st));
     assert_int_equal(st, LLMEM_EINVAL);
     assert_error_mentions("null arena");

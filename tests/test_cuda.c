@@ -33,7 +33,7 @@
         int n_ = 0;                                                                              \
         llmem_status st_ = llmem_cuda_device_count(&n_);                                         \
         if (st_ != LLMEM_OK || n_ == 0) {                                                        \
-            printf("skipped: no CUDA device (%s)\n", llmem_last_error());                        \
+            printf("skipped: no CUDA device (%s)\n", llmem_error_message());                        \
             skip();                                                                              \
         }                                                                                        \
     } while (0)
@@ -55,7 +55,7 @@ static llmem_resource *make_if_supported(creator fn)
     llmem_resource *r = NULL;
     llmem_status st = fn(NULL, &r);
     if (st == LLMEM_ENOTSUP) {
-        printf("skipped: %s\n", llmem_last_error());
+        printf("skipped: %s\n", llmem_error_message());
         skip();
     }
     assert_ok(st);
@@ -117,7 +117,7 @@ static void contract(llmem_resource *r, const char *name, llmem_mem_kind kind)
 
     /* Refusals: overlapping copy, decommit, foreign and mis-sized unmaps. */
     uint64_t failures = s.failures_total;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_copy(r, (char *)maps[5][0] + 1, maps[5][0], 4096), LLMEM_EINVAL);
     assert_status(llmem_resource_decommit(r, maps[5][0], g), LLMEM_ENOTSUP);
     assert_ok(llmem_resource_commit(r, maps[5][0], g)); /* always backed: a no-op */
@@ -167,7 +167,7 @@ static void managed_refuses_past_free_memory(void **state)
     NEED_DEVICE();
     llmem_resource *r = make_if_supported(llmem_cuda_managed_resource_create);
     void *p = (void *)&p;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_map(r, (size_t)1 << 50, 0, 0, &p), LLMEM_ENOMEM); /* 1 PiB */
     assert_error_mentions("free");
     assert_null(p);
@@ -626,7 +626,7 @@ int main(void)
 {
     int devices = 0;
     if (llmem_cuda_device_count(&devices) != LLMEM_OK || devices == 0) {
-        printf("skipped: no CUDA device (%s)\n", devices == 0 && !llmem_last_error()[0] ? "none found" : llmem_last_error());
+        printf("skipped: no CUDA device (%s)\n", devices == 0 && !llmem_error_message()[0] ? "none found" : llmem_error_message());
         return 77;
     }
     const struct CMUnitTest tests[] = {

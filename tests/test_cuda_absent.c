@@ -31,7 +31,7 @@ static const struct {
 static int device_count(void)
 {
     int n = -1;
-    llmem_clear_error();
+    llmem_error_clear();
     llmem_status st = llmem_cuda_device_count(&n);
     if (!LLMEM_TEST_HAVE_CUDA) {
         assert_status(st, LLMEM_ENOTSUP);
@@ -40,7 +40,7 @@ static int device_count(void)
         return 0;
     }
     if (st == LLMEM_EDEVICE) { /* a broken runtime: a message, no count */
-        assert_true(llmem_last_error()[0] != '\0');
+        assert_true(llmem_error_message()[0] != '\0');
         assert_int_equal(n, 0);
         return 0;
     }
@@ -55,7 +55,7 @@ static void device_count_is_clean(void **state)
     (void)state;
     int n = device_count();
     printf("llmem built %s CUDA; %d CUDA device(s)%s%s\n", LLMEM_TEST_HAVE_CUDA ? "with" : "without", n,
-           n ? "" : ": ", n ? "" : llmem_last_error());
+           n ? "" : ": ", n ? "" : llmem_error_message());
     assert_status(llmem_cuda_device_count(NULL), LLMEM_TEST_HAVE_CUDA ? LLMEM_EINVAL : LLMEM_ENOTSUP);
 }
 
@@ -65,7 +65,7 @@ static void creators_fail_cleanly_or_work(void **state)
     int n = device_count();
     for (size_t i = 0; i < sizeof creators / sizeof creators[0]; i++) {
         llmem_resource *r = (llmem_resource *)&r; /* must come back NULL on failure */
-        llmem_clear_error();
+        llmem_error_clear();
         llmem_status st = creators[i].fn(NULL, &r);
         if (!LLMEM_TEST_HAVE_CUDA) {
             assert_status(st, LLMEM_ENOTSUP);

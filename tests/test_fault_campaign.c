@@ -144,7 +144,7 @@ static void assert_injected(llmem_status st, const char *what)
 {
     if (st != LLMEM_ENOMEM)
         fail_msg("%s failed with %s, expected the injected LLMEM_ENOMEM (%s)", what, llmem_status_name(st),
-                 llmem_last_error());
+                 llmem_error_message());
 }
 
 /* ---- the synthetic model ------------------------------------------------------------ */
@@ -282,7 +282,7 @@ static bool again(eng_run *run, llmem_status st, const char *what, int *fails, b
     assert_injected(st, what);
     run->surfaced++;
     if ((*fails)++ > 0) {
-        if (!forever) fail_msg("%s failed twice with one injected failure: %s", what, llmem_last_error());
+        if (!forever) fail_msg("%s failed twice with one injected failure: %s", what, llmem_error_message());
         run->end = st;
         return false;
     }
@@ -303,7 +303,7 @@ static void check_kv(eng_run *run, llmem_kv *kv, bool forever)
         if (st == LLMEM_ENOMEM && forever) return;
         run->retried++;
     }
-    if (st) fail_msg("llmem_kv_check: %s: %s", llmem_status_name(st), llmem_last_error());
+    if (st) fail_msg("llmem_kv_check: %s: %s", llmem_status_name(st), llmem_error_message());
 }
 
 /* Run the scenario up to its teardown (engine_teardown). Failing forever
@@ -623,7 +623,7 @@ static void replay_campaign(bool controller, bool forever)
     for (uint64_t k = 1; k <= n; k = k < dense ? k + 1 : k + stride) {
         arm(&s, k, forever, 0);
         llmem_status rc = llmem_replay_run(&tr, &o, &r);
-        if (rc) fail_msg("replay, k = %llu: did not finish cleanly (%s)", (unsigned long long)k, llmem_last_error());
+        if (rc) fail_msg("replay, k = %llu: did not finish cleanly (%s)", (unsigned long long)k, llmem_error_message());
         if (forever) assert_true(fstats(&s).injected_total >= 1);
         else assert_int_equal(fstats(&s).injected_total, 1);
         assert_no_leak(&s, "replay", k);

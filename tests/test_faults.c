@@ -126,7 +126,7 @@ static void check_all(const ctx *c, const blocks *b)
 static void assert_injected_enomem(llmem_status st)
 {
     if (st != LLMEM_ENOMEM)
-        fail_msg("failed with %s, expected LLMEM_ENOMEM (%s)", llmem_status_name(st), llmem_last_error());
+        fail_msg("failed with %s, expected LLMEM_ENOMEM (%s)", llmem_status_name(st), llmem_error_message());
     assert_error_mentions("injected");
 }
 
@@ -156,7 +156,7 @@ static void *arena_get(ctx *c, llmem_arena *a, size_t size, size_t align)
             c->nulls++;
             return NULL;
         }
-        if (!p) fail_msg("the arena did not recover after one injected failure: %s", llmem_last_error());
+        if (!p) fail_msg("the arena did not recover after one injected failure: %s", llmem_error_message());
         assert_int_equal(st, LLMEM_OK);
     }
     size_t want = align ? align : c->device ? 256 : 64;
@@ -256,7 +256,7 @@ static void *fixed_get(ctx *c, llmem_fixed *p)
             c->nulls++;
             return NULL;
         }
-        if (!b) fail_msg("the pool did not recover after one injected failure: %s", llmem_last_error());
+        if (!b) fail_msg("the pool did not recover after one injected failure: %s", llmem_error_message());
         assert_int_equal(st, LLMEM_OK);
     }
     assert_true(llmem_fixed_owns(p, b));

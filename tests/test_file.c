@@ -141,7 +141,7 @@ static void outfile_refuses_what_is_not_a_regular_file(void **state)
     assert_ok(llmem_timeline_create(16, &tl));
     assert_status(llmem_timeline_write_html(tl, fifo, NULL), LLMEM_EIO);
     assert_error_mentions("timeline: refusing to write");
-    if (strstr(llmem_last_error(), "timeline: timeline:")) fail_msg("doubled prefix: %s", llmem_last_error());
+    if (strstr(llmem_error_message(), "timeline: timeline:")) fail_msg("doubled prefix: %s", llmem_error_message());
     llmem_timeline_destroy(tl);
     /* Refused while writing, too: the target became a FIFO meanwhile. */
     const char *later = test_tmp_path("later");
@@ -214,7 +214,7 @@ static void inputs_refuse_a_fifo_at_once(void **state)
     llmem_tokenizer *t;
     assert_status(llmem_tokenizer_load(fifo, 512, &t), LLMEM_EIO);
     assert_error_mentions("is a FIFO, not a regular file");
-    if (strstr(llmem_last_error(), "tokenizer: tokenizer:")) fail_msg("doubled prefix: %s", llmem_last_error());
+    if (strstr(llmem_error_message(), "tokenizer: tokenizer:")) fail_msg("doubled prefix: %s", llmem_error_message());
     llmem_trace tr;
     assert_status(llmem_trace_load(fifo, &tr), LLMEM_EIO);
     assert_error_mentions("is a FIFO, not a regular file");

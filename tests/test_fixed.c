@@ -410,7 +410,7 @@ static void max_blocks_is_exact(void **state)
                 fill(b[i], 64, i);
             }
             assert_disjoint(b, MAX, 64);
-            llmem_clear_error();
+            llmem_error_clear();
             llmem_status st = LLMEM_OK;
             assert_null(llmem_fixed_alloc(p, &st));
             assert_int_equal(st, LLMEM_ECAPACITY);
@@ -446,7 +446,7 @@ static void max_blocks_is_exact(void **state)
 static void expect_create_fails_(const llmem_fixed_options *o, llmem_status want)
 {
     llmem_fixed *p = (llmem_fixed *)(uintptr_t)1;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_create(o, &p), want);
     assert_null(p);
 }
@@ -549,7 +549,7 @@ static void fills_a_capped_resource(variant v, size_t block_size, size_t cap)
         b[n++] = x;
     }
     assert_int_equal(st, LLMEM_ENOMEM);
-    assert_true(llmem_last_error()[0] != '\0');
+    assert_true(llmem_error_message()[0] != '\0');
     llmem_fixed_stats s = quiet_stats(p);
     assert_int_equal(s.blocks_capacity, n);
     assert_int_equal(s.blocks_in_use, n);
@@ -604,7 +604,7 @@ static void expect_foreign(llmem_fixed *p, void *ptr, const char *name)
 {
     char txt[32];
     ptr_text(txt, sizeof txt, ptr);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_free(p, ptr), LLMEM_EFOREIGN);
     assert_error_mentions(name);
     assert_error_mentions(txt);
@@ -642,7 +642,7 @@ static void checked_one(variant v, size_t block_size)
     test_log_capture_start(&cap, LLMEM_LOG_WARN);
     char txt[32];
     ptr_text(txt, sizeof txt, a);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_free(p, a), LLMEM_EDOUBLEFREE);
     assert_error_mentions("kv-checked");
     assert_error_mentions(txt);
@@ -768,7 +768,7 @@ static void owns_block_starts_only(void **state)
 static void expect_create_fails(const llmem_fixed_options *o, llmem_status want, const char *mention)
 {
     llmem_fixed *p = (llmem_fixed *)(uintptr_t)1;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_create(o, &p), want);
     assert_null(p);
     if (mention) assert_error_mentions(mention);
@@ -782,10 +782,10 @@ static void bad_input_is_a_status(void **state)
     o.block_size = 64;
     llmem_fixed *p = (llmem_fixed *)(uintptr_t)1;
 
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_create(NULL, &p), LLMEM_EINVAL);
     assert_null(p);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_create(&o, NULL), LLMEM_EINVAL);
 
     o.block_size = 0;
@@ -823,21 +823,21 @@ static void bad_input_is_a_status(void **state)
 
     p = make(&o);
     llmem_status st = LLMEM_OK;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_null(llmem_fixed_alloc(NULL, &st));
     assert_int_equal(st, LLMEM_EINVAL);
-    assert_true(llmem_last_error()[0] != '\0');
+    assert_true(llmem_error_message()[0] != '\0');
     assert_null(llmem_fixed_alloc(NULL, NULL));
     void *b = llmem_fixed_alloc(p, NULL);
     assert_non_null(b);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_free(NULL, b), LLMEM_EINVAL);
     assert_ok(llmem_fixed_free(p, NULL));
     llmem_fixed_stats s;
     memset(&s, 0, sizeof s);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_get_stats(NULL, &s), LLMEM_EINVAL);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_fixed_get_stats(p, NULL), LLMEM_EINVAL);
     assert_int_equal(llmem_fixed_block_size(NULL), 0);
     assert_false(llmem_fixed_owns(NULL, b));
@@ -981,7 +981,7 @@ static void device_one(variant v, size_t block_size, size_t align)
     for (size_t i = 0; i < N; i += 2) assert_ok(llmem_fixed_free(p, b[i]));
     for (size_t i = 1; i < N; i += 2) assert_true(dev_intact(sim, b[i], stride, id[i], buf));
     if (is_checked(v)) {
-        llmem_clear_error();
+        llmem_error_clear();
         assert_status(llmem_fixed_free(p, b[0]), LLMEM_EDOUBLEFREE);
         assert_error_mentions("dev");
         assert_status(llmem_fixed_free(p, (char *)b[1] + 8), LLMEM_EFOREIGN);
@@ -1233,7 +1233,7 @@ static void property_run(variant v, bool device, uint64_t seed)
             } else {
                 if (!b)
                     fail_msg("%s pool, seed %llu, op %zu: alloc failed: %s", variant_names[v],
-                             (unsigned long long)seed, op, llmem_last_error());
+                             (unsigned long long)seed, op, llmem_error_message());
                 assert_int_equal(st, LLMEM_OK);
                 assert_true(aligned(b, m.align));
                 if (m.sim) assert_true(llmem_sim_resource_contains(m.sim, b, m.stride));

@@ -116,7 +116,7 @@ static void free_checked(worker *w, void *b, uint32_t want_tid)
               h.magic, h.tid, (unsigned long long)h.seq);
     mark_dead(b);
     llmem_status st = llmem_fixed_free(w->sh->p, b);
-    if (st) WFAIL(w, "thread %u: free of %p -> %s: %s", w->tid, b, llmem_status_name(st), llmem_last_error());
+    if (st) WFAIL(w, "thread %u: free of %p -> %s: %s", w->tid, b, llmem_status_name(st), llmem_error_message());
     w->frees++;
 }
 
@@ -171,7 +171,7 @@ static void *worker_main(void *arg)
             llmem_status st = LLMEM_EINVAL;
             void *b = llmem_fixed_alloc(sh->p, &st);
             if (!b || st != LLMEM_OK) {
-                WFAIL(w, "thread %u: alloc -> %s: %s", w->tid, llmem_status_name(st), llmem_last_error());
+                WFAIL(w, "thread %u: alloc -> %s: %s", w->tid, llmem_status_name(st), llmem_error_message());
                 n = i;
                 break;
             }
@@ -208,8 +208,8 @@ static void *worker_main(void *arg)
                 stamp(b, sh->stride, w->tid, seq++);
                 free_checked(w, b, w->tid);
                 w->double_free_status = llmem_fixed_free(sh->p, b); /* again */
-                if (w->double_free_status == LLMEM_EDOUBLEFREE && !strstr(llmem_last_error(), "double free"))
-                    WFAIL(w, "thread %u: double free message \"%s\"", w->tid, llmem_last_error());
+                if (w->double_free_status == LLMEM_EDOUBLEFREE && !strstr(llmem_error_message(), "double free"))
+                    WFAIL(w, "thread %u: double free message \"%s\"", w->tid, llmem_error_message());
             }
         }
     }
@@ -395,7 +395,7 @@ static void thread_exit_returns_its_cache(void **state)
     void *b[64];
     for (int i = 0; i < 64; i++) {
         b[i] = llmem_fixed_alloc(p, NULL);
-        if (!b[i]) fail_msg("block %d of 64 not available after the thread exited: %s", i, llmem_last_error());
+        if (!b[i]) fail_msg("block %d of 64 not available after the thread exited: %s", i, llmem_error_message());
     }
     llmem_status st = LLMEM_OK;
     assert_null(llmem_fixed_alloc(p, &st));

@@ -95,13 +95,13 @@ static void pool_refusals(bool checked)
     memset(small, 9, 48);
 
     assert_status(llmem_pool_free(p, &on_stack), LLMEM_EFOREIGN);
-    assert_names(llmem_last_error(), name, &on_stack);
+    assert_names(llmem_error_message(), name, &on_stack);
     assert_status(llmem_pool_free(p, heap), LLMEM_EFOREIGN);
-    assert_names(llmem_last_error(), name, heap);
+    assert_names(llmem_error_message(), name, heap);
     assert_status(llmem_pool_free(p, theirs), LLMEM_EFOREIGN);
-    assert_names(llmem_last_error(), name, theirs);
+    assert_names(llmem_error_message(), name, theirs);
     assert_status(llmem_pool_free(p, big + 4096), LLMEM_EFOREIGN);
-    assert_names(llmem_last_error(), name, big + 4096);
+    assert_names(llmem_error_message(), name, big + 4096);
     assert_error_mentions("not its start");
     /* Nothing was freed: contents intact, the pool consistent. */
     for (size_t i = 0; i < (256u << 10); i += 4093) assert_int_equal(big[i], 7);
@@ -110,7 +110,7 @@ static void pool_refusals(bool checked)
 
     assert_ok(llmem_pool_free(p, big));
     assert_status(llmem_pool_free(p, big), LLMEM_EDOUBLEFREE);
-    assert_names(llmem_last_error(), name, big);
+    assert_names(llmem_error_message(), name, big);
     assert_int_equal(test_pool_stats(p).invalid_frees_total, 5);
     assert_ok(llmem_pool_check(p));
 
@@ -169,7 +169,7 @@ static void small_double_free(bool checked)
             if (where == 1) llmem_pool_flush_thread_cache(p); /* into its slab */
         }
         assert_status(llmem_pool_free(p, a), LLMEM_EDOUBLEFREE);
-        assert_names(llmem_last_error(), name, a);
+        assert_names(llmem_error_message(), name, a);
         assert_error_mentions("double free");
         assert_int_equal(test_pool_stats(p).invalid_frees_total, ++refused);
         assert_ok(llmem_pool_check(p));
@@ -208,7 +208,7 @@ static void pool_device_small_double_free(void **state)
     assert_non_null(a);
     assert_ok(llmem_pool_free(p, a));
     assert_status(llmem_pool_free(p, a), LLMEM_EDOUBLEFREE);
-    assert_names(llmem_last_error(), "hard-device", a);
+    assert_names(llmem_error_message(), "hard-device", a);
     void *c = llmem_pool_alloc(p, 1000, NULL), *d = llmem_pool_alloc(p, 1000, NULL);
     assert_ptr_not_equal(c, d);
     assert_ok(llmem_pool_free(p, c));
@@ -233,12 +233,12 @@ static void pool_destroy_reports_live_blocks(void **state)
     /* A destroy on a caller's error path leaves that error in place (the
      * report is a log line): the caller's last error is read after. */
     assert_null(llmem_pool_alloc(NULL, 1, NULL));
-    assert_int_equal(llmem_last_status(), LLMEM_EINVAL);
+    assert_int_equal(llmem_error_status(), LLMEM_EINVAL);
     llmem_pool_destroy(p);
     /* 112 + 3072 + 1 MiB */
     assert_non_null(strstr(cap.last_at[LLMEM_LOG_WARN], "'hard-leaky'"));
     assert_non_null(strstr(cap.last_at[LLMEM_LOG_WARN], "3 live block(s) of 1051760 bytes"));
-    assert_int_equal(llmem_last_status(), LLMEM_EINVAL);
+    assert_int_equal(llmem_error_status(), LLMEM_EINVAL);
     /* Nothing live: nothing said. */
     p = pool_new("hard-clean", false);
     a = llmem_pool_alloc(p, 100, NULL);
@@ -262,7 +262,7 @@ static void pool_checked_overflow(void **state)
         UNSEEN_WRITE(a + sizes[i], 1);
         a[sizes[i]] = 0x41; /* one byte past the end */
         assert_status(llmem_pool_free(p, a), LLMEM_ECORRUPT);
-        assert_names(llmem_last_error(), "hard-checked", a);
+        assert_names(llmem_error_message(), "hard-checked", a);
         assert_error_mentions("out of bounds");
         assert_int_equal(test_pool_stats(p).corruptions_total, i + 1);
         /* The block was freed anyway: nothing live, the pool consistent. */
@@ -335,13 +335,13 @@ static void fixed_checked(bool thread_safe)
     memset(a, 3, 96);
     memset(b, 4, 96);
     assert_status(llmem_fixed_free(f, &on_stack), LLMEM_EFOREIGN);
-    assert_names(llmem_last_error(), "hard-fixed", &on_stack);
+    assert_names(llmem_error_message(), "hard-fixed", &on_stack);
     assert_status(llmem_fixed_free(f, a + 8), LLMEM_EFOREIGN);
-    assert_names(llmem_last_error(), "hard-fixed", a + 8);
+    assert_names(llmem_error_message(), "hard-fixed", a + 8);
     assert_error_mentions("not its start");
     assert_ok(llmem_fixed_free(f, a));
     assert_status(llmem_fixed_free(f, a), LLMEM_EDOUBLEFREE);
-    assert_names(llmem_last_error(), "hard-fixed", a);
+    assert_names(llmem_error_message(), "hard-fixed", a);
     llmem_fixed_stats s = test_fixed_stats(f);
     assert_int_equal(s.foreign_frees_total, 2);
     assert_int_equal(s.double_frees_total, 1);

@@ -363,7 +363,7 @@ static void account(model *m, uint64_t inj_before, llmem_status st)
     if (!m->fault || injected_now(m) == inj_before) return;
     if (st == LLMEM_OK) m->absorbed++;
     else if (st == LLMEM_ENOMEM) m->surfaced++;
-    else fail_msg("an injected failure surfaced as %s: %s", llmem_status_name(st), llmem_last_error());
+    else fail_msg("an injected failure surfaced as %s: %s", llmem_status_name(st), llmem_error_message());
 }
 
 /* Refusals for memory are allowed only where the model allows them. */
@@ -374,7 +374,7 @@ static bool refused(model *m, llmem_status st, const char *what)
         m->preempts++;
         return true;
     }
-    fail_msg("%s -> %s: %s", what, llmem_status_name(st), llmem_last_error());
+    fail_msg("%s -> %s: %s", what, llmem_status_name(st), llmem_error_message());
     return true;
 }
 
@@ -1964,7 +1964,7 @@ static void appends_take_no_malloc(void **state)
             for (int i = 0; i < 2; i++) {
                 tok[i]++;
                 llmem_status st = llmem_kv_seq_append(kv, s[i], 1, &tok[i], NULL);
-                if (st) fail_msg("append %d: %s (%s)", k, llmem_status_name(st), llmem_last_error());
+                if (st) fail_msg("append %d: %s (%s)", k, llmem_status_name(st), llmem_error_message());
             }
         struct mallinfo2 after = mallinfo2();
         if (after.uordblks != before.uordblks || after.hblks != before.hblks || after.arena != before.arena)

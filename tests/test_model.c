@@ -88,7 +88,7 @@ static llmem_status open_copy(const uint8_t *p, size_t n, llmem_model **m, uint8
     *copy = malloc(n ? n : 1);
     assert_non_null(*copy);
     if (n) memcpy(*copy, p, n);
-    llmem_clear_error();
+    llmem_error_clear();
     return llmem_model_open_memory(*copy, n, m);
 }
 
@@ -255,7 +255,7 @@ static void block_types_load(void **state)
         assert_int_equal(stat(path, &sb), 0);
         assert_int_equal(truncate(path, sb.st_size - 1), 0);
         assert_status(llmem_model_open(path, NULL, &m), LLMEM_EFORMAT);
-        assert_true(strstr(llmem_last_error(), "output.weight") != NULL); /* the last tensor runs past the end */
+        assert_true(strstr(llmem_error_message(), "output.weight") != NULL); /* the last tensor runs past the end */
     }
     unlink(path);
 }
@@ -621,11 +621,11 @@ static void expect_raw(const raw *r, llmem_status want, const char *mentions)
     llmem_model *m;
     uint8_t *copy;
     llmem_status st = open_copy(b.p, b.n, &m, &copy);
-    if (st != want) fail_msg("%s, expected %s (%s)", llmem_status_name(st), llmem_status_name(want), llmem_last_error());
+    if (st != want) fail_msg("%s, expected %s (%s)", llmem_status_name(st), llmem_status_name(want), llmem_error_message());
     if (st) {
         assert_null(m);
-        if (mentions && !strstr(llmem_last_error(), mentions))
-            fail_msg("\"%s\" does not mention \"%s\"", llmem_last_error(), mentions);
+        if (mentions && !strstr(llmem_error_message(), mentions))
+            fail_msg("\"%s\" does not mention \"%s\"", llmem_error_message(), mentions);
     } else {
         check_model(m, copy, b.n);
         llmem_model_close(m);
@@ -870,9 +870,9 @@ static void hostile_llama2c(void **state)
         memcpy(p + 4 * bad[i].field, &bad[i].value, 4);
         llmem_model *m;
         llmem_status st = llmem_model_open_memory(p, size, &m);
-        if (st != LLMEM_EFORMAT || !strstr(llmem_last_error(), bad[i].mentions))
+        if (st != LLMEM_EFORMAT || !strstr(llmem_error_message(), bad[i].mentions))
             fail_msg("case %zu: %s \"%s\", expected EFORMAT mentioning \"%s\"", i, llmem_status_name(st),
-                     llmem_last_error(), bad[i].mentions);
+                     llmem_error_message(), bad[i].mentions);
         free(p);
     }
     /* One byte more or less than the header implies. */
@@ -990,12 +990,12 @@ static void hostile_gguf(void **state)
         memcpy(p, good.p, good.n);
         memcpy(p + patch[i].at, &patch[i].value, (size_t)patch[i].width);
         llmem_model *m;
-        llmem_clear_error();
+        llmem_error_clear();
         llmem_status st = llmem_model_open_memory(p, good.n, &m);
         if (st == LLMEM_OK) fail_msg("patch %zu opened", i);
-        if (st != LLMEM_EFORMAT || !strstr(llmem_last_error(), patch[i].mentions))
+        if (st != LLMEM_EFORMAT || !strstr(llmem_error_message(), patch[i].mentions))
             fail_msg("patch %zu: %s \"%s\", expected EFORMAT mentioning \"%s\"", i, llmem_status_name(st),
-                     llmem_last_error(), patch[i].mentions);
+                     llmem_error_message(), patch[i].mentions);
         free(p);
     }
     free(good.p);
@@ -1057,8 +1057,8 @@ static void truncate_all(const uint8_t *p, size_t whole, size_t stride, size_t d
         llmem_model *m;
         uint8_t *copy;
         llmem_status st = open_copy(p, n, &m, &copy);
-        if (st != LLMEM_EFORMAT || !llmem_last_error()[0])
-            fail_msg("truncated to %zu of %zu: %s \"%s\"", n, size, llmem_status_name(st), llmem_last_error());
+        if (st != LLMEM_EFORMAT || !llmem_error_message()[0])
+            fail_msg("truncated to %zu of %zu: %s \"%s\"", n, size, llmem_status_name(st), llmem_error_message());
         assert_null(m);
         free(copy);
     }
@@ -1121,14 +1121,14 @@ static size_t bit_flips_in(const uint8_t *good, size_t size, size_t region)
         memcpy(p, good, size);
         p[bit / 8] ^= (uint8_t)(1u << (bit % 8));
         llmem_model *m;
-        llmem_clear_error();
+        llmem_error_clear();
         llmem_status st = llmem_model_open_memory(p, size, &m);
         if (st == LLMEM_OK) {
             check_model(m, p, size);
             llmem_model_close(m);
             opened++;
-        } else if ((st != LLMEM_EFORMAT && st != LLMEM_ENOTSUP && st != LLMEM_ENOMEM) || !llmem_last_error()[0]) {
-            fail_msg("bit %zu: %s \"%s\"", bit, llmem_status_name(st), llmem_last_error());
+        } else if ((st != LLMEM_EFORMAT && st != LLMEM_ENOTSUP && st != LLMEM_ENOMEM) || !llmem_error_message()[0]) {
+            fail_msg("bit %zu: %s \"%s\"", bit, llmem_status_name(st), llmem_error_message());
         }
     }
     free(p);
@@ -1444,7 +1444,7 @@ static void mapping_options(void **state)
     } else {
         assert_status(s, LLMEM_EPERM);
         assert_error_mentions("RLIMIT_MEMLOCK");
-        print_message("mlock refused here: %s\n", llmem_last_error());
+        print_message("mlock refused here: %s\n", llmem_error_message());
     }
     assert_false(mapped(path));
 

@@ -30,7 +30,7 @@ static void parse_bad(llmem_oai_kind kind, const char *body, llmem_status want, 
     assert_string_equal(err.type, "invalid_request_error");
     assert_string_equal(err.param, param ? param : "");
     if (!strstr(err.message, needle)) fail_msg("%s: message \"%s\" lacks \"%s\"", body, err.message, needle);
-    assert_true(llmem_last_error()[0] != 0);
+    assert_true(llmem_error_message()[0] != 0);
 }
 
 static void test_completion_fields(void **state)

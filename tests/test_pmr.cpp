@@ -86,7 +86,7 @@ static void failure_throws_bad_alloc(void **)
         thrown = true;
     }
     assert_true(thrown);
-    assert_int_equal(llmem_last_status(), LLMEM_ENOMEM);
+    assert_int_equal(llmem_error_status(), LLMEM_ENOMEM);
     assert_int_equal(live(pool.get()), 0);
 }
 

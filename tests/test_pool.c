@@ -90,7 +90,7 @@ static void property_run(llmem_resource *res, bool checked, uint64_t seed, int o
             if (test_rng_next(&s) % 4 == 0) align = (size_t)1 << (test_rng_next(&s) % 17);
             llmem_status st;
             unsigned char *q = align ? llmem_pool_alloc_aligned(p, size, align, &st) : llmem_pool_alloc(p, size, &st);
-            if (!q) fail_msg("alloc %zu align %zu: %s", size, align, llmem_last_error());
+            if (!q) fail_msg("alloc %zu align %zu: %s", size, align, llmem_error_message());
             size_t want = align > (dev ? 256u : 16u) ? align : (dev ? 256u : 16u);
             if ((uintptr_t)q % want) fail_msg("alloc %zu: %p not aligned to %zu", size, (void *)q, want);
             assert_true(llmem_pool_owns(p, q));
@@ -102,7 +102,7 @@ static void property_run(llmem_resource *res, bool checked, uint64_t seed, int o
             size_t size = rand_size(&s, max_size);
             llmem_status st;
             unsigned char *q = llmem_pool_realloc(p, v[i].p, size, &st);
-            if (!q) fail_msg("realloc %zu: %s", size, llmem_last_error());
+            if (!q) fail_msg("realloc %zu: %s", size, llmem_error_message());
             size_t keep = size < v[i].size ? size : v[i].size;
             verify(dev, q, keep, v[i].tag);
             fill(dev, q, size, tag);

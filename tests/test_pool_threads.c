@@ -67,7 +67,7 @@ static void *worker(void *arg)
         if (r < 50 && n < 64) {
             size_t size = 1 + test_rng_next(&s) % (r < 2 && sh->with_large ? (300 << 10) : 2048);
             unsigned char *p = llmem_pool_alloc(sh->pool, size, NULL);
-            if (!p) fail_msg("alloc %zu: %s", size, llmem_last_error());
+            if (!p) fail_msg("alloc %zu: %s", size, llmem_error_message());
             unsigned char tag = (unsigned char)test_rng_next(&s);
             for (size_t i = 0; i < size; i += 61) p[i] = (unsigned char)(tag + i);
             mine[n++] = (item){p, size, tag};
@@ -409,7 +409,7 @@ static void *property_worker(void *arg)
             size_t size = 1 + (size_t)(test_rng_next(&s) % (test_rng_next(&s) % 8 == 0 ? 262144 : 2048));
             size_t align = test_rng_next(&s) % 5 == 0 ? (size_t)1 << (4 + test_rng_next(&s) % 9) : 0;
             unsigned char *q = align ? llmem_pool_alloc_aligned(a->pool, size, align, NULL) : llmem_pool_alloc(a->pool, size, NULL);
-            if (!q) fail_msg("alloc %zu: %s", size, llmem_last_error());
+            if (!q) fail_msg("alloc %zu: %s", size, llmem_error_message());
             size_t want = align > min_align ? align : min_align;
             if ((uintptr_t)q % want) fail_msg("%p not aligned to %zu", (void *)q, want);
             unsigned char tag = (unsigned char)test_rng_next(&s);
@@ -418,7 +418,7 @@ static void *property_worker(void *arg)
         } else if (r < 65 && n) {
             size_t i = test_rng_next(&s) % n, size = 1 + (size_t)(test_rng_next(&s) % 70000);
             unsigned char *q = llmem_pool_realloc(a->pool, v[i].p, size, NULL);
-            if (!q) fail_msg("realloc %zu: %s", size, llmem_last_error());
+            if (!q) fail_msg("realloc %zu: %s", size, llmem_error_message());
             pm_check(a->dev, q, size < v[i].n ? size : v[i].n, v[i].tag);
             pm_fill(a->dev, q, size, v[i].tag);
             v[i].p = q;

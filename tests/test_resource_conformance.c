@@ -102,7 +102,7 @@ static int run_cuda(void)
     int n = 0;
     llmem_status st = llmem_cuda_device_count(&n);
     if (st != LLMEM_OK || n == 0) {
-        printf("skipped: no CUDA device (%s)\n", st ? llmem_last_error() : "none found");
+        printf("skipped: no CUDA device (%s)\n", st ? llmem_error_message() : "none found");
         return 77;
     }
     const test_stack_def all[] = {
@@ -118,7 +118,7 @@ static int run_cuda(void)
         test_stack s = {{0}, 0};
         st = all[i].build(&s, all[i].arg);
         if (st == LLMEM_ENOTSUP) { /* this device cannot offer the flavour */
-            printf("%s: left out: %s\n", all[i].name, llmem_last_error());
+            printf("%s: left out: %s\n", all[i].name, llmem_error_message());
             continue;
         }
         for (size_t j = s.n; j-- > 0;) llmem_resource_destroy(s.r[j]);

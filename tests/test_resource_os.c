@@ -114,7 +114,7 @@ static void map_of_more_than_the_address_space_is_enomem(void **state)
     llmem_resource *r = os_new(NULL);
     /* Rounds fine, but no 64-bit machine has 2^62 bytes of user address space. */
     void *p = &p;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_map(r, (size_t)1 << 62, 0, LLMEM_MAP_UNCOMMITTED, &p), LLMEM_ENOMEM);
     assert_null(p);
     assert_error_mentions("mmap");
@@ -132,7 +132,7 @@ static void unmap_twice_is_refused_and_counters_stay_right(void **state)
     assert_ok(llmem_resource_map(r, 4 * pg, 0, 0, &p));
     assert_ok(llmem_resource_unmap(r, p, 4 * pg, 4 * pg));
     /* The counters are the conformance suite's; the os's own check names why. */
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_unmap(r, p, 4 * pg, 4 * pg), LLMEM_EINVAL);
     assert_error_mentions("not (all) mapped");
     assert_int_equal(test_resource_stats(r).mapped_bytes, 0); /* not wrapped below zero */
@@ -495,7 +495,7 @@ static void hugetlb_strict_without_free_pages_is_enohuge(void **state)
     llmem_resource *r = hugetlb_case(true, false, &c);
     for (unsigned flags = 0; flags <= LLMEM_MAP_UNCOMMITTED; flags += LLMEM_MAP_UNCOMMITTED) {
         void *p = &p;
-        llmem_clear_error();
+        llmem_error_clear();
         assert_status(llmem_resource_map(r, 1, 0, flags, &p), LLMEM_ENOHUGE);
         assert_null(p);
         assert_error_mentions("nr_hugepages");
@@ -602,7 +602,7 @@ static void numa_binding_to_missing_nodes_is_enotsup(void **state)
         o.numa_bind = true;
         o.numa_node = nodes[i];
         llmem_resource *r = (llmem_resource *)&r;
-        llmem_clear_error();
+        llmem_error_clear();
         assert_status(llmem_os_resource_create(&o, &r), LLMEM_ENOTSUP);
         assert_null(r);
         if (c.numa_available) assert_error_mentions("does not exist");
@@ -686,7 +686,7 @@ static int mlock_refused_child(void)
     void *p = &p;
     CHECK(llmem_resource_map(r, 64 * KiB, 0, 0, &p) == LLMEM_EPERM);
     CHECK(p == NULL);
-    CHECK(strstr(llmem_last_error(), "RLIMIT_MEMLOCK") != NULL);
+    CHECK(strstr(llmem_error_message(), "RLIMIT_MEMLOCK") != NULL);
     llmem_resource_stats s;
     memset(&s, 0, sizeof s);
     llmem_os_stats os;
@@ -792,7 +792,7 @@ static void name_option_names_the_resource(void **state)
     llmem_resource *r = os_new(&o);
     assert_string_equal(llmem_resource_name(r), "weights");
     void *p;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_map(r, 0, 0, 0, &p), LLMEM_EINVAL);
     assert_error_mentions("'weights'");
     llmem_resource_destroy(r);

@@ -50,7 +50,7 @@ static void expect_bad_copy(llmem_resource *r, void *dst, const void *src, size_
 {
     llmem_sim_stats before = test_sim_stats(r);
     llmem_resource_stats rb = test_resource_stats(r);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_copy(r, dst, src, n), LLMEM_EINVAL);
     if (mentions) assert_error_mentions(mentions);
     assert_int_equal(test_sim_stats(r).bad_copies_total, before.bad_copies_total + 1);
@@ -405,7 +405,7 @@ static void capacity_is_enforced(void **state)
     assert_int_equal(test_sim_stats(r).capacity_bytes, MiB);
     void *p, *q = &q;
     assert_ok(llmem_resource_map(r, MiB, 0, 0, &p));
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_map(r, 4 * KiB, 0, 0, &q), LLMEM_ENOMEM);
     assert_null(q);
     assert_error_mentions("out of device memory");
@@ -443,7 +443,7 @@ static void reservations_commit_against_capacity(void **state)
     assert_ok(llmem_resource_commit(r, p, 128 * KiB));
     assert_int_equal(test_sim_stats(r).used_bytes, 128 * KiB);
     assert_int_equal(test_resource_stats(r).committed_bytes, 128 * KiB);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_commit(r, p, 128 * KiB), LLMEM_EINVAL);
     assert_error_mentions("already committed");
     assert_status(llmem_resource_commit(r, p + 64 * KiB, 128 * KiB), LLMEM_EINVAL); /* half committed */
@@ -451,7 +451,7 @@ static void reservations_commit_against_capacity(void **state)
 
     assert_ok(llmem_resource_commit(r, p + 128 * KiB, 128 * KiB));
     assert_int_equal(test_sim_stats(r).used_bytes, 256 * KiB);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_commit(r, p + 512 * KiB, 4 * KiB), LLMEM_ENOMEM);
     assert_error_mentions("out of device memory");
     assert_int_equal(test_sim_stats(r).oom_total, 1);
@@ -459,7 +459,7 @@ static void reservations_commit_against_capacity(void **state)
     unsigned char one = 1;
     expect_bad_copy(r, p + 512 * KiB, &one, 1, "uncommitted");
 
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_decommit(r, p + 768 * KiB, 64 * KiB), LLMEM_EINVAL);
     assert_error_mentions("not committed");
     assert_status(llmem_resource_decommit(r, p + 192 * KiB, 128 * KiB), LLMEM_EINVAL); /* half uncommitted */
@@ -467,7 +467,7 @@ static void reservations_commit_against_capacity(void **state)
     assert_int_equal(test_sim_stats(r).used_bytes, 256 * KiB);
 
     /* unmap must be told the truth about what is committed. */
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_unmap(r, p, MiB, 0), LLMEM_EINVAL);
     assert_error_mentions("committed");
     assert_status(llmem_resource_unmap(r, p, MiB, MiB), LLMEM_EINVAL);
@@ -528,10 +528,10 @@ static void unmap_with_wrong_pointer_or_size_is_refused(void **state)
     unsigned char in[128];
     test_pattern(in, sizeof in, 40);
     assert_ok(llmem_resource_copy(r, p + pg, in, sizeof in));
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_unmap(r, p + pg, 3 * pg, 3 * pg), LLMEM_EINVAL);
     assert_error_mentions("not the start");
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_unmap(r, p, 2 * pg, 2 * pg), LLMEM_EINVAL);
     assert_error_mentions("mapped with");
     assert_status(llmem_resource_unmap(r, p, 8 * pg, 4 * pg), LLMEM_EINVAL);
@@ -630,7 +630,7 @@ static void granularity_option_is_checked_and_applied(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         o.granularity = bad[i];
         llmem_resource *r = (llmem_resource *)&r;
-        llmem_clear_error();
+        llmem_error_clear();
         assert_status(llmem_sim_resource_create(&o, &r), LLMEM_EINVAL);
         assert_null(r);
         assert_error_mentions("granularity");
@@ -684,7 +684,7 @@ static void options_default_and_create_arguments(void **state)
     r = sim_new(&d);
     assert_string_equal(llmem_resource_name(r), "gpu0");
     void *p;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_map(r, 2u << 30, 0, 0, &p), LLMEM_ENOMEM);
     assert_error_mentions("gpu0");
     llmem_resource_destroy(r);
@@ -695,7 +695,7 @@ static void sim_stats_refuse_other_resources(void **state)
     (void)state;
     llmem_sim_stats s;
     memset(&s, 0, sizeof s);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_sim_resource_get_stats(llmem_resource_default(), &s), LLMEM_EINVAL);
     assert_error_mentions("not a sim-device");
     llmem_resource *os;
@@ -745,7 +745,7 @@ static void arena_over_sim_never_touches_device_memory(void **state)
             sizes[i] = 1 + (i * 37u + round * 11u) % 3000;
             llmem_status st = LLMEM_EOS;
             ptrs[i] = llmem_arena_alloc(a, sizes[i], 0, &st);
-            if (!ptrs[i]) fail_msg("round %u alloc %u of %zu failed: %s", round, i, sizes[i], llmem_last_error());
+            if (!ptrs[i]) fail_msg("round %u alloc %u of %zu failed: %s", round, i, sizes[i], llmem_error_message());
             assert_int_equal(st, LLMEM_OK);
             assert_int_equal((uintptr_t)ptrs[i] % 256, 0); /* the device default alignment */
             assert_true(llmem_sim_resource_contains(r, ptrs[i], sizes[i]));
@@ -813,7 +813,7 @@ static void fixed_workload(bool thread_safe, bool checked)
     for (unsigned i = 0; i < FIXED_BLOCKS; i++) {
         llmem_status st = LLMEM_EOS;
         blocks[i] = llmem_fixed_alloc(p, &st);
-        if (!blocks[i]) fail_msg("alloc %u failed: %s", i, llmem_last_error());
+        if (!blocks[i]) fail_msg("alloc %u failed: %s", i, llmem_error_message());
         assert_int_equal(st, LLMEM_OK);
         assert_int_equal((uintptr_t)blocks[i] % 256, 0);
         assert_true(llmem_sim_resource_contains(r, blocks[i], 1000));

@@ -80,7 +80,7 @@ static unsigned char pat(unsigned seed, size_t i) { return (unsigned char)(seed 
 static void failed(worker *w, llmem_status st, const char *what, bool may_be_limited)
 {
     w->failures++;
-    const char *msg = llmem_last_error();
+    const char *msg = llmem_error_message();
     if (st == LLMEM_ENOMEM && strstr(msg, "injected")) {
         w->injected++;
         w->reached++;
@@ -437,7 +437,7 @@ static void pfree(pool_worker *w, pblock b)
 {
     CHECK(w, pholds(b), "thread %d: block %p (seed %u) damaged", w->id, (void *)b.p, b.seed);
     llmem_status st = llmem_fixed_free(w->s->pool, b.p);
-    CHECK(w, st == LLMEM_OK, "thread %d: free -> %s: %s", w->id, llmem_status_name(st), llmem_last_error());
+    CHECK(w, st == LLMEM_OK, "thread %d: free -> %s: %s", w->id, llmem_status_name(st), llmem_error_message());
     w->frees++;
 }
 
@@ -450,7 +450,7 @@ static void *pool_hammer(void *arg)
         if (op < 4 && w->n < LOCAL) { /* allocate */
             llmem_status st;
             unsigned char *p = llmem_fixed_alloc(s->pool, &st);
-            CHECK(w, p != NULL, "thread %d: alloc -> %s: %s", w->id, llmem_status_name(st), llmem_last_error());
+            CHECK(w, p != NULL, "thread %d: alloc -> %s: %s", w->id, llmem_status_name(st), llmem_error_message());
             if (!p) break;
             w->allocs++;
             pblock b = {p, ++w->next_seed + ((unsigned)w->id << 24)};

@@ -169,9 +169,9 @@ static void config_json_bad(void **state)
         memset(&s, 0x5a, sizeof s);
         llmem_status st = llmem_shape_from_json(bad[i].json, strlen(bad[i].json), &s);
         if (st != LLMEM_EFORMAT)
-            fail_msg("case %zu: %s, expected EFORMAT (%s)", i, llmem_status_name(st), llmem_last_error());
-        if (!strstr(llmem_last_error(), bad[i].mentions))
-            fail_msg("case %zu: \"%s\" does not mention \"%s\"", i, llmem_last_error(), bad[i].mentions);
+            fail_msg("case %zu: %s, expected EFORMAT (%s)", i, llmem_status_name(st), llmem_error_message());
+        if (!strstr(llmem_error_message(), bad[i].mentions))
+            fail_msg("case %zu: \"%s\" does not mention \"%s\"", i, llmem_error_message(), bad[i].mentions);
     }
 }
 

@@ -162,7 +162,7 @@ static void release(shared *sh, item *it)
         break;
     case K_HANDLE: {
         unsigned char *p = llmem_pool_pin(sh->pool, it->h, NULL);
-        if (!p) fail_msg("pin: %s", llmem_last_error());
+        if (!p) fail_msg("pin: %s", llmem_error_message());
         if (!intact(p, it->n, it->seed)) fail_msg("handle 0x%llx corrupted", (unsigned long long)it->h);
         assert_ok(llmem_pool_unpin(sh->pool, it->h));
         assert_ok(llmem_pool_handle_free(sh->pool, it->h));
@@ -214,7 +214,7 @@ static void op_alloc(worker *w)
     unsigned char *p = test_rng_next(&w->s) % 8
                            ? llmem_pool_alloc(w->sh->pool, n, NULL)
                            : llmem_pool_alloc_aligned(w->sh->pool, n, (size_t)64 << (test_rng_next(&w->s) % 8), NULL);
-    if (!p) fail_msg("alloc %zu: %s", n, llmem_last_error());
+    if (!p) fail_msg("alloc %zu: %s", n, llmem_error_message());
     uint64_t seed = test_rng_next(&w->s);
     fill(p, n, seed);
     w->blocks[w->nblocks++] = (item){K_BLOCK, p, 0, n, seed};
@@ -237,7 +237,7 @@ static void op_realloc(worker *w)
     if (!intact(it->p, it->n, it->seed)) fail_msg("pool block %p corrupted before realloc", it->p);
     size_t n = pick_size(&w->s);
     unsigned char *p = llmem_pool_realloc(w->sh->pool, it->p, n, NULL);
-    if (!p) fail_msg("realloc %zu: %s", n, llmem_last_error());
+    if (!p) fail_msg("realloc %zu: %s", n, llmem_error_message());
     size_t keep = n < it->n ? n : it->n;
     if (!intact(p, keep, it->seed)) fail_msg("realloc lost bytes of %p", it->p);
     fill(p, n, it->seed);
@@ -253,7 +253,7 @@ static void op_handle(worker *w)
         llmem_handle h;
         assert_ok(llmem_pool_handle_alloc(w->sh->pool, n, &h));
         unsigned char *p = llmem_pool_pin(w->sh->pool, h, NULL);
-        if (!p) fail_msg("pin: %s", llmem_last_error());
+        if (!p) fail_msg("pin: %s", llmem_error_message());
         uint64_t seed = test_rng_next(&w->s);
         fill(p, n, seed);
         assert_ok(llmem_pool_unpin(w->sh->pool, h));
@@ -264,7 +264,7 @@ static void op_handle(worker *w)
         if (r == 2) {
             /* Pin, check, unpin: the contents survive any compaction. */
             unsigned char *p = llmem_pool_pin(w->sh->pool, it.h, NULL);
-            if (!p) fail_msg("pin: %s", llmem_last_error());
+            if (!p) fail_msg("pin: %s", llmem_error_message());
             if (!intact(p, it.n, it.seed)) fail_msg("handle 0x%llx corrupted", (unsigned long long)it.h);
             assert_int_equal(llmem_pool_handle_size(w->sh->pool, it.h), it.n);
             assert_ok(llmem_pool_unpin(w->sh->pool, it.h));
@@ -281,7 +281,7 @@ static void op_fixed(worker *w)
     uint64_t r = test_rng_next(&w->s) % 2;
     if (r == 0 && w->nfixed < MAX_FIXED) {
         unsigned char *p = llmem_fixed_alloc(w->sh->fixed, NULL);
-        if (!p) fail_msg("fixed alloc: %s", llmem_last_error());
+        if (!p) fail_msg("fixed alloc: %s", llmem_error_message());
         uint64_t seed = test_rng_next(&w->s);
         fill(p, FIXED_BYTES, seed);
         w->fixed[w->nfixed++] = (item){K_FIXED, p, 0, FIXED_BYTES, seed};
@@ -316,7 +316,7 @@ static bool seq_grow(worker *w, seqstate *q, size_t n)
             q->length += n;
             return true;
         }
-        if (st != LLMEM_ENOMEM) fail_msg("append: %s: %s", llmem_status_name(st), llmem_last_error());
+        if (st != LLMEM_ENOMEM) fail_msg("append: %s: %s", llmem_status_name(st), llmem_error_message());
         atomic_fetch_add(&w->sh->enomem, 1);
         size_t victim = MAX_SEQS;
         for (size_t i = 0; i < w->nseqs; i++)

@@ -304,8 +304,8 @@ static void bad_lengths_are_eformat(void **state)
         llmem_status st = llmem_tokenizer_load_memory(m.data, m.size, 260, &t);
         if (st != LLMEM_EFORMAT) fail_msg("case %zu: %s, expected EFORMAT", c, llmem_status_name(st));
         assert_null(t);
-        if (!strstr(llmem_last_error(), cases[c].mentions))
-            fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_last_error(), cases[c].mentions);
+        if (!strstr(llmem_error_message(), cases[c].mentions))
+            fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_error_message(), cases[c].mentions);
         free(m.data);
     }
     /* The byte offset named is the token's: 4 + 259 headers + their bytes. */
@@ -942,10 +942,10 @@ static void expect_refused(llmem_model *m, size_t c, llmem_status want, const ch
     llmem_status st = llmem_tokenizer_from_model(m, &t);
     if (st != want)
         fail_msg("case %zu: %s, expected %s (%s)", c, llmem_status_name(st), llmem_status_name(want),
-                 llmem_last_error());
+                 llmem_error_message());
     assert_null(t);
-    if (!strstr(llmem_last_error(), mentions))
-        fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_last_error(), mentions);
+    if (!strstr(llmem_error_message(), mentions))
+        fail_msg("case %zu: \"%s\" does not mention \"%s\"", c, llmem_error_message(), mentions);
     llmem_model_close(m);
 }
 
@@ -1092,7 +1092,7 @@ static void bpe_expect(const llmem_tokenizer *t, bool special, const char *text,
     size_t n;
     llmem_status st = special ? llmem_tokenizer_encode_special(t, text, false, false, out, 256, &n)
                               : llmem_tokenizer_encode(t, text, false, false, out, 256, &n);
-    if (st) fail_msg("\"%s\": %s (%s)", text, llmem_status_name(st), llmem_last_error());
+    if (st) fail_msg("\"%s\": %s (%s)", text, llmem_status_name(st), llmem_error_message());
     bool same = n == wn && !memcmp(out, want, n * sizeof *out);
     if (!same) {
         char got[1024];

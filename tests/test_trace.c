@@ -114,9 +114,9 @@ static void malformed(void **state)
         memset(&t, 0x5a, sizeof t);
         llmem_status st = llmem_trace_parse(bad[i].csv, strlen(bad[i].csv), &t);
         if (st != LLMEM_EFORMAT)
-            fail_msg("case %zu: %s, expected EFORMAT (%s)", i, llmem_status_name(st), llmem_last_error());
-        if (!strstr(llmem_last_error(), bad[i].mentions))
-            fail_msg("case %zu: \"%s\" does not mention \"%s\"", i, llmem_last_error(), bad[i].mentions);
+            fail_msg("case %zu: %s, expected EFORMAT (%s)", i, llmem_status_name(st), llmem_error_message());
+        if (!strstr(llmem_error_message(), bad[i].mentions))
+            fail_msg("case %zu: \"%s\" does not mention \"%s\"", i, llmem_error_message(), bad[i].mentions);
         /* Nothing is handed out on failure. */
         assert_null(t.req);
         assert_int_equal(t.count, 0);

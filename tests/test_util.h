@@ -55,7 +55,7 @@
 #define assert_ok(expr)                                                                          \
     do {                                                                                         \
         llmem_status st_ = (expr);                                                               \
-        if (st_ != LLMEM_OK) fail_msg("%s -> %s: %s", #expr, llmem_status_name(st_), llmem_last_error()); \
+        if (st_ != LLMEM_OK) fail_msg("%s -> %s: %s", #expr, llmem_status_name(st_), llmem_error_message()); \
     } while (0)
 
 /* Assert a call fails with exactly `want` and leaves a non-empty message. */
@@ -64,15 +64,15 @@
         llmem_status st_ = (expr);                                                               \
         if (st_ != (want))                                                                       \
             fail_msg("%s -> %s, expected %s (%s)", #expr, llmem_status_name(st_), llmem_status_name(want), \
-                     llmem_last_error());                                                        \
-        if ((want) != LLMEM_OK && llmem_last_error()[0] == '\0') fail_msg("%s left no message", #expr); \
+                     llmem_error_message());                                                        \
+        if ((want) != LLMEM_OK && llmem_error_message()[0] == '\0') fail_msg("%s left no message", #expr); \
     } while (0)
 
 /* The last error message contains `needle`. */
 #define assert_error_mentions(needle)                                                            \
     do {                                                                                         \
-        if (!strstr(llmem_last_error(), (needle)))                                               \
-            fail_msg("last error \"%s\" does not mention \"%s\"", llmem_last_error(), (needle)); \
+        if (!strstr(llmem_error_message(), (needle)))                                               \
+            fail_msg("last error \"%s\" does not mention \"%s\"", llmem_error_message(), (needle)); \
     } while (0)
 
 /* The statistics getters (test_resource_stats, test_pool_stats, ...), the

@@ -95,7 +95,7 @@ static void sample(demo_run *r, phase_figures *ph, llmem_stage stage, double dt)
     llmem_engine_get_stats(r->e, &es);
     double util = es.kv_bytes ? (double)es.kv_used_bytes / (double)es.kv_bytes : -1;
     if (r->tl) {
-        llmem_timeline_sample s = {tool_now_ns(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes, util};
+        llmem_timeline_sample s = {llmem_time_now_ns(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes, util};
         llmem_timeline_record(r->tl, &s);
     }
     if (ps.reserved_bytes > ph->reserved_peak) ph->reserved_peak = ps.reserved_bytes;
@@ -124,19 +124,19 @@ static int serve(demo_run *r, request *reqs, size_t n, phase_figures *ph)
         p.prompt_len = reqs[i].prompt;
         p.max_tokens = reqs[i].gen;
         if (llmem_sched_submit(r->sched, &p, &ids[i])) {
-            fprintf(stderr, "llmem demo: submitting a request: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem demo: submitting a request: %s\n", llmem_error_message());
             return 1;
         }
     }
-    uint64_t t_prev = tool_now_ns();
+    uint64_t t_prev = llmem_time_now_ns();
     while (llmem_sched_pending(r->sched)) {
         llmem_sched_step_report rep;
         if (llmem_sched_step(r->sched, &rep)) {
-            fprintf(stderr, "llmem demo: step: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem demo: step: %s\n", llmem_error_message());
             return 1;
         }
         ph->tokens += rep.prefill_tokens + rep.decode_tokens;
-        uint64_t t = tool_now_ns();
+        uint64_t t = llmem_time_now_ns();
         sample(r, ph, rep.prefill_tokens ? LLMEM_STAGE_PREFILL : LLMEM_STAGE_DECODE, (double)(t - t_prev) * 1e-9);
         t_prev = t;
     }
@@ -148,8 +148,8 @@ static int serve(demo_run *r, request *reqs, size_t n, phase_figures *ph)
  * step, as a server's loop would. */
 static void idle(demo_run *r, phase_figures *ph, uint32_t ms)
 {
-    uint64_t end = tool_now_ns() + (uint64_t)ms * 1000000ull;
-    while (tool_now_ns() < end) {
+    uint64_t end = llmem_time_now_ns() + (uint64_t)ms * 1000000ull;
+    while (llmem_time_now_ns() < end) {
         llmem_sched_step(r->sched, NULL);
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
@@ -184,7 +184,7 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
         mo.name = "demo";
         mo.controller.idle_decay_ms = idle_ms / 2;
         if (llmem_memctl_create_for_engine(m, &eo, &mo, &mc)) {
-            fprintf(stderr, "llmem demo: controller: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem demo: controller: %s\n", llmem_error_message());
             return 1;
         }
         r->pool = llmem_memctl_pool(mc);
@@ -204,7 +204,7 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
     llmem_sched_options so = llmem_sched_options_default();
     so.controller = r->ctl;
     if (llmem_engine_create(m, &eo, &r->e) || llmem_sched_create_engine(r->e, &so, &r->sched)) {
-        fprintf(stderr, "llmem demo: engine: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem demo: engine: %s\n", llmem_error_message());
         llmem_engine_destroy(r->e);
         llmem_timeline_destroy(r->tl);
         if (mc) llmem_memctl_destroy(mc);
@@ -213,14 +213,14 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
     }
     r->vocab = c->shape.vocab;
     static const char *names[4] = {"burst 1", "idle", "burst 2", "idle"};
-    uint64_t t0 = tool_now_ns();
+    uint64_t t0 = llmem_time_now_ns();
     sample(r, &r->ph[0], LLMEM_STAGE_IDLE, 0); /* the chart starts before the first decision */
     int rc = 0;
     for (int p = 0; p < 4 && !rc; p++) {
         phase_figures *ph = &r->ph[p];
         ph->name = names[p];
         ph->reserved_start = reserved(r);
-        uint64_t g0, r0, a0, g1, r1, a1, ts = tool_now_ns();
+        uint64_t g0, r0, a0, g1, r1, a1, ts = llmem_time_now_ns();
         controller_totals(r, &g0, &r0, &a0);
         if (p % 2 == 0) rc = serve(r, reqs + (size_t)(p / 2) * DEMO_BURST, DEMO_BURST, ph);
         else idle(r, ph, idle_ms);
@@ -229,16 +229,16 @@ static int run_workload(demo_run *r, const llmem_model *m, request *reqs, const 
         ph->released = r1 - r0;
         ph->reserved_ahead = a1 - a0;
         ph->reserved_end = reserved(r);
-        ph->seconds = (double)(tool_now_ns() - ts) * 1e-9;
+        ph->seconds = (double)(llmem_time_now_ns() - ts) * 1e-9;
     }
-    r->seconds = (double)(tool_now_ns() - t0) * 1e-9;
+    r->seconds = (double)(llmem_time_now_ns() - t0) * 1e-9;
     llmem_pool_stats ps = {sizeof ps};
     llmem_pool_get_stats(r->pool, &ps);
     r->resource_calls = ps.resource_calls_total;
     if (!rc && r->tl) {
         llmem_memctl_add_decisions(r->ctl, r->tl);
         if (llmem_timeline_write_html(r->tl, timeline_path, "llmem demo: two bursts of requests, and idle")) {
-            fprintf(stderr, "llmem demo: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+            fprintf(stderr, "llmem demo: %s\n", llmem_error_message()); /* "timeline: cannot write ..." */
             rc = 1;
         }
     }
@@ -305,7 +305,7 @@ int llmem_cmd_demo(int argc, char **argv)
                "synthetic weights: its text is noise, its memory is real.\n\n",
                llmem_version());
         if (llmem_tool_synth_gguf(&s, LLMEM_DTYPE_F32, 7, tmp_model)) {
-            fprintf(stderr, "llmem demo: writing the model: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem demo: writing the model: %s\n", llmem_error_message());
             unlink(tmp_model);
             return 1;
         }
@@ -333,14 +333,14 @@ int llmem_cmd_demo(int argc, char **argv)
     /* Refuse a timeline path that cannot be written now, not after the run. */
     llmem_outfile *probe;
     if (llmem_outfile_open(timeline, &probe)) {
-        fprintf(stderr, "llmem demo: timeline: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem demo: timeline: %s\n", llmem_error_message());
         if (*tmp_model) unlink(tmp_model);
         return 1;
     }
     llmem_outfile_abort(probe);
     llmem_model *m;
     if (llmem_model_open(model_path, NULL, &m)) {
-        fprintf(stderr, "llmem demo: %s: %s\n", model_path, llmem_last_error());
+        fprintf(stderr, "llmem demo: %s: %s\n", model_path, llmem_error_message());
         if (*tmp_model) unlink(tmp_model);
         return 1;
     }

@@ -23,7 +23,7 @@ int llmem_cmd_info(int argc, char **argv)
     llmem_os_caps c;
     llmem_status st = llmem_os_get_caps(&c);
     if (st) {
-        fprintf(stderr, "llmem info: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem info: %s\n", llmem_error_message());
         return 1;
     }
     const char *resources = "os, sim-device, limit, fault, tracking";

@@ -99,7 +99,7 @@ int llmem_cmd_plan(int argc, char **argv)
         llmem_model *m;
         llmem_status st = llmem_model_open(model, NULL, &m);
         if (st) {
-            fprintf(stderr, "llmem plan: %s: %s\n", model, llmem_last_error());
+            fprintf(stderr, "llmem plan: %s: %s\n", model, llmem_error_message());
             return 1;
         }
         w.shape = llmem_model_get_config(m)->shape;
@@ -110,18 +110,18 @@ int llmem_cmd_plan(int argc, char **argv)
         llmem_model_close(m);
     } else {
         if (llmem_shape_load(shape_name, &w.shape)) {
-            fprintf(stderr, "llmem plan: %s: %s\n", shape_name, llmem_last_error());
+            fprintf(stderr, "llmem plan: %s: %s\n", shape_name, llmem_error_message());
             return 1;
         }
         if (llmem_workload_weights_bytes(&w.shape, dtype, &w.weights_bytes)) {
-            fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem plan: %s\n", llmem_error_message());
             return 1;
         }
         weights_from = llmem_dtype_name(dtype);
     }
     llmem_workload_plan p;
     if (llmem_workload_plan_make(&w, &p)) {
-        fprintf(stderr, "llmem plan: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem plan: %s\n", llmem_error_message());
         return 1;
     }
     const llmem_shape s = w.shape;

@@ -42,13 +42,13 @@ int llmem_cmd_quantize(int argc, char **argv)
         return 2;
     }
     if (llmem_dtype_parse(type, &o.type) != LLMEM_OK) {
-        fprintf(stderr, "llmem quantize: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem quantize: %s\n", llmem_error_message());
         return 2;
     }
     llmem_quantize_report r = {sizeof r};
     llmem_status st = llmem_model_quantize(in, out, &o, &r);
     if (st) {
-        fprintf(stderr, "llmem quantize: %s (%s)\n", llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st),
+        fprintf(stderr, "llmem quantize: %s (%s)\n", llmem_error_message()[0] ? llmem_error_message() : llmem_status_str(st),
                 llmem_status_name(st));
         return 1;
     }

@@ -38,7 +38,7 @@ static int run_calibration(const char *path, uint32_t threads, llmem_step_model 
 {
     llmem_model *m;
     if (llmem_model_open(path, NULL, &m)) {
-        fprintf(stderr, "llmem replay: %s: %s\n", path, llmem_last_error());
+        fprintf(stderr, "llmem replay: %s: %s\n", path, llmem_error_message());
         return 1;
     }
     llmem_engine_options eo = llmem_engine_options_default();
@@ -53,7 +53,7 @@ static int run_calibration(const char *path, uint32_t threads, llmem_step_model 
     }
     llmem_model_close(m);
     if (st) {
-        fprintf(stderr, "llmem replay: calibration: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem replay: calibration: %s\n", llmem_error_message());
         return 1;
     }
     FILE *f = json ? stderr : stdout;
@@ -181,7 +181,7 @@ static int replay_on_engine(const char *path, const char *trace_path, llmem_repl
     }
     llmem_model *m;
     if (llmem_model_open(path, NULL, &m)) {
-        fprintf(stderr, "llmem replay: %s: %s\n", path, llmem_last_error());
+        fprintf(stderr, "llmem replay: %s: %s\n", path, llmem_error_message());
         return 1;
     }
     o->shape = llmem_model_get_config(m)->shape;
@@ -199,12 +199,12 @@ static int replay_on_engine(const char *path, const char *trace_path, llmem_repl
     llmem_replay_result r;
     int rc = 1;
     if (llmem_engine_create(m, &eo, &e) || llmem_trace_load(trace_path, &trace)) {
-        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem replay: %s\n", llmem_error_message());
     } else {
         o->engine = e;
         o->fit_steps = true;
         if (llmem_replay_run(&trace, o, &r)) {
-            fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem replay: %s\n", llmem_error_message());
         } else {
             rc = 0;
             if (json) {
@@ -336,7 +336,7 @@ static int replay_strategies(replay_args *r, const llmem_trace *trace, const llm
     if (!r->json && isatty(STDERR_FILENO)) o->progress = progress;
     llmem_timeline *tl = NULL;
     if (r->timeline_path && llmem_timeline_create(0, &tl)) {
-        fprintf(stderr, "llmem replay: timeline: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem replay: timeline: %s\n", llmem_error_message());
         return 1;
     }
     o->timeline = tl;
@@ -348,7 +348,7 @@ static int replay_strategies(replay_args *r, const llmem_trace *trace, const llm
         llmem_status st = llmem_replay_run(trace, o, &rs[i]);
         if (o->progress) fprintf(stderr, "\r\033[K");
         if (st) {
-            fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem replay: %s\n", llmem_error_message());
             llmem_timeline_destroy(tl);
             return 1;
         }
@@ -356,7 +356,7 @@ static int replay_strategies(replay_args *r, const llmem_trace *trace, const llm
     int rc = 0;
     if (tl) {
         if (llmem_timeline_write_html(tl, r->timeline_path, "llmem replay: KV pool under the controller")) {
-            fprintf(stderr, "llmem replay: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+            fprintf(stderr, "llmem replay: %s\n", llmem_error_message()); /* "timeline: cannot write ..." */
             rc = 1;
         }
         llmem_timeline_destroy(tl);
@@ -391,7 +391,7 @@ int llmem_cmd_replay(int argc, char **argv)
         return 2;
     }
     if (llmem_shape_load(r.shape, &r.o.shape)) {
-        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem replay: %s\n", llmem_error_message());
         return 1;
     }
     llmem_kv_strategy list[4];
@@ -406,7 +406,7 @@ int llmem_cmd_replay(int argc, char **argv)
     }
     llmem_trace trace;
     if (llmem_trace_load(r.trace_path, &trace)) {
-        fprintf(stderr, "llmem replay: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem replay: %s\n", llmem_error_message());
         return 1;
     }
     rc = replay_strategies(&r, &trace, list, ns);

@@ -78,7 +78,7 @@ static bool parse_float(const char *s, float lo, float hi, float *out)
     return true;
 }
 
-static double now_s(void) { return (double)tool_now_ns() * 1e-9; }
+static double now_s(void) { return (double)llmem_time_now_ns() * 1e-9; }
 
 /* Print a piece as run.c does: skip lone bytes that are not printable. */
 static void print_piece(const char *p, size_t len)
@@ -110,7 +110,7 @@ static double warm_seconds;
  * prefix), so nothing is said twice. */
 static int fail(const char *what, llmem_status st)
 {
-    const char *msg = llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st);
+    const char *msg = llmem_error_message()[0] ? llmem_error_message() : llmem_status_str(st);
     size_t wl = strlen(what);
     bool named = strstr(msg, what) != NULL || (!strncmp(msg, what, wl) && msg[wl] == ':');
     if (named) fprintf(stderr, "llmem run: %s (%s)\n", msg, llmem_status_name(st));
@@ -175,7 +175,7 @@ static void timeline_sample(llmem_timeline *tl, llmem_pool *pool, llmem_engine *
     llmem_engine_stats es = {sizeof es};
     llmem_pool_get_stats(pool, &ps);
     llmem_engine_get_stats(e, &es);
-    llmem_timeline_sample s = {tool_now_ns(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes,
+    llmem_timeline_sample s = {llmem_time_now_ns(), stage, ps.reserved_bytes, ps.committed_bytes, ps.used_bytes,
                                es.kv_bytes ? (double)es.kv_used_bytes / (double)es.kv_bytes : -1};
     llmem_timeline_record(tl, &s);
 }
@@ -185,7 +185,7 @@ static bool timeline_write(llmem_timeline *tl, llmem_controller *ctl, const char
 {
     llmem_memctl_add_decisions(ctl, tl);
     if (llmem_timeline_write_html(tl, path, "llmem run")) {
-        fprintf(stderr, "llmem run: %s\n", llmem_last_error()); /* "timeline: cannot write ..." */
+        fprintf(stderr, "llmem run: %s\n", llmem_error_message()); /* "timeline: cannot write ..." */
         return false;
     }
     fprintf(stderr, "llmem run: timeline written to %s\n", path);
@@ -463,7 +463,7 @@ static int run_outputs(run_state *r)
             llmem_outfile_abort(of);
         else if (!wst) wst = llmem_outfile_commit(of);
         if (wst) {
-            fprintf(stderr, "llmem run: events: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem run: events: %s\n", llmem_error_message());
             output_failed = true;
         }
     }

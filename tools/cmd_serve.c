@@ -190,7 +190,7 @@ int llmem_cmd_serve(int argc, char **argv)
     llmem_server *s;
     llmem_status st = llmem_server_create(&o, &s);
     if (st) {
-        fprintf(stderr, "llmem serve: %s (%s)\n", llmem_last_error(), llmem_status_name(st));
+        fprintf(stderr, "llmem serve: %s (%s)\n", llmem_error_message(), llmem_status_name(st));
         return 1;
     }
     printf("llmem serve: %s on http://%s:%u/ (chat template %s)\n", llmem_server_model_name(s),
@@ -213,7 +213,7 @@ int llmem_cmd_serve(int argc, char **argv)
     st = llmem_server_shutdown(s, drain_ms, &rep);
     llmem_server_destroy(s);
     if (st) {
-        fprintf(stderr, "llmem serve: shutdown: %s\n", llmem_last_error());
+        fprintf(stderr, "llmem serve: shutdown: %s\n", llmem_error_message());
         return 1;
     }
     fprintf(stderr,

@@ -249,11 +249,11 @@ typedef struct soak {
     int error; /* a fatal error was reported */
 } soak;
 
-static double elapsed(const soak *k) { return (double)(tool_now_ns() - k->t0_ns) * 1e-9; }
+static double elapsed(const soak *k) { return (double)(llmem_time_now_ns() - k->t0_ns) * 1e-9; }
 
 static void fatal(soak *k, const char *what)
 {
-    if (!k->error) fprintf(stderr, "llmem soak: %s: %s\n", what, llmem_last_error());
+    if (!k->error) fprintf(stderr, "llmem soak: %s: %s\n", what, llmem_error_message());
     k->error = 1;
 }
 
@@ -583,7 +583,7 @@ static int load_trace(soak *k, const char *path, bool required)
     }
     llmem_trace t = {0};
     if (llmem_trace_load(path, &t)) {
-        fprintf(stderr, "llmem soak: %s: %s\n", path, llmem_last_error());
+        fprintf(stderr, "llmem soak: %s: %s\n", path, llmem_error_message());
         return 2;
     }
     k->trace_prompt = malloc(t.count * sizeof *k->trace_prompt);
@@ -820,7 +820,7 @@ static int prepare(soak *k, const char *trace, const char **trace_used)
         size_t n = strlen(k->samples_path);
         k->samples_json = n > 5 && !strcmp(k->samples_path + n - 5, ".json");
         if (llmem_outfile_open(k->samples_path, &k->samples_out)) {
-            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_error_message());
             return 2;
         }
         k->samples_file = llmem_outfile_stream(k->samples_out);
@@ -930,7 +930,7 @@ int llmem_cmd_soak(int argc, char **argv)
         free(k);
         return rc < 0 ? 0 : rc;
     }
-    k->t0_ns = tool_now_ns();
+    k->t0_ns = llmem_time_now_ns();
     if (!setup(k)) {
         if (pthread_create(&k->sampler, NULL, sampler_main, k) == 0) k->sampler_started = true;
         while (!k->error && elapsed(k) < k->seconds) {
@@ -957,7 +957,7 @@ int llmem_cmd_soak(int argc, char **argv)
         if (k->samples_json) fputs("\n]\n", k->samples_file);
         k->samples_file = NULL;
         if (llmem_outfile_commit(k->samples_out)) {
-            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_last_error());
+            fprintf(stderr, "llmem soak: --samples: %s\n", llmem_error_message());
             samples_failed = true;
         }
     }

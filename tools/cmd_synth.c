@@ -88,7 +88,7 @@ int llmem_cmd_synth(int argc, char **argv)
     }
     llmem_status st = llmem_shape_load(shape, &s);
     if (st) {
-        fprintf(stderr, "llmem synth: %s: %s\n", shape, llmem_last_error());
+        fprintf(stderr, "llmem synth: %s: %s\n", shape, llmem_error_message());
         return 1;
     }
     if (ctx) s.max_ctx = ctx;
@@ -102,7 +102,7 @@ int llmem_cmd_synth(int argc, char **argv)
     }
     st = llama2c ? llmem_synth_llama2c(&s, so.seed, out) : llmem_synth_gguf(&s, &so, out);
     if (st) {
-        fprintf(stderr, "llmem synth: %s: %s\n", out, llmem_last_error()[0] ? llmem_last_error() : llmem_status_str(st));
+        fprintf(stderr, "llmem synth: %s: %s\n", out, llmem_error_message()[0] ? llmem_error_message() : llmem_status_str(st));
         return 1;
     }
     fprintf(stderr, "llmem synth: wrote %s (%s, %s, %s weights, synthetic: the output text is meaningless)\n", out,

@@ -21,7 +21,7 @@
     do {                                                                             \
         llmem_status st_ = (expr);                                                   \
         if (st_) {                                                                   \
-            fprintf(stderr, "llmem demo: %s failed: %s\n", #expr, llmem_last_error()); \
+            fprintf(stderr, "llmem demo: %s failed: %s\n", #expr, llmem_error_message()); \
             return 1;                                                                \
         }                                                                            \
     } while (0)
@@ -48,12 +48,12 @@ static int demo_arena(llmem_exporter *ex)
         llmem_resource_get_stats(track, &before);
         size_t tokens = prompts[r];
         float *x = llmem_arena_alloc(a, tokens * dim * sizeof(float), 0, NULL);
-        if (!x) return fprintf(stderr, "demo: %s\n", llmem_last_error()), 1;
+        if (!x) return fprintf(stderr, "demo: %s\n", llmem_error_message()), 1;
         for (size_t l = 0; l < layers; l++) {
             llmem_arena_mark m = llmem_arena_save(a);
             float *q = llmem_arena_alloc(a, tokens * dim * sizeof(float), 0, NULL);
             float *att = llmem_arena_alloc(a, tokens * tokens * sizeof(float), 0, NULL);
-            if (!q || !att) return fprintf(stderr, "demo: %s\n", llmem_last_error()), 1;
+            if (!q || !att) return fprintf(stderr, "demo: %s\n", llmem_error_message()), 1;
             memset(q, 0, tokens * dim * sizeof(float));
             memset(att, 0, tokens * tokens * sizeof(float));
             CHECK(llmem_arena_rollback(a, m));
@@ -108,7 +108,7 @@ static int demo_device(llmem_exporter *ex)
     llmem_status st = LLMEM_OK;
     while (n < 1024 && (blocks[n] = llmem_fixed_alloc(kv, &st)) != NULL) n++;
     printf("   %zu blocks of %zu KiB fit; the next one: %s\n   (%s)\n", n, block / 1024, llmem_status_name(st),
-           llmem_last_error());
+           llmem_error_message());
     /* Data goes in and out through copy() only: the pool never touches it. */
     static unsigned char host[16 * 2 * 4 * 64 * 2], back[sizeof host];
     for (size_t i = 0; i < sizeof host; i++) host[i] = (unsigned char)(i * 31);
@@ -117,7 +117,7 @@ static int demo_device(llmem_exporter *ex)
     printf("   host -> device -> host round trip: %s\n", memcmp(host, back, block) ? "MISMATCH" : "identical");
     st = llmem_fixed_free(kv, blocks[0]);
     st = llmem_fixed_free(kv, blocks[0]);
-    printf("   freeing block 0 twice: %s\n   (%s)\n", llmem_status_name(st), llmem_last_error());
+    printf("   freeing block 0 twice: %s\n   (%s)\n", llmem_status_name(st), llmem_error_message());
     for (size_t i = 1; i < n; i++) llmem_fixed_free(kv, blocks[i]);
     llmem_fixed_stats fs = {0};
     llmem_fixed_get_stats(kv, &fs);
@@ -155,7 +155,7 @@ static int demo_fault(void)
     llmem_status st = LLMEM_OK;
     void *b[64];
     while (got < 64 && (b[got] = llmem_fixed_alloc(p, &st)) != NULL) got++;
-    printf("   %zu blocks, then %s: %s\n", got, llmem_status_name(st), llmem_last_error());
+    printf("   %zu blocks, then %s: %s\n", got, llmem_status_name(st), llmem_error_message());
     void *again = llmem_fixed_alloc(p, &st);
     printf("   the next call maps again and succeeds: %s\n\n", again ? "yes" : "no");
     if (again) llmem_fixed_free(p, again);

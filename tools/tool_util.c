@@ -95,10 +95,3 @@ int tool_args_bad_value(const tool_args *cl)
     fprintf(stderr, "llmem %s: bad value '%s' for %s\n", cl->cmd, cl->val, cl->opt);
     return 2;
 }
-
-uint64_t tool_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}

@@ -67,7 +67,4 @@ int tool_args_unknown(const tool_args *cl);
 /* "llmem <cmd>: bad value '<val>' for <opt>" on stderr. Returns 2. */
 int tool_args_bad_value(const tool_args *cl);
 
-/* Monotonic nanoseconds. */
-uint64_t tool_now_ns(void);
-
 #endif

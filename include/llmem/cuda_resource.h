@@ -79,7 +79,7 @@ typedef struct llmem_cuda_options {
 
 /* Number of CUDA devices. No driver or no device (cudaErrorNoDevice,
  * cudaErrorInsufficientDriver) is *out = 0 and LLMEM_OK, with
- * llmem_last_error() saying why ("cudaGetDeviceCount: ..."), so callers can
+ * llmem_error_message() saying why ("cudaGetDeviceCount: ..."), so callers can
  * skip cleanly; other runtime errors are LLMEM_EDEVICE. LLMEM_ENOTSUP
  * (and *out = 0) without CUDA. */
 LLMEM_API llmem_status llmem_cuda_device_count(int *out);

@@ -23,9 +23,9 @@
  * in a sticky folder such as /tmp only the owner of a name can do that.
  *
  *     llmem_outfile *of;
- *     if (llmem_outfile_open(path, &of)) return fail(llmem_last_error());
+ *     if (llmem_outfile_open(path, &of)) return fail(llmem_error_message());
  *     fprintf(llmem_outfile_stream(of), ...);          // every write
- *     if (llmem_outfile_commit(of)) return fail(llmem_last_error());
+ *     if (llmem_outfile_commit(of)) return fail(llmem_error_message());
  *
  * Messages name the path and say what went wrong, with no prefix (callers
  * add theirs). Not thread-safe: one thread uses an outfile.

@@ -8,8 +8,8 @@
  * or wrap a pool you already have: llmem::pool_resource r(p);
  *
  * Allocation failure throws std::bad_alloc, as memory_resource requires;
- * the llmem status and message stay readable through llmem_last_status() and
- * llmem_last_error(). Only host pools can back C++ containers (they
+ * the llmem status and message stay readable through llmem_error_status() and
+ * llmem_error_message(). Only host pools can back C++ containers (they
  * construct objects in the memory): wrapping a device pool throws
  * std::invalid_argument. C stays the language of the library; this header
  * only adapts it.
@@ -74,7 +74,7 @@ private:
     static llmem_pool *create(const llmem_pool_options *opts)
     {
         llmem_pool *p = nullptr;
-        if (llmem_pool_create(opts, &p) != LLMEM_OK) throw std::runtime_error(std::string("llmem: ") + llmem_last_error());
+        if (llmem_pool_create(opts, &p) != LLMEM_OK) throw std::runtime_error(std::string("llmem: ") + llmem_error_message());
         return p;
     }
 

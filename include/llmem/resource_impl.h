@@ -11,7 +11,7 @@
  *  - align is a power of two with min_align <= align <= max_align;
  *  - flags only holds bits the resource's caps allow;
  *  - for unmap/commit/decommit, ptr and size are granularity-aligned.
- * Ops return LLMEM_OK or an error status after calling llmem_set_error()
+ * Ops return LLMEM_OK or an error status after calling llmem_error_set()
  * with a message (the wrapper adds one naming the resource if they do not).
  *
  * Optional ops may be NULL: commit (memory is always committed), decommit
@@ -59,13 +59,7 @@ LLMEM_API void llmem_resource_init(llmem_resource *r, const llmem_resource_ops *
                                    const char *name, llmem_mem_kind kind, size_t granularity,
                                    size_t min_align, size_t max_align, unsigned caps);
 
-/* Record the calling thread's last-error message and return `status`, for
- * ops and adaptors: `return llmem_set_error(LLMEM_ENOMEM, "...", ...);` */
-LLMEM_API llmem_status llmem_set_error(llmem_status status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+/* Ops report failures through llmem_error_set (llmem/status.h). */
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #define LLMEM_STATUS_H
 
 #include <stdarg.h>
+#include <stdint.h>
 
 #include "llmem/version.h"
 
@@ -56,14 +57,50 @@ LLMEM_API const char *llmem_status_name(llmem_status status);
 
 /* The message left by the last failing llmem call in this thread, or "" if
  * none failed yet. Valid until the next llmem call in this thread. */
-LLMEM_API const char *llmem_last_error(void);
+LLMEM_API const char *llmem_error_message(void);
 
 /* The status of the last failing llmem call in this thread (LLMEM_OK if
  * none failed yet). */
-LLMEM_API llmem_status llmem_last_status(void);
+LLMEM_API llmem_status llmem_error_status(void);
 
 /* Forget the last error of this thread. */
-LLMEM_API void llmem_clear_error(void);
+LLMEM_API void llmem_error_clear(void);
+
+/* Record the calling thread's last error (status and message) and return
+ * `status`: for resource ops and adaptors (llmem/resource_impl.h) and any
+ * code built on llmem that reports through the same channel:
+ * `return llmem_error_set(LLMEM_ENOMEM, "...", ...);` */
+LLMEM_API llmem_status llmem_error_set(llmem_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* The names before 0.x (llmem_<thing>_<verb> everywhere since): the same
+ * functions under their old names, kept for one minor release so that
+ * programs built against them still link, and marked deprecated so that
+ * they tell their authors at compile time. */
+#if defined(__GNUC__)
+#define LLMEM_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define LLMEM_DEPRECATED(msg)
+#endif
+LLMEM_API LLMEM_DEPRECATED("use llmem_error_message") const char *llmem_last_error(void);
+LLMEM_API LLMEM_DEPRECATED("use llmem_error_status") llmem_status llmem_last_status(void);
+LLMEM_API LLMEM_DEPRECATED("use llmem_error_clear") void llmem_clear_error(void);
+LLMEM_API LLMEM_DEPRECATED("use llmem_error_set") llmem_status llmem_set_error(llmem_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- time --------------------------------------------------------------- */
+
+/* The library's clock: CLOCK_MONOTONIC in nanoseconds. The controller
+ * stamps its events with it and the scheduler's latencies come from it, so
+ * a caller that records timeline samples (llmem_timeline_sample.time_ns) or
+ * times its own work beside them uses this clock and the two line up. */
+LLMEM_API uint64_t llmem_time_now_ns(void);
 
 /* ---- logging ------------------------------------------------------------ */
 

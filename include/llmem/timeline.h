@@ -55,7 +55,7 @@ typedef struct llmem_timeline llmem_timeline;
 #define LLMEM_TIMELINE_TEXT_LEN 160u            /* bytes kept of an event's text, NUL included */
 
 typedef struct llmem_timeline_sample {
-    uint64_t time_ns;         /* monotonic clock; the first sample is t = 0 on the chart; a time
+    uint64_t time_ns;         /* llmem_time_now_ns; the first sample is t = 0 on the chart; a time
                                  earlier than the previous sample's is taken as that one's */
     llmem_stage stage;        /* the stage the process is in at time_ns */
     uint64_t reserved_bytes;  /* address space the pool holds (mapped) */

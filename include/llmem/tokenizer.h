@@ -22,7 +22,7 @@
  * llama-bpe), then the ranked merges of tokenizer.ggml.merges; no dummy
  * prefix, no byte-fallback tokens (every byte is a token). Their BOS and
  * EOS ids are -1 when the metadata names none, and BOS is added only when
- * asked for and present. See src/engine/tokenizer_bpe.c.
+ * asked for and present. See src/model/tokenizer_bpe.c.
  */
 #ifndef LLMEM_TOKENIZER_H
 #define LLMEM_TOKENIZER_H

@@ -7,6 +7,8 @@
  * every input bit moves about half the output bits, so consecutive inputs
  * (a counter, a position) give unrelated words. Not a cryptographic hash.
  *
+ * llmem__splitmix64 is SplitMix64's output function, for seeded streams.
+ *
  * llmem__prefix_step is the rolling hash of a token sequence: the value at
  * position pos depends on every token up to and including it and on pos,
  * so two sequences agree at pos exactly when their prefixes agree (up to
@@ -41,6 +43,16 @@ static inline uint64_t llmem__mix64(uint64_t x)
 static inline uint64_t llmem__fmix64(uint64_t x)
 {
     return llmem__xmx(x, 33, 0xff51afd7ed558ccdull, 33, 0xc4ceb9fe1a85ec53ull, 33);
+}
+
+/* SplitMix64's output function (Steele, Lea and Flood): the golden-ratio
+ * increment, then the same finaliser shape with Stafford's "Mix13"
+ * constants. Seeds and streams that must not change (the synthetic
+ * weights of every model llmem synth wrote, the fault adaptor's seeded
+ * draws, the server's request ids) are made with it. */
+static inline uint64_t llmem__splitmix64(uint64_t x)
+{
+    return llmem__xmx(x + 0x9e3779b97f4a7c15ull, 30, 0xbf58476d1ce4e5b9ull, 27, 0x94d049bb133111ebull, 31);
 }
 
 /* The prefix hash through position pos, from the one before it (0 before

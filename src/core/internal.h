@@ -17,7 +17,6 @@
 #include <time.h>
 
 #include "debug.h"
-#include "llmem/resource_impl.h"
 #include "llmem/stats.h"
 #include "llmem/status.h"
 
@@ -100,8 +99,8 @@ static inline void llmem__max(uint64_t *p, uint64_t v)
 
 /* ---- errors and logs --------------------------------------------------- */
 
-/* Record the thread's last error and return status (llmem_set_error). */
-#define llmem__fail llmem_set_error
+/* Record the thread's last error and return status (llmem_error_set). */
+#define llmem__fail llmem_error_set
 
 /* Put "prefix: " before the thread's last error message, keeping its
  * status, and return that status (a module reporting a helper's failure
@@ -183,8 +182,9 @@ llmem_status llmem__open_regular(const char *path, const char *what, int *fd, st
 /* "a FIFO", "a directory", ... for an st_mode, for messages. (file.c) */
 const char *llmem__file_kind(mode_t mode);
 
-/* Monotonic clock in nanoseconds. */
-uint64_t llmem__now_ns(void);
+/* Monotonic clock in nanoseconds: the public llmem_time_now_ns
+ * (llmem/status.h), under the name the library's files have always used. */
+#define llmem__now_ns llmem_time_now_ns
 
 /* CLOCK_MONOTONIC_COARSE in nanoseconds: a few ns a call where
  * CLOCK_MONOTONIC cost 150 ns on this project's virtual machines, at one
@@ -199,20 +199,6 @@ static inline uint64_t llmem__coarse_ns(void)
 
 /* Page size of the host, cached. */
 size_t llmem__page_size(void);
-
-/* mmap `size` bytes aligned to `align` (any power of two; over-map and trim
- * when above the page size). NULL with errno set on failure. (os.c) */
-void *llmem__mmap_aligned(size_t size, size_t align, size_t page, int prot, int flags);
-
-/* The os resource with transparent huge pages advised, the dynamic pool's
- * default (os.c). Never destroyed. */
-llmem_resource *llmem__resource_default_thp(void);
-
-/* llmem_resource.flags_: an immortal resource (a process-wide default) is
- * one llmem_resource_destroy leaves alone. Set once, at initialisation,
- * before the resource is published. */
-#define LLMEM__RES_IMMORTAL 1u
-static inline void llmem__resource_make_immortal(llmem_resource *r) { r->flags_ |= LLMEM__RES_IMMORTAL; }
 
 /* Copy a name into a fixed buffer, NUL-terminated, truncating. */
 void llmem__copy_name(char *dst, size_t cap, const char *src, const char *fallback);

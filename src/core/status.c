@@ -77,10 +77,10 @@ static _Thread_local uint64_t error_seq;
 
 uint64_t llmem__error_seq(void) { return error_seq; }
 
-const char *llmem_last_error(void) { return last_msg; }
-llmem_status llmem_last_status(void) { return last_status; }
+const char *llmem_error_message(void) { return last_msg; }
+llmem_status llmem_error_status(void) { return last_status; }
 
-void llmem_clear_error(void)
+void llmem_error_clear(void)
 {
     last_msg[0] = '\0';
     last_status = LLMEM_OK;
@@ -94,7 +94,7 @@ static void set_error_v(llmem_status status, const char *fmt, va_list ap)
     if (n < 0) snprintf(last_msg, sizeof last_msg, "%s", llmem_status_str(status));
 }
 
-llmem_status llmem_set_error(llmem_status status, const char *fmt, ...)
+llmem_status llmem_error_set(llmem_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -103,11 +103,18 @@ llmem_status llmem_set_error(llmem_status status, const char *fmt, ...)
     return status;
 }
 
+/* The deprecated names (status.h) are the same functions, not wrappers:
+ * one symbol each, so the old and new names can never disagree. */
+const char *llmem_last_error(void) __attribute__((alias("llmem_error_message")));
+llmem_status llmem_last_status(void) __attribute__((alias("llmem_error_status")));
+void llmem_clear_error(void) __attribute__((alias("llmem_error_clear")));
+llmem_status llmem_set_error(llmem_status status, const char *fmt, ...) __attribute__((alias("llmem_error_set")));
+
 llmem_status llmem__fail_prefix(const char *prefix)
 {
     char copy[sizeof last_msg];
     memcpy(copy, last_msg, sizeof copy); /* the message is rewritten in place */
-    return llmem_set_error(last_status, "%s: %s", prefix, copy);
+    return llmem_error_set(last_status, "%s: %s", prefix, copy);
 }
 
 /* ---- logging ----------------------------------------------------------- */
@@ -177,7 +184,7 @@ llmem_status llmem__fail_log(llmem_log_level level, llmem_status status, const c
 
 /* ---- small utilities --------------------------------------------------- */
 
-uint64_t llmem__now_ns(void)
+uint64_t llmem_time_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -687,7 +687,7 @@ static llmem_status rollback_items(llmem_engine *e, const llmem_engine_batch_ite
                                    llmem_status st)
 {
     char why[256]; /* the failure's message, which a refused rollback would overwrite */
-    snprintf(why, sizeof why, "%s", llmem_last_error());
+    snprintf(why, sizeof why, "%s", llmem_error_message());
     bool refused = false;
     for (size_t i = 0; e->kv && i < count; i++) {
         eng_seq *r = seq_get(e, items[i].seq);
@@ -796,7 +796,7 @@ static llmem_status step_windowed(llmem_engine *e, const llmem_engine_batch_item
     if (!st) st = step_run(e, sub, count, T, true);
     if (!st) return LLMEM_OK;
     char why[256]; /* the failure's message, which a refused rollback would overwrite */
-    snprintf(why, sizeof why, "%s", llmem_last_error());
+    snprintf(why, sizeof why, "%s", llmem_error_message());
     for (size_t i = 0; i < count; i++) {
         eng_seq *q = seq_get(e, items[i].seq);
         if (q->len == q->step_start) continue;

@@ -92,7 +92,7 @@ static llmem_status buf_new(llmem_kv *kv, size_t capacity, int cls, kv_buf **out
     for (uint32_t l = 0; l < kv->layers; l++) {
         b->base[l] = llmem_pool_alloc_aligned(kv->pool, per, kv->host ? 64 : LLMEM_DEVICE_ALIGN, NULL);
         if (!b->base[l]) {
-            llmem_status st = llmem_last_status();
+            llmem_status st = llmem_error_status();
             for (uint32_t k = 0; k < l; k++) llmem_pool_free(kv->pool, b->base[k]);
             llmem__kv_meta_free(kv, b);
             return st ? st : LLMEM_ENOMEM;

@@ -94,7 +94,7 @@ static llmem_status slab_add(llmem_kv *kv, uint32_t i)
     for (uint32_t l = 0; l < kv->layers; l++) {
         base[l] = llmem_pool_alloc_aligned(kv->pool, bytes, kv->host ? 64 : LLMEM_DEVICE_ALIGN, NULL);
         if (!base[l]) {
-            llmem_status st = llmem_last_status();
+            llmem_status st = llmem_error_status();
             for (uint32_t k = 0; k < l; k++) {
                 llmem_pool_free(kv->pool, base[k]);
                 base[k] = NULL;
@@ -188,7 +188,7 @@ llmem_status llmem__kv_block_take(llmem_kv *kv, uint32_t hint, uint32_t *out)
         *out = b;
         goto got;
     }
-    return llmem_last_status() == LLMEM_ENOMEM ? LLMEM_ENOMEM
+    return llmem_error_status() == LLMEM_ENOMEM ? LLMEM_ENOMEM
                                                : llmem__fail(LLMEM_ENOMEM, "kv '%s': no block left", kv->name);
 got:
     kv->blocks[*out] = (kv_block){1, B_USED, false, 0, NONE, NONE, 0, 0};

@@ -67,7 +67,7 @@ static llmem_status fill(void *ctx, size_t index, void *buf, size_t bytes)
         llmem_status st = llmem_dequantize_row(t->type, (const uint8_t *)t->data + r * in_row, q->row, (size_t)n);
         if (!st) st = llmem_quantize_row(to, q->row, (uint8_t *)buf + r * out_row, (size_t)n);
         if (st) return llmem__fail(st, "quantize: tensor '%s' row %llu: %s", t->name, (unsigned long long)r,
-                                   llmem_last_error());
+                                   llmem_error_message());
     }
     return LLMEM_OK;
 }

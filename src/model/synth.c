@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "llmem/outfile.h"
 #include "llmem/quant.h"
 #include "llmem/synth.h"
@@ -47,14 +48,6 @@ static uint32_t tensor_type(const synth *sy, const synth_tensor *t)
     return t->norm || t->bias ? LLMEM_DTYPE_F32 : llmem_quant_row_type(sy->type, t->dims[0]);
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 /* Values of row r of tensor i into out[0..n). */
 static void row_values(const synth *sy, size_t i, uint64_t r, float *out, uint64_t n)
 {
@@ -64,7 +57,7 @@ static void row_values(const synth *sy, size_t i, uint64_t r, float *out, uint64
         return;
     }
     float scale = t->bias ? 0.5f : strcmp(t->name, "token_embd.weight") ? 1.0f / sqrtf((float)n) : 1.0f;
-    uint64_t state = mix(sy->seed ^ mix(i * 0x100000001b3ull + r));
+    uint64_t state = llmem__splitmix64(sy->seed ^ llmem__splitmix64(i * 0x100000001b3ull + r));
     for (uint64_t j = 0; j < n; j++) {
         state ^= state >> 12;
         state ^= state << 25;

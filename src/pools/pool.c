@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "addrmap.h"
+#include "../resource/resource_internal.h"
 #include "pool_internal.h"
 
 static uint64_t next_pool_id = 1;

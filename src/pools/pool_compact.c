@@ -112,7 +112,7 @@ void *llmem_pool_pin(llmem_pool *p, llmem_handle h, llmem_status *status)
         e->pins++;
         r = (void *)e->b->user;
     }
-    llmem_status st = r ? LLMEM_OK : llmem_last_status();
+    llmem_status st = r ? LLMEM_OK : llmem_error_status();
     pthread_mutex_unlock(&p->lock);
     if (status) *status = st;
     return r;

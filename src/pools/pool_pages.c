@@ -274,7 +274,7 @@ bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
         llmem__addrmap_set(sb->base, sb->size, sb, sb_aux(sb, p->ushift)); /* its nodes exist: cannot fail */
         sb->empty_since = llmem__pool_clock();          /* try again after another delay */
         llmem__log(LLMEM_LOG_WARN, "pool '%s': superblock %p kept: %s", p->name, (void *)sb->base,
-                   llmem_last_error());
+                   llmem_error_message());
         return false;
     }
     pblock *b = sb->owner[0];

@@ -502,7 +502,7 @@ llmem_status llmem_replay_run(const llmem_trace *trace, const llmem_replay_optio
     }
     /* Keep the first error's message over what teardown may say. */
     char msg[256] = "";
-    if (st) snprintf(msg, sizeof msg, "%s", llmem_last_error());
+    if (st) snprintf(msg, sizeof msg, "%s", llmem_error_message());
     llmem_sched_destroy(x.s);
     x.s = NULL;
     if (!o->engine) {

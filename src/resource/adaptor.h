@@ -13,6 +13,7 @@
 #define LLMEM_ADAPTOR_H
 
 #include "internal.h"
+#include "llmem/resource_impl.h"
 
 typedef struct llmem__adaptor {
     llmem_resource base;  /* first: the adaptor is this resource */

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "llmem/resource_impl.h"
 #include "llmem/cuda_resource.h"
 
 #if defined(LLMEM_HAVE_CUDA) && LLMEM_HAVE_CUDA
@@ -365,7 +366,7 @@ static llmem_status create(cuda_flavor f, const llmem_cuda_options *opts, llmem_
     if (st) return st;
     if (count == 0) {
         char why[256]; /* the message is about to be overwritten */
-        snprintf(why, sizeof why, "%s", llmem_last_error());
+        snprintf(why, sizeof why, "%s", llmem_error_message());
         return llmem__fail(LLMEM_EDEVICE, "%s: no CUDA device (%s)", fname, why);
     }
     if (o.device >= count)

@@ -82,13 +82,13 @@ static llmem_status drv_fail(const vmm_resource *v, CUresult e, const char *call
     const char *text = NULL;
     if (!v->d.error_string || v->d.error_string(e, &text) != CUDA_SUCCESS || !text) text = "unknown error";
     llmem_status st = e == CUDA_ERROR_OUT_OF_MEMORY ? LLMEM_ENOMEM : LLMEM_EDEVICE;
-    return llmem_set_error(st, "%s: %s failed: %s (CUresult %d)", v->base.info.name, call, text, (int)e);
+    return llmem_error_set(st, "%s: %s failed: %s (CUresult %d)", v->base.info.name, call, text, (int)e);
 }
 
 static llmem_status rt_fail(const char *who, cudaError_t e, const char *call)
 {
     (void)cudaGetLastError();
-    return llmem_set_error(e == cudaErrorMemoryAllocation ? LLMEM_ENOMEM : LLMEM_EDEVICE, "%s: %s failed: %s (%s)",
+    return llmem_error_set(e == cudaErrorMemoryAllocation ? LLMEM_ENOMEM : LLMEM_EDEVICE, "%s: %s failed: %s (%s)",
                            who, call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -155,7 +155,7 @@ static llmem_status vmm_map_op(llmem_resource *r, size_t size, size_t align, uns
     CUresult e = v->d.reserve(&p, size, align, 0, 0);
     if (e != CUDA_SUCCESS) return drv_fail(v, e, "cuMemAddressReserve");
     vmm_map m = {(uintptr_t)p, size, calloc(size / v->gran, sizeof(CUmemGenericAllocationHandle))};
-    llmem_status st = m.chunk ? LLMEM_OK : llmem_set_error(LLMEM_ENOMEM, "%s: out of host memory", r->info.name);
+    llmem_status st = m.chunk ? LLMEM_OK : llmem_error_set(LLMEM_ENOMEM, "%s: out of host memory", r->info.name);
     pthread_mutex_lock(&v->lock);
     if (!st && v->count == v->cap) {
         size_t ncap = v->cap ? v->cap * 2 : 16;
@@ -164,7 +164,7 @@ static llmem_status vmm_map_op(llmem_resource *r, size_t size, size_t align, uns
             v->maps = n;
             v->cap = ncap;
         } else {
-            st = llmem_set_error(LLMEM_ENOMEM, "%s: out of host memory", r->info.name);
+            st = llmem_error_set(LLMEM_ENOMEM, "%s: out of host memory", r->info.name);
         }
     }
     if (!st) {
@@ -191,7 +191,7 @@ static llmem_status vmm_commit(llmem_resource *r, void *ptr, size_t size)
     vmm_map *m = find(v, (uintptr_t)ptr, size);
     llmem_status st = m ? commit_chunks(v, m, ((uintptr_t)ptr - m->base) / v->gran,
                                         ((uintptr_t)ptr - m->base + size) / v->gran)
-                        : llmem_set_error(LLMEM_EINVAL, "%s: commit of %p (%zu bytes) outside any mapping",
+                        : llmem_error_set(LLMEM_EINVAL, "%s: commit of %p (%zu bytes) outside any mapping",
                                           r->info.name, ptr, size);
     pthread_mutex_unlock(&v->lock);
     return st;
@@ -205,7 +205,7 @@ static llmem_status vmm_decommit(llmem_resource *r, void *ptr, size_t size)
     if (m) release_chunks(v, m, ((uintptr_t)ptr - m->base) / v->gran, ((uintptr_t)ptr - m->base + size) / v->gran);
     pthread_mutex_unlock(&v->lock);
     return m ? LLMEM_OK
-             : llmem_set_error(LLMEM_EINVAL, "%s: decommit of %p (%zu bytes) outside any mapping", r->info.name, ptr,
+             : llmem_error_set(LLMEM_EINVAL, "%s: decommit of %p (%zu bytes) outside any mapping", r->info.name, ptr,
                                size);
 }
 
@@ -217,7 +217,7 @@ static llmem_status vmm_unmap(llmem_resource *r, void *ptr, size_t size, size_t 
     vmm_map *m = find(v, (uintptr_t)ptr, size);
     if (!m || m->base != (uintptr_t)ptr || m->size != size) {
         pthread_mutex_unlock(&v->lock);
-        return llmem_set_error(LLMEM_EINVAL, "%s: unmap of %p (%zu bytes) is not a mapping", r->info.name, ptr, size);
+        return llmem_error_set(LLMEM_EINVAL, "%s: unmap of %p (%zu bytes) is not a mapping", r->info.name, ptr, size);
     }
     vmm_map gone = *m;
     *m = v->maps[--v->count];
@@ -232,7 +232,7 @@ static llmem_status vmm_copy(llmem_resource *r, void *dst, const void *src, size
 {
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     if ((d < s && s - d < n) || (s <= d && d - s < n))
-        return llmem_set_error(LLMEM_EINVAL, "%s: copy ranges overlap", r->info.name);
+        return llmem_error_set(LLMEM_EINVAL, "%s: copy ranges overlap", r->info.name);
     cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
     return e == cudaSuccess ? LLMEM_OK : rt_fail(r->info.name, e, "cudaMemcpy");
 }
@@ -270,7 +270,7 @@ static bool entry(const char *name, void **fn)
 #endif
     if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !*fn) {
         (void)cudaGetLastError();
-        llmem_set_error(LLMEM_EDEVICE, "cuda-vmm: the driver has no %s (%s)", name,
+        llmem_error_set(LLMEM_EDEVICE, "cuda-vmm: the driver has no %s (%s)", name,
                         e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found or version too old");
         return false;
     }
@@ -290,7 +290,7 @@ llmem_status llmem_cuda_vmm_resource_create(const llmem_cuda_options *opts, llme
     if (st) return st;
     if (count == 0) {
         char why[256];
-        snprintf(why, sizeof why, "%s", llmem_last_error());
+        snprintf(why, sizeof why, "%s", llmem_error_message());
         return llmem__fail(LLMEM_EDEVICE, "cuda-vmm: no CUDA device (%s)", why);
     }
     if (o.device >= count) return llmem__fail(LLMEM_EDEVICE, "cuda-vmm: no CUDA device %d (%d found)", o.device, count);

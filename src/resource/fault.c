@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "adaptor.h"
+#include "hash.h"
 #include "llmem/fault_resource.h"
 
 typedef struct fault_resource {
@@ -40,12 +41,13 @@ static const char *op_name(unsigned op)
     }
 }
 
+/* The next draw of a SplitMix64 stream: the state advances by the golden
+ * ratio (inside llmem__splitmix64) and the draw is its mix. */
 static uint64_t splitmix64(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    uint64_t z = llmem__splitmix64(*s);
+    *s += 0x9e3779b97f4a7c15ull;
+    return z;
 }
 
 /* Decide one call. bytes: what a map/commit would add (0 for others).

@@ -25,6 +25,7 @@
 
 #include "internal.h"
 #include "llmem/os_resource.h"
+#include "resource_internal.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "llmem/resource_impl.h"
+#include "resource_internal.h"
 
 #define C(r) (&(r)->counters_)
 

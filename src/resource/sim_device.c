@@ -25,6 +25,7 @@
 
 #include "internal.h"
 #include "llmem/sim_resource.h"
+#include "resource_internal.h"
 
 typedef struct sim_map {
     uintptr_t start;

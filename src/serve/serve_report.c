@@ -202,7 +202,7 @@ llmem_status llmem_server_step_model(llmem_server *s, llmem_step_model *out, llm
                             : llmem_step_model_fit(sh, sec, n, false, out, &err);
     if (st == LLMEM_EINVAL)
         st = llmem__fail(LLMEM_ESTATE, "serve: step model: its %zu steps cannot tell the terms apart (%s)", n,
-                         llmem_last_error());
+                         llmem_error_message());
     free(sh);
     free(sec);
     if (!st && fit) {

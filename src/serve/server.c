@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "internal.h"
 #include "serve_internal.h"
 #include "server_impl.h"
@@ -285,7 +286,7 @@ static void *step_loop(void *arg)
             pthread_mutex_lock(&s->mu);
             s->st.step_errors_total++;
             pthread_mutex_unlock(&s->mu);
-            llmem__log(LLMEM_LOG_WARN, "serve: a step failed: %s", llmem_last_error());
+            llmem__log(LLMEM_LOG_WARN, "serve: a step failed: %s", llmem_error_message());
         }
         if (!st && rep.sequences) record_step(s, &rep);
         llmem__srv_sample(s, false);
@@ -337,14 +338,6 @@ void llmem__srv_req_free(srv_req *r)
     free(r);
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *prompt, uint32_t prompt_len,
                                uint32_t max_tokens, int32_t extra_stop, llmem_oai_error *err)
 {
@@ -368,7 +361,7 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
     uint64_t serial = ++s->next_id;
     pthread_mutex_unlock(&s->mu);
     snprintf(r->id_str, sizeof r->id_str, "%s-%016llx", q->kind == LLMEM_OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)mix64(serial ^ s->start_ns));
+             (unsigned long long)llmem__splitmix64(serial ^ s->start_ns));
     r->created = time(NULL);
 
     int32_t stops[3];
@@ -386,7 +379,7 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
     p.n = q->n;
     p.temperature = q->temperature;
     p.top_p = q->top_p >= 1.0f ? 0 : q->top_p;
-    p.seed = q->seed_set ? q->seed : mix64(serial + llmem__now_ns());
+    p.seed = q->seed_set ? q->seed : llmem__splitmix64(serial + llmem__now_ns());
     p.stop_tokens = stops;
     p.stop_token_count = nstops;
     p.user = r;
@@ -399,7 +392,7 @@ llmem_status llmem__srv_submit(llmem_server *s, srv_req *r, const int32_t *promp
         if (err) {
             err->type = "invalid_request_error";
             err->param[0] = 0;
-            snprintf(err->message, sizeof err->message, "%s", llmem_last_error());
+            snprintf(err->message, sizeof err->message, "%s", llmem_error_message());
             switch (st) {
             case LLMEM_ECAPACITY:
                 err->http_status = 429;
@@ -458,8 +451,8 @@ static llmem_status setup_chat(llmem_server *s)
     }
     llmem_status st = llmem_chat_format_init(t, s->tok, &s->chat);
     if (st) {
-        if (!from_model) return llmem__fail(LLMEM_EINVAL, "serve: %s", llmem_last_error());
-        snprintf(s->chat_why, sizeof s->chat_why, "the model's chat template cannot be used: %s", llmem_last_error());
+        if (!from_model) return llmem__fail(LLMEM_EINVAL, "serve: %s", llmem_error_message());
+        snprintf(s->chat_why, sizeof s->chat_why, "the model's chat template cannot be used: %s", llmem_error_message());
         return LLMEM_OK;
     }
     s->chat_ok = true;
@@ -592,7 +585,7 @@ llmem_status llmem_server_create(const llmem_server_options *o, llmem_server **o
         s->stepper_started = true;
     if (st) {
         char msg[512];
-        snprintf(msg, sizeof msg, "%s", llmem_last_error());
+        snprintf(msg, sizeof msg, "%s", llmem_error_message());
         llmem_server_destroy(s);
         return llmem__fail(st, "%s", msg);
     }

@@ -44,7 +44,7 @@ void test_kv_copy(llmem_resource *dev, void *dst, const void *src, size_t n)
         return;
     }
     llmem_status st = llmem_resource_copy(dev, dst, src, n);
-    if (st != LLMEM_OK) fail_msg("llmem_resource_copy(%zu B): %s: %s", n, llmem_status_name(st), llmem_last_error());
+    if (st != LLMEM_OK) fail_msg("llmem_resource_copy(%zu B): %s: %s", n, llmem_status_name(st), llmem_error_message());
 }
 
 static size_t token_bytes(const llmem_kv *kv)
@@ -60,7 +60,7 @@ static void *token_at(llmem_kv *kv, llmem_kv_seq h, uint32_t layer, size_t pos, 
     llmem_status st = llmem_kv_seq_token(kv, h, layer, pos, &k, &v);
     if (st != LLMEM_OK)
         fail_msg("llmem_kv_seq_token(0x%llx, layer %u, position %zu): %s: %s", (unsigned long long)h, layer, pos,
-                 llmem_status_name(st), llmem_last_error());
+                 llmem_status_name(st), llmem_error_message());
     return which ? v : k;
 }
 

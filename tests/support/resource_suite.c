@@ -42,14 +42,14 @@ static int setup(void **state)
     f->def = *state;
     llmem_status st = f->def->build(&f->s, f->def->arg);
     if (st != LLMEM_OK || !f->s.n) {
-        print_error("%s: building the stack: %s: %s\n", f->def->name, llmem_status_name(st), llmem_last_error());
+        print_error("%s: building the stack: %s: %s\n", f->def->name, llmem_status_name(st), llmem_error_message());
         for (size_t i = f->s.n; i-- > 0;) llmem_resource_destroy(f->s.r[i]);
         free(f);
         return -1;
     }
     f->r = f->s.r[f->s.n - 1];
     if (llmem_resource_get_info(f->r, &f->info) != LLMEM_OK) {
-        print_error("%s: get_info: %s\n", f->def->name, llmem_last_error());
+        print_error("%s: get_info: %s\n", f->def->name, llmem_error_message());
         *state = f;
         return -1;
     }
@@ -334,14 +334,14 @@ static void map_rejects_null_resource_and_null_out(void **state)
 {
     fx *f = *state;
     void *p = &p;
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_map(NULL, f->g, 0, 0, &p), LLMEM_EINVAL);
     assert_null(p);
     assert_error_mentions("null resource");
     p = &p;
     assert_status(llmem_resource_map_tagged(NULL, f->g, 0, 0, "tag", &p), LLMEM_EINVAL);
     assert_null(p);
-    llmem_clear_error();
+    llmem_error_clear();
     assert_status(llmem_resource_map(f->r, f->g, 0, 0, NULL), LLMEM_EINVAL);
     assert_error_mentions("null out");
     llmem_resource_stats s = test_resource_stats(f->r);
@@ -374,7 +374,7 @@ static void map_rejects_sizes_that_overflow(void **state)
         for (unsigned flags = 0; flags <= LLMEM_MAP_UNCOMMITTED; flags += LLMEM_MAP_UNCOMMITTED) {
             if ((flags & LLMEM_MAP_UNCOMMITTED) && !f->reserve) continue;
             void *p = &p;
-            llmem_clear_error();
+            llmem_error_clear();
             assert_status(llmem_resource_map(f->r, sizes[i], 0, flags, &p), LLMEM_EOVERFLOW);
             assert_null(p);
             assert_error_mentions("overflow");
@@ -392,7 +392,7 @@ static void map_rejects_bad_alignments(void **state)
     const size_t aligns[] = {3, 48, 4097, 2 * GiB, (size_t)1 << 63, SIZE_MAX};
     for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
         void *p = &p;
-        llmem_clear_error();
+        llmem_error_clear();
         assert_status(llmem_resource_map(f->r, f->g, aligns[i], 0, &p), LLMEM_EALIGN);
         assert_null(p);
         assert_error_mentions("alignment");
@@ -411,7 +411,7 @@ static void map_rejects_unknown_flags(void **state)
     const unsigned flags[] = {1u << 2, 1u << 31, LLMEM_MAP_UNCOMMITTED | LLMEM_MAP_POPULATE | (1u << 7)};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         void *p = &p;
-        llmem_clear_error();
+        llmem_error_clear();
         assert_status(llmem_resource_map(f->r, f->g, 0, flags[i], &p), LLMEM_EINVAL);
         assert_null(p);
         assert_error_mentions("flags");
@@ -433,7 +433,7 @@ static void uncommitted_maps_need_the_reserve_cap(void **state)
         assert_int_equal(test_resource_stats(f->r).committed_bytes, f->g);
         assert_ok(llmem_resource_unmap(f->r, p, 2 * f->g, f->g));
     } else {
-        llmem_clear_error();
+        llmem_error_clear();
         assert_status(llmem_resource_map(f->r, 2 * f->g, 0, LLMEM_MAP_UNCOMMITTED, &p), LLMEM_EINVAL);
         assert_null(p);
         assert_error_mentions("cannot reserve");
@@ -485,11 +485,11 @@ static void unmap_twice_is_refused_and_counters_stay_right(void **state)
     assert_ok(llmem_resource_unmap(f->r, p, 4 * g, 4 * g));
     /* Refused: LLMEM_EINVAL from the resource, or LLMEM_EFOREIGN from an
      * adaptor that knows its mappings (tracking), with a message. */
-    llmem_clear_error();
+    llmem_error_clear();
     llmem_status st = llmem_resource_unmap(f->r, p, 4 * g, 4 * g);
     if (st != LLMEM_EINVAL && st != LLMEM_EFOREIGN)
-        fail_msg("a second unmap -> %s (%s), expected a refusal", llmem_status_name(st), llmem_last_error());
-    assert_true(llmem_last_error()[0] != '\0');
+        fail_msg("a second unmap -> %s (%s), expected a refusal", llmem_status_name(st), llmem_error_message());
+    assert_true(llmem_error_message()[0] != '\0');
     llmem_resource_stats s = test_resource_stats(f->r);
     assert_int_equal(s.mapped_bytes, g); /* not wrapped below zero */
     assert_int_equal(s.committed_bytes, g);
@@ -604,7 +604,7 @@ static void round_rounds_up_and_detects_overflow(void **state)
     assert_int_equal(out, big);
     const size_t bad[] = {SIZE_MAX, SIZE_MAX / 2 + 1, (size_t)PTRDIFF_MAX, big + 1, SIZE_MAX - g + 2};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        llmem_clear_error();
+        llmem_error_clear();
         assert_status(llmem_resource_round(f->r, bad[i], &out), LLMEM_EOVERFLOW);
         assert_error_mentions("overflows");
     }

@@ -99,7 +99,7 @@ static llmem_status synth_fill(void *vctx, size_t index, void *buf, size_t bytes
 
 static void check(llmem_status st, const char *what)
 {
-    if (st != LLMEM_OK) fail_msg("%s: %s: %s", what, llmem_status_name(st), llmem_last_error());
+    if (st != LLMEM_OK) fail_msg("%s: %s: %s", what, llmem_status_name(st), llmem_error_message());
 }
 
 typedef struct adder {

@@ -1,7 +1,7 @@
 /*
  * tokenizer_internal.h - what tokenizer.c (the vocabulary, SentencePiece
  * encode, decode) and tokenizer_bpe.c (GPT-2 byte-level BPE) share. Private
- * to src/engine.
+ * to src/model.
  */
 #ifndef LLMEM_TOKENIZER_INTERNAL_H
 #define LLMEM_TOKENIZER_INTERNAL_H

@@ -355,7 +355,7 @@ llmem_status llmem_tokenizer_load(const char *path, uint32_t vocab_size, llmem_t
         if (st && llmem__error_seq() != seq) {
             /* Say which file: prefix the message the parser left. */
             char msg[512];
-            snprintf(msg, sizeof msg, "%s", llmem_last_error());
+            snprintf(msg, sizeof msg, "%s", llmem_error_message());
             llmem__fail(st, "'%s': %s", path, msg);
         }
     }
