@@ -143,6 +143,54 @@ static bool any_decommitted(const superblock *sb, size_t u0, size_t n)
     return false;
 }
 
+/* One slab's own structure for llmem_pool_check (under the pool's lock):
+ * counts, the free list or free indices (and, checked, the freed fill),
+ * and the state bytes. */
+#define SLAB_BAD(...) return llmem__fail(LLMEM_ECORRUPT, __VA_ARGS__)
+static llmem_status check_slab(const llmem_pool *p, slab *s)
+{
+    const pblock *b = &s->b;
+    if (b->cls >= p->cls.count || b->size != p->cls.slab_bytes[b->cls] ||
+        s->nblocks != p->cls.slab_blocks[b->cls] || s->carved > s->nblocks ||
+        s->used + s->nfree != s->carved)
+        SLAB_BAD("pool '%s': slab %p has inconsistent counts", p->name, (void *)b->start);
+    size_t csize = p->cls.size[b->cls];
+    if (p->inband) {
+        size_t len = 0;
+        for (void *f = s->free_head; f; len++) {
+            if ((uintptr_t)f < b->start || (uintptr_t)f >= b->start + (uintptr_t)s->carved * csize ||
+                ((uintptr_t)f - b->start) % csize || len > s->nfree)
+                SLAB_BAD("pool '%s': slab %p has a bad free list", p->name, (void *)b->start);
+            LLMEM_UNPOISON(f, sizeof(void *));
+            void *next = *(void **)f;
+            LLMEM_POISON(f, sizeof(void *));
+            f = next;
+        }
+        if (len != s->nfree) SLAB_BAD("pool '%s': slab %p free list length", p->name, (void *)b->start);
+    } else {
+        for (uint32_t i = 0; i < s->nfree; i++) {
+            if (s->free_idx[i] >= s->carved)
+                SLAB_BAD("pool '%s': slab %p has a bad free index", p->name, (void *)b->start);
+            uintptr_t fb = b->start + (uintptr_t)s->free_idx[i] * csize;
+            if (p->checked && p->host && llmem__pool_freed_damage(fb, csize) < csize)
+                SLAB_BAD("pool '%s': the free %zu-byte block at %p was written after it was freed "
+                         "(a use after free)",
+                         p->name, csize, (void *)fb);
+        }
+    }
+    /* Handed-out blocks have their byte set; cached ones (counted in used)
+     * do not. */
+    uint32_t set = 0;
+    for (uint32_t i = 0; i < s->nblocks; i++) set += state_get(slab_state(s, i)) != 0;
+    if (set > s->used || (!p->tcache_on && set != s->used))
+        SLAB_BAD("pool '%s': slab %p state bytes disagree", p->name, (void *)b->start);
+    for (uint32_t i = s->carved; i < s->nblocks; i++)
+        if (state_get(slab_state(s, i)))
+            SLAB_BAD("pool '%s': slab %p: an uncarved block is live", p->name, (void *)b->start);
+    return LLMEM_OK;
+}
+#undef SLAB_BAD
+
 #define BAD(...)                                                  \
     do {                                                          \
         st = llmem__fail(LLMEM_ECORRUPT, __VA_ARGS__);            \
@@ -221,43 +269,8 @@ llmem_status llmem_pool_check(llmem_pool *p)
                 tcached += __atomic_load_n(&b->tcached, __ATOMIC_RELAXED) != 0;
             } else if (b->kind == D_SLAB) {
                 slab *s = (slab *)b;
-                if (b->cls >= p->cls.count || b->size != p->cls.slab_bytes[b->cls] ||
-                    s->nblocks != p->cls.slab_blocks[b->cls] || s->carved > s->nblocks ||
-                    s->used + s->nfree != s->carved)
-                    BAD("pool '%s': slab %p has inconsistent counts", p->name, (void *)b->start);
+                if ((st = check_slab(p, s)) != LLMEM_OK) goto done;
                 size_t csize = p->cls.size[b->cls];
-                if (p->inband) {
-                    size_t len = 0;
-                    for (void *f = s->free_head; f; len++) {
-                        if ((uintptr_t)f < b->start || (uintptr_t)f >= b->start + (uintptr_t)s->carved * csize ||
-                            ((uintptr_t)f - b->start) % csize || len > s->nfree)
-                            BAD("pool '%s': slab %p has a bad free list", p->name, (void *)b->start);
-                        LLMEM_UNPOISON(f, sizeof(void *));
-                        void *next = *(void **)f;
-                        LLMEM_POISON(f, sizeof(void *));
-                        f = next;
-                    }
-                    if (len != s->nfree) BAD("pool '%s': slab %p free list length", p->name, (void *)b->start);
-                } else {
-                    for (uint32_t i = 0; i < s->nfree; i++) {
-                        if (s->free_idx[i] >= s->carved)
-                            BAD("pool '%s': slab %p has a bad free index", p->name, (void *)b->start);
-                        uintptr_t fb = b->start + (uintptr_t)s->free_idx[i] * csize;
-                        if (p->checked && p->host && llmem__pool_freed_damage(fb, csize) < csize)
-                            BAD("pool '%s': the free %zu-byte block at %p was written after it was freed "
-                                "(a use after free)", p->name, csize, (void *)fb);
-                    }
-                }
-                {
-                    /* Handed-out blocks have their byte set; cached ones
-                     * (counted in used) do not. */
-                    uint32_t set = 0;
-                    for (uint32_t i = 0; i < s->nblocks; i++) set += state_get(slab_state(s, i)) != 0;
-                    if (set > s->used || (!p->tcache_on && set != s->used))
-                        BAD("pool '%s': slab %p state bytes disagree", p->name, (void *)b->start);
-                    for (uint32_t i = s->carved; i < s->nblocks; i++)
-                        if (state_get(slab_state(s, i))) BAD("pool '%s': slab %p: an uncarved block is live", p->name, (void *)b->start);
-                }
                 used += (uint64_t)s->used * csize;
                 live += s->used;
                 class_live[b->cls] += s->used;
