@@ -106,15 +106,65 @@ void llmem__q4k_x8_rows_ref(float *y, const void *act, const void *w, size_t n, 
     }
 }
 
-/* ---- q5_0 ---- */
+/* ---- q5_0 and q8_0: 32-element blocks, 8 rows to a block ---- */
 
 #define QB5 sizeof(llmem__q5_0)
+#define QB8 sizeof(llmem__q8_0)
 
-size_t llmem__q5_0_x8_bytes(size_t n, size_t d)
+/* The bytes of a d x n matrix of 32-element blocks in an x8 layout whose
+ * blocks are xb bytes, the d % 8 tail rows kept as the source's sb-byte
+ * blocks. */
+static size_t x8_32_bytes(size_t n, size_t d, size_t xb, size_t sb)
 {
     const size_t nb = n / 32;
-    return d / 8 * nb * LLMEM__X8_Q5_0_BLOCK + d % 8 * nb * QB5;
+    return d / 8 * nb * xb + d % 8 * nb * sb;
 }
+
+/* The integer sum of row i (< 8) of an x8 block against 32 activation
+ * levels: the one thing the layouts' references do differently. */
+typedef int (*x8_32_sum)(const uint8_t *blk, size_t i, const int8_t *qa);
+
+/* The shape of an x8 layout of 32-element blocks: the source type (for the
+ * tail rows and the activation row), its block's bytes, the x8 block's
+ * bytes, where in it the 8 rows' f16 scales start, and its sum. */
+typedef struct {
+    uint32_t dtype;
+    size_t src_bytes, blk_bytes, scale_off;
+    x8_32_sum sum;
+} x8_32_kind;
+
+/* Rows r0..r1 of y = W act for an x8 layout of kind k, summed as
+ * llmem__qdot_ref sums the source type (a reference: the indirect call
+ * per block costs nothing that matters here). */
+static void x8_32_rows_ref(const x8_32_kind *k, float *y, const void *act, const void *w, size_t n, size_t d,
+                           size_t batch, size_t r0, size_t r1)
+{
+    const size_t nb = n / 32, ab = llmem__act_row_bytes(k->dtype, n), d8 = d / 8 * 8;
+    const uint8_t *w8 = w, *tail = w8 + d / 8 * nb * k->blk_bytes;
+    for (size_t r = r0; r < r1; r++) {
+        if (r >= d8) { /* a tail row, as the source type */
+            for (size_t b = 0; b < batch; b++)
+                y[b * d + r] =
+                    llmem__qdot_ref(k->dtype, tail + (r - d8) * nb * k->src_bytes, (const uint8_t *)act + b * ab, n);
+            continue;
+        }
+        const size_t i = r % 8;
+        for (size_t b = 0; b < batch; b++) {
+            a8 a = a8_view((const uint8_t *)act + b * ab, n);
+            float acc = 0;
+            for (size_t kb = 0; kb < nb; kb++) {
+                const uint8_t *blk = w8 + (r / 8 * nb + kb) * k->blk_bytes;
+                const int sum = k->sum(blk, i, a.qs + 32 * kb);
+                uint16_t h;
+                memcpy(&h, blk + k->scale_off + 2 * i, 2);
+                acc += (llmem__f16_to_f32(h) * a.d[kb]) * (float)sum;
+            }
+            y[b * d + r] = acc;
+        }
+    }
+}
+
+size_t llmem__q5_0_x8_bytes(size_t n, size_t d) { return x8_32_bytes(n, d, LLMEM__X8_Q5_0_BLOCK, QB5); }
 
 void llmem__q5_0_x8_pack(void *dst, const void *src, size_t n, size_t d)
 {
@@ -143,49 +193,30 @@ void llmem__q5_0_x8_pack(void *dst, const void *src, size_t n, size_t d)
     memcpy(o, s + d / 8 * 8 * rb, d % 8 * rb);
 }
 
+/* q5_0 x8: low nibbles of elements 4j..4j+3 and high nibbles of 16+4j..,
+ * their fifth bits in the row's 4 bytes at 128 (bit j, bit 4 + j). */
+static int q5_0_x8_sum(const uint8_t *blk, size_t i, const int8_t *qa)
+{
+    int sum = 0;
+    for (size_t j = 0; j < 4; j++)
+        for (size_t bb = 0; bb < 4; bb++) {
+            const uint8_t v = blk[(j * 8 + i) * 4 + bb], h = blk[128 + i * 4 + bb];
+            const int lo = ((v & 15) | (((h >> j) & 1) << 4)) - 16;
+            const int hi = ((v >> 4) | (((h >> (4 + j)) & 1) << 4)) - 16;
+            sum += lo * qa[4 * j + bb] + hi * qa[16 + 4 * j + bb];
+        }
+    return sum;
+}
+
+static const x8_32_kind kind_q5_0 = {LLMEM_DTYPE_Q5_0, QB5, LLMEM__X8_Q5_0_BLOCK, 160, q5_0_x8_sum};
+
 void llmem__q5_0_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
                              size_t r1)
 {
-    const size_t nb = n / 32, ab = llmem__act_row_bytes(LLMEM_DTYPE_Q5_0, n), d8 = d / 8 * 8;
-    const uint8_t *w8 = w, *tail = w8 + d / 8 * nb * LLMEM__X8_Q5_0_BLOCK;
-    for (size_t r = r0; r < r1; r++) {
-        if (r >= d8) { /* a tail row, as q5_0 */
-            for (size_t b = 0; b < batch; b++)
-                y[b * d + r] = llmem__qdot_ref(LLMEM_DTYPE_Q5_0, tail + (r - d8) * nb * QB5, (const uint8_t *)act + b * ab, n);
-            continue;
-        }
-        const size_t i = r % 8;
-        for (size_t b = 0; b < batch; b++) {
-            a8 a = a8_view((const uint8_t *)act + b * ab, n);
-            float acc = 0;
-            for (size_t k = 0; k < nb; k++) {
-                const uint8_t *blk = w8 + (r / 8 * nb + k) * LLMEM__X8_Q5_0_BLOCK;
-                int sum = 0;
-                for (size_t j = 0; j < 4; j++)
-                    for (size_t bb = 0; bb < 4; bb++) {
-                        const uint8_t v = blk[(j * 8 + i) * 4 + bb], h = blk[128 + i * 4 + bb];
-                        const int lo = ((v & 15) | (((h >> j) & 1) << 4)) - 16;
-                        const int hi = ((v >> 4) | (((h >> (4 + j)) & 1) << 4)) - 16;
-                        sum += lo * a.qs[32 * k + 4 * j + bb] + hi * a.qs[32 * k + 16 + 4 * j + bb];
-                    }
-                uint16_t h;
-                memcpy(&h, blk + 160 + 2 * i, 2);
-                acc += (llmem__f16_to_f32(h) * a.d[k]) * (float)sum;
-            }
-            y[b * d + r] = acc;
-        }
-    }
+    x8_32_rows_ref(&kind_q5_0, y, act, w, n, d, batch, r0, r1);
 }
 
-/* ---- q8_0 ---- */
-
-#define QB8 sizeof(llmem__q8_0)
-
-size_t llmem__q8_0_x8_bytes(size_t n, size_t d)
-{
-    const size_t nb = n / 32;
-    return d / 8 * nb * LLMEM__X8_Q8_0_BLOCK + d % 8 * nb * QB8;
-}
+size_t llmem__q8_0_x8_bytes(size_t n, size_t d) { return x8_32_bytes(n, d, LLMEM__X8_Q8_0_BLOCK, QB8); }
 
 void llmem__q8_0_x8_pack(void *dst, const void *src, size_t n, size_t d)
 {
@@ -204,32 +235,19 @@ void llmem__q8_0_x8_pack(void *dst, const void *src, size_t n, size_t d)
     memcpy(o, s + d / 8 * 8 * rb, d % 8 * rb);
 }
 
+/* q8_0 x8: elements 4j..4j+3 of row i at dword j * 8 + i. */
+static int q8_0_x8_sum(const uint8_t *blk, size_t i, const int8_t *qa)
+{
+    int sum = 0;
+    for (size_t j = 0; j < 8; j++)
+        for (size_t bb = 0; bb < 4; bb++) sum += (int8_t)blk[(j * 8 + i) * 4 + bb] * qa[4 * j + bb];
+    return sum;
+}
+
+static const x8_32_kind kind_q8_0 = {LLMEM_DTYPE_Q8_0, QB8, LLMEM__X8_Q8_0_BLOCK, 256, q8_0_x8_sum};
+
 void llmem__q8_0_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
                              size_t r1)
 {
-    const size_t nb = n / 32, ab = llmem__act_row_bytes(LLMEM_DTYPE_Q8_0, n), d8 = d / 8 * 8;
-    const uint8_t *w8 = w, *tail = w8 + d / 8 * nb * LLMEM__X8_Q8_0_BLOCK;
-    for (size_t r = r0; r < r1; r++) {
-        if (r >= d8) { /* a tail row, as q8_0 */
-            for (size_t b = 0; b < batch; b++)
-                y[b * d + r] = llmem__qdot_ref(LLMEM_DTYPE_Q8_0, tail + (r - d8) * nb * QB8, (const uint8_t *)act + b * ab, n);
-            continue;
-        }
-        const size_t i = r % 8;
-        for (size_t b = 0; b < batch; b++) {
-            a8 a = a8_view((const uint8_t *)act + b * ab, n);
-            float acc = 0;
-            for (size_t k = 0; k < nb; k++) {
-                const uint8_t *blk = w8 + (r / 8 * nb + k) * LLMEM__X8_Q8_0_BLOCK;
-                int sum = 0;
-                for (size_t j = 0; j < 8; j++)
-                    for (size_t bb = 0; bb < 4; bb++)
-                        sum += (int8_t)blk[(j * 8 + i) * 4 + bb] * a.qs[32 * k + 4 * j + bb];
-                uint16_t h;
-                memcpy(&h, blk + 256 + 2 * i, 2);
-                acc += (llmem__f16_to_f32(h) * a.d[k]) * (float)sum;
-            }
-            y[b * d + r] = acc;
-        }
-    }
+    x8_32_rows_ref(&kind_q8_0, y, act, w, n, d, batch, r0, r1);
 }

@@ -12,7 +12,6 @@
 #include "../core/internal.h"
 #include "engine_internal.h"
 #include "../model/model_release.h"
-#include "../model/quant_internal.h"
 #include "kernels.h"
 #include "kernels_q4k_x8.h"
 #include "threads.h"
@@ -208,19 +207,17 @@ static bool mat_slot(llmem_engine *e, size_t i, const void ***w, uint32_t **type
 }
 
 /* The repacked layout of each source type (kernels_q4k_x8.h): its bytes
- * for d rows of n, its pack, and the wtype the kernels take for it; the
- * source's bytes a row. */
+ * for d rows of n, its pack, and the wtype the kernels take for it. */
 typedef struct repack_kind {
     uint32_t type, wtype;
     size_t (*bytes)(size_t n, size_t d);
     void (*pack)(void *dst, const void *src, size_t n, size_t d);
-    size_t block_elems, block_bytes;
 } repack_kind;
 
 static const repack_kind repack_kinds[] = {
-    {LLMEM_DTYPE_Q4_K, LLMEM__WTYPE_Q4K_X8, llmem__q4k_x8_bytes, llmem__q4k_x8_pack, 256, sizeof(llmem__q4_k)},
-    {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack, 32, sizeof(llmem__q5_0)},
-    {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack, 32, sizeof(llmem__q8_0)},
+    {LLMEM_DTYPE_Q4_K, LLMEM__WTYPE_Q4K_X8, llmem__q4k_x8_bytes, llmem__q4k_x8_pack},
+    {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack},
+    {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack},
 };
 
 /* The repacked layout for a matrix slot's tensor, or NULL to read it in place. */
@@ -232,10 +229,11 @@ static const repack_kind *repack_this(const llmem_engine *e, const void *w, uint
     return NULL;
 }
 
-/* Bytes of d rows of n of the tensor as the file holds it. */
+/* Bytes of d rows of n of the tensor as the file holds it (want_matrix
+ * took only types the model layer knows, and n whole blocks). */
 static size_t source_size(const repack_kind *rk, size_t n, size_t d)
 {
-    return n / rk->block_elems * rk->block_bytes * d;
+    return (size_t)llmem_dtype_bytes(rk->type, n) * d;
 }
 
 /* Groups [g0, g1) of one matrix to repack (a group: 8 rows; the tail rows
