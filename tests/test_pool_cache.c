@@ -95,18 +95,8 @@ static void fitted_run(void **state)
     char *f = llmem_pool_alloc(p, n, NULL);
     assert_ptr_equal(f, a);
     assert_int_equal(cached_bytes(p), 60 << 10);
-    assert_int_equal(llmem_pool_usable_size(p, f), 56 << 10);
-    llmem_pool_stats s = test_pool_stats(p);
-    assert_int_equal(s.used_bytes, s0.used_bytes + (56 << 10));
-    assert_int_equal(s.free_bytes, s0.free_bytes - (56 << 10));
-    assert_int_equal(s.live_allocations, s0.live_allocations + 1);
-#ifdef TEST_ASAN
-    assert_null(__asan_region_is_poisoned(f, n));
-    assert_true(__asan_address_is_poisoned(f + n));
-    assert_true(__asan_address_is_poisoned(f + (56 << 10) - 1));
-#endif
-    memset(f, 5, n);
-    assert_ok(llmem_pool_check(p));
+    assert_fitted_block(p, f, n, 56 << 10, s0);
+    assert_int_equal(test_pool_stats(p).free_bytes, s0.free_bytes - (56 << 10));
     /* 9 pages fit 13: b (15) is too large. */
     char *g = llmem_pool_alloc(p, 36 << 10, NULL);
     assert_ptr_not_equal(g, b);
@@ -129,7 +119,7 @@ static void fitted_run(void **state)
     assert_ok(llmem_pool_free(p, g));
     assert_ok(llmem_pool_free(p, gap));
     assert_ok(llmem_pool_free(p, keep));
-    s = test_pool_stats(p);
+    llmem_pool_stats s = test_pool_stats(p);
     assert_int_equal(s.used_bytes, 0);
     assert_int_equal(s.live_allocations, 0);
     assert_ok(llmem_pool_check(p));

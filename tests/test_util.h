@@ -80,6 +80,29 @@
  * (test_sim_expect_clean, test_tracking_expect_clean). */
 #include "support/resources.h"
 
+/* A large block served whole from a cache for a request of n bytes (the
+ * caches give a block of up to a third more than asked, issue 15): its
+ * usable size is the whole block, the stats count all of it as in use,
+ * one live allocation more and one allocation counted, the request's
+ * bytes are writable and, under ASan, the tail past them stays poisoned.
+ * s0 is the stats read before the allocation. */
+static inline void assert_fitted_block(llmem_pool *p, char *f, size_t n, size_t whole, llmem_pool_stats s0)
+{
+    assert_non_null(f);
+    assert_int_equal(llmem_pool_usable_size(p, f), whole);
+    llmem_pool_stats s = test_pool_stats(p);
+    assert_int_equal(s.used_bytes, s0.used_bytes + whole);
+    assert_int_equal(s.live_allocations, s0.live_allocations + 1);
+    assert_int_equal(s.allocs_total, s0.allocs_total + 1);
+#ifdef TEST_ASAN
+    assert_null(__asan_region_is_poisoned(f, n));
+    assert_true(__asan_address_is_poisoned(f + n));
+    assert_true(__asan_address_is_poisoned(f + whole - 1));
+#endif
+    memset(f, 5, n);
+    assert_ok(llmem_pool_check(p));
+}
+
 /* The tests' one clock: monotonic nanoseconds (the library's is
  * llmem__now_ns, private). */
 static inline uint64_t test_now_ns(void)
