@@ -760,6 +760,48 @@ static void foreign_small_block_refused_on_the_fast_path(void **state)
     llmem_pool_destroy(p);
 }
 
+/* Pools of other units share one address map: a device pool's 64 KiB
+ * units against a host pool's pages. A block of either passed to the
+ * other is refused (free, usable size, ownership, realloc) on the fast
+ * paths too, which index the unit table by their own pool's shift: before
+ * the map's word carried the shift, a device block freed into a host pool
+ * read far outside the table and crashed. */
+static void foreign_block_of_other_units_refused(void **state)
+{
+    (void)state;
+    llmem_resource *sim = test_sim_new(0);
+    llmem_pool *host = new_pool(NULL, false), *dev = new_pool(sim, false);
+    size_t sizes[] = {64, 1000, 4000, 100 << 10};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        void *d = llmem_pool_alloc(dev, sizes[k], NULL), *h = llmem_pool_alloc(host, sizes[k], NULL);
+        assert_non_null(d);
+        assert_non_null(h);
+        void *warm = llmem_pool_alloc(host, sizes[k], NULL); /* both memos name their pools */
+        void *dwarm = llmem_pool_alloc(dev, sizes[k], NULL);
+        assert_status(llmem_pool_free(host, d), LLMEM_EFOREIGN);
+        assert_status(llmem_pool_free(dev, h), LLMEM_EFOREIGN);
+        assert_int_equal(llmem_pool_usable_size(host, d), 0);
+        assert_int_equal(llmem_pool_usable_size(dev, h), 0);
+        assert_false(llmem_pool_owns(host, d));
+        assert_false(llmem_pool_owns(dev, h));
+        assert_null(llmem_pool_realloc(host, d, sizes[k] * 2, NULL));
+        assert_ok(llmem_pool_free(host, warm));
+        assert_ok(llmem_pool_free(dev, dwarm));
+        assert_ok(llmem_pool_free(dev, d));
+        assert_ok(llmem_pool_free(host, h));
+    }
+    assert_int_equal(test_pool_stats(host).live_allocations, 0);
+    assert_int_equal(test_pool_stats(dev).live_allocations, 0);
+    assert_int_equal(test_pool_stats(host).invalid_frees_total, 8); /* the frees and the reallocs */
+    assert_int_equal(test_pool_stats(dev).invalid_frees_total, 4);
+    assert_ok(llmem_pool_check(host));
+    assert_ok(llmem_pool_check(dev));
+    llmem_pool_destroy(dev);
+    llmem_pool_destroy(host);
+    test_sim_expect_clean(sim);
+    llmem_resource_destroy(sim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -767,6 +809,7 @@ int main(void)
         cmocka_unit_test(alignment_and_bad_alignment),
         cmocka_unit_test_setup(bad_input, test_quiet_logs),
         cmocka_unit_test_setup(foreign_small_block_refused_on_the_fast_path, test_quiet_logs),
+        cmocka_unit_test_setup(foreign_block_of_other_units_refused, test_quiet_logs),
         cmocka_unit_test_setup(checked_mode_catches_misuse, test_quiet_logs),
         cmocka_unit_test(trim_and_shrink_return_memory),
         cmocka_unit_test(empty_superblocks_decay),

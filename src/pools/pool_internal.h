@@ -329,11 +329,26 @@ static inline uint32_t pool_tag(const llmem_pool *p) { return (uint32_t)p->id; }
 
 /* A superblock's address-map aux word: its slab_info table biased by its
  * base, so that unit entry of address a (in the superblock) lies at
- * aux + (a >> ushift) * sizeof(slab_unit), with no load of the superblock.
- * Integer arithmetic: the biased value need not point into the table. */
+ * (aux & ~15) + (a >> ushift) * sizeof(slab_unit), with no load of the
+ * superblock. Integer arithmetic: the biased value need not point into
+ * the table. The low four bits hold the unit shift (the table is 16-byte
+ * aligned, as calloc's blocks are): the map is shared by every pool of
+ * the process, and a pool of other units (a device pool's 64 KiB against
+ * a host pool's pages) indexing this table with its own shift read far
+ * outside it (a device block passed to a host pool's free crashed). */
+#define SB_AUX_SHIFT_MASK ((uintptr_t)15)
 static inline uintptr_t sb_aux(const superblock *sb, unsigned ushift)
 {
-    return (uintptr_t)sb->slab_info - (sb->base >> ushift) * sizeof(slab_unit);
+    return ((uintptr_t)sb->slab_info - (sb->base >> ushift) * sizeof(slab_unit)) | (ushift & SB_AUX_SHIFT_MASK);
+}
+
+/* The slab_unit entry of address a from its aux word, or NULL when the
+ * word is 0 (no superblock) or belongs to a pool of other units. The
+ * caller still checks the entry's tag (whose slab it is). */
+static inline const slab_unit *aux_unit(const llmem_pool *p, uintptr_t aux, uintptr_t a)
+{
+    if (!aux || (aux & SB_AUX_SHIFT_MASK) != (p->ushift & SB_AUX_SHIFT_MASK)) return NULL;
+    return (const slab_unit *)((aux & ~SB_AUX_SHIFT_MASK) + (a >> p->ushift) * sizeof(slab_unit));
 }
 
 static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)

@@ -919,9 +919,8 @@ void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *
  * Four dependent loads: map root, map entry, unit entry, state byte. */
 static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **state)
 {
-    uintptr_t aux = llmem__addrmap_aux(a);
-    if (!aux) return -1;
-    const slab_unit *su = (const slab_unit *)(aux + (a >> p->ushift) * sizeof(slab_unit));
+    const slab_unit *su = aux_unit(p, llmem__addrmap_aux(a), a);
+    if (!su) return -1;
     uint32_t info = su->info;
     if (!info || su->tag != pool_tag(p)) return -1;
     unsigned c = (info >> 24) - 1;
