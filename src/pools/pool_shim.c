@@ -63,19 +63,26 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
 {
     uintptr_t a = (uintptr_t)ptr;
     if (!p || !ptr || p->checked) return llmem_pool_usable_size(p, ptr);
-    superblock *sb = llmem__addrmap_get(a);
-    if (!sb || sb->pool != p) return 0;
-    size_t u = unit_of(sb, a, p->ushift);
-    uint32_t info = sb->slab_info[u].info;
-    if (info) {
+    /* A slab block the way the free finds it: the map entry's aux word
+     * locates the unit's slab_unit, whose tag says whose slab it is, so
+     * the superblock's header is not read (redis-server asks at every
+     * malloc and free: that header's line was an eighth of this call's
+     * samples, and the free then reads the slab_unit line anyway). */
+    const slab_unit *su = aux_unit(p, llmem__addrmap_aux(a), a);
+    uint32_t info = su ? su->info : 0;
+    if (info && su->tag == pool_tag(p)) {
         unsigned c = (info >> 24) - 1;
-        size_t off = ((a - sb->base) & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
+        size_t off = (a & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
         /* A block boundary: exact division by the class size with the
          * pool's reciprocal (as its free path checks it). */
         uint32_t idx;
         if (llmem__pool_slab_index(p, c, off, &idx)) return p->cls.size[c];
-    } else {
-        const pblock *b = sb->owner[u];
+        return llmem_pool_usable_size(p, ptr);
+    }
+    superblock *sb = llmem__addrmap_get(a);
+    if (!sb || sb->pool != p) return 0;
+    if (!info) {
+        const pblock *b = sb->owner[unit_of(sb, a, p->ushift)];
         if (b && b->kind == D_LARGE && b->user == a) return b->start + b->size - a;
     }
     return llmem_pool_usable_size(p, ptr);
