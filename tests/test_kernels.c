@@ -395,14 +395,14 @@ static void qpaths_print(void)
 
 /* Each vector path this CPU runs, called directly on row ranges that start
  * and end inside its tiles (8 and 16 rows) and on batches of 1, 4 (decode)
- * and 5, 9 (the tile paths), must give yr's bits (the reference kernel's,
+ * and 5-7, 9 (the tile paths, 1-3 rows past the passes of 4), must give yr's bits (the reference kernel's,
  * batch maxb) in its rows and leave the other rows alone. */
 static void qrows_paths_check(uint32_t t, const uint8_t *act, const uint8_t *w, const float *yr, size_t n, size_t d,
                               size_t maxb)
 {
     const size_t cuts[][2] = {{0, d}, {d > 3 ? 3 : 0, d}, {d > 1 ? 1 : 0, d > 13 ? 13 : d}, {d > 16 ? 16 : 0, d},
                               {d > 5 ? 5 : 0, d > 35 ? 35 : d}};
-    const size_t batches[] = {1, 4, 5, maxb};
+    const size_t batches[] = {1, 4, 5, 6, 7, maxb};
     float *y = malloc(maxb * d * sizeof(float));
     assert_non_null(y);
     for (size_t p = 0; p < NQPATHS; p++) {
