@@ -374,6 +374,63 @@ static void act_decode(uint32_t t, const uint8_t *row, size_t n, double *out, co
     }
 }
 
+/* The vector paths' kernels over the block types (kernels_q.h), by the
+ * names llmem__kernels_path_available knows. */
+typedef void (*qrows_fn)(float *, const void *, const void *, uint32_t, size_t, size_t, size_t, size_t, size_t);
+static const struct {
+    const char *name;
+    qrows_fn f;
+} qpaths[] = {{"avx2", llmem__qrows_avx2}, {"avx2+vnni", llmem__qrows_vnni}, {"avx2+avx512vnni", llmem__qrows_avx512}};
+#define NQPATHS (sizeof qpaths / sizeof qpaths[0])
+
+/* Which vector paths the block-type tests run here, printed so that a
+ * path this CPU lacks shows as skipped, not as passed. */
+static void qpaths_print(void)
+{
+    for (size_t p = 0; p < NQPATHS; p++)
+        printf("  path %s: %s\n", qpaths[p].name,
+               llmem__kernels_path_available(qpaths[p].name) ? "tested against the reference"
+                                                             : "SKIPPED (not on this CPU or not built)");
+}
+
+/* Each vector path this CPU runs, called directly on row ranges that start
+ * and end inside its tiles (8 and 16 rows) and on batches of 1, 4 (decode)
+ * and 5-7, 9 (the tile paths, 1-3 rows past the passes of 4), must give yr's bits (the reference kernel's,
+ * batch maxb) in its rows and leave the other rows alone. */
+static void qrows_paths_check(uint32_t t, const uint8_t *act, const uint8_t *w, const float *yr, size_t n, size_t d,
+                              size_t maxb)
+{
+    const size_t cuts[][2] = {{0, d}, {d > 3 ? 3 : 0, d}, {d > 1 ? 1 : 0, d > 13 ? 13 : d}, {d > 16 ? 16 : 0, d},
+                              {d > 5 ? 5 : 0, d > 35 ? 35 : d}};
+    const size_t batches[] = {1, 4, 5, 6, 7, maxb};
+    float *y = malloc(maxb * d * sizeof(float));
+    assert_non_null(y);
+    for (size_t p = 0; p < NQPATHS; p++) {
+        if (!llmem__kernels_path_available(qpaths[p].name)) continue;
+        for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++)
+            for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                const size_t r0 = cuts[c][0], r1 = cuts[c][1], batch = batches[bi];
+                memset(y, 0xff, maxb * d * sizeof(float));
+                qpaths[p].f(y, act, w, t, n, d, batch, r0, r1);
+                for (size_t b = 0; b < maxb; b++)
+                    for (size_t r = 0; r < d; r++) {
+                        uint32_t u;
+                        memcpy(&u, &y[b * d + r], 4);
+                        if (b >= batch || r < r0 || r >= r1) {
+                            if (u != 0xffffffffu)
+                                fail_msg("%s %s rows [%zu, %zu) batch %zu wrote y[%zu][%zu]", qpaths[p].name,
+                                         type_name(t), r0, r1, batch, b, r);
+                        } else if (memcmp(&y[b * d + r], &yr[b * d + r], 4) != 0) {
+                            fail_msg("%s %s n=%zu d=%zu rows [%zu, %zu) batch %zu: y[%zu][%zu] = %.9g, the reference "
+                                     "kernel gave %.9g", qpaths[p].name, type_name(t), n, d, r0, r1, batch, b, r,
+                                     y[b * d + r], yr[b * d + r]);
+                        }
+                    }
+            }
+    }
+    free(y);
+}
+
 static void qmatmul_case(uint32_t t, size_t n, size_t d)
 {
     const size_t maxb = 9;
@@ -451,12 +508,8 @@ static void qmatmul_case(uint32_t t, size_t n, size_t d)
         fail_msg("%s n=%zu d=%zu (%s): y[%zu][%zu] = %.9g, the reference kernel gave %.9g", type_name(t), n, d,
                  llmem__kernels_isa(), i / d, i % d, y1[i], yr[i]);
     }
-    /* On a VNNI machine the AVX2 kernels give the dispatched path's bits. */
-    if (!strcmp(llmem__kernels_isa(), "avx2+vnni")) {
-        llmem__qrows_avx2(y, act, w, t, n, d, maxb, 0, d);
-        if (memcmp(y, y1, maxb * d * sizeof(float)) != 0)
-            fail_msg("%s n=%zu d=%zu: the AVX2 and AVX-VNNI kernels differ", type_name(t), n, d);
-    }
+    /* Every vector path this CPU runs gives the reference's bits too. */
+    qrows_paths_check(t, act, w, yr, n, d, maxb);
     check_batches(y, y1, x, w, t, n, d, maxb, scratch);
     free(w);
     free(x);
@@ -487,7 +540,7 @@ static void qmatmul_all(void)
     }
 }
 
-TEST_CASE(test_qmatmul, qmatmul_all())
+TEST_CASE(test_qmatmul, qpaths_print(); qmatmul_all())
 
 static void test_qmatmul_portable(void **state)
 {
@@ -501,8 +554,8 @@ static void test_qmatmul_portable(void **state)
 /* ---- q4_K and q5_0 repacked 8 rows interleaved (kernels_q4k_x8.h) -------------
  *
  * The repacked matrix must give the q4_K (q5_0) reference kernel's bits through
- * every kernel over it (the scalar one of the layout, AVX2, AVX-VNNI where
- * the machine has it, llmem__matmul on every team), for every row range,
+ * every kernel over it (the scalar one of the layout, AVX2, AVX-VNNI and
+ * AVX-512 VNNI where the machine has them, llmem__matmul on every team), for every row range,
  * including ranges that start or end inside a group of 8. Weights: the
  * quantised and random-byte rows of qmat_make, and (extreme) every level
  * 15, every scale and min 63, large d and dmin, against activations of
@@ -532,22 +585,22 @@ static void x8_check_range(x8_rows_fn f, const char *name, const uint8_t *act, c
 }
 
 /* The repacked layouts (kernels_q4k_x8.h), one a source type: the wtype,
- * the size, the pack, and the reference, AVX2 and VNNI kernels. */
+ * the size, the pack, and the reference, AVX2, VNNI and AVX-512 kernels. */
 typedef struct x8_kind {
     uint32_t type, wtype;
     const char *name;
     size_t (*bytes)(size_t n, size_t d);
     void (*pack)(void *dst, const void *src, size_t n, size_t d);
-    x8_rows_fn fns[3];
+    x8_rows_fn fns[4];
 } x8_kind;
 
 static const x8_kind x8_kinds[] = {
     {LLMEM_DTYPE_Q4_K, LLMEM__WTYPE_Q4K_X8, "q4_K_x8", llmem__q4k_x8_bytes, llmem__q4k_x8_pack,
-     {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni}},
+     {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni, llmem__q4k_x8_rows_avx512}},
     {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, "q5_0_x8", llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack,
-     {llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni}},
+     {llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni, llmem__q5_0_x8_rows_avx512}},
     {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, "q8_0_x8", llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack,
-     {llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni}},
+     {llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni, llmem__q8_0_x8_rows_avx512}},
 };
 
 /* The kind of a source type or of a repacked wtype. */
@@ -642,12 +695,11 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
     char what[64];
     snprintf(what, sizeof what, "%s, weights %d, activations %d", type_name(t), mode, act_mode);
     const x8_rows_fn *fns = xk->fns;
-    const char *names[3] = {"reference", "avx2", "avx2+vnni"};
-    const bool has_avx2 = !strncmp(llmem__kernels_isa(), "avx2", 4), has_vnni = !strcmp(llmem__kernels_isa(), "avx2+vnni");
+    const char *names[4] = {"reference", "avx2", "avx2+vnni", "avx2+avx512vnni"};
     const size_t cuts[][2] = {{0, d}, {d > 3 ? 3 : 0, d}, {d > 1 ? 1 : 0, d > 13 ? 13 : d}, {d > 5 ? 5 : 0, d > 6 ? 6 : d},
                               {d > 9 ? 9 : 0, d > 35 ? 35 : d}, {d > 8 ? 8 : 0, d > 16 ? 16 : d}};
-    for (int f = 0; f < 3; f++) {
-        if ((f == 1 && !has_avx2) || (f == 2 && !has_vnni)) continue;
+    for (int f = 0; f < 4; f++) {
+        if (f && !llmem__kernels_path_available(names[f])) continue; /* qpaths_print lists the skipped */
         for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++)
             for (size_t batch = 1; batch <= maxb; batch += batch < 5 ? 1 : 4)
                 x8_check_range(fns[f], names[f], act, w8, yr, n, d, batch, cuts[c][0], cuts[c][1], what);

@@ -7,7 +7,10 @@
  * f16 rows): a portable C one and, on x86-64 with GCC or Clang, one compiled
  * with __attribute__((target("avx2,fma,f16c"))) so the library itself needs
  * no -mavx2 (a third, "avx2+vnni", is that one with the block types' dot
- * products on AVX-VNNI where the CPU has it: the same results). The path is picked once (pthread_once; CPUID for the features
+ * products on AVX-VNNI where the CPU has it, and a fourth,
+ * "avx2+avx512vnni", on AVX-512 + AVX512-VNNI, with 512-bit kernels for
+ * the batches: the same results; the fourth is preferred where both
+ * are). The path is picked once (pthread_once; CPUID for the features
  * and XGETBV for the OS saving the ymm state) and kept in a static table of
  * function pointers; llmem__kernels_force_portable switches to the
  * portable table for tests and benchmarks. A matmul reads the table once and
@@ -666,6 +669,26 @@ static const kernel_path path_x86_vnni = {
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_vnni,
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_vnni,
 };
+
+/* AVX2 with AVX-512 + AVX512-VNNI for the integer dot products: the EVEX
+ * vpdpbusd, 16 weight rows a pass for batches (same results). */
+static const kernel_path path_x86_avx512 = {
+    /* .name = */ "avx2+avx512vnni",
+    /* .rows = */ rows_x86,
+    /* .dot = */ dot_x86,
+    /* .axpy = */ axpy_x86,
+    /* .dot_rows = */ dot_rows_x86,
+    /* .axpy_rows = */ axpy_rows_x86,
+    /* .f16_row = */ f16_row_x86,
+    /* .softmax = */ softmax_x86,
+    /* .swiglu = */ swiglu_x86,
+    /* .exp_rows = */ llmem__exp_rows_avx2,
+    /* .act_quantize = */ llmem__act_quantize_avx2,
+    /* .qrows = */ llmem__qrows_avx512,
+    /* .qrows_x8 = */ llmem__q4k_x8_rows_avx512,
+    /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_avx512,
+    /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_avx512,
+};
 #endif
 
 static pthread_once_t path_once = PTHREAD_ONCE_INIT;
@@ -697,12 +720,30 @@ static bool x86_has_avxvnni(void)
     __cpuid_count(7, 1, a, b, c, d);
     return (a & (1u << 4)) != 0;
 }
+
+/* AVX-512 F, BW, VL and AVX512-VNNI (CPUID.(7,0): EBX bits 16, 30, 31;
+ * ECX bit 11), and the opmask, ZMM_Hi256 and Hi16_ZMM state saved by the
+ * OS (XCR0 bits 5-7, beside SSE and AVX's 1-2). */
+static bool x86_has_avx512vnni(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned need_b = (1u << 16) | (1u << 30) | (1u << 31);
+    if ((b & need_b) != need_b || !(c & (1u << 11))) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ __volatile__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & 0xe6u) == 0xe6u;
+}
 #endif
 
 static void path_init(void)
 {
 #ifdef KERNELS_X86
-    if (x86_has_avx2_fma_f16c()) path_best = llmem__qrows_vnni_built && x86_has_avxvnni() ? &path_x86_vnni : &path_x86;
+    if (!x86_has_avx2_fma_f16c()) return;
+    if (llmem__qrows_avx512_built && x86_has_avx512vnni()) path_best = &path_x86_avx512;
+    else if (llmem__qrows_vnni_built && x86_has_avxvnni()) path_best = &path_x86_vnni;
+    else path_best = &path_x86;
 #endif
 }
 
@@ -714,6 +755,18 @@ static const kernel_path *path_get(void)
 }
 
 const char *llmem__kernels_isa(void) { return path_get()->name; }
+
+bool llmem__kernels_path_available(const char *name)
+{
+    if (!strcmp(name, "portable")) return true;
+#ifdef KERNELS_X86
+    if (!x86_has_avx2_fma_f16c()) return false;
+    if (!strcmp(name, "avx2")) return true;
+    if (!strcmp(name, "avx2+vnni")) return llmem__qrows_vnni_built && x86_has_avxvnni();
+    if (!strcmp(name, "avx2+avx512vnni")) return llmem__qrows_avx512_built && x86_has_avx512vnni();
+#endif
+    return false;
+}
 
 void llmem__kernels_force_portable(bool on) { __atomic_store_n(&force_portable, on ? 1 : 0, __ATOMIC_RELAXED); }
 

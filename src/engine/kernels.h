@@ -135,9 +135,15 @@ void llmem__axpy_rows(float *y, const float *alpha, const float *x, size_t strid
 /* IEEE half <-> float (round to nearest even): core/half.h. */
 
 /* The instruction set the kernels run on: "avx2" (AVX2 + FMA + F16C, chosen
- * at run time), "avx2+vnni" (also AVX-VNNI for the block types) or
- * "portable". */
+ * at run time), "avx2+vnni" (also AVX-VNNI for the block types),
+ * "avx2+avx512vnni" (also AVX-512 + AVX512-VNNI for the block types) or
+ * "portable": every vector path's name starts with "avx2". */
 const char *llmem__kernels_isa(void);
+
+/* Whether this CPU runs the path named (one of llmem__kernels_isa's
+ * names) and it was built: for tests that run every path the machine can,
+ * not only the dispatched one. Unknown names: false. */
+bool llmem__kernels_path_available(const char *name);
 
 /* Force the portable path (true) or return to the best one (false): for
  * tests and benchmarks that compare the two. Calls already running keep

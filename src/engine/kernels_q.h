@@ -58,7 +58,13 @@ void llmem__qrows_avx2(float *y, const void *act, const void *w, uint32_t wtype,
 void llmem__qrows_vnni(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d, size_t batch,
                        size_t r0, size_t r1);
 
+/* The same with AVX-512 + AVX512-VNNI (kernels_q_avx512.c): the EVEX
+ * vpdpbusd, and 16 weight rows a pass in 512-bit registers for batches:
+ * bitwise the AVX2 path's results. */
+void llmem__qrows_avx512(float *y, const void *act, const void *w, uint32_t wtype, size_t n, size_t d, size_t batch,
+                         size_t r0, size_t r1);
+
 /* Whether the compiler built the vector paths (else they are the reference). */
-extern const bool llmem__qrows_avx2_built, llmem__qrows_vnni_built;
+extern const bool llmem__qrows_avx2_built, llmem__qrows_vnni_built, llmem__qrows_avx512_built;
 
 #endif

@@ -50,7 +50,8 @@ void llmem__q4k_x8_pack(void *dst, const void *src, size_t n, size_t d);
  * compiled; callers check the CPU), declared through their one type. */
 typedef void llmem__x8_rows_fn(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
                                size_t r1);
-llmem__x8_rows_fn llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni;
+llmem__x8_rows_fn llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni,
+    llmem__q4k_x8_rows_avx512;
 
 /* ---- q5_0, the same interleave ----
  *
@@ -70,7 +71,8 @@ llmem__x8_rows_fn llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8
 size_t llmem__q5_0_x8_bytes(size_t n, size_t d);
 void llmem__q5_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
 /* As llmem__q4k_x8_rows_*, over A8 activation rows (q5_0's). */
-llmem__x8_rows_fn llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni;
+llmem__x8_rows_fn llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni,
+    llmem__q5_0_x8_rows_avx512;
 
 /* ---- q8_0, the same interleave ----
  *
@@ -92,6 +94,7 @@ llmem__x8_rows_fn llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0
 size_t llmem__q8_0_x8_bytes(size_t n, size_t d);
 void llmem__q8_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
 /* As llmem__q4k_x8_rows_*, over A8 activation rows (q8_0's). */
-llmem__x8_rows_fn llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni;
+llmem__x8_rows_fn llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni,
+    llmem__q8_0_x8_rows_avx512;
 
 #endif

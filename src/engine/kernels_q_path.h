@@ -1,13 +1,15 @@
 /*
  * kernels_q_path.h - one x86 path of the integer dot products, included
- * once by its .c file (kernels_q_avx2.c, kernels_q_vnni.c) after it
- * defines:
+ * once by its .c file (kernels_q_avx2.c, kernels_q_vnni.c,
+ * kernels_q_avx512.c) after it defines:
  *
  *     KQ_ISA          the path's name in its exports (avx2: llmem__qrows_avx2,
  *                     llmem__q4k_x8_rows_avx2, llmem__q5_0_x8_rows_avx2,
  *                     llmem__q8_0_x8_rows_avx2 and llmem__qrows_avx2_built)
  *     KQ_TARGET_STR   the target attribute the path compiles for
  *     KQ_VNNI         0 or 1 (kernels_q_x86.h)
+ *     KQ_AVX512       1 for the AVX-512 path (EVEX vpdpbusd, 512-bit
+ *                     prefill kernels; needs KQ_VNNI); 0 when undefined
  *     KQ_MIN_GCC      the oldest GCC that can target it (clang: 12)
  *
  * Where the compiler can, the exports are kernels_q_x86.h compiled for the

@@ -7,13 +7,32 @@
  *
  * With KQ_VNNI the u8 x s8 sums of four products are one vpdpbusd
  * (AVX-VNNI) instead of vpmaddubsw + vpmaddwd: the same integers (none of
- * the sums here saturates maddubs' int16), so the same bits out.
+ * the sums here saturates maddubs' int16), so the same bits out. With
+ * KQ_AVX512 (which needs KQ_VNNI) that vpdpbusd is the EVEX one of
+ * AVX512-VNNI + VL, and batches of the 32-element types (in place) and of
+ * q8_0 repacked run 16 weight rows a pass, one row a 32-bit lane of a zmm
+ * (the "16 rows" section below): the same integers and the same float
+ * operations per row, so the same bits again.
  */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels_q.h"
 #include "kernels_q_layout.h"
+
+#ifndef KQ_AVX512
+#define KQ_AVX512 0
+#endif
+#if KQ_AVX512 && !KQ_VNNI
+#error "KQ_AVX512 needs KQ_VNNI: its kernels keep every level unsigned"
+#endif
+/* acc + the u8 x s8 4-product sums per int32 lane, 256 bits: VEX (AVX-VNNI)
+ * or EVEX (AVX512-VNNI + VL) encoded. */
+#if KQ_AVX512
+#define kq_dpbusd256 _mm256_dpbusd_epi32
+#else
+#define kq_dpbusd256 _mm256_dpbusd_avx_epi32
+#endif
 
 #define KQ_TARGET __attribute__((target(KQ_TARGET_STR)))
 #define KQ_INLINE static inline __attribute__((always_inline, target(KQ_TARGET_STR)))
@@ -144,7 +163,7 @@ KQ_INLINE __m256i hsum8_epi32(const __m256i p[8])
 KQ_INLINE __m256i dp_acc(__m256i acc, __m256i u, __m256i s)
 {
 #if KQ_VNNI
-    return _mm256_dpbusd_avx_epi32(acc, u, s);
+    return kq_dpbusd256(acc, u, s);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
@@ -364,6 +383,121 @@ KQ_UNROLL
         }
     }
 }
+
+#if KQ_AVX512
+/* ---- 16 rows: the 32-element types' batches in 512-bit registers ----
+ *
+ * The tile path above with two 8-row tiles side by side: zmm lane i
+ * (i < 16) is row r + i, so one vpdpbusd with the activation dword
+ * broadcast from memory ({1to16}) adds 4 products to 16 rows' sums, where
+ * the 256-bit path needs two. The tile is filled by tile_block as before
+ * (rows r..r+7 and r+8..r+15, each transposed as 8 x 8 dwords), then the
+ * halves are joined. Every level is unsigned here (KQ_VNNI: q8_0 + 128),
+ * and each lane's integers and float operations are tile_pass's for its
+ * row, in the same order: the same bits. Rows past the tile's (rows < 16)
+ * are zero levels, masked off at the loads and stores of y. */
+#define TR16 16
+
+KQ_INLINE __mmask16 mask16(int rows) { return rows >= TR16 ? (__mmask16)0xffff : (__mmask16)((1u << rows) - 1u); }
+
+/* G activation rows (stride ab) over a 16-row tile buffer of kn blocks
+ * from block k0: their sums so far from y (stride d; none when k0 is 0),
+ * back into y after; two chains (even, odd j) as tile_pass. */
+KQ_INLINE void tile16_pass(const uint32_t t, const bool with_min, const int G, float *y, size_t d, const uint8_t *act,
+                           size_t ab, size_t n, size_t k0, size_t kn, int rows, __m512i (*tq)[8], float (*tdw)[TR16],
+                           float (*tmw)[TR16])
+{
+    const int bias = w_bias(t);
+    const __mmask16 m = mask16(rows);
+    __m512 acc[MAXB];
+    a8 a[MAXB];
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8_view(act + (size_t)g * ab, n);
+        acc[g] = k0 ? _mm512_maskz_loadu_ps(m, y + (size_t)g * d) : _mm512_setzero_ps();
+    }
+    for (size_t kk = 0; kk < kn; kk++) {
+        const size_t k = k0 + kk;
+        __m512i p[MAXB], p2[MAXB];
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            p[g] = bias ? _mm512_set1_epi32(-bias * a[g].xs[k]) : _mm512_setzero_si512();
+            p2[g] = _mm512_setzero_si512();
+        }
+KQ_UNROLL
+        for (int j = 0; j < 8; j++) {
+            const __m512i qj = tq[kk][j];
+KQ_UNROLL
+            for (int g = 0; g < G; g++) {
+                int32_t v;
+                memcpy(&v, a[g].qs + 32 * k + 4 * (size_t)j, 4);
+                __m512i *pg = j & 1 ? &p2[g] : &p[g];
+                *pg = _mm512_dpbusd_epi32(*pg, qj, _mm512_set1_epi32(v));
+            }
+        }
+        const __m512 dwv = _mm512_loadu_ps(tdw[kk]);
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            __m512 sc = _mm512_mul_ps(dwv, _mm512_set1_ps(a[g].d[k]));
+            __m512i sum = _mm512_add_epi32(p[g], p2[g]);
+            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(sum)));
+            if (with_min)
+                acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_loadu_ps(tmw[kk]), _mm512_set1_ps(a[g].s[k])));
+        }
+    }
+KQ_UNROLL
+    for (int g = 0; g < G; g++) _mm512_mask_storeu_ps(y + (size_t)g * d, m, acc[g]);
+}
+
+/* Rows [r, r + rows) (rows <= 16) of y for activation rows [0, batch),
+ * batch > MAXB. */
+KQ_INLINE void tile16_rows(const uint32_t t, float *y, const uint8_t *act, size_t ab, const uint8_t *w, size_t rb,
+                           size_t n, size_t d, size_t batch, size_t r, int rows)
+{
+    const size_t bb = t == LLMEM_DTYPE_Q8_0 ? 34 : t == LLMEM_DTYPE_Q4_0 ? 18 : t == LLMEM_DTYPE_Q4_1 ? 20
+                    : t == LLMEM_DTYPE_Q5_0 ? 22 : 24;
+    const bool with_min = t == LLMEM_DTYPE_Q4_1 || t == LLMEM_DTYPE_Q5_1;
+    const size_t nb = n / 32;
+    const uint8_t *w0 = w + r * rb;
+    const int lo = rows < TR ? rows : TR, hi = rows - lo;
+    __m512i tq[KC][8];
+    float tdw[KC][TR16], tmw[KC][TR16];
+    const uint8_t *next = r + 2 * TR16 <= d ? w0 + TR16 * rb : NULL;
+    for (size_t k0 = 0; k0 < nb; k0 += KC) {
+        const size_t kn = nb - k0 < KC ? nb - k0 : KC;
+        if (next)
+            for (int i = 0; i < TR16; i++)
+                for (size_t o = 0; o < kn * bb; o += 64)
+                    _mm_prefetch((const char *)(next + (size_t)i * rb + k0 * bb + o), _MM_HINT_T0);
+        for (size_t kk = 0; kk < kn; kk++) {
+            __m256i q0[8], q1[8];
+            tile_block(t, w0, rb, bb, lo, k0 + kk, q0, tdw[kk], tmw[kk]);
+            tile_block(t, hi ? w0 + TR * rb : w0, rb, bb, hi, k0 + kk, q1, tdw[kk] + TR, tmw[kk] + TR);
+KQ_UNROLL
+            for (int j = 0; j < 8; j++) tq[kk][j] = _mm512_inserti64x4(_mm512_castsi256_si512(q0[j]), q1[j], 1);
+        }
+        /* MAXB activation rows a pass, then the 1-3 left in one pass (3
+         * passes of 1 kept one chain pair in flight: a sixth of the
+         * kernel's time at 99 rows). */
+        for (size_t b = 0; b < batch;) {
+            const int G = batch - b >= MAXB ? MAXB : (int)(batch - b);
+            float *yb = y + b * d + r;
+            const uint8_t *ax = act + b * ab;
+            switch (G * 2 + (rows == TR16)) {
+            case 9: tile16_pass(t, with_min, MAXB, yb, d, ax, ab, n, k0, kn, TR16, tq, tdw, tmw); break;
+            case 8: tile16_pass(t, with_min, MAXB, yb, d, ax, ab, n, k0, kn, rows, tq, tdw, tmw); break;
+            case 7: tile16_pass(t, with_min, 3, yb, d, ax, ab, n, k0, kn, TR16, tq, tdw, tmw); break;
+            case 6: tile16_pass(t, with_min, 3, yb, d, ax, ab, n, k0, kn, rows, tq, tdw, tmw); break;
+            case 5: tile16_pass(t, with_min, 2, yb, d, ax, ab, n, k0, kn, TR16, tq, tdw, tmw); break;
+            case 4: tile16_pass(t, with_min, 2, yb, d, ax, ab, n, k0, kn, rows, tq, tdw, tmw); break;
+            case 3: tile16_pass(t, with_min, 1, yb, d, ax, ab, n, k0, kn, TR16, tq, tdw, tmw); break;
+            default: tile16_pass(t, with_min, 1, yb, d, ax, ab, n, k0, kn, rows, tq, tdw, tmw); break;
+            }
+            b += (size_t)G;
+        }
+    }
+}
+#endif
 
 /* ---- the k-quants: eight weight rows a pass as well ----
  *
@@ -628,7 +762,7 @@ KQ_UNROLL
                 const __m256i T = tb->T[4 * h + jj];
 KQ_UNROLL
                 for (int g = 0; g < G; g++)
-                    p[g] = _mm256_dpbusd_avx_epi32(p[g], T, bcast32(a[g].qs + 256 * k + 16 * (size_t)h + 4 * (size_t)jj));
+                    p[g] = kq_dpbusd256(p[g], T, bcast32(a[g].qs + 256 * k + 16 * (size_t)h + 4 * (size_t)jj));
             }
 KQ_UNROLL
             for (int g = 0; g < G; g++) sumi[g] = _mm256_add_epi32(sumi[g], _mm256_mullo_epi32(p[g], tb->S[h]));
@@ -705,6 +839,13 @@ KQ_INLINE void qrows_t(const uint32_t t, float *y, const uint8_t *act, const uin
     const bool k = is_k(t);
     size_t rb = n / (k ? 256 : 32) * block_bytes(t), ab = llmem__act_row_bytes(t, n);
     if (!k) {
+#if KQ_AVX512
+        if (batch > MAXB) {
+            for (size_t r = r0; r < r1; r += TR16)
+                tile16_rows(t, y, act, ab, w, rb, n, d, batch, r, r1 - r < TR16 ? (int)(r1 - r) : TR16);
+            return;
+        }
+#endif
         for (size_t r = r0; r < r1; r += TR) tile_rows(t, y, act, ab, w, rb, n, d, batch, r, r1 - r < TR ? (int)(r1 - r) : TR);
         return;
     }
@@ -788,8 +929,8 @@ KQ_UNROLL
                 for (int g = 0; g < G; g++) {
                     const int8_t *xq = a[g].qs + 256 * k + (size_t)(64 * p + 4 * j);
 #if KQ_VNNI
-                    sl[g] = _mm256_dpbusd_avx_epi32(sl[g], lo, bcast32(xq));
-                    sh[g] = _mm256_dpbusd_avx_epi32(sh[g], hi, bcast32(xq + 32));
+                    sl[g] = kq_dpbusd256(sl[g], lo, bcast32(xq));
+                    sh[g] = kq_dpbusd256(sh[g], hi, bcast32(xq + 32));
 #else
                     sl[g] = _mm256_add_epi16(sl[g], _mm256_maddubs_epi16(lo, bcast32(xq)));
                     sh[g] = _mm256_add_epi16(sh[g], _mm256_maddubs_epi16(hi, bcast32(xq + 32)));
@@ -830,6 +971,78 @@ KQ_UNROLL
     }
 }
 
+#if KQ_AVX512
+/* q8_0 repacked, 16 rows a pass for batches: groups g and g + 1 (blocks
+ * at wg and wg2) side by side in a zmm, lanes 0..7 the first group's
+ * rows, 8..15 the second's; dword j of the 16 rows is two 32-byte loads
+ * joined, against the activation dword broadcast from memory. Each lane's
+ * integers and float operations are x8_q8_0_group's for its row, in its
+ * order: the same bits. */
+KQ_INLINE void x8_q8_0_group16(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
+                               const uint8_t *wg2, __m512 acc[MAXB])
+{
+    const size_t nb = n / 32;
+    const int bias = w_bias(LLMEM_DTYPE_Q8_0);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    a8 a[MAXB];
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8_view(act + (size_t)g * ab, n);
+        acc[g] = _mm512_setzero_ps();
+    }
+    for (size_t k = 0; k < nb; k++) {
+        const uint8_t *blk = wg + k * LLMEM__X8_Q8_0_BLOCK, *blk2 = wg2 + k * LLMEM__X8_Q8_0_BLOCK;
+        __m512i p[MAXB], p2[MAXB];
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            p[g] = _mm512_set1_epi32(-bias * a[g].xs[k]);
+            p2[g] = _mm512_setzero_si512();
+        }
+KQ_UNROLL
+        for (int j = 0; j < 8; j++) {
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 32 * (size_t)j));
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(const void *)(blk2 + 32 * (size_t)j));
+            const __m512i u = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), flip);
+KQ_UNROLL
+            for (int g = 0; g < G; g++) {
+                int32_t v;
+                memcpy(&v, a[g].qs + 32 * k + 4 * (size_t)j, 4);
+                __m512i *pg = j & 1 ? &p2[g] : &p[g];
+                *pg = _mm512_dpbusd_epi32(*pg, u, _mm512_set1_epi32(v));
+            }
+        }
+        const __m256i h = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + 256))),
+            _mm_loadu_si128((const __m128i *)(const void *)(blk2 + 256)), 1);
+        const __m512 dw = _mm512_cvtph_ps(h);
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a[g].d[k]));
+            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_add_epi32(p[g], p2[g]))));
+        }
+    }
+}
+
+/* Rows 0..15 of y (stride d) for activation rows [0, batch) from the
+ * q8_0 groups at wg and wg2, MAXB activation rows a pass, then the rest. */
+KQ_INLINE void x8_q8_0_rows16(float *y, const uint8_t *act, size_t ab, size_t n, size_t d, size_t batch,
+                              const uint8_t *wg, const uint8_t *wg2)
+{
+    for (size_t b = 0; b < batch;) {
+        const int G = batch - b >= MAXB ? MAXB : (int)(batch - b);
+        __m512 acc[MAXB];
+        switch (G) {
+        case MAXB: x8_q8_0_group16(MAXB, act + b * ab, ab, n, wg, wg2, acc); break;
+        case 3: x8_q8_0_group16(3, act + b * ab, ab, n, wg, wg2, acc); break;
+        case 2: x8_q8_0_group16(2, act + b * ab, ab, n, wg, wg2, acc); break;
+        default: x8_q8_0_group16(1, act + b * ab, ab, n, wg, wg2, acc); break;
+        }
+        for (int gg = 0; gg < G; gg++) _mm512_storeu_ps(y + (b + (size_t)gg) * d, acc[gg]);
+        b += (size_t)G;
+    }
+}
+#endif
+
 /* The row loop of the 8-row layouts: whole groups of 8 rows through
  * `group` (MAXB activation rows at a time, then the rest), the rows past the
  * last whole group in the source layout `t`. Inlined with constant
@@ -845,6 +1058,14 @@ KQ_INLINE void x8_rows(x8_group_fn *group, uint32_t t, size_t block_bytes, size_
     while (r < r1 && r < d8) {
         const size_t g = r / 8, lo = r % 8, hi = r1 - 8 * g < 8 ? r1 - 8 * g : 8;
         const uint8_t *wg = w8 + g * nb * block_bytes;
+#if KQ_AVX512
+        /* q8_0 batches: two whole groups a pass (x8_q8_0_group16) */
+        if (t == LLMEM_DTYPE_Q8_0 && batch > MAXB && lo == 0 && 8 * g + 16 <= r1 && 8 * g + 16 <= d8) {
+            x8_q8_0_rows16(y + 8 * g, a0, ab, n, d, batch, wg, wg + nb * block_bytes);
+            r = 8 * g + 16;
+            continue;
+        }
+#endif
         for (size_t b = 0; b < batch;) {
             const int G = batch - b >= MAXB ? MAXB : (int)(batch - b);
             __m256 acc[MAXB];
@@ -904,7 +1125,7 @@ KQ_UNROLL
             for (int g = 0; g < G; g++) {
                 const int8_t *xq = a[g].qs + 32 * k + 4 * (size_t)j;
 #if KQ_VNNI
-                s0[g] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s0[g], lo, bcast32(xq)), hi, bcast32(xq + 16));
+                s0[g] = kq_dpbusd256(kq_dpbusd256(s0[g], lo, bcast32(xq)), hi, bcast32(xq + 16));
 #else
                 s0[g] = _mm256_add_epi16(s0[g], _mm256_maddubs_epi16(lo, bcast32(xq)));
                 s1[g] = _mm256_add_epi16(s1[g], _mm256_maddubs_epi16(hi, bcast32(xq + 16)));
