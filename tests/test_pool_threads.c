@@ -139,6 +139,63 @@ TEST_CASE(cross_thread_checked, run(true, true))
 
 /* Many short-lived threads: each exit returns its cache; the pool does
  * not grow without bound. */
+/* Pools with marks (LLMEM_POOL_MARKS=1, pool_internal.h "block states"):
+ * the same churn once two threads mark, then a block allocated by one
+ * thread and freed twice by another is refused the second time and never
+ * handed out twice. */
+static void cross_thread_marked(void **state)
+{
+    (void)state;
+    setenv("LLMEM_POOL_MARKS", "1", 1);
+    run(false, true);
+    unsetenv("LLMEM_POOL_MARKS");
+}
+
+enum { MARKED_N = 64 };
+typedef struct marked_arg {
+    llmem_pool *pool;
+    void **blocks;
+    llmem_status first[MARKED_N], second[MARKED_N];
+} marked_arg;
+
+static void *marked_freer(void *v)
+{
+    marked_arg *m = v;
+    void *mine = llmem_pool_alloc(m->pool, 48, NULL); /* this thread's cache first: marks on */
+    for (int i = 0; i < MARKED_N; i++) m->first[i] = llmem_pool_free(m->pool, m->blocks[i]);
+    for (int i = 0; i < MARKED_N; i++) m->second[i] = llmem_pool_free(m->pool, m->blocks[i]);
+    llmem_pool_free(m->pool, mine);
+    return NULL;
+}
+
+static void marked_remote_double_free(void **state)
+{
+    (void)state;
+    setenv("LLMEM_POOL_MARKS", "1", 1);
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(NULL, &p));
+    unsetenv("LLMEM_POOL_MARKS");
+    void *blocks[MARKED_N];
+    for (int i = 0; i < MARKED_N; i++) assert_non_null(blocks[i] = llmem_pool_alloc(p, 16 + (size_t)i * 8, NULL));
+    marked_arg m = {p, blocks, {0}, {0}};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, marked_freer, &m), 0);
+    pthread_join(t, NULL);
+    for (int i = 0; i < MARKED_N; i++) {
+        assert_int_equal(m.first[i], LLMEM_OK);
+        assert_int_equal(m.second[i], LLMEM_EDOUBLEFREE);
+    }
+    /* Everything freed once: allocations see no block twice. */
+    enum { K = 4 * MARKED_N };
+    void *got[K];
+    for (int i = 0; i < K; i++) assert_non_null(got[i] = llmem_pool_alloc(p, 16 + (size_t)(i % MARKED_N) * 8, NULL));
+    for (int i = 0; i < K; i++)
+        for (int j = i + 1; j < K; j++) assert_ptr_not_equal(got[i], got[j]);
+    for (int i = 0; i < K; i++) assert_ok(llmem_pool_free(p, got[i]));
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
 static void *short_lived(void *arg)
 {
     llmem_pool *p = arg;
@@ -480,6 +537,8 @@ int main(void)
         cmocka_unit_test(cross_thread_small),
         cmocka_unit_test(cross_thread_mixed),
         cmocka_unit_test(cross_thread_checked),
+        cmocka_unit_test(cross_thread_marked),
+        cmocka_unit_test(marked_remote_double_free),
         cmocka_unit_test(thread_exit_returns_cache),
         cmocka_unit_test(background_purge_returns_idle_memory),
         cmocka_unit_test(idle_cache_reclaimed_by_shrink),

@@ -179,7 +179,7 @@ static llmem_status check_slab(const llmem_pool *p, slab *s)
         }
     }
     /* Handed-out blocks have their byte set; cached ones (counted in used)
-     * do not. */
+     * too if marked (STATE_OUT), not otherwise. */
     uint32_t set = 0;
     for (uint32_t i = 0; i < s->nblocks; i++) set += state_get(slab_state(s, i)) != 0;
     if (set > s->used || (!p->tcache_on && set != s->used))
@@ -589,6 +589,17 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
      * thousand pools alive) the pool simply runs on its lock. */
     p->tcache_on = !p->checked && pthread_key_create(&p->tkey, llmem__pool_tcache_destructor) == 0;
     p->lcache_on = p->tcache_on && p->rc.cap; /* the purger reclaims idle ones, as it flushes the run cache */
+    /* Marks in free blocks (pool_internal.h, "block states"): blocks of
+     * at least a word, at least 8-aligned; the key differs per pool and
+     * per run, and its low bits are set so that no mark is 0. Off unless
+     * LLMEM_POOL_MARKS=1 in the environment: they double larson but cost
+     * cross_thread 30% (docs/BENCHMARKS.md, branch s28-home). */
+    const char *mv = getenv("LLMEM_POOL_MARKS");
+    p->marks = mv && mv[0] == '1' && p->tcache_on && p->inband && p->cls.size[0] >= sizeof(uint64_t) && p->align >= 8;
+    uint64_t k = p->id ^ (uint64_t)(uintptr_t)p ^ llmem__pool_clock();
+    k = (k ^ (k >> 30)) * 0xbf58476d1ce4e5b9ull;
+    k = (k ^ (k >> 27)) * 0x94d049bb133111ebull;
+    p->mark_key = (k ^ (k >> 31)) | 7;
     size_t xslots = 0;
     for (unsigned c = 0; c < p->cls.count; c++) {
         size_t cap = 16 * p->unit / p->cls.size[c];

@@ -86,6 +86,9 @@ static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
         }
         if (!llmem__pool_slab_index(p, b->cls, off, &idx)) return INSIDE_BLOCK;
         if (idx >= s->carved || !state_get(slab_state(s, idx))) return FREE_SLAB_BLOCK;
+        /* Pools with marks: free in a thread or transfer cache. */
+        if (state_get(slab_state(s, idx)) == STATE_OUT && mark_load(l->block) == block_mark(p, l->block))
+            return FREE_SLAB_BLOCK;
         return AT_BLOCK;
     }
     if (b && b->kind == D_LARGE && b->user == a) {

@@ -38,36 +38,60 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
 
 /* ---- block states: double frees of small blocks ---------------------------
  *
- * Every slab keeps one byte per block in host memory: 1 while the block is
- * handed out, 2 while its fenced free is pending (pool_fence.c), 0 while it
- * is free (in a thread cache, a transfer cache, its
- * slab's free list) or not carved yet. A thread cache holds each free block
- * with the address of its state byte (a tslot), so an allocation sets it
- * with one store and no lookup; a free reads it on the way in (the slab is
- * found from the superblock's owner table, which the free path reads
- * anyway) and refuses a block that is free already with LLMEM_EDOUBLEFREE,
- * so the block is never cached twice and never handed out twice. Nothing is
- * written into the block: a device pool's memory stays untouched, and a
- * free does not fault in the block's line (a mark inside the block cost
- * half the throughput of the small-block bench, whose frees touch blocks
- * long out of cache). The bytes are plain stores: two threads freeing the
- * same block at the same instant can both pass (a race in the program that
- * no check short of a locked instruction on every free would close).
- * Measured again on 2026-12-03 (docs/BENCHMARKS.md, "the free's state-byte
- * miss"): a mark in the free block's first word, trusted when absent and
- * confirmed by the state byte when present, moves the free's miss from the
- * state line to the block's line: larson gained some 15% on a quiet VM
- * (still 0.36x of tcmalloc), but in `small` the cold block load took 68%
- * of the free's samples (the state load had 26%) and small and
- * cross_thread lost 9-16% (medians): a free block is usually long out
- * of cache, its slab's state bytes less so.
- * Where the bytes live: an array per slab, dense (the free path reads one
- * line per slab, not one per block: a bytemap over the superblock, a byte
- * per 16 bytes, made the state load miss as often as a mark in the block),
- * from two fixed pools of host metadata (64-byte arrays for slabs of up to
- * 64 blocks, most classes; the largest slab's count for the rest), so that
+ * Every slab keeps one byte per block in host memory: 0 while the block is
+ * free in its slab (its free list, or not carved yet), 1 while it is handed
+ * out, 2 while its fenced free is pending (pool_fence.c), and STATE_OUT (3)
+ * while it is out of its slab in the marked regime below, handed out or
+ * free in a thread or transfer cache. A free block in a cache is in one of
+ * two regimes, which its tslot says (TSLOT_MARKED in the block word):
+ *
+ * - Unmarked (device pools, whose memory is never touched; every pool while
+ *   one thread uses it): the byte is 0 while cached. Both fast paths write
+ *   it: an allocation sets 1 through the tslot, a free reads 1 and clears
+ *   it, and a free that reads 0 is refused (LLMEM_EDOUBLEFREE, by the
+ *   locked path).
+ * - Marked (host pools with thread caches created with LLMEM_POOL_MARKS=1
+ *   in the environment, p->marks, once their second thread cache exists:
+ *   p->marks_on; off by default while it costs cross_thread 30%): the byte stays STATE_OUT from the
+ *   refill that takes the block out of its slab to the flush that puts it
+ *   back, both under a lock, so the fast paths only read it and its line
+ *   stays shared in every core's cache. A free block is told from a handed-
+ *   out one by its mark, block address ^ p->mark_key, in its first word: a
+ *   free refuses a block that carries its mark and writes it otherwise; the
+ *   allocation that takes the block from a cache checks the mark and clears
+ *   the word; a marked slot whose block lost its mark (written after its
+ *   free, or a second copy of a block freed twice meanwhile) is dropped and
+ *   logged, never handed out, at an allocation as at a flush. A free that
+ *   reads 1 in a marking pool moves the block to STATE_OUT, once.
+ *
+ * Why two regimes (issue 15, docs/BENCHMARKS.md 2026-12-04, branch
+ * s28-home): with every fast path writing the byte, larson's threads, whose
+ * caches hold blocks of the same slabs (remote frees and transfer batches
+ * mix them block by block), wrote the same state lines from two cores: the
+ * free's wait on that line was most of larson_2t, and spreading the bytes
+ * one line per block doubled it (4 or 16 to a line did nothing). The
+ * block's own line is its holder's, as in tcmalloc, whose free writes the
+ * block too. But one thread alone never shares a line, and there the
+ * free's load of a cold block (`small`: 17 MB of live blocks) cost 29% more
+ * than the dense byte's: so a pool marks only once a second thread uses it.
+ * The encoding is per block, so threads switching regime at different
+ * moments stay consistent. A program that writes exactly a free block's
+ * mark into a live block (2^-64 for data not read from freed memory) has
+ * that block's free refused.
+ *
+ * A thread cache holds each free block with the address of its state byte
+ * (a tslot). The bytes are relaxed atomics: two threads freeing the same
+ * block at the same instant can both pass (a race in the program that no
+ * check short of a locked instruction on every free would close).
+ * Where the bytes live: an array per slab, dense (a free reads one line per
+ * slab, not one per block: a bytemap over the superblock, a byte per 16
+ * bytes, made the state load miss as often as a mark in the block), from
+ * two fixed pools of host metadata (64-byte arrays for slabs of up to 64
+ * blocks, most classes; the largest slab's count for the rest), so that
  * making a slab mallocs nothing (an engine's decode steps stay
  * malloc-free). */
+enum { STATE_OUT = 3 };
+#define TSLOT_MARKED ((uintptr_t)1) /* in a tslot's block word: the block is marked */
 typedef struct tslot {
     void *block;
     uint8_t *state;
@@ -197,6 +221,10 @@ struct llmem_pool {
     /* read-mostly */
     uint64_t id;                /* unique for the process's life */
     bool host, checked, inband, tcache_on;
+    bool marks;                 /* may mark free small blocks ("block states" above): inband pools
+                                   with thread caches */
+    bool marks_on;              /* marks in use: set (relaxed, once) when the second thread cache is made */
+    uint64_t mark_key;          /* a marked cached block at a holds a ^ mark_key in its first word */
     bool lcache_on;             /* thread caches of large blocks: tcache_on pools with a run cache */
     size_t unit;
     unsigned ushift;
@@ -373,6 +401,17 @@ static inline unsigned heap_for(const llmem_pool *p, int kind) { return p->split
 static inline uint8_t *slab_state(const slab *s, uint32_t idx) { return s->state + idx; }
 static inline uint8_t state_get(const uint8_t *b) { return __atomic_load_n(b, __ATOMIC_RELAXED); }
 static inline void state_set(uint8_t *b, uint8_t v) { __atomic_store_n(b, v, __ATOMIC_RELAXED); }
+
+/* A free block's mark (pools with marks): never 0, since blocks are
+ * 16-aligned and the key's low four bits are set. */
+static inline uint64_t block_mark(const llmem_pool *p, uintptr_t a) { return (uint64_t)a ^ p->mark_key; }
+
+/* The first word of block a, read or written whether or not it is
+ * poisoned: the pool's own access to a free block (ASan would report the
+ * read of a cached block's mark as a use after poison). */
+typedef uint64_t __attribute__((may_alias)) mark_word; /* the block's bytes have the program's types */
+__attribute__((no_sanitize_address)) static inline uint64_t mark_load(uintptr_t a) { return *(const mark_word *)a; }
+__attribute__((no_sanitize_address)) static inline void mark_store(uintptr_t a, uint64_t v) { *(mark_word *)a = v; }
 
 static inline bool bit_get(const uint64_t *b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, size_t i) { b[i / 64] |= 1ull << (i % 64); }

@@ -181,18 +181,51 @@ void llmem__pool_note_peak(llmem_pool *p)
 }
 
 
+/* A cached block (pool with marks) that lost its mark: written after its
+ * free, or a second copy of a block freed twice whose first copy was
+ * handed out or went back to its slab. Counted and logged; the caller
+ * drops it (the slabs keep counting it as out: leaked, never handed out
+ * twice). Pool lock held. */
+static void cached_drop(llmem_pool *p, uintptr_t b, unsigned c, const char *when)
+{
+    ST_ADD(p->st.corruptions_total, 1);
+    llmem__log(LLMEM_LOG_ERROR,
+               "pool '%s': the free %zu-byte block at %p lost its mark %s: it was written after it was freed, "
+               "or freed twice; dropped, not handed out",
+               p->name, (size_t)p->cls.size[c], (void *)b, when);
+}
+
+/* A cached block (the slot's word, TSLOT_MARKED included) of class c back
+ * to its slab. A marked one's state byte goes from STATE_OUT to 0 here; one
+ * whose mark or state is not a cached block's is dropped (cached_drop).
+ * Pool lock held. */
+static void cached_put(llmem_pool *p, uintptr_t w, unsigned c)
+{
+    uintptr_t b = w & ~(uintptr_t)TSLOT_MARKED;
+    superblock *sb = llmem__addrmap_get(b);
+    slab *s = sb && sb->pool == p ? (slab *)sb->owner[unit_of(sb, b, p->ushift)] : NULL;
+    uint32_t idx = s ? (uint32_t)((b - s->b.start) / p->cls.size[c]) : 0;
+    if (w & TSLOT_MARKED) {
+        uint8_t *state = s && s->b.kind == D_SLAB && s->b.cls == c && idx < s->carved ? slab_state(s, idx) : NULL;
+        if (!state || state_get(state) != STATE_OUT || mark_load(b) != block_mark(p, b)) {
+            cached_drop(p, b, c, "in a thread cache");
+            return;
+        }
+        state_set(state, 0);
+    }
+    llmem__pool_small_put(p, s, b, idx);
+}
+
+/* Does this thread mark the blocks it caches? In a pool with marks, once
+ * its second thread cache exists (pool_internal.h, "block states"). */
+static inline bool marking(const llmem_pool *p) { return __atomic_load_n(&p->marks_on, __ATOMIC_RELAXED); }
+
 /* Return cached blocks of class c to their slabs down to `keep`. Pool lock
  * held. */
 static void tcache_flush_class_locked(llmem_pool *p, tcache *t, unsigned c, uint32_t keep)
 {
     uint32_t n = t->bin[c].count;
-    size_t csize = p->cls.size[c];
-    while (n > keep) {
-        uintptr_t b = (uintptr_t)t->bin[c].items[--n].block;
-        superblock *sb = llmem__addrmap_get(b);
-        slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
-        llmem__pool_small_put(p, s, b, (uint32_t)((b - s->b.start) / csize));
-    }
+    while (n > keep) cached_put(p, (uintptr_t)t->bin[c].items[--n].block, c);
     st_u32(&t->bin[c].count, n);
 }
 
@@ -226,14 +259,11 @@ static void tcache_flush_half(llmem_pool *p, tcache *t, unsigned c)
 void llmem__pool_xfer_drain(llmem_pool *p, unsigned c)
 {
     xfer_cache *x = &p->xfer[c];
-    size_t csize = p->cls.size[c];
     pthread_mutex_lock(&x->lock);
     while (x->count) {
         uintptr_t b = (uintptr_t)x->slots[x->count - 1].block;
         st_u32(&x->count, x->count - 1);
-        superblock *sb = llmem__addrmap_get(b);
-        slab *s = (slab *)sb->owner[unit_of(sb, b, p->ushift)];
-        llmem__pool_small_put(p, s, b, (uint32_t)((b - s->b.start) / csize));
+        cached_put(p, b, c);
     }
     pthread_mutex_unlock(&x->lock);
 }
@@ -599,6 +629,8 @@ tcache *llmem__pool_tcache_get(llmem_pool *p)
             return NULL;
         }
         pthread_mutex_lock(&p->tlock);
+        /* A second thread: mark from now on ("block states"). */
+        if (p->marks && p->tcaches) __atomic_store_n(&p->marks_on, true, __ATOMIC_RELAXED);
         t->next = p->tcaches;
         if (p->tcaches) p->tcaches->prev = t;
         p->tcaches = t;
@@ -643,7 +675,13 @@ static tslot *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *
         uintptr_t b = llmem__pool_small_take(p, c, st, &state);
         if (!b && !got && *st == LLMEM_ENOMEM && llmem__pool_wait_one_fenced(p, true)) continue;
         if (!b) break;
-        t->bin[c].items[got++] = (tslot){(void *)b, state};
+        if (marking(p)) { /* out of the slab, free in the cache */
+            state_set(state, STATE_OUT);
+            mark_store(b, block_mark(p, b));
+            t->bin[c].items[got++] = (tslot){(void *)(b | TSLOT_MARKED), state};
+        } else {
+            t->bin[c].items[got++] = (tslot){(void *)b, state};
+        }
     }
     if (got) *st = LLMEM_OK;
     else {
@@ -766,20 +804,34 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
             tslot got;
             owner_enter(t);
             if (owner_reclaimed(t)) owner_ack(p, t);
-            uint32_t n = t->bin[c].count;
-            if (n) {
-                got = t->bin[c].items[n - 1];
-                st_u32(&t->bin[c].count, n - 1);
-            } else {
-                llmem_status st;
-                tslot *sl = tcache_refill(p, t, c, &st);
-                if (!sl) {
-                    owner_leave(t);
-                    return llmem__pool_alloc_failed(st, status);
+            for (;;) {
+                uint32_t n = t->bin[c].count;
+                if (n) {
+                    got = t->bin[c].items[n - 1];
+                    st_u32(&t->bin[c].count, n - 1);
+                } else {
+                    llmem_status st;
+                    tslot *sl = tcache_refill(p, t, c, &st);
+                    if (!sl) {
+                        owner_leave(t);
+                        return llmem__pool_alloc_failed(st, status);
+                    }
+                    got = *sl;
                 }
-                got = *sl;
+                uintptr_t b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED;
+                if (b == (uintptr_t)got.block) {
+                    state_set(got.state, 1);
+                    break;
+                }
+                got.block = (void *)b;
+                if (mark_load(b) == block_mark(p, b)) {
+                    mark_store(b, 0);
+                    break;
+                }
+                pthread_mutex_lock(&p->lock);
+                cached_drop(p, b, c, "in a thread cache");
+                pthread_mutex_unlock(&p->lock);
             }
-            state_set(got.state, 1);
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
             owner_leave(t);
             if (p->host) LLMEM_UNPOISON(got.block, size);
@@ -857,11 +909,17 @@ static inline __attribute__((always_inline)) void *alloc_fast(llmem_pool *p, siz
          * until busy drops (and a past one's writes were acknowledged under
          * the pool lock). */
         uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? t->bin[c].count : 0;
-        if (LLMEM_LIKELY(n)) {
-            tslot got = t->bin[c].items[n - 1];
+        tslot got;
+        uintptr_t b = 0;
+        /* A marked slot whose block lost its mark is alloc_slow's to drop. */
+        if (LLMEM_LIKELY(n) &&
+            (got = t->bin[c].items[n - 1], b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED,
+             LLMEM_LIKELY(b == (uintptr_t)got.block || mark_load(b) == block_mark(p, b)))) {
             st_u32(&t->bin[c].count, n - 1);
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
-            state_set(got.state, 1);
+            if (b == (uintptr_t)got.block) state_set(got.state, 1);
+            else mark_store(b, 0);
+            got.block = (void *)b;
             owner_leave(t);
             if (p->host) LLMEM_UNPOISON(got.block, size);
             if (status) *status = LLMEM_OK;
@@ -933,14 +991,29 @@ static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **sta
     return (int)c;
 }
 
+/* May the small block at a, whose state byte reads sv, be pushed onto a
+ * thread cache? Handed out by the unmarked regime (1), or out of its slab in
+ * the marked one (STATE_OUT) without its mark, i.e. not free in a cache
+ * already. */
+static inline bool small_live(const llmem_pool *p, uintptr_t a, uint8_t sv)
+{
+    return sv == 1 || (sv == STATE_OUT && mark_load(a) != block_mark(p, a));
+}
+
 /* Push the live small block ptr of class c (its state byte `state`) onto
  * this thread's cache t, which holds n < cap blocks of c: marked free,
  * counted, poisoned on a host pool. The owner is entered (owner_enter). */
 static inline __attribute__((always_inline)) void bin_push(llmem_pool *p, tcache *t, int c, uint32_t n, void *ptr,
-                                                           uint8_t *state)
+                                                           uint8_t *state, uint8_t sv)
 {
-    state_set(state, 0);
-    t->bin[c].items[n] = (tslot){ptr, state};
+    if (sv == STATE_OUT || (sv == 1 && marking(p))) {
+        if (sv == 1) state_set(state, STATE_OUT); /* into the marked regime, once per block */
+        mark_store((uintptr_t)ptr, block_mark(p, (uintptr_t)ptr));
+        t->bin[c].items[n] = (tslot){(void *)((uintptr_t)ptr | TSLOT_MARKED), state};
+    } else {
+        state_set(state, 0);
+        t->bin[c].items[n] = (tslot){ptr, state};
+    }
     st_u32(&t->bin[c].count, n + 1);
     st_u64(&t->bin[c].frees, t->bin[c].frees + 1);
     if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
@@ -957,7 +1030,8 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
     if (p->tcache_on) {
         uint8_t *state = NULL;
         int c = small_block_of(p, (uintptr_t)ptr, &state);
-        tcache *t = c >= 0 && state_get(state) == 1 ? llmem__pool_tcache_get(p) : NULL;
+        uint8_t sv = c >= 0 ? state_get(state) : 0;
+        tcache *t = c >= 0 && small_live(p, (uintptr_t)ptr, sv) ? llmem__pool_tcache_get(p) : NULL;
         if (t) {
             owner_enter(t);
             if (owner_reclaimed(t)) owner_ack(p, t);
@@ -966,7 +1040,7 @@ static __attribute__((noinline)) llmem_status free_slow(llmem_pool *p, void *ptr
                 tcache_flush_half(p, t, (unsigned)c);
                 n = t->bin[c].count;
             }
-            bin_push(p, t, c, n, ptr, state);
+            bin_push(p, t, c, n, ptr, state, sv);
             owner_leave(t);
             return LLMEM_OK;
         }
@@ -1004,11 +1078,12 @@ static inline __attribute__((always_inline)) llmem_status pool_free(llmem_pool *
         uint8_t *state = NULL;
         int c = small_block_of(p, (uintptr_t)ptr, &state);
         tcache *t = tl_last.tc;
-        if (LLMEM_LIKELY(c >= 0 && state_get(state) == 1)) {
+        uint8_t sv = c >= 0 ? state_get(state) : 0;
+        if (LLMEM_LIKELY(c >= 0 && small_live(p, (uintptr_t)ptr, sv))) {
             owner_enter(t);
             if (LLMEM_LIKELY(!owner_reclaimed(t) && t->bin[c].count < t->bin[c].cap)) {
                 uint32_t n = t->bin[c].count;
-                bin_push(p, t, c, n, ptr, state);
+                bin_push(p, t, c, n, ptr, state, sv);
                 owner_leave(t);
                 return LLMEM_OK;
             }
