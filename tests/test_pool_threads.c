@@ -5,6 +5,7 @@
  * under TSan in `make check`. Also the background purger, the one thread
  * llmem starts itself.
  */
+#include <string.h>
 #include <pthread.h>
 
 #include "test_util.h"
@@ -139,16 +140,57 @@ TEST_CASE(cross_thread_checked, run(true, true))
 
 /* Many short-lived threads: each exit returns its cache; the pool does
  * not grow without bound. */
-/* Pools with marks (LLMEM_POOL_MARKS=1, pool_internal.h "block states"):
- * the same churn once two threads mark, then a block allocated by one
- * thread and freed twice by another is refused the second time and never
- * handed out twice. */
-static void cross_thread_marked(void **state)
+/* Marks in free blocks are on by default once two threads use a pool
+ * (pool_internal.h, "block states"); LLMEM_POOL_MARKS=0 keeps the state
+ * bytes alone, the regime of one thread: the same churn in that regime. */
+static void cross_thread_unmarked(void **state)
 {
     (void)state;
-    setenv("LLMEM_POOL_MARKS", "1", 1);
+    setenv("LLMEM_POOL_MARKS", "0", 1);
     run(false, true);
     unsetenv("LLMEM_POOL_MARKS");
+}
+
+/* A thread that makes the pool's second thread cache: marks on. */
+static void *second_cache(void *v)
+{
+    llmem_pool *p = v;
+    llmem_pool_free(p, llmem_pool_alloc(p, 48, NULL));
+    return NULL;
+}
+
+/* The program's write into a block it freed, as a stale pointer would make
+ * it (the block is poisoned under ASan: this is the bug under test). */
+__attribute__((no_sanitize_address)) static void write_after_free(void *b) { memset(b, 0x5a, 16); }
+
+/* A marked free block written after its free loses its mark: the flush
+ * that would return it to its slab drops and counts it, and no allocation
+ * hands it out again. */
+static void marked_write_after_free_dropped(void **state)
+{
+    (void)state;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(NULL, &p));
+    llmem_pool_free(p, llmem_pool_alloc(p, 48, NULL)); /* this thread's cache */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, second_cache, p), 0);
+    pthread_join(t, NULL);
+    void *x = llmem_pool_alloc(p, 48, NULL);
+    assert_non_null(x);
+    assert_ok(llmem_pool_free(p, x));
+    write_after_free(x);
+    llmem_pool_shrink(p, 0); /* this thread's cache back to the slabs */
+    llmem_pool_stats st;
+    assert_ok(llmem_pool_get_stats(p, &st));
+    assert_int_equal(st.corruptions_total, 1);
+    enum { K = 512 };
+    void *got[K];
+    for (int i = 0; i < K; i++) {
+        assert_non_null(got[i] = llmem_pool_alloc(p, 48, NULL));
+        assert_ptr_not_equal(got[i], x);
+    }
+    for (int i = 0; i < K; i++) assert_ok(llmem_pool_free(p, got[i]));
+    llmem_pool_destroy(p);
 }
 
 enum { MARKED_N = 64 };
@@ -171,10 +213,8 @@ static void *marked_freer(void *v)
 static void marked_remote_double_free(void **state)
 {
     (void)state;
-    setenv("LLMEM_POOL_MARKS", "1", 1);
     llmem_pool *p;
     assert_ok(llmem_pool_create(NULL, &p));
-    unsetenv("LLMEM_POOL_MARKS");
     void *blocks[MARKED_N];
     for (int i = 0; i < MARKED_N; i++) assert_non_null(blocks[i] = llmem_pool_alloc(p, 16 + (size_t)i * 8, NULL));
     marked_arg m = {p, blocks, {0}, {0}};
@@ -537,8 +577,9 @@ int main(void)
         cmocka_unit_test(cross_thread_small),
         cmocka_unit_test(cross_thread_mixed),
         cmocka_unit_test(cross_thread_checked),
-        cmocka_unit_test(cross_thread_marked),
+        cmocka_unit_test(cross_thread_unmarked),
         cmocka_unit_test(marked_remote_double_free),
+        cmocka_unit_test(marked_write_after_free_dropped),
         cmocka_unit_test(thread_exit_returns_cache),
         cmocka_unit_test(background_purge_returns_idle_memory),
         cmocka_unit_test(idle_cache_reclaimed_by_shrink),

@@ -591,11 +591,12 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     p->lcache_on = p->tcache_on && p->rc.cap; /* the purger reclaims idle ones, as it flushes the run cache */
     /* Marks in free blocks (pool_internal.h, "block states"): blocks of
      * at least a word, at least 8-aligned; the key differs per pool and
-     * per run, and its low bits are set so that no mark is 0. Off unless
-     * LLMEM_POOL_MARKS=1 in the environment: they double larson but cost
-     * cross_thread 30% (docs/BENCHMARKS.md, branch s28-home). */
+     * per run, and its low bits are set so that no mark is 0. On unless
+     * LLMEM_POOL_MARKS=0 in the environment: with two threads they double
+     * larson and cost cross_thread 40%, which stays 1.5x of the best peer
+     * (docs/BENCHMARKS.md, branch s29-marks); one thread never marks. */
     const char *mv = getenv("LLMEM_POOL_MARKS");
-    p->marks = mv && mv[0] == '1' && p->tcache_on && p->inband && p->cls.size[0] >= sizeof(uint64_t) && p->align >= 8;
+    p->marks = !(mv && mv[0] == '0') && p->tcache_on && p->inband && p->cls.size[0] >= sizeof(uint64_t) && p->align >= 8;
     uint64_t k = p->id ^ (uint64_t)(uintptr_t)p ^ llmem__pool_clock();
     k = (k ^ (k >> 30)) * 0xbf58476d1ce4e5b9ull;
     k = (k ^ (k >> 27)) * 0x94d049bb133111ebull;

@@ -50,19 +50,24 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
  *   it: an allocation sets 1 through the tslot, a free reads 1 and clears
  *   it, and a free that reads 0 is refused (LLMEM_EDOUBLEFREE, by the
  *   locked path).
- * - Marked (host pools with thread caches created with LLMEM_POOL_MARKS=1
- *   in the environment, p->marks, once their second thread cache exists:
- *   p->marks_on; off by default while it costs cross_thread 30%): the byte stays STATE_OUT from the
+ * - Marked (host pools with thread caches, p->marks, unless created with
+ *   LLMEM_POOL_MARKS=0 in the environment; once their second thread cache
+ *   exists: p->marks_on): the byte stays STATE_OUT from the
  *   refill that takes the block out of its slab to the flush that puts it
  *   back, both under a lock, so the fast paths only read it and its line
  *   stays shared in every core's cache. A free block is told from a handed-
  *   out one by its mark, block address ^ p->mark_key, in its first word: a
  *   free refuses a block that carries its mark and writes it otherwise; the
- *   allocation that takes the block from a cache checks the mark and clears
- *   the word; a marked slot whose block lost its mark (written after its
- *   free, or a second copy of a block freed twice meanwhile) is dropped and
- *   logged, never handed out, at an allocation as at a flush. A free that
- *   reads 1 in a marking pool moves the block to STATE_OUT, once.
+ *   allocation that takes the block from a cache clears the word with a
+ *   store and does not read it (the load waited on the line the freeing
+ *   core wrote: without it larson_4t gained 10%, branch s29-marks); a
+ *   flush under the pool lock checks
+ *   the mark of every block it returns, and drops and logs one that lost it
+ *   (written after its free). A double free is refused by the free's check
+ *   whatever the allocation reads; what only the allocation's check would
+ *   have caught is a write after free followed by a second free of the same
+ *   block before its flush. A free that reads 1 in a marking pool moves the
+ *   block to STATE_OUT, once.
  *
  * Why two regimes (issue 15, docs/BENCHMARKS.md 2026-12-04, branch
  * s28-home): with every fast path writing the byte, larson's threads, whose

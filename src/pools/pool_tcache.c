@@ -824,13 +824,8 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
                     break;
                 }
                 got.block = (void *)b;
-                if (mark_load(b) == block_mark(p, b)) {
-                    mark_store(b, 0);
-                    break;
-                }
-                pthread_mutex_lock(&p->lock);
-                cached_drop(p, b, c, "in a thread cache");
-                pthread_mutex_unlock(&p->lock);
+                mark_store(b, 0);
+                break;
             }
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
             owner_leave(t);
@@ -909,16 +904,13 @@ static inline __attribute__((always_inline)) void *alloc_fast(llmem_pool *p, siz
          * until busy drops (and a past one's writes were acknowledged under
          * the pool lock). */
         uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? t->bin[c].count : 0;
-        tslot got;
-        uintptr_t b = 0;
-        /* A marked slot whose block lost its mark is alloc_slow's to drop. */
-        if (LLMEM_LIKELY(n) &&
-            (got = t->bin[c].items[n - 1], b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED,
-             LLMEM_LIKELY(b == (uintptr_t)got.block || mark_load(b) == block_mark(p, b)))) {
+        if (LLMEM_LIKELY(n)) {
+            tslot got = t->bin[c].items[n - 1];
+            uintptr_t b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED;
             st_u32(&t->bin[c].count, n - 1);
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
             if (b == (uintptr_t)got.block) state_set(got.state, 1);
-            else mark_store(b, 0);
+            else mark_store(b, 0); /* a store: the block's line need not be here yet */
             got.block = (void *)b;
             owner_leave(t);
             if (p->host) LLMEM_UNPOISON(got.block, size);
