@@ -804,29 +804,23 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
             tslot got;
             owner_enter(t);
             if (owner_reclaimed(t)) owner_ack(p, t);
-            for (;;) {
-                uint32_t n = t->bin[c].count;
-                if (n) {
-                    got = t->bin[c].items[n - 1];
-                    st_u32(&t->bin[c].count, n - 1);
-                } else {
-                    llmem_status st;
-                    tslot *sl = tcache_refill(p, t, c, &st);
-                    if (!sl) {
-                        owner_leave(t);
-                        return llmem__pool_alloc_failed(st, status);
-                    }
-                    got = *sl;
+            uint32_t n = t->bin[c].count;
+            if (n) {
+                got = t->bin[c].items[n - 1];
+                st_u32(&t->bin[c].count, n - 1);
+            } else {
+                llmem_status st;
+                tslot *sl = tcache_refill(p, t, c, &st);
+                if (!sl) {
+                    owner_leave(t);
+                    return llmem__pool_alloc_failed(st, status);
                 }
-                uintptr_t b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED;
-                if (b == (uintptr_t)got.block) {
-                    state_set(got.state, 1);
-                    break;
-                }
-                got.block = (void *)b;
-                mark_store(b, 0);
-                break;
+                got = *sl;
             }
+            uintptr_t b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED;
+            if (b == (uintptr_t)got.block) state_set(got.state, 1);
+            else mark_store(b, 0); /* as alloc_fast: a store, no load */
+            got.block = (void *)b;
             st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
             owner_leave(t);
             if (p->host) LLMEM_UNPOISON(got.block, size);
