@@ -161,7 +161,11 @@ static void *second_cache(void *v)
 
 /* The program's write into a block it freed, as a stale pointer would make
  * it (the block is poisoned under ASan: this is the bug under test). */
-__attribute__((no_sanitize_address)) static void write_after_free(void *b) { memset(b, 0x5a, 16); }
+__attribute__((no_sanitize_address)) static void write_after_free(void *b)
+{
+    /* Not memset: ASan's interceptor checks the range whatever the caller's attribute. */
+    for (int i = 0; i < 16; i++) ((volatile unsigned char *)b)[i] = 0x5a;
+}
 
 /* A marked free block written after its free loses its mark: the flush
  * that would return it to its slab drops and counts it, and no allocation
