@@ -737,13 +737,17 @@ static bool x86_has_avx512vnni(void)
 }
 #endif
 
+/* The first path, in order of preference, that this CPU runs and the
+ * compiler built: one test for both the choice and the tests' question. */
 static void path_init(void)
 {
 #ifdef KERNELS_X86
-    if (!x86_has_avx2_fma_f16c()) return;
-    if (llmem__qrows_avx512_built && x86_has_avx512vnni()) path_best = &path_x86_avx512;
-    else if (llmem__qrows_vnni_built && x86_has_avxvnni()) path_best = &path_x86_vnni;
-    else path_best = &path_x86;
+    static const kernel_path *const preferred[] = {&path_x86_avx512, &path_x86_vnni, &path_x86};
+    for (size_t i = 0; i < sizeof preferred / sizeof preferred[0]; i++)
+        if (llmem__kernels_path_available(preferred[i]->name)) {
+            path_best = preferred[i];
+            return;
+        }
 #endif
 }
 
