@@ -34,6 +34,7 @@
 #include "../src/engine/kernels.h"
 #include "../src/engine/kernels_q.h"
 #include "../src/engine/kernels_q4k_x8.h"
+#include "../src/engine/engine_internal.h"
 
 #define F32 LLMEM_DTYPE_F32
 #define F16 LLMEM_DTYPE_F16
@@ -1259,6 +1260,41 @@ static void test_rope(void **state)
     }
 }
 
+/* The engine's step computes each row's rope angles once for every layer
+ * (llmem__rope_angles) and rotates with them (llmem__rope_apply): the same
+ * bits as llmem__rope and llmem__rope_neox, in both styles, odd rope_dim
+ * and rope_dim above head_dim (clamped) included. */
+static void test_rope_angles_reused(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t heads, head_dim, rope_dim, pos;
+        float theta;
+    } cases[] = {
+        {1, 2, 2, 0, 10000.0f},      {1, 64, 64, 1, 10000.0f},    {4, 48, 48, 7, 10000.0f},
+        {6, 128, 64, 300, 500000.0f}, {2, 32, 32, 4095, 1e6f},    {3, 10, 6, 12, 10000.0f},
+        {2, 10, 7, 33, 10000.0f},     {2, 8, 12, 5, 10000.0f},
+    };
+    for (int style = LLMEM_ROPE_NORM; style <= LLMEM_ROPE_NEOX; style++)
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            size_t H = cases[ci].heads, hd = cases[ci].head_dim, rd = cases[ci].rope_dim, pos = cases[ci].pos;
+            float theta = cases[ci].theta, cs[2 * 64];
+            size_t len = H * hd;
+            assert_true(llmem__rope_pairs(hd, rd) == (rd > hd ? hd : rd) / 2);
+            float *v = malloc(len * sizeof(float)), *want = malloc(len * sizeof(float));
+            assert_true(v && want);
+            for (size_t i = 0; i < len; i++) v[i] = want[i] = rng_f();
+            if (style == LLMEM_ROPE_NEOX) llmem__rope_neox(want, H, hd, rd, pos, theta);
+            else llmem__rope(want, H, hd, rd, pos, theta);
+            llmem__rope_angles(cs, (llmem_rope_style)style, hd, rd, pos, theta);
+            llmem__rope_apply(v, (llmem_rope_style)style, H, hd, rd, cs);
+            if (memcmp(v, want, len * sizeof(float)) != 0)
+                fail_msg("rope style %d case %zu: the reused angles differ from the direct rotation", style, ci);
+            free(v);
+            free(want);
+        }
+}
+
 static void test_swiglu_dot_axpy(void **state)
 {
     (void)state;
@@ -1323,6 +1359,7 @@ int main(void)
         cmocka_unit_test(test_act_quantize_k_paths),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_angles_reused),
         cmocka_unit_test(test_swiglu_dot_axpy),
     };
     return cmocka_run_group_tests(tests, setup_teams, teardown_teams);

@@ -56,21 +56,76 @@ typedef struct qkv_ctx {
     size_t T;
 } qkv_ctx;
 
-/* Biases and rope of rows [lo, hi): each row on its own. */
+size_t llmem__rope_pairs(size_t head_dim, size_t rope_dim) { return (rope_dim > head_dim ? head_dim : rope_dim) / 2; }
+
+void llmem__rope_angles(float *cs, llmem_rope_style style, size_t head_dim, size_t rope_dim, size_t pos, float theta)
+{
+    size_t pairs = llmem__rope_pairs(head_dim, rope_dim);
+    if (rope_dim > head_dim) rope_dim = head_dim;
+    if (style == LLMEM_ROPE_NEOX) {
+        float step = powf(theta, -2.0f / (float)rope_dim), val = (float)pos;
+        for (size_t i = 0; i < pairs; i++, val *= step) cs[2 * i] = cosf(val), cs[2 * i + 1] = sinf(val);
+        return;
+    }
+    for (size_t i = 0; i < pairs; i++) {
+        float val = (float)pos * (1.0f / powf(theta, (float)(2 * i) / (float)rope_dim));
+        cs[2 * i] = cosf(val);
+        cs[2 * i + 1] = sinf(val);
+    }
+}
+
+void llmem__rope_apply(float *v, llmem_rope_style style, size_t n_heads, size_t head_dim, size_t rope_dim,
+                       const float *cs)
+{
+    size_t pairs = llmem__rope_pairs(head_dim, rope_dim);
+    /* NORM rotates (2i, 2i+1), NEOX (i, i + pairs). */
+    size_t stride = style == LLMEM_ROPE_NEOX ? 1 : 2, other = style == LLMEM_ROPE_NEOX ? pairs : 1;
+    for (size_t h = 0; h < n_heads; h++) {
+        float *p = v + h * head_dim;
+        for (size_t i = 0; i < pairs; i++) {
+            float fcr = cs[2 * i], fci = cs[2 * i + 1];
+            float *a = p + i * stride, *c = a + other;
+            float v0 = *a, v1 = *c;
+            *a = v0 * fcr - v1 * fci;
+            *c = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+static inline const void *cache_row(const step_bufs *b, const llmem_engine *e, void **tab, uint32_t item, size_t pos)
+{
+    size_t len = b->tab_len[item];
+    return (const char *)tab[(size_t)item * e->blocks_max + pos / len - b->tab_first[item]] +
+           (pos % len) * e->tok_bytes;
+}
+
+static void store_row(const llmem_engine *e, void *dst, const float *src)
+{
+    if (e->kv_elem == 4) {
+        memcpy(dst, src, e->tok_bytes);
+    } else {
+        uint16_t *d = dst;
+        for (size_t i = 0; i < e->kvdim; i++) d[i] = llmem__f32_to_f16(src[i]);
+    }
+}
+
+/* Biases, rope and the K/V store of rows [lo, hi): each row on its own.
+ * Layer 0 computes each row's angles, which the later layers reuse (the
+ * team's run ends with all its writes visible to the next). */
 static void qkv_rows(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t lo, size_t hi)
 {
+    size_t pairs = llmem__rope_pairs(e->hd, e->rope_dim);
     for (size_t r = lo; r < hi; r++) {
         float *q = b->q + r * e->qdim, *k = b->k + r * e->kvdim, *v = b->v + r * e->kvdim;
+        float *cs = b->rope + r * 2 * pairs;
         if (ly->bq) llmem__axpy(q, 1.0f, ly->bq, e->qdim);
         if (ly->bk) llmem__axpy(k, 1.0f, ly->bk, e->kvdim);
         if (ly->bv) llmem__axpy(v, 1.0f, ly->bv, e->kvdim);
-        if (e->rope_style == LLMEM_ROPE_NEOX) {
-            llmem__rope_neox(q, e->heads, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
-            llmem__rope_neox(k, e->kvh, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
-        } else {
-            llmem__rope(q, e->heads, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
-            llmem__rope(k, e->kvh, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
-        }
+        if (ly == e->layers) llmem__rope_angles(cs, e->rope_style, e->hd, e->rope_dim, b->tok_pos[r], e->theta);
+        llmem__rope_apply(q, e->rope_style, e->heads, e->hd, e->rope_dim, cs);
+        llmem__rope_apply(k, e->rope_style, e->kvh, e->hd, e->rope_dim, cs);
+        store_row(e, (void *)(uintptr_t)cache_row(b, e, b->ktab, b->tok_item[r], b->tok_pos[r]), k);
+        store_row(e, (void *)(uintptr_t)cache_row(b, e, b->vtab, b->tok_item[r], b->tok_pos[r]), v);
     }
 }
 
@@ -116,23 +171,6 @@ llmem_status llmem__engine_fill_table(llmem_engine *e, step_bufs *b, const eng_s
         b->tab_first[item] = info.first / e->o.kv_block_tokens;
     }
     return LLMEM_OK;
-}
-
-static inline const void *cache_row(const step_bufs *b, const llmem_engine *e, void **tab, uint32_t item, size_t pos)
-{
-    size_t len = b->tab_len[item];
-    return (const char *)tab[(size_t)item * e->blocks_max + pos / len - b->tab_first[item]] +
-           (pos % len) * e->tok_bytes;
-}
-
-static void store_row(const llmem_engine *e, void *dst, const float *src)
-{
-    if (e->kv_elem == 4) {
-        memcpy(dst, src, e->tok_bytes);
-    } else {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < e->kvdim; i++) d[i] = llmem__f32_to_f16(src[i]);
-    }
 }
 
 typedef struct attn_ctx {
@@ -198,10 +236,6 @@ static void attention_part(void *ctx, unsigned index, unsigned count)
 
 void llmem__engine_attend(llmem_engine *e, step_bufs *b, size_t T)
 {
-    for (size_t r = 0; r < T; r++) {
-        store_row(e, (void *)(uintptr_t)cache_row(b, e, b->ktab, b->tok_item[r], b->tok_pos[r]), b->k + r * e->kvdim);
-        store_row(e, (void *)(uintptr_t)cache_row(b, e, b->vtab, b->tok_item[r], b->tok_pos[r]), b->v + r * e->kvdim);
-    }
     attn_ctx ac = {e, b, T};
     llmem__threads_run(e->th, attention_part, &ac);
 }

@@ -106,12 +106,13 @@ static void keep_free(llmem_engine *e, void *p, size_t bytes)
  *   12 final norm, 13 classifier, 14 the logits handed out. */
 enum {
     G_TOK_ITEM, G_TOK_POS, G_X, G_XB, G_Q, G_K, G_V, G_KTAB, G_VTAB, G_TABLEN, G_TABFIRST, G_SCORES, G_ATT_OUT, G_XO,
-    G_XF, G_HB, G_HB2, G_XD, G_XLAST, G_LOGITS, G_XQ, G_COUNT
+    G_XF, G_HB, G_HB2, G_XD, G_XLAST, G_LOGITS, G_XQ, G_ROPE, G_COUNT
 };
 
 typedef struct graph_dims {
     size_t dim, qdim, kvdim, ffn, vocab, max_seq_len, blocks_max;
     unsigned threads;
+    size_t rope;    /* floats per token of the rope angles: 2 * rotated pairs per head */
     size_t xq_row;  /* bytes per token of the widest matmul or group's quantised activation rows; 0: none */
 } graph_dims;
 
@@ -148,13 +149,15 @@ static void graph(const graph_dims *d, size_t T, size_t S, llmem_plan_tensor *t)
     G(G_LOGITS, "logits", bytes3(S, d->vocab, sizeof(float)), 13, 14);
     /* Scratch of every matmul (2, 5, 8, 10, 13): live across them all. */
     G(G_XQ, "act_q8", bytes3(T > S ? T : S, d->xq_row, 1), 2, 13);
+    /* Set in the first layer's rope, read by every layer's: live across all. */
+    G(G_ROPE, "rope_angles", bytes3(T, d->rope, sizeof(float)), 0, 11);
 #undef G
 }
 
 static graph_dims dims_of(const llmem_engine *e)
 {
     return (graph_dims){e->dim, e->qdim, e->kvdim, e->ffn, e->vocab, e->o.max_seq_len, e->blocks_max,
-                        llmem__threads_count(e->th), e->xq_row};
+                        llmem__threads_count(e->th), 2 * llmem__rope_pairs(e->hd, e->rope_dim), e->xq_row};
 }
 
 /* Plan a step of T tokens and S items into t (G_COUNT entries). */
@@ -193,6 +196,7 @@ static void carve(char *base, const llmem_plan_tensor *t, step_bufs *b)
     AT(xlast, G_XLAST);
     AT(logits, G_LOGITS);
     AT(xq, G_XQ);
+    AT(rope, G_ROPE);
 #undef AT
 }
 
@@ -204,7 +208,7 @@ llmem_status llmem_engine_plan_step(const llmem_shape *s, uint32_t tokens, uint3
     if (!s->hidden || !s->heads || !s->kv_heads || !s->head_dim || !s->ffn || !s->vocab)
         return llmem__fail(LLMEM_EINVAL, "engine plan: incomplete shape");
     graph_dims d = {s->hidden, bytes3(s->heads, s->head_dim, 1), bytes3(s->kv_heads, s->head_dim, 1), s->ffn, s->vocab,
-                    max_seq_len, ((size_t)max_seq_len + 15) / 16 + 1, threads, 0};
+                    max_seq_len, ((size_t)max_seq_len + 15) / 16 + 1, threads, 2 * llmem__rope_pairs(s->head_dim, s->head_dim), 0};
     llmem_plan_tensor t[G_COUNT];
     return plan_step(&d, tokens, seqs, t, out);
 }
@@ -613,6 +617,7 @@ static llmem_status step_buffers(llmem_engine *e, size_t T, size_t S, bool decod
     GET(xf, T * e->dim) GET(xd, T * e->dim) GET(q, T * e->qdim) GET(k, T * e->kvdim) GET(v, T * e->kvdim)
     GET(att_out, T * e->qdim) GET(hb, T * e->ffn) GET(hb2, T * e->ffn) GET(scores, (size_t)nth * e->o.max_seq_len)
     GET(ktab, S) GET(vtab, S) GET(tab_len, S) GET(tab_first, S) GET(xlast, S * e->dim) GET(logits, S * e->vocab)
+    GET(rope, T * 2 * llmem__rope_pairs(e->hd, e->rope_dim))
 #undef GET
     if (e->xq_row) {
         /* 64-byte aligned, as the arena's buffers are. */
@@ -656,9 +661,9 @@ static llmem_status forward(llmem_engine *e, step_bufs *b, const llmem_engine_ba
         const llmem__mm qkv[3] = {{b->q, ly->wq, ly->tq, e->qdim}, {b->k, ly->wk, ly->tk, e->kvdim},
                                   {b->v, ly->wv, ly->tv, e->kvdim}};
         llmem__matmul_group(th, qkv, 3, b->xb, e->dim, T, b->xq);
-        llmem__engine_qkv_finish(e, ly, b, T);
         for (size_t i = 0; i < count; i++)
             if ((st = llmem__engine_fill_table(e, b, seq_get(e, items[i].seq), (uint32_t)i, l))) return st;
+        llmem__engine_qkv_finish(e, ly, b, T);
         llmem__engine_attend(e, b, T);
         llmem__matmul(th, b->xo, b->att_out, ly->wo, ly->to, e->qdim, e->dim, T, b->xq);
         /* The residual and the FFN's norm, row by row on the team. */

@@ -110,6 +110,7 @@ typedef struct step_bufs {
     size_t *tab_len;               /* items: tokens per block */
     size_t *tab_first;             /* items: the block (position / tab_len) the table's entry 0 holds */
     float *xlast, *logits;         /* items x dim, items x vocab */
+    float *rope;                   /* T x 2 * llmem__rope_pairs: (cos, sin) of each row's angles, set in layer 0 */
     void *xq;                      /* block-type weights: one matmul's or group's quantised activation rows */
 } step_bufs;
 
@@ -128,9 +129,28 @@ void *llmem__engine_keep_alloc(llmem_engine *e, size_t bytes);
  * defines its rope (ggml's NEOX mode, qwen2's rope). */
 void llmem__rope_neox(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, size_t pos, float theta);
 
+/* Rotated pairs per head: rope_dim (at most head_dim) / 2. */
+size_t llmem__rope_pairs(size_t head_dim, size_t rope_dim);
+
+/* The (cos, sin) of each of the pairs' angles at pos into cs (2 * pairs
+ * floats), computed as llmem__rope (NORM) or llmem__rope_neox compute
+ * them, so that llmem__rope_apply with them gives their bits: a step
+ * computes them once per row for all layers and both of Q and K (the
+ * cos/sin per layer were ~5% of a prefill). */
+void llmem__rope_angles(float *cs, llmem_rope_style style, size_t head_dim, size_t rope_dim, size_t pos,
+                        float theta);
+
+/* Rotate n_heads heads of v (head_dim apart) in style by the angles cs of
+ * llmem__rope_angles. */
+void llmem__rope_apply(float *v, llmem_rope_style style, size_t n_heads, size_t head_dim, size_t rope_dim,
+                       const float *cs);
+
 /* After a layer's Q/K/V projections of the step's T rows: add the layer's
- * biases (those it has), then rotate Q and K in the model's rope style at
- * each row's position. */
+ * biases (those it has), rotate Q and K in the model's rope style at each
+ * row's position, and store the row's K and V into the cache, on the team
+ * for a prefill (a serial store of K/V was a third of the main thread's
+ * time in a 99-token prefill, with the other thread waiting). The tables
+ * of every item must be filled for this layer. */
 void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_bufs *b, size_t T);
 
 /* Item `item`'s block table for a layer, of sequence q (tab_len and
@@ -138,10 +158,9 @@ void llmem__engine_qkv_finish(const llmem_engine *e, const eng_layer *ly, step_b
 llmem_status llmem__engine_fill_table(llmem_engine *e, step_bufs *b, const eng_seq *q, uint32_t item,
                                       uint32_t layer);
 
-/* Store the T rows of K and V (b->k, b->v) into the cache at their
- * positions, then attention of each row's heads over its sequence's
- * positions (the last e->window of them with a window), into b->att_out.
- * The tables of every item must be filled for this layer. */
+/* Attention of each of the T rows' heads over its sequence's positions
+ * (the last e->window of them with a window), into b->att_out, after
+ * llmem__engine_qkv_finish stored the rows' K and V. */
 void llmem__engine_attend(llmem_engine *e, step_bufs *b, size_t T);
 
 #endif /* LLMEM_ENGINE_INTERNAL_H */
