@@ -255,6 +255,33 @@ static void test_matmul(void **state)
     matmul_all();
 }
 
+/* Batches past the x86 path's 16-row block of widened f16/bf16 tiles, on
+ * rows of two 512-element chunks and a zero-padded tail (n = 1100): every
+ * batch of 1..20 gives the batch-1 bits, on both paths, with every team. */
+static void test_matmul_wide_batches(void **state)
+{
+    (void)state;
+    const size_t n = 1100, d = 9, maxb = 20;
+    for (int portable = 0; portable <= 1; portable++) {
+        llmem__kernels_force_portable(portable);
+        for (size_t t = 0; t < NWTYPES; t++) {
+            wmat m;
+            wmat_make(&m, wtypes[t], n, d);
+            float *x = malloc(maxb * n * sizeof(float)), *y = malloc(maxb * d * sizeof(float)),
+                  *y1 = malloc(maxb * d * sizeof(float));
+            assert_true(x && y && y1);
+            for (size_t i = 0; i < maxb * n; i++) x[i] = rng_f();
+            for (size_t b = 0; b < maxb; b++) llmem__matmul(NULL, y1 + b * d, x + b * n, m.data, m.type, n, d, 1, NULL);
+            check_batches(y, y1, x, m.data, m.type, n, d, maxb, NULL);
+            free(x);
+            free(y);
+            free(y1);
+            wmat_free(&m);
+        }
+    }
+    llmem__kernels_force_portable(false);
+}
+
 static void test_matmul_portable(void **state)
 {
     (void)state;
@@ -1342,6 +1369,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_wide_batches),
         cmocka_unit_test(test_matmul_portable),
         cmocka_unit_test(test_paths_agree),
         cmocka_unit_test(test_matmul_supports),

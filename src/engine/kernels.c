@@ -26,6 +26,9 @@
  * tiles, looping over the whole batch for each tile of 4 rows, so a W row
  * comes from memory once per matmul and then from L1 for the other batch
  * rows: prefill is matrix-matrix work, not a loop of matrix-vector products.
+ * The avx2+avx512vnni path runs batches of 4 and more in 8 x 4 tiles of
+ * zmm registers, each zmm two of the ymm tile's accumulators side by side
+ * (the same bits; f16 and bf16 widened to f32 a chunk at a time).
  *
  * Block types go another way (kernels_q.c): x is quantised once per matmul
  * to int8 activation rows in the caller's scratch (on the team when the
@@ -433,6 +436,159 @@ X86_TARGET static void rows_x86(float *y, const float *x, const void *w, uint32_
     }
 }
 
+/* ---- the batches' 512-bit tiles (the avx2+avx512vnni path) ---------------
+ *
+ * An 8 x 4 tile: 8 rows of W against 4 batch rows, in 16 zmm accumulators
+ * (the ymm tile is 4 x 2 in 8). A zmm holds two ymm accumulators side by
+ * side, batch rows b and b + 1 of one W row: lanes 0-7 and 8-15 see exactly
+ * the steps x86_tile's lanes see (element k + l of each step of 8, k
+ * ascending, one FMA each, the same zero-padded last step, the same lane
+ * sum), so a batch gives the batch-1 path's bits. Per step a W row's 8
+ * weights are one broadcast load (two halves alike; f16 and bf16 widened
+ * once for both batch rows) and each pair of batch rows one load and an
+ * insert. Why: on Intel cores with two 512-bit FMA ports (this project's
+ * Emerald Rapids VMs) a zmm FMA does twice a ymm one's work, and llama.cpp's
+ * 512-bit f16 prefill ran 1.1-2.8x of llmem's ymm tiles there (2026-12-06);
+ * on Zen 4 the ymm tiles' comment above applies (4 x 4 ymm gained under
+ * 10%), and a zmm FMA there costs two ymm ones. */
+#define X512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
+#define X512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+
+/* 8 weights from element k of a row, as f32, in both halves of a zmm. */
+X512_INLINE __m512 x512_wload(const uint32_t type, const void *row, size_t k)
+{
+    if (type == LLMEM_DTYPE_F32)
+        return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps((const float *)row + k))));
+    __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+    if (type == LLMEM_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+/* Two ymm halves as one zmm: lo in lanes 0-7. */
+X512_INLINE __m512 x512_pair(__m256 lo, __m256 hi)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* `steps` steps of 8 elements of rows wr[0..7] (weights from element wk)
+ * against batch rows 0..3 of x (x at the first step's element; rows n
+ * apart) into acc[r][p] (batch rows 2p and 2p + 1 of W row r). */
+X512_INLINE void x512_steps(const uint32_t type, const char *const wr[8], size_t wk, const float *x, size_t n,
+                            size_t steps, __m512 acc[8][2])
+{
+    __m512 a[8][2];
+UNROLL
+    for (int r = 0; r < 8; r++) a[r][0] = acc[r][0], a[r][1] = acc[r][1];
+    for (size_t s = 0, k = 0; s < steps; s++, k += 8) {
+        const __m512 x01 = x512_pair(_mm256_loadu_ps(x + k), _mm256_loadu_ps(x + n + k));
+        const __m512 x23 = x512_pair(_mm256_loadu_ps(x + 2 * n + k), _mm256_loadu_ps(x + 3 * n + k));
+UNROLL
+        for (int r = 0; r < 8; r++) {
+            const __m512 wv = x512_wload(type, wr[r], wk + k);
+            a[r][0] = _mm512_fmadd_ps(wv, x01, a[r][0]);
+            a[r][1] = _mm512_fmadd_ps(wv, x23, a[r][1]);
+        }
+    }
+UNROLL
+    for (int r = 0; r < 8; r++) acc[r][0] = a[r][0], acc[r][1] = a[r][1];
+}
+
+/* The tile's end: x86_tile's zero-padded last step (elements n8..n-1 of
+ * rows wr, x at batch row 0, element 0), then the lane sums into y (at
+ * batch row 0) for rows r0..r0+7. */
+X512_INLINE void x512_finish(const uint32_t type, const char *const wr[8], size_t n, size_t n8, const float *x,
+                             float *y, size_t d, size_t r0, __m512 acc[8][2])
+{
+    if (n8 < n) {
+        float buf[4][8], wb[8];
+        memset(buf, 0, sizeof buf);
+        for (int b = 0; b < 4; b++) memcpy(buf[b], x + (size_t)b * n + n8, (n - n8) * sizeof(float));
+        const __m512 x01 = x512_pair(_mm256_loadu_ps(buf[0]), _mm256_loadu_ps(buf[1]));
+        const __m512 x23 = x512_pair(_mm256_loadu_ps(buf[2]), _mm256_loadu_ps(buf[3]));
+        for (int r = 0; r < 8; r++) {
+            load8_portable(type, wr[r], n8, n - n8, wb);
+            const __m512 wv = x512_pair(_mm256_loadu_ps(wb), _mm256_loadu_ps(wb));
+            acc[r][0] = _mm512_fmadd_ps(wv, x01, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(wv, x23, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < 8; r++)
+        for (int p = 0; p < 2; p++) {
+            y[(size_t)(2 * p) * d + r0 + (size_t)r] = x86_hsum(_mm512_castps512_ps256(acc[r][p]));
+            y[(size_t)(2 * p + 1) * d + r0 + (size_t)r] =
+                x86_hsum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][p]), 1)));
+        }
+}
+
+/* The widened tiles of f16 and bf16: X512_KC elements of 8 rows widened to
+ * f32 at a time (16 KiB, in L1), against X512_BB batch rows at a time
+ * (their accumulators, 4 KiB, kept between chunks). Widening in the tile's
+ * loop, 8 conversions to 16 FMAs, held f16 to 62-76 GFLOPS a thread where
+ * f32 ran 116 (llmem bench kernels, batch 32, 2026-12-06). */
+enum { X512_KC = 512, X512_BB = 16 };
+
+/* Rows r0..r0+7 of W against batch rows [0, b4) of x (b4 a multiple of 4;
+ * x and y at batch row 0). */
+X512_INLINE void x512_rows8(const uint32_t type, float *y, const float *x, const void *w, size_t n, size_t d,
+                            size_t b4, size_t r0)
+{
+    size_t rb = row_bytes(type, n), n8 = n & ~(size_t)7;
+    const char *wr[8];
+    for (int r = 0; r < 8; r++) wr[r] = (const char *)w + (r0 + (size_t)r) * rb;
+    if (type == LLMEM_DTYPE_F32) {
+        for (size_t b = 0; b < b4; b += 4) {
+            __m512 acc[8][2];
+            for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            x512_steps(type, wr, 0, x + b * n, n, n8 / 8, acc);
+            x512_finish(type, wr, n, n8, x + b * n, y + b * d, d, r0, acc);
+        }
+        return;
+    }
+    _Alignas(64) float wf[8][X512_KC];
+    const char *wfr[8];
+    for (int r = 0; r < 8; r++) wfr[r] = (const char *)wf[r];
+    __m512 acc[X512_BB / 4][8][2];
+    for (size_t b0 = 0; b0 < b4; b0 += X512_BB) {
+        size_t groups = (b4 - b0 < X512_BB ? b4 - b0 : X512_BB) / 4;
+        for (size_t g = 0; g < groups; g++)
+            for (int r = 0; r < 8; r++) acc[g][r][0] = acc[g][r][1] = _mm512_setzero_ps();
+        for (size_t k0 = 0; k0 < n8; k0 += X512_KC) {
+            size_t kc = n8 - k0 < X512_KC ? n8 - k0 : X512_KC;
+            for (int r = 0; r < 8; r++)
+                for (size_t k = 0; k < kc; k += 8) _mm256_store_ps(&wf[r][k], x86_load8(type, wr[r], k0 + k));
+            for (size_t g = 0; g < groups; g++)
+                x512_steps(LLMEM_DTYPE_F32, wfr, 0, x + (b0 + 4 * g) * n + k0, n, kc / 8, acc[g]);
+        }
+        for (size_t g = 0; g < groups; g++)
+            x512_finish(type, wr, n, n8, x + (b0 + 4 * g) * n, y + (b0 + 4 * g) * d, d, r0, acc[g]);
+    }
+}
+
+/* Rows [r0, r1) of W against the batch: 8 x 4 tiles over every whole group
+ * of 4 batch rows, the ymm tiles (x86_rows_t) for the rest. */
+X512_INLINE void x512_rows_t(const uint32_t type, float *y, const float *x, const void *w, size_t n, size_t d,
+                             size_t batch, size_t r0, size_t r1)
+{
+    if (batch < 4) {
+        x86_rows_t(type, y, x, w, n, d, batch, r0, r1);
+        return;
+    }
+    size_t b4 = batch & ~(size_t)3, r = r0;
+    for (; r + 8 <= r1; r += 8) x512_rows8(type, y, x, w, n, d, b4, r);
+    if (r < r1) x86_rows_t(type, y, x, w, n, d, b4, r, r1);
+    if (b4 < batch) x86_rows_t(type, y + b4 * d, x + b4 * n, w, n, d, batch - b4, r0, r1);
+}
+
+X512_TARGET static void rows_x512(float *y, const float *x, const void *w, uint32_t type, size_t n, size_t d,
+                                  size_t batch, size_t r0, size_t r1)
+{
+    switch (type) {
+    case LLMEM_DTYPE_F32: x512_rows_t(LLMEM_DTYPE_F32, y, x, w, n, d, batch, r0, r1); break;
+    case LLMEM_DTYPE_F16: x512_rows_t(LLMEM_DTYPE_F16, y, x, w, n, d, batch, r0, r1); break;
+    default: x512_rows_t(LLMEM_DTYPE_BF16, y, x, w, n, d, batch, r0, r1); break;
+    }
+}
+
 X86_TARGET static float dot_x86(const float *a, const float *b, size_t n)
 {
     __m256 acc = _mm256_setzero_ps();
@@ -674,7 +830,7 @@ static const kernel_path path_x86_vnni = {
  * vpdpbusd, 16 weight rows a pass for batches (same results). */
 static const kernel_path path_x86_avx512 = {
     /* .name = */ "avx2+avx512vnni",
-    /* .rows = */ rows_x86,
+    /* .rows = */ rows_x512,
     /* .dot = */ dot_x86,
     /* .axpy = */ axpy_x86,
     /* .dot_rows = */ dot_rows_x86,
