@@ -18,7 +18,7 @@
  * sees every happens-before edge (it does not understand futexes, and does
  * not need to: they only put threads to sleep).
  *
- * Waiting spins first (SPIN_ITERS pause instructions: a decode step issues
+ * Waiting spins first (about SPIN_NS of pause instructions: a decode step issues
  * runs back to back, microseconds apart) and then sleeps on a futex (a
  * mutex and condition variable off Linux). A sleeper announces itself in a
  * counter before re-checking the word it waits on, and a waker checks that
@@ -56,14 +56,26 @@
 
 #include "internal.h"
 
-/* Spin budget before sleeping. Each iteration is one pause instruction
- * (about 20 ns on Zen 4), so this is some tens of microseconds: longer than
- * the gap between the kernels of one decode step, far shorter than a
- * scheduler time slice. A team with more threads than online CPUs spins
- * SPIN_ITERS_OVER instead: there a spinner holds the core that the thread
- * it waits for needs. Both then yield the CPU a few times (cheap when
- * nobody else wants it, a hand-over when somebody does) before sleeping. */
-#define SPIN_ITERS 4000
+/* Spin budget before sleeping: SPIN_NS of pause instructions, counted once
+ * per process (spin_calibrate), so about a millisecond: longer than the
+ * gap between the kernels of one step or between two steps, far shorter
+ * than a scheduler time slice. A count of pauses alone is not a time: a
+ * pause is about 20 ns on Zen 4 and 35-50 ns on Intel cores since
+ * Skylake-SP. With 4000 of them (80 us on Zen 4, 180 us on this project's
+ * Emerald Rapids VMs) the worker had often spun its budget out before the
+ * first run of a prefill and slept, and woke milliseconds late: tiny-15m's
+ * 11-token prefill at 2 threads took 3-10 ms in a quarter of the runs
+ * instead of 1 ms (`llmem run --warmup`, 2026-12-06; none in 20 runs with
+ * a budget of about 1 ms, none at 1 thread). The count is kept within
+ * [SPIN_ITERS_MIN, SPIN_ITERS_MAX] whatever the probe measured (a probe
+ * preempted midway reads slow). A team with more threads than online CPUs
+ * spins SPIN_ITERS_OVER instead: there a spinner holds the core that the
+ * thread it waits for needs. Both then yield the CPU a few times (cheap
+ * when nobody else wants it, a hand-over when somebody does) before
+ * sleeping. */
+#define SPIN_NS 1000000u
+#define SPIN_ITERS_MIN 4000u
+#define SPIN_ITERS_MAX 200000u
 #define SPIN_ITERS_OVER 64
 #define YIELD_ITERS 16
 
@@ -108,6 +120,20 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+}
+
+static unsigned spin_iters = SPIN_ITERS_MIN; /* written once, under spin_once */
+static pthread_once_t spin_once = PTHREAD_ONCE_INIT;
+
+/* Pauses in SPIN_NS on this CPU: the time of a few thousand, once. */
+static void spin_calibrate(void)
+{
+    enum { PROBE = 2000 };
+    uint64_t t0 = llmem_time_now_ns();
+    for (unsigned i = 0; i < PROBE; i++) cpu_relax();
+    uint64_t dt = llmem_time_now_ns() - t0;
+    uint64_t it = dt ? (uint64_t)SPIN_NS * PROBE / dt : SPIN_ITERS_MAX;
+    spin_iters = (unsigned)(it < SPIN_ITERS_MIN ? SPIN_ITERS_MIN : it > SPIN_ITERS_MAX ? SPIN_ITERS_MAX : it);
 }
 
 /* Sleep while *word == val (may return early: callers loop). */
@@ -220,7 +246,8 @@ llmem_status llmem__threads_create(unsigned n, llmem__threads **out)
         return llmem__fail(LLMEM_ENOMEM, "threads: out of memory for a team of %u", n);
     memset(t, 0, sizeof *t);
     t->n = n;
-    t->spin = (long)n > cpus ? SPIN_ITERS_OVER : SPIN_ITERS;
+    pthread_once(&spin_once, spin_calibrate);
+    t->spin = (long)n > cpus ? SPIN_ITERS_OVER : spin_iters;
 #ifndef __linux__
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
