@@ -183,9 +183,9 @@ static void check_batches(float *y, const float *y1, const float *x, const void 
         }
 }
 
-static void matmul_case(uint32_t type, size_t n, size_t d)
+/* One path, type and shape, on batches of 1..maxb rows. */
+static void matmul_case(uint32_t type, size_t n, size_t d, size_t maxb)
 {
-    const size_t maxb = 9;
     wmat m;
     wmat_make(&m, type, n, d);
     float *x = malloc(maxb * n * sizeof(float));
@@ -244,7 +244,7 @@ static void matmul_all(void)
     for (size_t t = 0; t < NWTYPES; t++)
         for (size_t i = 0; i < NSIZES; i++) {
             size_t n = sizes[i];
-            for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++) matmul_case(wtypes[t], n, ds[j]);
+            for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++) matmul_case(wtypes[t], n, ds[j], 9);
         }
 }
 
@@ -257,27 +257,14 @@ static void test_matmul(void **state)
 
 /* Batches past the x86 path's 16-row block of widened f16/bf16 tiles, on
  * rows of two 512-element chunks and a zero-padded tail (n = 1100): every
- * batch of 1..20 gives the batch-1 bits, on both paths, with every team. */
+ * batch of 1..20 gives the batch-1 bits, on both paths, with every team
+ * (and matmul_case's other checks hold). */
 static void test_matmul_wide_batches(void **state)
 {
     (void)state;
-    const size_t n = 1100, d = 9, maxb = 20;
     for (int portable = 0; portable <= 1; portable++) {
         llmem__kernels_force_portable(portable);
-        for (size_t t = 0; t < NWTYPES; t++) {
-            wmat m;
-            wmat_make(&m, wtypes[t], n, d);
-            float *x = malloc(maxb * n * sizeof(float)), *y = malloc(maxb * d * sizeof(float)),
-                  *y1 = malloc(maxb * d * sizeof(float));
-            assert_true(x && y && y1);
-            for (size_t i = 0; i < maxb * n; i++) x[i] = rng_f();
-            for (size_t b = 0; b < maxb; b++) llmem__matmul(NULL, y1 + b * d, x + b * n, m.data, m.type, n, d, 1, NULL);
-            check_batches(y, y1, x, m.data, m.type, n, d, maxb, NULL);
-            free(x);
-            free(y);
-            free(y1);
-            wmat_free(&m);
-        }
+        for (size_t t = 0; t < NWTYPES; t++) matmul_case(wtypes[t], 1100, 9, 20);
     }
     llmem__kernels_force_portable(false);
 }
