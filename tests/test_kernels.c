@@ -406,6 +406,9 @@ static void qpaths_print(void)
         printf("  path %s: %s\n", qpaths[p].name,
                llmem__kernels_path_available(qpaths[p].name) ? "tested against the reference"
                                                              : "SKIPPED (not on this CPU or not built)");
+    printf("  path avx2+avx512vnni+amx (its q8_0 x8 batches, test_q4k_x8): %s\n",
+           llmem__kernels_path_available("avx2+avx512vnni+amx") ? "tested against the reference"
+                                                               : "SKIPPED (no AMX-INT8 here, not granted, or not built)");
 }
 
 /* Each vector path this CPU runs, called directly on row ranges that start
@@ -600,22 +603,24 @@ static void x8_check_range(x8_rows_fn f, const char *name, const uint8_t *act, c
 }
 
 /* The repacked layouts (kernels_q4k_x8.h), one a source type: the wtype,
- * the size, the pack, and the reference, AVX2, VNNI and AVX-512 kernels. */
+ * the size, the pack, and the reference, AVX2, VNNI and AVX-512 kernels
+ * (and q8_0's AMX one, for batches of 16 and more). */
 typedef struct x8_kind {
     uint32_t type, wtype;
     const char *name;
     size_t (*bytes)(size_t n, size_t d);
     void (*pack)(void *dst, const void *src, size_t n, size_t d);
-    x8_rows_fn fns[4];
+    x8_rows_fn fns[5];
 } x8_kind;
 
 static const x8_kind x8_kinds[] = {
     {LLMEM_DTYPE_Q4_K, LLMEM__WTYPE_Q4K_X8, "q4_K_x8", llmem__q4k_x8_bytes, llmem__q4k_x8_pack,
-     {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni, llmem__q4k_x8_rows_avx512}},
+     {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni, llmem__q4k_x8_rows_avx512, NULL}},
     {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, "q5_0_x8", llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack,
-     {llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni, llmem__q5_0_x8_rows_avx512}},
+     {llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni, llmem__q5_0_x8_rows_avx512, NULL}},
     {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, "q8_0_x8", llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack,
-     {llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni, llmem__q8_0_x8_rows_avx512}},
+     {llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni, llmem__q8_0_x8_rows_avx512,
+      llmem__q8_0_x8_rows_amx}},
 };
 
 /* The kind of a source type or of a repacked wtype. */
@@ -645,7 +650,9 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
     const bool k4 = t == LLMEM_DTYPE_Q4_K;
     const x8_kind *xk = x8_kind_of(t);
     const uint32_t wt = xk->wtype;
-    const size_t maxb = 9, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32);
+    /* q8_0 up to 21 rows: a whole AMX tile of 16 activation rows, then a
+     * last row on the AVX-512 kernel (17) or a smaller tile (21) */
+    const size_t maxb = t == LLMEM_DTYPE_Q8_0 ? 21 : 9, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32);
     const size_t bb = k4 ? 144 : t == LLMEM_DTYPE_Q8_0 ? 34 : 22;
     size_t rb;
     uint8_t *w = qmat_make(t, n, d, &rb);
@@ -710,11 +717,11 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
     char what[64];
     snprintf(what, sizeof what, "%s, weights %d, activations %d", type_name(t), mode, act_mode);
     const x8_rows_fn *fns = xk->fns;
-    const char *names[4] = {"reference", "avx2", "avx2+vnni", "avx2+avx512vnni"};
+    const char *names[5] = {"reference", "avx2", "avx2+vnni", "avx2+avx512vnni", "avx2+avx512vnni+amx"};
     const size_t cuts[][2] = {{0, d}, {d > 3 ? 3 : 0, d}, {d > 1 ? 1 : 0, d > 13 ? 13 : d}, {d > 5 ? 5 : 0, d > 6 ? 6 : d},
                               {d > 9 ? 9 : 0, d > 35 ? 35 : d}, {d > 8 ? 8 : 0, d > 16 ? 16 : d}};
-    for (int f = 0; f < 4; f++) {
-        if (f && !llmem__kernels_path_available(names[f])) continue; /* qpaths_print lists the skipped */
+    for (int f = 0; f < 5; f++) {
+        if (!fns[f] || (f && !llmem__kernels_path_available(names[f]))) continue; /* qpaths_print lists the skipped */
         for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++)
             for (size_t batch = 1; batch <= maxb; batch += batch < 5 ? 1 : 4)
                 x8_check_range(fns[f], names[f], act, w8, yr, n, d, batch, cuts[c][0], cuts[c][1], what);
@@ -773,6 +780,7 @@ static void x8_all(void)
 static void test_q4k_x8(void **state)
 {
     (void)state;
+    qpaths_print();
     x8_all();
 }
 

@@ -9,8 +9,9 @@
  * no -mavx2 (a third, "avx2+vnni", is that one with the block types' dot
  * products on AVX-VNNI where the CPU has it, and a fourth,
  * "avx2+avx512vnni", on AVX-512 + AVX512-VNNI, with 512-bit kernels for
- * the batches: the same results; the fourth is preferred where both
- * are). The path is picked once (pthread_once; CPUID for the features
+ * the batches, and a fifth, "avx2+avx512vnni+amx", that one with q8_0
+ * batches on AMX-INT8 tiles (kernels_q_amx.c): the same results; the
+ * last available of these is preferred). The path is picked once (pthread_once; CPUID for the features
  * and XGETBV for the OS saving the ymm state) and kept in a static table of
  * function pointers; llmem__kernels_force_portable switches to the
  * portable table for tests and benchmarks. A matmul reads the table once and
@@ -88,6 +89,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "llmem/model.h"
@@ -845,6 +847,26 @@ static const kernel_path path_x86_avx512 = {
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_avx512,
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_avx512,
 };
+
+/* The AVX-512 path with q8_0 batches of 16 and more on AMX-INT8 tiles
+ * (kernels_q_amx.c; same results). */
+static const kernel_path path_x86_amx = {
+    /* .name = */ "avx2+avx512vnni+amx",
+    /* .rows = */ rows_x512,
+    /* .dot = */ dot_x86,
+    /* .axpy = */ axpy_x86,
+    /* .dot_rows = */ dot_rows_x86,
+    /* .axpy_rows = */ axpy_rows_x86,
+    /* .f16_row = */ f16_row_x86,
+    /* .softmax = */ softmax_x86,
+    /* .swiglu = */ swiglu_x86,
+    /* .exp_rows = */ llmem__exp_rows_avx2,
+    /* .act_quantize = */ llmem__act_quantize_avx2,
+    /* .qrows = */ llmem__qrows_avx512,
+    /* .qrows_x8 = */ llmem__q4k_x8_rows_avx512,
+    /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_avx512,
+    /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_amx,
+};
 #endif
 
 static pthread_once_t path_once = PTHREAD_ONCE_INIT;
@@ -891,6 +913,23 @@ static bool x86_has_avx512vnni(void)
     __asm__ __volatile__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     return (xcr0_lo & 0xe6u) == 0xe6u;
 }
+
+/* AMX for the process, asked of the kernel once (kernels_q_amx.c), unless
+ * LLMEM_NO_AMX is set (to anything but 0): a process granted the tile
+ * state has 8 KiB larger signal frames, and Linux then refuses a
+ * sigaltstack too small for them, which a host program may not expect. */
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static bool amx_granted;
+static void amx_init(void)
+{
+    const char *no = getenv("LLMEM_NO_AMX");
+    amx_granted = !(no && *no && strcmp(no, "0") != 0) && llmem__amx_enable();
+}
+static bool x86_has_amx(void)
+{
+    pthread_once(&amx_once, amx_init);
+    return amx_granted;
+}
 #endif
 
 /* The first path, in order of preference, that this CPU runs and the
@@ -898,7 +937,7 @@ static bool x86_has_avx512vnni(void)
 static void path_init(void)
 {
 #ifdef KERNELS_X86
-    static const kernel_path *const preferred[] = {&path_x86_avx512, &path_x86_vnni, &path_x86};
+    static const kernel_path *const preferred[] = {&path_x86_amx, &path_x86_avx512, &path_x86_vnni, &path_x86};
     for (size_t i = 0; i < sizeof preferred / sizeof preferred[0]; i++)
         if (llmem__kernels_path_available(preferred[i]->name)) {
             path_best = preferred[i];
@@ -924,6 +963,8 @@ bool llmem__kernels_path_available(const char *name)
     if (!strcmp(name, "avx2")) return true;
     if (!strcmp(name, "avx2+vnni")) return llmem__qrows_vnni_built && x86_has_avxvnni();
     if (!strcmp(name, "avx2+avx512vnni")) return llmem__qrows_avx512_built && x86_has_avx512vnni();
+    if (!strcmp(name, "avx2+avx512vnni+amx"))
+        return llmem__qrows_avx512_built && llmem__q8_0_x8_rows_amx_built && x86_has_avx512vnni() && x86_has_amx();
 #endif
     return false;
 }
