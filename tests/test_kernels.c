@@ -406,7 +406,7 @@ static void qpaths_print(void)
         printf("  path %s: %s\n", qpaths[p].name,
                llmem__kernels_path_available(qpaths[p].name) ? "tested against the reference"
                                                              : "SKIPPED (not on this CPU or not built)");
-    printf("  path avx2+avx512vnni+amx (its q8_0 x8 batches, test_q4k_x8): %s\n",
+    printf("  path avx2+avx512vnni+amx (its x8 batches, test_q4k_x8): %s\n",
            llmem__kernels_path_available("avx2+avx512vnni+amx") ? "tested against the reference"
                                                                : "SKIPPED (no AMX-INT8 here, not granted, or not built)");
 }
@@ -604,7 +604,7 @@ static void x8_check_range(x8_rows_fn f, const char *name, const uint8_t *act, c
 
 /* The repacked layouts (kernels_q4k_x8.h), one a source type: the wtype,
  * the size, the pack, and the reference, AVX2, VNNI and AVX-512 kernels
- * (and q8_0's AMX one, for batches of 16 and more). */
+ * (and the AMX ones, for batches of 16 and more). */
 typedef struct x8_kind {
     uint32_t type, wtype;
     const char *name;
@@ -615,9 +615,11 @@ typedef struct x8_kind {
 
 static const x8_kind x8_kinds[] = {
     {LLMEM_DTYPE_Q4_K, LLMEM__WTYPE_Q4K_X8, "q4_K_x8", llmem__q4k_x8_bytes, llmem__q4k_x8_pack,
-     {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni, llmem__q4k_x8_rows_avx512, NULL}},
+     {llmem__q4k_x8_rows_ref, llmem__q4k_x8_rows_avx2, llmem__q4k_x8_rows_vnni, llmem__q4k_x8_rows_avx512,
+      llmem__q4k_x8_rows_amx}},
     {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, "q5_0_x8", llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack,
-     {llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni, llmem__q5_0_x8_rows_avx512, NULL}},
+     {llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni, llmem__q5_0_x8_rows_avx512,
+      llmem__q5_0_x8_rows_amx}},
     {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, "q8_0_x8", llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack,
      {llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni, llmem__q8_0_x8_rows_avx512,
       llmem__q8_0_x8_rows_amx}},
@@ -650,9 +652,9 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
     const bool k4 = t == LLMEM_DTYPE_Q4_K;
     const x8_kind *xk = x8_kind_of(t);
     const uint32_t wt = xk->wtype;
-    /* q8_0 up to 21 rows: a whole AMX tile of 16 activation rows, then a
-     * last row on the AVX-512 kernel (17) or a smaller tile (21) */
-    const size_t maxb = t == LLMEM_DTYPE_Q8_0 ? 21 : 9, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32);
+    /* up to 21 rows: a whole AMX tile of 16 activation rows, then a last
+     * row on the AVX-512 kernel (17) or a smaller tile (21) */
+    const size_t maxb = 21, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32);
     const size_t bb = k4 ? 144 : t == LLMEM_DTYPE_Q8_0 ? 34 : 22;
     size_t rb;
     uint8_t *w = qmat_make(t, n, d, &rb);

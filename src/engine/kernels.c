@@ -9,8 +9,8 @@
  * no -mavx2 (a third, "avx2+vnni", is that one with the block types' dot
  * products on AVX-VNNI where the CPU has it, and a fourth,
  * "avx2+avx512vnni", on AVX-512 + AVX512-VNNI, with 512-bit kernels for
- * the batches, and a fifth, "avx2+avx512vnni+amx", that one with q8_0
- * batches on AMX-INT8 tiles (kernels_q_amx.c): the same results; the
+ * the batches, and a fifth, "avx2+avx512vnni+amx", that one with the
+ * repacked q8_0, q5_0 and q4_K batches on AMX-INT8 tiles (kernels_q_amx.c): the same results; the
  * last available of these is preferred). The path is picked once (pthread_once; CPUID for the features
  * and XGETBV for the OS saving the ymm state) and kept in a static table of
  * function pointers; llmem__kernels_force_portable switches to the
@@ -848,8 +848,8 @@ static const kernel_path path_x86_avx512 = {
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_avx512,
 };
 
-/* The AVX-512 path with q8_0 batches of 16 and more on AMX-INT8 tiles
- * (kernels_q_amx.c; same results). */
+/* The AVX-512 path with the repacked q8_0, q5_0 and q4_K batches of 16
+ * and more on AMX-INT8 tiles (kernels_q_amx.c; same results). */
 static const kernel_path path_x86_amx = {
     /* .name = */ "avx2+avx512vnni+amx",
     /* .rows = */ rows_x512,
@@ -863,8 +863,8 @@ static const kernel_path path_x86_amx = {
     /* .exp_rows = */ llmem__exp_rows_avx2,
     /* .act_quantize = */ llmem__act_quantize_avx2,
     /* .qrows = */ llmem__qrows_avx512,
-    /* .qrows_x8 = */ llmem__q4k_x8_rows_avx512,
-    /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_avx512,
+    /* .qrows_x8 = */ llmem__q4k_x8_rows_amx,
+    /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_amx,
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_amx,
 };
 #endif

@@ -96,12 +96,12 @@ void llmem__q8_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
 /* As llmem__q4k_x8_rows_*, over A8 activation rows (q8_0's). */
 llmem__x8_rows_fn llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni,
     llmem__q8_0_x8_rows_avx512;
-/* The AVX-512 kernel with batches of 16 and more on AMX-INT8 tiles
- * (kernels_q_amx.c): the same bits. Callable only once llmem__amx_enable
+/* The AVX-512 kernels (q8_0's, q4_K's, q5_0's) with batches of 16 and more on
+ * AMX-INT8 tiles (kernels_q_amx.c): the same bits. Callable only once llmem__amx_enable
  * returned true in this process (the CPU has AMX-TILE and AMX-INT8, the
  * OS saves their state and granted it to the process); _built is false
  * where the compiler cannot target AMX (then it is the AVX-512 kernel). */
-llmem__x8_rows_fn llmem__q8_0_x8_rows_amx;
+llmem__x8_rows_fn llmem__q8_0_x8_rows_amx, llmem__q4k_x8_rows_amx, llmem__q5_0_x8_rows_amx;
 extern const bool llmem__q8_0_x8_rows_amx_built;
 bool llmem__amx_enable(void);
 
