@@ -964,7 +964,7 @@ bool llmem__kernels_path_available(const char *name)
     if (!strcmp(name, "avx2+vnni")) return llmem__qrows_vnni_built && x86_has_avxvnni();
     if (!strcmp(name, "avx2+avx512vnni")) return llmem__qrows_avx512_built && x86_has_avx512vnni();
     if (!strcmp(name, "avx2+avx512vnni+amx"))
-        return llmem__qrows_avx512_built && llmem__q8_0_x8_rows_amx_built && x86_has_avx512vnni() && x86_has_amx();
+        return llmem__qrows_avx512_built && llmem__x8_rows_amx_built && x86_has_avx512vnni() && x86_has_amx();
 #endif
     return false;
 }

@@ -102,7 +102,7 @@ llmem__x8_rows_fn llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0
  * OS saves their state and granted it to the process); _built is false
  * where the compiler cannot target AMX (then it is the AVX-512 kernel). */
 llmem__x8_rows_fn llmem__q8_0_x8_rows_amx, llmem__q4k_x8_rows_amx, llmem__q5_0_x8_rows_amx;
-extern const bool llmem__q8_0_x8_rows_amx_built;
+extern const bool llmem__x8_rows_amx_built;
 bool llmem__amx_enable(void);
 
 #endif

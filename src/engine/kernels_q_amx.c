@@ -1,26 +1,30 @@
 /*
- * kernels_q_amx.c - q8_0 repacked 8 rows interleaved (kernels_q4k_x8.h)
- * against batches of 16 activation rows and more on AMX-INT8 tiles, for
- * the "avx2+avx512vnni+amx" path (kernels.c): prefill on Sapphire Rapids
- * and later Xeons, where llama.cpp's CPU build multiplies q8_0 on these
- * tiles too. Everything else (decode, batch tails, rows outside whole
- * pairs of 8-row groups) is the AVX-512 path's kernel.
+ * kernels_q_amx.c - the repacked x8 layouts (kernels_q4k_x8.h: q8_0, q5_0,
+ * q4_K) against batches of 16 activation rows and more on AMX-INT8 tiles,
+ * for the "avx2+avx512vnni+amx" path (kernels.c): prefill on Sapphire
+ * Rapids and later Xeons, where llama.cpp's CPU build multiplies on these
+ * tiles too. Everything else (batches below 16, a last tile of fewer than
+ * AMX_MIN_ROWS rows, rows outside whole pairs of 8-row groups) is the
+ * AVX-512 path's kernel.
  *
- * Algorithm. Per block of 32 elements, one TDPBSSD multiplies a tile of
- * 16 activation rows (16 x 32 signed bytes, read in place: the A8 rows'
- * levels are their first n bytes, one row every ab bytes) by a tile of 8
- * weight rows. The x8 layout is already the tile's "VNNI" form: dword j
- * of the group's 8 rows is 32 contiguous bytes, row i's 4 levels 4j..4j+3
- * at 4i, which is exactly row j of a B tile of 8 columns. Two groups (16
- * weight rows) a pass, two B tiles and two C tiles. The C tiles hold the
- * blocks' exact int32 sums; they are stored (1 KiB) and the float
- * epilogue runs in zmm registers: lane (g, r) takes acc += (dw[r] * da[g])
- * * (float)sum, a multiply and an add as written, the same operations in
- * the same block order as the AVX-512 and AVX2 kernels (x8_q8_0_group16,
- * x8_q8_0_group), whose int32 sums are the same integers by another route
- * (VNNI biases the levels and takes the bias off, exactly). So every y is
- * bitwise the batch-1 kernel's, and batched prefill still equals
- * token-by-token prefill.
+ * Algorithm. Per 32-element block (q4_K: per 32-element group of a
+ * super-block), one TDPBSSD multiplies a tile of 16 activation rows (16 x
+ * 32 signed bytes, read in place: the A8/A8K rows' levels are their first
+ * n bytes, one row every ab bytes) by a tile of 16 weight rows. The x8
+ * layout is nearly the tile's "VNNI" form: dword j of a group's 8 rows is
+ * 32 contiguous bytes, row i's levels 4j..4j+3 at 4i; two groups are joined
+ * into one 16-column B tile (q5_0 and q4_K unpacking their nibbles), 32
+ * blocks (q4_K: 3 super-blocks) of a pair of groups at a time, reused by
+ * every activation tile. The C tile holds the block's exact int32 sums; it
+ * is stored and the epilogue runs in zmm registers, one activation row a
+ * register, lane r a weight row: the x8 kernels' integers (q5_0: minus 16
+ * x the activation block's sum; q4_K: scales times group sums, mins times
+ * the activation's sums of 32) and then their float operations (acc +=
+ * (dw[r] * da) * (float)sum, a multiply and an add as written) in their
+ * block order. The AVX-512 and AVX2 kernels reach the same integers by
+ * another route (VNNI biases the levels and takes the bias off, exactly),
+ * so every y is bitwise the batch-1 kernel's, and batched prefill still
+ * equals token-by-token prefill.
  *
  * Tile state. Linux enables the AMX tile data only for a process that asks
  * (arch_prctl ARCH_REQ_XCOMP_PERM, once: llmem__amx_enable, called where
@@ -44,7 +48,7 @@
 #define AMX_TARGET \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,amx-tile,amx-int8")))
 
-const bool llmem__q8_0_x8_rows_amx_built = true;
+const bool llmem__x8_rows_amx_built = true;
 
 enum { ARCH_REQ_XCOMP_PERM_ = 0x1023, XFEATURE_XTILEDATA_ = 18 };
 
@@ -52,6 +56,8 @@ bool llmem__amx_enable(void)
 {
     unsigned a, b, c, d;
     if (__get_cpuid_max(0, NULL) < 0xd) return false;
+    __cpuid_count(1, 0, a, b, c, d);
+    if (!(c & (1u << 27))) return false; /* OSXSAVE: XGETBV usable */
     __cpuid_count(7, 0, a, b, c, d);
     /* AMX-TILE (EDX bit 24) and AMX-INT8 (bit 25) */
     if ((d & (3u << 24)) != (3u << 24)) return false;
@@ -434,7 +440,7 @@ AMX_TARGET void llmem__q4k_x8_rows_amx(float *y, const void *act, const void *w,
 }
 
 #else
-const bool llmem__q8_0_x8_rows_amx_built = false;
+const bool llmem__x8_rows_amx_built = false;
 
 bool llmem__amx_enable(void) { return false; }
 
