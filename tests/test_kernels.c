@@ -620,6 +620,9 @@ static const x8_kind x8_kinds[] = {
     {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, "q5_0_x8", llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack,
      {llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni, llmem__q5_0_x8_rows_avx512,
       llmem__q5_0_x8_rows_amx}},
+    {LLMEM_DTYPE_Q4_0, LLMEM__WTYPE_Q4_0_X8, "q4_0_x8", llmem__q4_0_x8_bytes, llmem__q4_0_x8_pack,
+     {llmem__q4_0_x8_rows_ref, llmem__q4_0_x8_rows_avx2, llmem__q4_0_x8_rows_vnni, llmem__q4_0_x8_rows_avx512,
+      llmem__q4_0_x8_rows_amx}},
     {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, "q8_0_x8", llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack,
      {llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni, llmem__q8_0_x8_rows_avx512,
       llmem__q8_0_x8_rows_amx}},
@@ -634,7 +637,7 @@ static const x8_kind *x8_kind_of(uint32_t t)
     return NULL;
 }
 
-/* The extreme levels of a mode-1 block: q4_K 15, q5_0 31 (or 0 where
+/* The extreme levels of a mode-1 block: q4_K and q4_0 15, q5_0 31 (or 0 where
  * (r + k) % 4 == 3); q8_0 -128, +127 and -127 by turns (its magnitude's
  * largest, which the AVX2 sign trick takes as the unsigned 128). */
 static void x8_extreme_levels(uint32_t t, uint8_t *blk, size_t bb, size_t r, size_t k)
@@ -655,7 +658,7 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
     /* up to 21 rows: a whole AMX tile of 16 activation rows, then a last
      * row on the AVX-512 kernel (17) or a smaller tile (21) */
     const size_t maxb = 21, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32);
-    const size_t bb = k4 ? 144 : t == LLMEM_DTYPE_Q8_0 ? 34 : 22;
+    const size_t bb = k4 ? 144 : t == LLMEM_DTYPE_Q8_0 ? 34 : t == LLMEM_DTYPE_Q4_0 ? 18 : 22;
     size_t rb;
     uint8_t *w = qmat_make(t, n, d, &rb);
     if (mode == 1)
@@ -769,12 +772,14 @@ static void x8_all(void)
             for (int a = 0; a < 4; a++) {
                 x8_case(LLMEM_DTYPE_Q4_K, ns[i], ds[j], 0, a);
                 x8_case(LLMEM_DTYPE_Q5_0, ns5[i], ds[j], 0, a);
+                x8_case(LLMEM_DTYPE_Q4_0, ns5[i], ds[j], 0, a);
                 x8_case(LLMEM_DTYPE_Q8_0, ns5[i], ds[j], 0, a);
             }
     for (size_t j = 0; j < sizeof ds / sizeof ds[0]; j++)
         for (int a = 0; a < 4; a++) {
             x8_case(LLMEM_DTYPE_Q4_K, 512, ds[j], 1, a);
             x8_case(LLMEM_DTYPE_Q5_0, 64, ds[j], 1, a);
+            x8_case(LLMEM_DTYPE_Q4_0, 64, ds[j], 1, a);
             x8_case(LLMEM_DTYPE_Q8_0, 64, ds[j], 1, a);
         }
 }
@@ -905,7 +910,7 @@ static void group_all(void)
     static const uint32_t all[] = {F32, F16, BF16, LLMEM_DTYPE_Q4_0, LLMEM_DTYPE_Q4_1, LLMEM_DTYPE_Q5_0,
                                    LLMEM_DTYPE_Q5_1, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q3_K,
                                    LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q5_K, LLMEM_DTYPE_Q6_K, LLMEM__WTYPE_Q4K_X8,
-                                   LLMEM__WTYPE_Q5_0_X8, LLMEM__WTYPE_Q8_0_X8};
+                                   LLMEM__WTYPE_Q5_0_X8, LLMEM__WTYPE_Q8_0_X8, LLMEM__WTYPE_Q4_0_X8};
     /* Each type alone: three matrices of it (QKV), and two (gate/up). */
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
         uint32_t base = llmem__x8_base_type(all[t]);
@@ -922,7 +927,7 @@ static void group_all(void)
     static const uint32_t mix[][GROUP_TYPES_MAX] = {
         {LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q4_K, LLMEM_DTYPE_Q6_K},
         {LLMEM__WTYPE_Q4K_X8, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q6_K},
-        {LLMEM__WTYPE_Q5_0_X8, LLMEM_DTYPE_Q4_0, F16, LLMEM_DTYPE_Q3_K},
+        {LLMEM__WTYPE_Q5_0_X8, LLMEM__WTYPE_Q4_0_X8, F16, LLMEM_DTYPE_Q3_K},
         {F32, LLMEM_DTYPE_Q2_K, LLMEM_DTYPE_Q5_1, LLMEM__WTYPE_Q4K_X8},
         {LLMEM__WTYPE_Q8_0_X8, LLMEM__WTYPE_Q8_0_X8, LLMEM_DTYPE_Q8_0, LLMEM_DTYPE_Q6_K},
         {LLMEM_DTYPE_Q4_0, F32, LLMEM_DTYPE_Q4_K, BF16, LLMEM_DTYPE_Q6_K, LLMEM__WTYPE_Q5_0_X8},

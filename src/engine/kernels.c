@@ -770,6 +770,8 @@ typedef struct kernel_path {
                           size_t r1);
     void (*qrows_x8_q8_0)(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
                           size_t r1);
+    void (*qrows_x8_q4_0)(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                          size_t r1);
 } kernel_path;
 
 static const kernel_path path_portable = {
@@ -788,6 +790,7 @@ static const kernel_path path_portable = {
     /* .qrows_x8 = */ llmem__q4k_x8_rows_ref,
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_ref,
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_ref,
+    /* .qrows_x8_q4_0 = */ llmem__q4_0_x8_rows_ref,
 };
 
 #ifdef KERNELS_X86
@@ -807,6 +810,7 @@ static const kernel_path path_x86 = {
     /* .qrows_x8 = */ llmem__q4k_x8_rows_avx2,
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_avx2,
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_avx2,
+    /* .qrows_x8_q4_0 = */ llmem__q4_0_x8_rows_avx2,
 };
 
 /* AVX2 with AVX-VNNI for the integer dot products (same results). */
@@ -826,6 +830,7 @@ static const kernel_path path_x86_vnni = {
     /* .qrows_x8 = */ llmem__q4k_x8_rows_vnni,
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_vnni,
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_vnni,
+    /* .qrows_x8_q4_0 = */ llmem__q4_0_x8_rows_vnni,
 };
 
 /* AVX2 with AVX-512 + AVX512-VNNI for the integer dot products: the EVEX
@@ -846,9 +851,10 @@ static const kernel_path path_x86_avx512 = {
     /* .qrows_x8 = */ llmem__q4k_x8_rows_avx512,
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_avx512,
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_avx512,
+    /* .qrows_x8_q4_0 = */ llmem__q4_0_x8_rows_avx512,
 };
 
-/* The AVX-512 path with the repacked q8_0, q5_0 and q4_K batches of 16
+/* The AVX-512 path with the repacked q8_0, q5_0, q4_0 and q4_K batches of 16
  * and more on AMX-INT8 tiles (kernels_q_amx.c; same results). */
 static const kernel_path path_x86_amx = {
     /* .name = */ "avx2+avx512vnni+amx",
@@ -866,6 +872,7 @@ static const kernel_path path_x86_amx = {
     /* .qrows_x8 = */ llmem__q4k_x8_rows_amx,
     /* .qrows_x8_q5_0 = */ llmem__q5_0_x8_rows_amx,
     /* .qrows_x8_q8_0 = */ llmem__q8_0_x8_rows_amx,
+    /* .qrows_x8_q4_0 = */ llmem__q4_0_x8_rows_amx,
 };
 #endif
 
@@ -976,7 +983,8 @@ void llmem__kernels_force_portable(bool on) { __atomic_store_n(&force_portable, 
 bool llmem__matmul_supports(uint32_t wtype)
 {
     return wtype == LLMEM_DTYPE_F32 || wtype == LLMEM_DTYPE_F16 || wtype == LLMEM_DTYPE_BF16 || llmem__is_qtype(wtype) ||
-           wtype == LLMEM__WTYPE_Q4K_X8 || wtype == LLMEM__WTYPE_Q5_0_X8 || wtype == LLMEM__WTYPE_Q8_0_X8;
+           wtype == LLMEM__WTYPE_Q4K_X8 || wtype == LLMEM__WTYPE_Q5_0_X8 || wtype == LLMEM__WTYPE_Q8_0_X8 ||
+           wtype == LLMEM__WTYPE_Q4_0_X8;
 }
 
 size_t llmem__matmul_scratch_bytes(uint32_t wtype, size_t n, size_t batch)
@@ -1024,7 +1032,7 @@ typedef struct mm_mat {
     float *y;
     const void *w;
     uint32_t type;           /* the GGUF type (a repacked one's base type) */
-    bool x8;                 /* w is repacked 8 rows interleaved (type Q4_K, Q5_0 or Q8_0) */
+    bool x8;                 /* w is repacked 8 rows interleaved (type Q4_K, Q5_0, Q4_0 or Q8_0) */
     size_t d;
     size_t g0;               /* its first grain in the concatenation of the group's rows */
     const void *act;         /* block types: its activation rows (stride llmem__act_row_bytes(type, n)) */
@@ -1058,6 +1066,7 @@ static void mat_rows(const mm_job *j, const mm_mat *m, size_t lo, size_t hi)
 {
     if (m->x8 && m->type == LLMEM_DTYPE_Q4_K) j->path->qrows_x8(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
     else if (m->x8 && m->type == LLMEM_DTYPE_Q5_0) j->path->qrows_x8_q5_0(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
+    else if (m->x8 && m->type == LLMEM_DTYPE_Q4_0) j->path->qrows_x8_q4_0(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
     else if (m->x8) j->path->qrows_x8_q8_0(m->y, m->act, m->w, j->n, m->d, j->batch, lo, hi);
     else if (m->act) j->path->qrows(m->y, m->act, m->w, m->type, j->n, m->d, j->batch, lo, hi);
     else j->path->rows(m->y, j->x, m->w, m->type, j->n, m->d, j->batch, lo, hi);

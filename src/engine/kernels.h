@@ -40,13 +40,16 @@ void llmem__matmul(llmem__threads *th, float *y, const float *x, const void *w, 
 #define LLMEM__WTYPE_Q5_0_X8 0x10001u
 /* And for q8_0 (llmem__q8_0_x8_pack). */
 #define LLMEM__WTYPE_Q8_0_X8 0x10002u
+/* And for q4_0 (llmem__q4_0_x8_pack). */
+#define LLMEM__WTYPE_Q4_0_X8 0x10003u
 
 /* The GGUF type a repacked wtype holds (its activation rows'); wtype itself otherwise. */
 static inline uint32_t llmem__x8_base_type(uint32_t wtype)
 {
     return wtype == LLMEM__WTYPE_Q4K_X8 ? (uint32_t)LLMEM_DTYPE_Q4_K
          : wtype == LLMEM__WTYPE_Q5_0_X8 ? (uint32_t)LLMEM_DTYPE_Q5_0
-         : wtype == LLMEM__WTYPE_Q8_0_X8 ? (uint32_t)LLMEM_DTYPE_Q8_0 : wtype;
+         : wtype == LLMEM__WTYPE_Q8_0_X8 ? (uint32_t)LLMEM_DTYPE_Q8_0
+         : wtype == LLMEM__WTYPE_Q4_0_X8 ? (uint32_t)LLMEM_DTYPE_Q4_0 : wtype;
 }
 
 /* Bytes of scratch llmem__matmul needs for a batch over rows of n of wtype. */

@@ -106,9 +106,10 @@ void llmem__q4k_x8_rows_ref(float *y, const void *act, const void *w, size_t n, 
     }
 }
 
-/* ---- q5_0 and q8_0: 32-element blocks, 8 rows to a block ---- */
+/* ---- q5_0, q4_0 and q8_0: 32-element blocks, 8 rows to a block ---- */
 
 #define QB5 sizeof(llmem__q5_0)
+#define QB4 sizeof(llmem__q4_0)
 #define QB8 sizeof(llmem__q8_0)
 
 /* The bytes of a d x n matrix of 32-element blocks in an x8 layout whose
@@ -214,6 +215,45 @@ void llmem__q5_0_x8_rows_ref(float *y, const void *act, const void *w, size_t n,
                              size_t r1)
 {
     x8_32_rows_ref(&kind_q5_0, y, act, w, n, d, batch, r0, r1);
+}
+
+size_t llmem__q4_0_x8_bytes(size_t n, size_t d) { return x8_32_bytes(n, d, LLMEM__X8_Q4_0_BLOCK, QB4); }
+
+void llmem__q4_0_x8_pack(void *dst, const void *src, size_t n, size_t d)
+{
+    const size_t nb = n / 32, rb = nb * QB4;
+    const uint8_t *s = src;
+    uint8_t *o = dst;
+    for (size_t g = 0; g < d / 8; g++)
+        for (size_t k = 0; k < nb; k++, o += LLMEM__X8_Q4_0_BLOCK) {
+            uint16_t *dd = (uint16_t *)(void *)(o + 128);
+            for (size_t i = 0; i < 8; i++) {
+                const llmem__q4_0 *b = (const void *)(s + (8 * g + i) * rb + k * QB4);
+                for (size_t j = 0; j < 4; j++) memcpy(o + (j * 8 + i) * 4, b->qs + 4 * j, 4);
+                dd[i] = b->d;
+            }
+        }
+    memcpy(o, s + d / 8 * 8 * rb, d % 8 * rb);
+}
+
+/* q4_0 x8: low nibbles of elements 4j..4j+3 and high nibbles of 16+4j.. */
+static int q4_0_x8_sum(const uint8_t *blk, size_t i, const int8_t *qa)
+{
+    int sum = 0;
+    for (size_t j = 0; j < 4; j++)
+        for (size_t bb = 0; bb < 4; bb++) {
+            const uint8_t v = blk[(j * 8 + i) * 4 + bb];
+            sum += ((v & 15) - 8) * qa[4 * j + bb] + ((v >> 4) - 8) * qa[16 + 4 * j + bb];
+        }
+    return sum;
+}
+
+static const x8_32_kind kind_q4_0 = {LLMEM_DTYPE_Q4_0, QB4, LLMEM__X8_Q4_0_BLOCK, 128, q4_0_x8_sum};
+
+void llmem__q4_0_x8_rows_ref(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                             size_t r1)
+{
+    x8_32_rows_ref(&kind_q4_0, y, act, w, n, d, batch, r0, r1);
 }
 
 size_t llmem__q8_0_x8_bytes(size_t n, size_t d) { return x8_32_bytes(n, d, LLMEM__X8_Q8_0_BLOCK, QB8); }

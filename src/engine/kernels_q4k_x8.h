@@ -1,5 +1,5 @@
 /*
- * kernels_q4k_x8.h - q4_K (and q5_0, q8_0) weight matrices repacked 8 rows
+ * kernels_q4k_x8.h - q4_K (and q5_0, q4_0, q8_0) weight matrices repacked 8 rows
  * interleaved, for the decode matmul (kernels_q4k_x8.c: the layout, the repack and the
  * scalar reference; kernels_q_x86.h: the AVX2 and AVX-VNNI kernels).
  * Private to llmem.
@@ -74,6 +74,28 @@ void llmem__q5_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
 llmem__x8_rows_fn llmem__q5_0_x8_rows_ref, llmem__q5_0_x8_rows_avx2, llmem__q5_0_x8_rows_vnni,
     llmem__q5_0_x8_rows_avx512;
 
+/* ---- q4_0, the same interleave ----
+ *
+ * q4_0 blocks the same way as q5_0's, without the fifth bits: the d / 8
+ * groups of 8 rows, each n / 32 blocks of X8_Q4_0_BLOCK bytes (exactly
+ * the source's size), then the d % 8 tail rows as q4_0 rows. Block k of
+ * rows i = 0..7:
+ *   qs[128]  byte (j * 8 + i) * 4 + b = qs[4 j + b] of row i (j < 4, b < 4):
+ *            low nibble element 4 j + b, high nibble element 16 + 4 j + b
+ *   d[8]     f16, row i's scale
+ * Results are the q4_0 kernels' bits (acc += (d da) sum per block, in
+ * increasing order). Why: the in-place q4_0 rows were 0.79x of llama.cpp's
+ * prefill and 0.94x of its decode on yi-coder-1.5b (docs/BENCHMARKS.md,
+ * 2026-12-06); the interleave gives the decode one linear stream and the
+ * prefill the AMX tiles of q5_0. */
+#define LLMEM__X8_Q4_0_BLOCK 144
+
+size_t llmem__q4_0_x8_bytes(size_t n, size_t d);
+void llmem__q4_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
+/* As llmem__q4k_x8_rows_*, over A8 activation rows (q4_0's). */
+llmem__x8_rows_fn llmem__q4_0_x8_rows_ref, llmem__q4_0_x8_rows_avx2, llmem__q4_0_x8_rows_vnni,
+    llmem__q4_0_x8_rows_avx512;
+
 /* ---- q8_0, the same interleave ----
  *
  * Why. The in-place q8_0 decode reads 8 rows a block at a time: 8
@@ -96,12 +118,13 @@ void llmem__q8_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
 /* As llmem__q4k_x8_rows_*, over A8 activation rows (q8_0's). */
 llmem__x8_rows_fn llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni,
     llmem__q8_0_x8_rows_avx512;
-/* The AVX-512 kernels (q8_0's, q4_K's, q5_0's) with batches of 16 and more on
+/* The AVX-512 kernels (q8_0's, q4_K's, q5_0's, q4_0's) with batches of 16 and more on
  * AMX-INT8 tiles (kernels_q_amx.c): the same bits. Callable only once llmem__amx_enable
  * returned true in this process (the CPU has AMX-TILE and AMX-INT8, the
  * OS saves their state and granted it to the process); _built is false
  * where the compiler cannot target AMX (then it is the AVX-512 kernel). */
-llmem__x8_rows_fn llmem__q8_0_x8_rows_amx, llmem__q4k_x8_rows_amx, llmem__q5_0_x8_rows_amx;
+llmem__x8_rows_fn llmem__q8_0_x8_rows_amx, llmem__q4k_x8_rows_amx, llmem__q5_0_x8_rows_amx,
+    llmem__q4_0_x8_rows_amx;
 extern const bool llmem__x8_rows_amx_built;
 bool llmem__amx_enable(void);
 

@@ -1,6 +1,6 @@
 /*
  * kernels_q_amx.c - the repacked x8 layouts (kernels_q4k_x8.h: q8_0, q5_0,
- * q4_K) against batches of 16 activation rows and more on AMX-INT8 tiles,
+ * q4_0, q4_K) against batches of 16 activation rows and more on AMX-INT8 tiles,
  * for the "avx2+avx512vnni+amx" path (kernels.c): prefill on Sapphire
  * Rapids and later Xeons, where llama.cpp's CPU build multiplies on these
  * tiles too. Everything else (batches below 16, a last tile of fewer than
@@ -13,11 +13,11 @@
  * n bytes, one row every ab bytes) by a tile of 16 weight rows. The x8
  * layout is nearly the tile's "VNNI" form: dword j of a group's 8 rows is
  * 32 contiguous bytes, row i's levels 4j..4j+3 at 4i; two groups are joined
- * into one 16-column B tile (q5_0 and q4_K unpacking their nibbles), 32
+ * into one 16-column B tile (q5_0, q4_0 and q4_K unpacking their nibbles), 32
  * blocks (q4_K: 3 super-blocks) of a pair of groups at a time, reused by
  * every activation tile. The C tile holds the block's exact int32 sums; it
  * is stored and the epilogue runs in zmm registers, one activation row a
- * register, lane r a weight row: the x8 kernels' integers (q5_0: minus 16
+ * register, lane r a weight row: the x8 kernels' integers (q5_0, q4_0: minus 16 or 8
  * x the activation block's sum; q4_K: scales times group sums, mins times
  * the activation's sums of 32) and then their float operations (acc +=
  * (dw[r] * da) * (float)sum, a multiply and an add as written) in their
@@ -135,6 +135,29 @@ AMX_TARGET static void amx_join_q5_0(const uint8_t *wg, const uint8_t *wg2, size
     }
 }
 
+/* The same for q4_0 repacked x8 (LLMEM__X8_Q4_0_BLOCK): q5_0's join
+ * without the fifth bits, the levels q + 8 in 0..15; the epilogue takes 8
+ * x the activation block's sum off. */
+AMX_TARGET static void amx_join_q4_0(const uint8_t *wg, const uint8_t *wg2, size_t k0, size_t kn, uint8_t *bj,
+                                     float *dj)
+{
+    const __m512i m15 = _mm512_set1_epi8(15);
+    for (size_t kk = 0; kk < kn; kk++) {
+        const uint8_t *b1 = wg + (k0 + kk) * LLMEM__X8_Q4_0_BLOCK, *b2 = wg2 + (k0 + kk) * LLMEM__X8_Q4_0_BLOCK;
+        for (int j = 0; j < 4; j++) {
+            const __m512i raw = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b1 + 32 * j))),
+                _mm256_loadu_si256((const __m256i *)(const void *)(b2 + 32 * j)), 1);
+            _mm512_store_si512(bj + kk * AMX_BB + 64 * (size_t)j, _mm512_and_si512(raw, m15));
+            _mm512_store_si512(bj + kk * AMX_BB + 64 * (size_t)(4 + j),
+                               _mm512_and_si512(_mm512_srli_epi16(raw, 4), m15));
+        }
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(b1 + 128)));
+        const __m256 d2 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(b2 + 128)));
+        _mm512_store_ps(dj + 16 * kk, _mm512_insertf32x8(_mm512_castps256_ps512(d1), d2, 1));
+    }
+}
+
 /* Block k0 + kk's int32 sums into cb (cb[16 g + r]: activation row g,
  * weight row r): tiles 0 and 2 for 16 activation rows, 3 and 4 for a
  * batch's last rows (the tile numbers must be constants). */
@@ -213,6 +236,18 @@ AMX_TARGET static void amx_q5_tile_tail(int M, float *y, size_t d, const uint8_t
                                         size_t k0, size_t kn, const uint8_t *bj, const float *dj, int32_t *cbuf)
 {
     amx_tile(16, true, M, y, d, act, ab, n, k0, kn, bj, dj, cbuf);
+}
+
+AMX_TARGET static void amx_q4_tile16(float *y, size_t d, const uint8_t *act, size_t ab, size_t n, size_t k0,
+                                     size_t kn, const uint8_t *bj, const float *dj, int32_t *cbuf)
+{
+    amx_tile(8, false, AMX_M, y, d, act, ab, n, k0, kn, bj, dj, cbuf);
+}
+
+AMX_TARGET static void amx_q4_tile_tail(int M, float *y, size_t d, const uint8_t *act, size_t ab, size_t n,
+                                        size_t k0, size_t kn, const uint8_t *bj, const float *dj, int32_t *cbuf)
+{
+    amx_tile(8, true, M, y, d, act, ab, n, k0, kn, bj, dj, cbuf);
 }
 
 /* ---- q4_K repacked x8 ---------------------------------------------------------
@@ -343,16 +378,19 @@ AMX_TARGET static void amx_q4k_tile_tail(int M, float *y, size_t d, const uint8_
 enum { AMX_MIN_ROWS = 4 };
 
 /* Rows [r0, r1) of y for `batch` activation rows: whole pairs of x8
- * groups of type t (q8_0, q5_0, q4_K) on tiles, 16 activation rows a
+ * groups of type t (q8_0, q5_0, q4_0, q4_K) on tiles, 16 activation rows a
  * tile and a smaller last one of at least AMX_MIN_ROWS; everything else
  * through `rest`, the AVX-512 kernel. */
 AMX_TARGET static inline __attribute__((always_inline)) void amx_rows(const uint32_t t, llmem__x8_rows_fn *rest,
                                                                     float *y, const void *act, const void *w, size_t n,
                                                                     size_t d, size_t batch, size_t r0, size_t r1)
 {
-    const bool q4k = t == LLMEM_DTYPE_Q4_K, q5 = t == LLMEM_DTYPE_Q5_0;
+    const bool q4k = t == LLMEM_DTYPE_Q4_K, q5 = t == LLMEM_DTYPE_Q5_0, q4 = t == LLMEM_DTYPE_Q4_0;
     const size_t d8 = d / 8 * 8, nb = n / (q4k ? 256 : 32), ab = llmem__act_row_bytes(t, n);
-    const size_t gbytes = nb * (q4k ? LLMEM__X8_BLOCK : q5 ? LLMEM__X8_Q5_0_BLOCK : LLMEM__X8_Q8_0_BLOCK); /* a group */
+    const size_t gbytes = nb * (q4k  ? LLMEM__X8_BLOCK
+                                : q5 ? LLMEM__X8_Q5_0_BLOCK
+                                : q4 ? LLMEM__X8_Q4_0_BLOCK
+                                     : LLMEM__X8_Q8_0_BLOCK); /* a group */
     /* whole pairs of groups inside [r0, r1), from the first group boundary */
     const size_t ra = (r0 + 7) / 8 * 8, top = r1 < d8 ? r1 : d8;
     const size_t rb = top > ra ? ra + (top - ra) / 16 * 16 : ra;
@@ -407,6 +445,11 @@ AMX_TARGET static inline __attribute__((always_inline)) void amx_rows(const uint
                     for (size_t b = 0; b < bm; b += AMX_M)
                         amx_q5_tile16(y + b * d + r, d, a0 + b * ab, ab, n, k0, kn, bj, dj, cbuf);
                     if (bt > bm) amx_q5_tile_tail((int)mt, y + bm * d + r, d, a0 + bm * ab, ab, n, k0, kn, bj, dj, cbuf);
+                } else if (q4) {
+                    amx_join_q4_0(wg, wg + gbytes, k0, kn, bj, dj);
+                    for (size_t b = 0; b < bm; b += AMX_M)
+                        amx_q4_tile16(y + b * d + r, d, a0 + b * ab, ab, n, k0, kn, bj, dj, cbuf);
+                    if (bt > bm) amx_q4_tile_tail((int)mt, y + bm * d + r, d, a0 + bm * ab, ab, n, k0, kn, bj, dj, cbuf);
                 } else {
                     amx_join(wg, wg + gbytes, k0, kn, bj, dj);
                     for (size_t b = 0; b < bm; b += AMX_M)
@@ -431,6 +474,12 @@ AMX_TARGET void llmem__q5_0_x8_rows_amx(float *y, const void *act, const void *w
                                         size_t r0, size_t r1)
 {
     amx_rows(LLMEM_DTYPE_Q5_0, llmem__q5_0_x8_rows_avx512, y, act, w, n, d, batch, r0, r1);
+}
+
+AMX_TARGET void llmem__q4_0_x8_rows_amx(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch,
+                                        size_t r0, size_t r1)
+{
+    amx_rows(LLMEM_DTYPE_Q4_0, llmem__q4_0_x8_rows_avx512, y, act, w, n, d, batch, r0, r1);
 }
 
 AMX_TARGET void llmem__q4k_x8_rows_amx(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch,
@@ -460,5 +509,11 @@ void llmem__q5_0_x8_rows_amx(float *y, const void *act, const void *w, size_t n,
                              size_t r1)
 {
     llmem__q5_0_x8_rows_avx512(y, act, w, n, d, batch, r0, r1);
+}
+
+void llmem__q4_0_x8_rows_amx(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                             size_t r1)
+{
+    llmem__q4_0_x8_rows_avx512(y, act, w, n, d, batch, r0, r1);
 }
 #endif

@@ -5,6 +5,7 @@
  *
  *     KQ_ISA          the path's name in its exports (avx2: llmem__qrows_avx2,
  *                     llmem__q4k_x8_rows_avx2, llmem__q5_0_x8_rows_avx2,
+ *                     llmem__q4_0_x8_rows_avx2,
  *                     llmem__q8_0_x8_rows_avx2 and llmem__qrows_avx2_built)
  *     KQ_TARGET_STR   the target attribute the path compiles for
  *     KQ_VNNI         0 or 1 (kernels_q_x86.h)
@@ -24,6 +25,7 @@
 #define KQ_EXPORT_X8 KQ_CAT(llmem__q4k_x8_rows_, KQ_ISA)
 #define KQ_EXPORT_X8_Q5_0 KQ_CAT(llmem__q5_0_x8_rows_, KQ_ISA)
 #define KQ_EXPORT_X8_Q8_0 KQ_CAT(llmem__q8_0_x8_rows_, KQ_ISA)
+#define KQ_EXPORT_X8_Q4_0 KQ_CAT(llmem__q4_0_x8_rows_, KQ_ISA)
 #define KQ_BUILT KQ_CAT(KQ_EXPORT, _built)
 
 #if (defined(__x86_64__) || defined(__i386__)) && \
@@ -49,6 +51,11 @@ void KQ_EXPORT_X8_Q8_0(float *y, const void *act, const void *w, size_t n, size_
                        size_t r1)
 {
     llmem__q8_0_x8_rows_ref(y, act, w, n, d, batch, r0, r1);
+}
+void KQ_EXPORT_X8_Q4_0(float *y, const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0,
+                       size_t r1)
+{
+    llmem__q4_0_x8_rows_ref(y, act, w, n, d, batch, r0, r1);
 }
 const bool KQ_BUILT = false;
 #endif

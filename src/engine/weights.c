@@ -167,7 +167,7 @@ static llmem_status bind_weights(llmem_engine *e)
 
 /* ---- repacked weights -----------------------------------------------------------------
  *
- * On the AVX2 paths, every q4_K, q5_0 and q8_0 matrix is copied at load
+ * On the AVX2 paths, every q4_K, q5_0, q4_0 and q8_0 matrix is copied at load
  * into the 8-row interleaved layouts of kernels_q4k_x8.h (same values, same
  * results; about 2x the q4_K decode matmul's speed; q8_0's the same size,
  * one linear stream where the in-place rows are 8), in one mapping of the
@@ -217,6 +217,7 @@ typedef struct repack_kind {
 static const repack_kind repack_kinds[] = {
     {LLMEM_DTYPE_Q4_K, LLMEM__WTYPE_Q4K_X8, llmem__q4k_x8_bytes, llmem__q4k_x8_pack},
     {LLMEM_DTYPE_Q5_0, LLMEM__WTYPE_Q5_0_X8, llmem__q5_0_x8_bytes, llmem__q5_0_x8_pack},
+    {LLMEM_DTYPE_Q4_0, LLMEM__WTYPE_Q4_0_X8, llmem__q4_0_x8_bytes, llmem__q4_0_x8_pack},
     {LLMEM_DTYPE_Q8_0, LLMEM__WTYPE_Q8_0_X8, llmem__q8_0_x8_bytes, llmem__q8_0_x8_pack},
 };
 
@@ -296,7 +297,7 @@ static llmem_status repack_weights(llmem_engine *e)
     if (!st) st = llmem_resource_map_tagged(e->res, e->repacked_map, 0, 0, "engine-weights", &e->repacked);
     if (st) {
         e->repacked = NULL;
-        return llmem__fail(st, "engine: no memory for %zu bytes of repacked q4_K/q5_0/q8_0 weights", total);
+        return llmem__fail(st, "engine: no memory for %zu bytes of repacked q4_K/q5_0/q4_0/q8_0 weights", total);
     }
     size_t off = 0;
     for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++) {
