@@ -8,7 +8,8 @@
 #
 #   -r ROUNDS   interleaved rounds per row (default 5)
 #   -m MODELS   space-separated NAME-TYPE list (default: tiny-15m in f32 f16
-#               q8_0 q4_0 q4_k q6_k, yi-coder-1.5b in q8_0 q4_k); NAME is a
+#               q8_0 q4_0 q4_k q6_k, yi-coder-1.5b in q8_0 q4_0 q4_k q6_k,
+#               the table); NAME is a
 #               llmem synth shape, or stories260K: the shared folder's
 #               trained model ($LLMEM_SHARED_DIR or ../shared), converted by
 #               llmem quantize to TYPE; NAME@ARCH (tiny-15m@qwen2-q8_0) writes
@@ -28,7 +29,7 @@
 # the peak RSS ratio.
 set -eu
 ROUNDS=5
-MODELS="tiny-15m-f32 tiny-15m-f16 tiny-15m-q8_0 tiny-15m-q4_0 tiny-15m-q4_k tiny-15m-q6_k yi-coder-1.5b-q8_0 yi-coder-1.5b-q4_k"
+MODELS="tiny-15m-f32 tiny-15m-f16 tiny-15m-q8_0 tiny-15m-q4_0 tiny-15m-q4_k tiny-15m-q6_k yi-coder-1.5b-q8_0 yi-coder-1.5b-q4_0 yi-coder-1.5b-q4_k yi-coder-1.5b-q6_k"
 SEQS_LIST="1 4"
 PROMPTS="short long"
 while getopts r:m:s:p: opt; do
