@@ -6,21 +6,25 @@
 # binary after the first the median of its per-round ratios to the first
 # (paired within a round, so a slow moment of the machine cancels).
 #
-#   bench/ab_runs.sh [-r ROUNDS] [-g DECODE] [-b SEQS] MODEL... -- NAME=BINARY...
+#   bench/ab_runs.sh [-r ROUNDS] [-g DECODE] [-b SEQS] [-i PROMPT] MODEL... -- NAME=BINARY...
 #
-#   -b SEQS  sequences at once (llmem run --batch; default 1)
+#   -b SEQS    sequences at once (llmem run --batch; default 1)
+#   -i PROMPT  the prompt (default: the long one, 99 tokens; engine_table.sh's
+#              short one is "Once upon a time")
 #
 # Run it under flock /work/bench.lock (it does not take the lock itself).
 set -eu
 ROUNDS=5
 GEN=128
 SEQS=1
-while getopts r:g:b: opt; do
+PROMPT=""
+while getopts r:g:b:i: opt; do
     case $opt in
     r) ROUNDS=$OPTARG ;;
     g) GEN=$OPTARG ;;
     b) SEQS=$OPTARG ;;
-    *) echo "usage: $0 [-r ROUNDS] [-g DECODE] [-b SEQS] MODEL... -- NAME=BINARY..." >&2; exit 2 ;;
+    i) PROMPT=$OPTARG ;;
+    *) echo "usage: $0 [-r ROUNDS] [-g DECODE] [-b SEQS] [-i PROMPT] MODEL... -- NAME=BINARY..." >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -29,6 +33,7 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do MODELS="$MODELS $1"; shift; done
 [ $# -gt 0 ] && shift
 BINS="$*"
 LONG="Once upon a time, in a small town by the sea, there lived a girl named Lily. She loved to walk on the beach every morning and look for shells. One day she found a big blue shell."
+[ -n "$PROMPT" ] && LONG=$PROMPT
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 r=1

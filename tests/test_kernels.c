@@ -655,8 +655,9 @@ static void x8_case(uint32_t t, size_t n, size_t d, int mode, int act_mode)
     const bool k4 = t == LLMEM_DTYPE_Q4_K;
     const x8_kind *xk = x8_kind_of(t);
     const uint32_t wt = xk->wtype;
-    /* up to 21 rows: a whole AMX tile of 16 activation rows, then a last
-     * row on the AVX-512 kernel (17) or a smaller tile (21) */
+    /* up to 21 rows: a tile alone (9, 13), a whole AMX tile of 16
+     * activation rows, then a last row on the AVX-512 kernel (17) or a
+     * smaller tile (21) */
     const size_t maxb = 21, ab = llmem__act_row_bytes(t, n), nb = n / (k4 ? 256 : 32);
     const size_t bb = k4 ? 144 : t == LLMEM_DTYPE_Q8_0 ? 34 : t == LLMEM_DTYPE_Q4_0 ? 18 : 22;
     size_t rb;

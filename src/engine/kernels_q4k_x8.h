@@ -118,7 +118,7 @@ void llmem__q8_0_x8_pack(void *dst, const void *src, size_t n, size_t d);
 /* As llmem__q4k_x8_rows_*, over A8 activation rows (q8_0's). */
 llmem__x8_rows_fn llmem__q8_0_x8_rows_ref, llmem__q8_0_x8_rows_avx2, llmem__q8_0_x8_rows_vnni,
     llmem__q8_0_x8_rows_avx512;
-/* The AVX-512 kernels (q8_0's, q4_K's, q5_0's, q4_0's) with batches of 16 and more on
+/* The AVX-512 kernels (q8_0's, q4_K's, q5_0's, q4_0's) with batches of 8 and more on
  * AMX-INT8 tiles (kernels_q_amx.c): the same bits. Callable only once llmem__amx_enable
  * returned true in this process (the CPU has AMX-TILE and AMX-INT8, the
  * OS saves their state and granted it to the process); _built is false

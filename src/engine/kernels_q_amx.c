@@ -1,10 +1,10 @@
 /*
  * kernels_q_amx.c - the repacked x8 layouts (kernels_q4k_x8.h: q8_0, q5_0,
- * q4_0, q4_K) against batches of 16 activation rows and more on AMX-INT8 tiles,
+ * q4_0, q4_K) against batches of 8 activation rows and more on AMX-INT8 tiles,
  * for the "avx2+avx512vnni+amx" path (kernels.c): prefill on Sapphire
  * Rapids and later Xeons, where llama.cpp's CPU build multiplies on these
- * tiles too. Everything else (batches below 16, a last tile of fewer than
- * AMX_MIN_ROWS rows, rows outside whole pairs of 8-row groups) is the
+ * tiles too. Everything else (batches below AMX_ALONE_ROWS, a last tile of
+ * fewer than AMX_MIN_ROWS rows, rows outside whole pairs of 8-row groups) is the
  * AVX-512 path's kernel.
  *
  * Algorithm. Per 32-element block (q4_K: per 32-element group of a
@@ -371,15 +371,20 @@ AMX_TARGET static void amx_q4k_tile_tail(int M, float *y, size_t d, const uint8_
 /* ---- the row loop, both layouts ------------------------------------------------ */
 
 /* The fewest rows of a smaller last tile, after whole ones: below, the
- * AVX-512 kernel takes them. A batch below 16 (decode of a few sequences)
- * stays on the AVX-512 kernel whole: memory-bound, it streams the weights
- * with its prefetches, where the tiles would join every block for a
- * handful of rows (4 sequences' decode on yi-coder-1.5b q8_0: 0.76x). */
-enum { AMX_MIN_ROWS = 4 };
+ * AVX-512 kernel takes them. A batch below 16 takes one tile alone from
+ * AMX_ALONE_ROWS rows: below that (decode of a few sequences) it stays on
+ * the AVX-512 kernel whole, memory-bound, streaming the weights with its
+ * prefetches, where the tiles would join every block for a handful of
+ * rows (4 sequences' decode on yi-coder-1.5b q8_0 with a tile of 4:
+ * 0.76x). From 8 the tile pays (paired A/B against 4 alone-free, the
+ * 11-token short prompt's prefill on yi-coder-1.5b q8_0 1.113x; 8
+ * sequences' decode q8_0 0.972x and 1.017x in two series, q4_K 1.107x). */
+enum { AMX_MIN_ROWS = 4, AMX_ALONE_ROWS = 8 };
 
 /* Rows [r0, r1) of y for `batch` activation rows: whole pairs of x8
  * groups of type t (q8_0, q5_0, q4_0, q4_K) on tiles, 16 activation rows a
- * tile and a smaller last one of at least AMX_MIN_ROWS; everything else
+ * tile and a smaller last one of at least AMX_MIN_ROWS (alone: at least
+ * AMX_ALONE_ROWS); everything else
  * through `rest`, the AVX-512 kernel. */
 AMX_TARGET static inline __attribute__((always_inline)) void amx_rows(const uint32_t t, llmem__x8_rows_fn *rest,
                                                                     float *y, const void *act, const void *w, size_t n,
@@ -396,8 +401,8 @@ AMX_TARGET static inline __attribute__((always_inline)) void amx_rows(const uint
     const size_t rb = top > ra ? ra + (top - ra) / 16 * 16 : ra;
     /* bm rows in whole tiles of 16, then mt more in a smaller one */
     const size_t bm = batch / AMX_M * AMX_M, mt = batch - bm;
-    const size_t bt = bm + (mt >= AMX_MIN_ROWS ? mt : 0);
-    if (rb == ra || bm == 0) {
+    const size_t bt = bm + (mt >= (bm ? AMX_MIN_ROWS : AMX_ALONE_ROWS) ? mt : 0);
+    if (rb == ra || bt == 0) {
         rest(y, act, w, n, d, batch, r0, r1);
         return;
     }
