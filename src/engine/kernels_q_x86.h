@@ -1043,6 +1043,79 @@ KQ_INLINE void x8_q8_0_rows16(float *y, const uint8_t *act, size_t ab, size_t n,
 }
 #endif
 
+#if KQ_AVX512
+/* q4_0 repacked, 16 rows a pass for batches, as x8_q8_0_group16: groups
+ * g and g + 1 side by side in a zmm (lanes 0..7 the first group's rows);
+ * each 32-byte load of a block's nibbles is joined with its twin, and
+ * both halves are unpacked at once. Each lane's integers and float
+ * operations are x8_q4_0_group's (VNNI form) for its row, in its order:
+ * the same bits. Half the unpacks and dot products of two passes of
+ * x8_q4_0_group over the same rows. */
+KQ_INLINE void x8_q4_0_group16(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
+                               const uint8_t *wg2, __m512 acc[MAXB])
+{
+    const size_t nb = n / 32;
+    const __m512i m15 = _mm512_set1_epi8(15);
+    a8 a[MAXB];
+KQ_UNROLL
+    for (int g = 0; g < G; g++) {
+        a[g] = a8_view(act + (size_t)g * ab, n);
+        acc[g] = _mm512_setzero_ps();
+    }
+    for (size_t k = 0; k < nb; k++) {
+        const uint8_t *blk = wg + k * LLMEM__X8_Q4_0_BLOCK, *blk2 = wg2 + k * LLMEM__X8_Q4_0_BLOCK;
+        __m512i s0[MAXB];
+KQ_UNROLL
+        for (int g = 0; g < G; g++) s0[g] = _mm512_setzero_si512();
+KQ_UNROLL
+        for (int j = 0; j < 4; j++) {
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 32 * (size_t)j));
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(const void *)(blk2 + 32 * (size_t)j));
+            const __m512i raw = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+            const __m512i lo = _mm512_and_si512(raw, m15);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m15);
+KQ_UNROLL
+            for (int g = 0; g < G; g++) {
+                int32_t v0, v1;
+                memcpy(&v0, a[g].qs + 32 * k + 4 * (size_t)j, 4);
+                memcpy(&v1, a[g].qs + 32 * k + 4 * (size_t)j + 16, 4);
+                s0[g] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s0[g], lo, _mm512_set1_epi32(v0)), hi,
+                                            _mm512_set1_epi32(v1));
+            }
+        }
+        const __m256i h = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + 128))),
+            _mm_loadu_si128((const __m128i *)(const void *)(blk2 + 128)), 1);
+        const __m512 dw = _mm512_cvtph_ps(h);
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            const __m512i sum = _mm512_sub_epi32(s0[g], _mm512_set1_epi32(8 * a[g].xs[k]));
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a[g].d[k]));
+            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+/* Rows 0..15 of y (stride d) for activation rows [0, batch) from the q4_0
+ * groups at wg and wg2, MAXB activation rows a pass, then the rest. */
+KQ_INLINE void x8_q4_0_rows16(float *y, const uint8_t *act, size_t ab, size_t n, size_t d, size_t batch,
+                              const uint8_t *wg, const uint8_t *wg2)
+{
+    for (size_t b = 0; b < batch;) {
+        const int G = batch - b >= MAXB ? MAXB : (int)(batch - b);
+        __m512 acc[MAXB];
+        switch (G) {
+        case MAXB: x8_q4_0_group16(MAXB, act + b * ab, ab, n, wg, wg2, acc); break;
+        case 3: x8_q4_0_group16(3, act + b * ab, ab, n, wg, wg2, acc); break;
+        case 2: x8_q4_0_group16(2, act + b * ab, ab, n, wg, wg2, acc); break;
+        default: x8_q4_0_group16(1, act + b * ab, ab, n, wg, wg2, acc); break;
+        }
+        for (int gg = 0; gg < G; gg++) _mm512_storeu_ps(y + (b + (size_t)gg) * d, acc[gg]);
+        b += (size_t)G;
+    }
+}
+#endif
+
 /* The row loop of the 8-row layouts: whole groups of 8 rows through
  * `group` (MAXB activation rows at a time, then the rest), the rows past the
  * last whole group in the source layout `t`. Inlined with constant
@@ -1062,6 +1135,12 @@ KQ_INLINE void x8_rows(x8_group_fn *group, uint32_t t, size_t block_bytes, size_
         /* q8_0 batches: two whole groups a pass (x8_q8_0_group16) */
         if (t == LLMEM_DTYPE_Q8_0 && batch > MAXB && lo == 0 && 8 * g + 16 <= r1 && 8 * g + 16 <= d8) {
             x8_q8_0_rows16(y + 8 * g, a0, ab, n, d, batch, wg, wg + nb * block_bytes);
+            r = 8 * g + 16;
+            continue;
+        }
+        /* q4_0 batches likewise (x8_q4_0_group16) */
+        if (t == LLMEM_DTYPE_Q4_0 && batch > MAXB && lo == 0 && 8 * g + 16 <= r1 && 8 * g + 16 <= d8) {
+            x8_q4_0_rows16(y + 8 * g, a0, ab, n, d, batch, wg, wg + nb * block_bytes);
             r = 8 * g + 16;
             continue;
         }
