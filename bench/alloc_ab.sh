@@ -10,7 +10,7 @@ set -eu
 [ $# -ge 3 ] || { echo "usage: $0 ROUNDS WORKLOAD BINARY..." >&2; exit 2; }
 R=$1; W=$2; shift 2
 PIN=""
-case $W in tensor_mix|small|burst_idle) PIN="taskset -c 0" ;; esac
+case $W in tensor_mix|small|batch_alloc|batch_free|burst_idle) PIN="taskset -c 0" ;; esac
 for i in $(seq "$R"); do
     for b in "$@"; do
         $PIN "$b" bench alloc --child "$W" llmem --full | awk -v b="$b" '{ printf "%s %.3f\n", b, $1 / $2 / 1e6 }'

@@ -24,6 +24,9 @@
  *   cross_thread  one thread allocates 16 B - 1 KiB, another frees
  *   larson_2t/4t  threads churn their own slots and hand them to the next
  *                 thread every round, so most frees are remote
+ *   batch_alloc   256 blocks of 16 B - 1 KiB allocated, then freed in a
+ *   batch_free    shuffled order, all in cache: each times one half, the
+ *                 fast paths' own cost per call (an operation is one call)
  *   burst_idle    1 GiB in 64 B - 1 MiB blocks, each written, then a random
  *                 90% freed and 1 s idle: resident memory after the idle
  *                 against the live bytes
@@ -248,6 +251,48 @@ static result w_larson(int threads, bool quick)
     return (result){(uint64_t)threads * L.per_round * L.rounds, sec, 0, 0};
 }
 
+/* batch_alloc, batch_free: a batch of 256 blocks of 16-1024 bytes
+ * allocated (each touched once, as a program would), then freed in a
+ * shuffled order, over and over; each workload times one of the two
+ * phases. The batch stays in L1/L2 and in the thread cache, and no branch
+ * of the bench depends on the allocator's result, so consecutive calls
+ * overlap and the figure is the fast path's own cost: its instructions and
+ * the dependent loads of its lookups, with no cache miss to hide them
+ * (docs/BENCHMARKS.md, "where the small-block free spends its time"). */
+enum { BATCH = 256 };
+
+static result w_batch(bool quick, bool time_free)
+{
+    void *v[BATCH];
+    size_t sz[BATCH];
+    uint32_t order[BATCH];
+    uint64_t s = 23, rounds = quick ? 20000 : 100000, ns = 0;
+    for (uint32_t i = 0; i < BATCH; i++) {
+        sz[i] = 16 + bench_rand(&s) % 1009;
+        order[i] = i;
+    }
+    for (uint32_t i = BATCH - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)(bench_rand(&s) % (i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    for (uint64_t r = 0; r <= rounds; r++) { /* round 0 warms the caches, untimed */
+        uint64_t t0 = llmem_time_now_ns();
+        for (uint32_t i = 0; i < BATCH; i++) {
+            v[i] = must(A_alloc(sz[i]), sz[i]);
+            *(volatile char *)v[i] = 1;
+        }
+        uint64_t t1 = llmem_time_now_ns();
+        for (uint32_t i = 0; i < BATCH; i++) A_free(v[order[i]]);
+        uint64_t t2 = llmem_time_now_ns();
+        if (r) ns += time_free ? t2 - t1 : t1 - t0;
+    }
+    return (result){rounds * BATCH, (double)ns / 1e9, 0, 0};
+}
+
+static result w_batch_alloc(bool quick) { return w_batch(quick, false); }
+static result w_batch_free(bool quick) { return w_batch(quick, true); }
+
 static result w_burst_idle(bool quick)
 {
     size_t total = quick ? (size_t)256 << 20 : (size_t)1 << 30, sum = 0, n = 0, cap = 1 << 16;
@@ -297,7 +342,8 @@ static result run_larson4(bool q) { return w_larson(4, q); }
 
 static const workload workloads[] = {
     {"tensor_mix", w_tensor_mix, 1}, {"small", w_small, 1},         {"cross_thread", w_cross_thread, 2},
-    {"larson_2t", run_larson2, 2},   {"larson_4t", run_larson4, 4}, {"burst_idle", w_burst_idle, 1},
+    {"larson_2t", run_larson2, 2},   {"larson_4t", run_larson4, 4}, {"batch_alloc", w_batch_alloc, 1},
+    {"batch_free", w_batch_free, 1}, {"burst_idle", w_burst_idle, 1}, /* burst_idle last: see the summary */
 };
 #define NW (sizeof workloads / sizeof workloads[0])
 
@@ -415,7 +461,10 @@ static void usage(FILE *f)
                "  --quick     smaller workloads (CI smoke runs)\n"
                "  --rounds N  runs per (workload, allocator); default 3\n"
                "  --only W,.. these workloads only (tensor_mix, small, cross_thread, larson_2t,\n"
-               "              larson_4t, burst_idle): a shorter locked run on a shared machine\n");
+               "              larson_4t, batch_alloc, batch_free, burst_idle): a shorter locked run\n"
+               "              on a shared machine\n"
+               "batch_alloc and batch_free time the two halves of one loop (256 blocks allocated,\n"
+               "then freed shuffled; all in cache): the fast paths' own cost, per call.\n");
 }
 
 int llmem_bench_alloc(int argc, char **argv)
