@@ -1103,27 +1103,6 @@ KQ_UNROLL
     }
 }
 
-/* Rows 0..15 of y (stride d) for activation rows [0, batch) from the
- * q8_0 groups at wg and wg2, MAXB activation rows a pass, then the rest. */
-KQ_INLINE void x8_q8_0_rows16(float *y, const uint8_t *act, size_t ab, size_t n, size_t d, size_t batch,
-                              const uint8_t *wg, const uint8_t *wg2)
-{
-    for (size_t b = 0; b < batch;) {
-        const int G = batch - b >= MAXB ? MAXB : (int)(batch - b);
-        __m512 acc[MAXB];
-        switch (G) {
-        case MAXB: x8_q8_0_group16(MAXB, act + b * ab, ab, n, wg, wg2, acc); break;
-        case 3: x8_q8_0_group16(3, act + b * ab, ab, n, wg, wg2, acc); break;
-        case 2: x8_q8_0_group16(2, act + b * ab, ab, n, wg, wg2, acc); break;
-        default: x8_q8_0_group16(1, act + b * ab, ab, n, wg, wg2, acc); break;
-        }
-        for (int gg = 0; gg < G; gg++) _mm512_storeu_ps(y + (b + (size_t)gg) * d, acc[gg]);
-        b += (size_t)G;
-    }
-}
-#endif
-
-#if KQ_AVX512
 /* q4_0 repacked, 16 rows a pass for batches, as x8_q8_0_group16: groups
  * g and g + 1 side by side in a zmm (lanes 0..7 the first group's rows);
  * each 32-byte load of a block's nibbles is joined with its twin, and
@@ -1176,19 +1155,23 @@ KQ_UNROLL
     }
 }
 
-/* Rows 0..15 of y (stride d) for activation rows [0, batch) from the q4_0
- * groups at wg and wg2, MAXB activation rows a pass, then the rest. */
-KQ_INLINE void x8_q4_0_rows16(float *y, const uint8_t *act, size_t ab, size_t n, size_t d, size_t batch,
-                              const uint8_t *wg, const uint8_t *wg2)
+/* Rows 0..15 of y (stride d) for activation rows [0, batch) from the
+ * groups at wg and wg2 through `group` (x8_q8_0_group16 or
+ * x8_q4_0_group16), MAXB activation rows a pass, then the rest. Inlined
+ * with a constant group, as x8_rows is. */
+typedef void x8_group16_fn(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
+                           const uint8_t *wg2, __m512 acc[MAXB]);
+KQ_INLINE void x8_rows16(x8_group16_fn *group, float *y, const uint8_t *act, size_t ab, size_t n, size_t d,
+                         size_t batch, const uint8_t *wg, const uint8_t *wg2)
 {
     for (size_t b = 0; b < batch;) {
         const int G = batch - b >= MAXB ? MAXB : (int)(batch - b);
         __m512 acc[MAXB];
         switch (G) {
-        case MAXB: x8_q4_0_group16(MAXB, act + b * ab, ab, n, wg, wg2, acc); break;
-        case 3: x8_q4_0_group16(3, act + b * ab, ab, n, wg, wg2, acc); break;
-        case 2: x8_q4_0_group16(2, act + b * ab, ab, n, wg, wg2, acc); break;
-        default: x8_q4_0_group16(1, act + b * ab, ab, n, wg, wg2, acc); break;
+        case MAXB: group(MAXB, act + b * ab, ab, n, wg, wg2, acc); break;
+        case 3: group(3, act + b * ab, ab, n, wg, wg2, acc); break;
+        case 2: group(2, act + b * ab, ab, n, wg, wg2, acc); break;
+        default: group(1, act + b * ab, ab, n, wg, wg2, acc); break;
         }
         for (int gg = 0; gg < G; gg++) _mm512_storeu_ps(y + (b + (size_t)gg) * d, acc[gg]);
         b += (size_t)G;
@@ -1212,15 +1195,11 @@ KQ_INLINE void x8_rows(x8_group_fn *group, uint32_t t, size_t block_bytes, size_
         const size_t g = r / 8, lo = r % 8, hi = r1 - 8 * g < 8 ? r1 - 8 * g : 8;
         const uint8_t *wg = w8 + g * nb * block_bytes;
 #if KQ_AVX512
-        /* q8_0 batches: two whole groups a pass (x8_q8_0_group16) */
-        if (t == LLMEM_DTYPE_Q8_0 && batch > MAXB && lo == 0 && 8 * g + 16 <= r1 && 8 * g + 16 <= d8) {
-            x8_q8_0_rows16(y + 8 * g, a0, ab, n, d, batch, wg, wg + nb * block_bytes);
-            r = 8 * g + 16;
-            continue;
-        }
-        /* q4_0 batches likewise (x8_q4_0_group16) */
-        if (t == LLMEM_DTYPE_Q4_0 && batch > MAXB && lo == 0 && 8 * g + 16 <= r1 && 8 * g + 16 <= d8) {
-            x8_q4_0_rows16(y + 8 * g, a0, ab, n, d, batch, wg, wg + nb * block_bytes);
+        /* q8_0 and q4_0 batches: two whole groups a pass (x8_rows16) */
+        if ((t == LLMEM_DTYPE_Q8_0 || t == LLMEM_DTYPE_Q4_0) && batch > MAXB && lo == 0 && 8 * g + 16 <= r1 &&
+            8 * g + 16 <= d8) {
+            x8_rows16(t == LLMEM_DTYPE_Q8_0 ? x8_q8_0_group16 : x8_q4_0_group16, y + 8 * g, a0, ab, n, d, batch, wg,
+                      wg + nb * block_bytes);
             r = 8 * g + 16;
             continue;
         }
