@@ -4,7 +4,7 @@
 # shapes people run, every weight type of the table, short and long
 # prompts, 1 and 4 sequences at once, 2 threads.
 #
-#   bench/engine_table.sh [-r ROUNDS] [-m MODELS] [-s SEQS_LIST] [-p PROMPTS]
+#   bench/engine_table.sh [-r ROUNDS] [-m MODELS] [-s SEQS_LIST] [-p PROMPTS] [-k KV]
 #
 #   -r ROUNDS   interleaved rounds per row (default 5)
 #   -m MODELS   space-separated NAME-TYPE list (default: tiny-15m in f32 f16
@@ -16,6 +16,11 @@
 #               that architecture (llmem synth --arch ARCH)
 #   -s SEQS     sequence counts (default "1 4")
 #   -p PROMPTS  "short", "long" or both (default "short long")
+#   -k KV       the KV cache type of both engines, f16 (default: llama.cpp's
+#               own default) or f32: llmem --kv-dtype KV, llama.cpp's
+#               LLAMACPP_KV. The peak RSS ratio compares like with like only
+#               at one type: at f32 against f16 llmem's cache is twice
+#               llama.cpp's (docs/BENCHMARKS.md, 2026-12-06)
 #
 # Models are written once by llmem synth into BENCH_DIR (default
 # build-bench; yi-coder-1.5b q8_0 is 1.57 GB). Decode length: 128 positions
@@ -32,13 +37,15 @@ ROUNDS=5
 MODELS="tiny-15m-f32 tiny-15m-f16 tiny-15m-q8_0 tiny-15m-q4_0 tiny-15m-q4_k tiny-15m-q6_k yi-coder-1.5b-q8_0 yi-coder-1.5b-q4_0 yi-coder-1.5b-q4_k yi-coder-1.5b-q6_k"
 SEQS_LIST="1 4"
 PROMPTS="short long"
-while getopts r:m:s:p: opt; do
+KV=f16
+while getopts r:m:s:p:k: opt; do
     case $opt in
     r) ROUNDS=$OPTARG ;;
     m) MODELS=$OPTARG ;;
     s) SEQS_LIST=$OPTARG ;;
     p) PROMPTS=$OPTARG ;;
-    *) echo "usage: $0 [-r ROUNDS] [-m MODELS] [-s SEQS] [-p PROMPTS]" >&2; exit 2 ;;
+    k) KV=$OPTARG ;;
+    *) echo "usage: $0 [-r ROUNDS] [-m MODELS] [-s SEQS] [-p PROMPTS] [-k KV]" >&2; exit 2 ;;
     esac
 done
 LLMEM=${LLMEM:-build/llmem}
@@ -48,7 +55,8 @@ export LLMEM THREADS=${THREADS:-2}
 # prefill (--populate --warmup), as llama.cpp is timed in its second, warm
 # round: the prefill then measures compute, not first touches of the
 # mapping and the workspace.
-export LLMEM_ARGS=${LLMEM_ARGS:---populate --warmup}
+case $KV in f16 | f32) ;; *) echo "engine_table: -k: f16 or f32, not '$KV'" >&2; exit 2 ;; esac
+export LLMEM_ARGS="${LLMEM_ARGS:---populate --warmup} --kv-dtype $KV" LLAMACPP_KV=$KV
 mkdir -p "$DIR"
 SHORT="Once upon a time"
 LONG="Once upon a time, in a small town by the sea, there lived a girl named Lily. She loved to walk on the beach every morning and look for shells. One day she found a big blue shell."

@@ -1368,6 +1368,84 @@ static void test_swiglu_dot_axpy(void **state)
     assert_true(llmem__dot(e, one, 0) == 0.0f);
 }
 
+/* Attention's run kernels: dot_rows and axpy_rows are the row-by-row
+ * llmem__dot and llmem__axpy (kernels.h), bit for bit, and their f16 forms
+ * are them on the rows converted to float; on every path, over head sizes
+ * with and without a tail of 8 and runs with and without one of 4. */
+static void test_attention_rows(void **state)
+{
+    (void)state;
+    static const size_t ns[] = {1, 7, 8, 15, 64, 72, 100, 128, 130};
+    static const size_t rowss[] = {1, 3, 4, 5, 9};
+    for (int path = 0; path < 2; path++) {
+        llmem__kernels_force_portable(path == 1);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (size_t ri = 0; ri < sizeof rowss / sizeof rowss[0]; ri++) {
+                size_t n = ns[ni], rows = rowss[ri], stride = n + 3;
+                float *q = malloc(n * sizeof(float)), *k = malloc(rows * stride * sizeof(float));
+                uint16_t *k16 = malloc(rows * stride * sizeof(uint16_t));
+                float out[9], out16[9], alpha[9], scale = 0.125f;
+                float *y = malloc(n * sizeof(float)), *y16 = malloc(n * sizeof(float)), *yref = malloc(n * sizeof(float));
+                assert_true(q && k && k16 && y && y16 && yref);
+                for (size_t i = 0; i < n; i++) q[i] = rng_f() * 4.0f;
+                for (size_t i = 0; i < rows * stride; i++) { /* values an f16 cache holds exactly */
+                    k16[i] = llmem__f32_to_f16(rng_f() * 3.0f);
+                    k[i] = llmem__f16_to_f32(k16[i]);
+                }
+                for (size_t j = 0; j < rows; j++) alpha[j] = rng_f();
+                llmem__dot_rows(out, q, k, stride, rows, n, scale);
+                llmem__dot_rows_f16(out16, q, k16, stride, rows, n, scale);
+                for (size_t j = 0; j < rows; j++) {
+                    float want = llmem__dot(q, k + j * stride, n) * scale;
+                    if (memcmp(&out[j], &want, sizeof want))
+                        fail_msg("path %d n %zu rows %zu: dot_rows row %zu %a, dot %a", path, n, rows, j,
+                                 (double)out[j], (double)want);
+                    if (memcmp(&out16[j], &want, sizeof want))
+                        fail_msg("path %d n %zu rows %zu: dot_rows_f16 row %zu %a, dot %a", path, n, rows, j,
+                                 (double)out16[j], (double)want);
+                }
+                for (size_t i = 0; i < n; i++) y[i] = y16[i] = yref[i] = rng_f();
+                llmem__axpy_rows(y, alpha, k, stride, rows, n);
+                llmem__axpy_rows_f16(y16, alpha, k16, stride, rows, n);
+                for (size_t j = 0; j < rows; j++) llmem__axpy(yref, alpha[j], k + j * stride, n);
+                if (memcmp(y, yref, n * sizeof(float)))
+                    fail_msg("path %d n %zu rows %zu: axpy_rows differs from axpy row by row", path, n, rows);
+                if (memcmp(y16, yref, n * sizeof(float)))
+                    fail_msg("path %d n %zu rows %zu: axpy_rows_f16 differs from axpy row by row", path, n, rows);
+                free(q);
+                free(k);
+                free(k16);
+                free(y);
+                free(y16);
+                free(yref);
+            }
+        /* The f16 store: llmem__f32_to_f16's bits for any float, NaNs,
+         * infinities, subnormals and overflow included, with and without a
+         * tail of 8. */
+        enum { N = 4099 };
+        float *f = malloc(N * sizeof(float));
+        uint16_t *h = malloc(N * sizeof(uint16_t));
+        assert_true(f && h);
+        for (int round = 0; round < 64; round++) {
+            for (size_t i = 0; i < N; i++) {
+                uint32_t bits = (uint32_t)test_rng_next(&rng_state);
+                if (round % 2) /* half the rounds near the half range */
+                    bits = (bits & 0x807fffffu) | ((uint32_t)(97 + test_rng_next(&rng_state) % 48) << 23);
+                memcpy(&f[i], &bits, sizeof bits);
+            }
+            size_t n = N - (size_t)round % 9;
+            llmem__f16_from_f32_row(h, f, n);
+            for (size_t i = 0; i < n; i++)
+                if (h[i] != llmem__f32_to_f16(f[i]))
+                    fail_msg("path %d: f16_from_f32_row(%a) = 0x%04x, want 0x%04x", path, (double)f[i], h[i],
+                             llmem__f32_to_f16(f[i]));
+        }
+        free(f);
+        free(h);
+    }
+    llmem__kernels_force_portable(false);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1392,6 +1470,7 @@ int main(void)
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_angles_reused),
         cmocka_unit_test(test_swiglu_dot_axpy),
+        cmocka_unit_test(test_attention_rows),
     };
     return cmocka_run_group_tests(tests, setup_teams, teardown_teams);
 }

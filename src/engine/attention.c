@@ -101,12 +101,8 @@ static inline const void *cache_row(const step_bufs *b, const llmem_engine *e, v
 
 static void store_row(const llmem_engine *e, void *dst, const float *src)
 {
-    if (e->kv_elem == 4) {
-        memcpy(dst, src, e->tok_bytes);
-    } else {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < e->kvdim; i++) d[i] = llmem__f32_to_f16(src[i]);
-    }
+    if (e->kv_elem == 4) memcpy(dst, src, e->tok_bytes);
+    else llmem__f16_from_f32_row(dst, src, e->kvdim);
 }
 
 /* Biases, rope and the K/V store of rows [lo, hi): each row on its own.
@@ -198,38 +194,27 @@ static void attention_part(void *ctx, unsigned index, unsigned count)
         const float *qv = b->q + t * e->qdim + h * hd;
         float *o = b->att_out + t * e->qdim + h * hd;
         memset(o, 0, hd * sizeof *o);
-        if (!f16) {
-            /* Runs of positions within one cache block, whose rows are
-             * contiguous: one kernel call per run, the order of the
-             * position-by-position loop (kernels.h). */
-            size_t len = b->tab_len[item], stride = e->tok_bytes / sizeof(float);
-            for (size_t p = p0; p <= pos;) {
-                size_t run = len - p % len;
-                if (run > pos + 1 - p) run = pos + 1 - p;
-                llmem__dot_rows(att + (p - p0), qv, (const float *)cache_row(b, e, b->ktab, item, p) + kvoff, stride,
-                                run, hd, scale);
-                p += run;
-            }
-            llmem__softmax(att, pos + 1 - p0);
-            for (size_t p = p0; p <= pos;) {
-                size_t run = len - p % len;
-                if (run > pos + 1 - p) run = pos + 1 - p;
-                llmem__axpy_rows(o, att + (p - p0), (const float *)cache_row(b, e, b->vtab, item, p) + kvoff, stride,
-                                 run, hd);
-                p += run;
-            }
-            continue;
-        }
-        for (size_t p = p0; p <= pos; p++) {
-            const uint16_t *k16 = (const uint16_t *)cache_row(b, e, b->ktab, item, p) + kvoff;
-            float sc = 0;
-            for (size_t i = 0; i < hd; i++) sc += qv[i] * llmem__f16_to_f32(k16[i]);
-            att[p - p0] = sc * scale;
+        /* Runs of positions within one cache block, whose rows are
+         * contiguous: one kernel call per run, the order of the
+         * position-by-position loop (kernels.h); an f16 cache converts in
+         * the kernels' loads, the same operations. */
+        size_t len = b->tab_len[item], stride = e->tok_bytes / e->kv_elem;
+        for (size_t p = p0; p <= pos;) {
+            size_t run = len - p % len;
+            if (run > pos + 1 - p) run = pos + 1 - p;
+            const void *kr = cache_row(b, e, b->ktab, item, p);
+            if (f16) llmem__dot_rows_f16(att + (p - p0), qv, (const uint16_t *)kr + kvoff, stride, run, hd, scale);
+            else llmem__dot_rows(att + (p - p0), qv, (const float *)kr + kvoff, stride, run, hd, scale);
+            p += run;
         }
         llmem__softmax(att, pos + 1 - p0);
-        for (size_t p = p0; p <= pos; p++) {
-            const uint16_t *v16 = (const uint16_t *)cache_row(b, e, b->vtab, item, p) + kvoff;
-            for (size_t i = 0; i < hd; i++) o[i] += att[p - p0] * llmem__f16_to_f32(v16[i]);
+        for (size_t p = p0; p <= pos;) {
+            size_t run = len - p % len;
+            if (run > pos + 1 - p) run = pos + 1 - p;
+            const void *vr = cache_row(b, e, b->vtab, item, p);
+            if (f16) llmem__axpy_rows_f16(o, att + (p - p0), (const uint16_t *)vr + kvoff, stride, run, hd);
+            else llmem__axpy_rows(o, att + (p - p0), (const float *)vr + kvoff, stride, run, hd);
+            p += run;
         }
     }
 }

@@ -242,6 +242,35 @@ static void axpy_rows_portable(float *y, const float *alpha, const float *x, siz
     for (size_t j = 0; j < rows; j++) axpy_portable(y, alpha[j], x + j * stride, n);
 }
 
+/* dot_rows_portable and axpy_rows_portable over f16 rows (stride in
+ * halves): the same operations on the rows converted to float. */
+static void dot_rows_f16_portable(float *out, const float *q, const uint16_t *k, size_t stride, size_t rows, size_t n,
+                                  float scale)
+{
+    for (size_t j = 0; j < rows; j++) {
+        const uint16_t *kr = k + j * stride;
+        float acc[8] = {0};
+        for (size_t c = 0; c < n; c += 8) {
+            size_t cnt = n - c < 8 ? n - c : 8;
+            for (size_t l = 0; l < cnt; l++) acc[l] += q[c + l] * llmem__f16_to_f32(kr[c + l]);
+            for (size_t l = cnt; l < 8; l++) acc[l] += 0.0f;
+        }
+        out[j] = hsum8_portable(acc) * scale;
+    }
+}
+
+static void axpy_rows_f16_portable(float *y, const float *alpha, const uint16_t *x, size_t stride, size_t rows,
+                                   size_t n)
+{
+    for (size_t j = 0; j < rows; j++)
+        for (size_t i = 0; i < n; i++) y[i] += alpha[j] * llmem__f16_to_f32(x[j * stride + i]);
+}
+
+static void f16_from_f32_row_portable(uint16_t *h, const float *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++) h[i] = llmem__f32_to_f16(f[i]);
+}
+
 static void f16_row_portable(const uint16_t *h, size_t n, float *out)
 {
     for (size_t i = 0; i < n; i++) out[i] = llmem__f16_to_f32(h[i]);
@@ -614,82 +643,151 @@ X86_TARGET static void axpy_x86(float *y, float alpha, const float *x, size_t n)
     for (; i < n; i++) y[i] = fmaf(alpha, x[i], y[i]);
 }
 
-/* dot_x86 of q against `rows` rows of k, four rows at a time: four
- * independent FMA chains where a single dot has one, each row's chain the
- * one dot_x86 runs (same steps, same zero padding, same lane sum). */
-X86_TARGET static void dot_rows_x86(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n,
-                                    float scale)
+/* A row element as float: F32 or F16 (exact), the type a constant after
+ * inlining. */
+X86_INLINE float x86_elem(const uint32_t type, const void *row, size_t i)
 {
-    size_t full = n & ~(size_t)7, rem = n - full;
+    return type == LLMEM_DTYPE_F32 ? ((const float *)row)[i] : llmem__f16_to_f32(((const uint16_t *)row)[i]);
+}
+
+/* The last n - full (< 8) elements of a row, zero-padded to 8 lanes. */
+X86_INLINE __m256 x86_tail8(const uint32_t type, const void *row, size_t full, size_t rem)
+{
+    if (type == LLMEM_DTYPE_F32) {
+        float t[8] = {0};
+        memcpy(t, (const float *)row + full, rem * sizeof(float));
+        return _mm256_loadu_ps(t);
+    }
+    uint16_t t[8] = {0}; /* +0.0 in half */
+    memcpy(t, (const uint16_t *)row + full, rem * sizeof(uint16_t));
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* dot_x86 of q and a row of the type. */
+X86_INLINE float x86_dot_t(const uint32_t type, const float *q, const void *row, size_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + k), x86_load8(type, row, k), acc);
+    if (k < n) {
+        float tq[8] = {0};
+        memcpy(tq, q + k, (n - k) * sizeof(float));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(tq), x86_tail8(type, row, k, n - k), acc);
+    }
+    return x86_hsum(acc);
+}
+
+/* dot_x86 of q against `rows` rows of k (F32 or F16 elements, stride in
+ * elements), four rows at a time: four independent FMA chains where a
+ * single dot has one, each row's chain the one dot_x86 runs (same steps,
+ * same zero padding, same lane sum). */
+X86_INLINE void x86_dot_rows_t(const uint32_t type, float *out, const float *q, const void *k, size_t stride,
+                               size_t rows, size_t n, float scale)
+{
+    size_t full = n & ~(size_t)7, rem = n - full, es = type == LLMEM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    const char *kb = k;
     float tq[8] = {0};
     if (rem) memcpy(tq, q + full, rem * sizeof(float));
     __m256 qt = _mm256_loadu_ps(tq);
     size_t j = 0;
     for (; j + 4 <= rows; j += 4) {
-        const float *k0 = k + j * stride, *k1 = k0 + stride, *k2 = k1 + stride, *k3 = k2 + stride;
+        const char *k0 = kb + j * stride * es, *k1 = k0 + stride * es, *k2 = k1 + stride * es, *k3 = k2 + stride * es;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (size_t c = 0; c < full; c += 8) {
             __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + c), a3);
+            a0 = _mm256_fmadd_ps(qv, x86_load8(type, k0, c), a0);
+            a1 = _mm256_fmadd_ps(qv, x86_load8(type, k1, c), a1);
+            a2 = _mm256_fmadd_ps(qv, x86_load8(type, k2, c), a2);
+            a3 = _mm256_fmadd_ps(qv, x86_load8(type, k3, c), a3);
         }
         if (rem) {
-            float t[4][8] = {{0}};
-            memcpy(t[0], k0 + full, rem * sizeof(float));
-            memcpy(t[1], k1 + full, rem * sizeof(float));
-            memcpy(t[2], k2 + full, rem * sizeof(float));
-            memcpy(t[3], k3 + full, rem * sizeof(float));
-            a0 = _mm256_fmadd_ps(qt, _mm256_loadu_ps(t[0]), a0);
-            a1 = _mm256_fmadd_ps(qt, _mm256_loadu_ps(t[1]), a1);
-            a2 = _mm256_fmadd_ps(qt, _mm256_loadu_ps(t[2]), a2);
-            a3 = _mm256_fmadd_ps(qt, _mm256_loadu_ps(t[3]), a3);
+            a0 = _mm256_fmadd_ps(qt, x86_tail8(type, k0, full, rem), a0);
+            a1 = _mm256_fmadd_ps(qt, x86_tail8(type, k1, full, rem), a1);
+            a2 = _mm256_fmadd_ps(qt, x86_tail8(type, k2, full, rem), a2);
+            a3 = _mm256_fmadd_ps(qt, x86_tail8(type, k3, full, rem), a3);
         }
         out[j] = x86_hsum(a0) * scale;
         out[j + 1] = x86_hsum(a1) * scale;
         out[j + 2] = x86_hsum(a2) * scale;
         out[j + 3] = x86_hsum(a3) * scale;
     }
-    for (; j < rows; j++) out[j] = dot_x86(q, k + j * stride, n) * scale;
+    for (; j < rows; j++) out[j] = x86_dot_t(type, q, kb + j * stride * es, n) * scale;
+}
+
+X86_TARGET static void dot_rows_x86(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n,
+                                    float scale)
+{
+    x86_dot_rows_t(LLMEM_DTYPE_F32, out, q, k, stride, rows, n, scale);
+}
+
+X86_TARGET static void dot_rows_f16_x86(float *out, const float *q, const uint16_t *k, size_t stride, size_t rows,
+                                        size_t n, float scale)
+{
+    x86_dot_rows_t(LLMEM_DTYPE_F16, out, q, k, stride, rows, n, scale);
 }
 
 /* NV vectors of y held in registers over all the rows: the FMAs of
- * axpy_x86, row after row, without a store and reload of y per row. */
-X86_INLINE void axpy_rows_x86_nv(const int NV, float *y, const float *alpha, const float *x, size_t stride,
-                                 size_t rows)
+ * axpy_x86, row after row, without a store and reload of y per row. x's
+ * elements F32 or F16, its stride in elements. */
+X86_INLINE void axpy_rows_x86_nv(const uint32_t type, const int NV, float *y, const float *alpha, const void *x,
+                                 size_t stride, size_t rows)
 {
+    size_t es = type == LLMEM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     __m256 acc[8];
     UNROLL
     for (int v = 0; v < NV; v++) acc[v] = _mm256_loadu_ps(y + 8 * v);
     for (size_t j = 0; j < rows; j++) {
         __m256 a = _mm256_set1_ps(alpha[j]);
-        const float *xr = x + j * stride;
+        const char *xr = (const char *)x + j * stride * es;
         UNROLL
-        for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(a, _mm256_loadu_ps(xr + 8 * v), acc[v]);
+        for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(a, x86_load8(type, xr, 8 * (size_t)v), acc[v]);
     }
     UNROLL
     for (int v = 0; v < NV; v++) _mm256_storeu_ps(y + 8 * v, acc[v]);
 }
 
-X86_TARGET static void axpy_rows_x86(float *y, const float *alpha, const float *x, size_t stride, size_t rows,
-                                     size_t n)
+X86_INLINE void x86_axpy_rows_t(const uint32_t type, float *y, const float *alpha, const void *x, size_t stride,
+                                size_t rows, size_t n)
 {
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) axpy_rows_x86_nv(8, y + i, alpha, x + i, stride, rows);
+    size_t i = 0, es = type == LLMEM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    const char *xb = x;
+    for (; i + 64 <= n; i += 64) axpy_rows_x86_nv(type, 8, y + i, alpha, xb + i * es, stride, rows);
     switch ((n - i) / 8) {
-    case 7: axpy_rows_x86_nv(7, y + i, alpha, x + i, stride, rows); break;
-    case 6: axpy_rows_x86_nv(6, y + i, alpha, x + i, stride, rows); break;
-    case 5: axpy_rows_x86_nv(5, y + i, alpha, x + i, stride, rows); break;
-    case 4: axpy_rows_x86_nv(4, y + i, alpha, x + i, stride, rows); break;
-    case 3: axpy_rows_x86_nv(3, y + i, alpha, x + i, stride, rows); break;
-    case 2: axpy_rows_x86_nv(2, y + i, alpha, x + i, stride, rows); break;
-    case 1: axpy_rows_x86_nv(1, y + i, alpha, x + i, stride, rows); break;
+    case 7: axpy_rows_x86_nv(type, 7, y + i, alpha, xb + i * es, stride, rows); break;
+    case 6: axpy_rows_x86_nv(type, 6, y + i, alpha, xb + i * es, stride, rows); break;
+    case 5: axpy_rows_x86_nv(type, 5, y + i, alpha, xb + i * es, stride, rows); break;
+    case 4: axpy_rows_x86_nv(type, 4, y + i, alpha, xb + i * es, stride, rows); break;
+    case 3: axpy_rows_x86_nv(type, 3, y + i, alpha, xb + i * es, stride, rows); break;
+    case 2: axpy_rows_x86_nv(type, 2, y + i, alpha, xb + i * es, stride, rows); break;
+    case 1: axpy_rows_x86_nv(type, 1, y + i, alpha, xb + i * es, stride, rows); break;
     default: break;
     }
     i += (n - i) / 8 * 8;
     for (; i < n; i++)
-        for (size_t j = 0; j < rows; j++) y[i] = fmaf(alpha[j], x[j * stride + i], y[i]);
+        for (size_t j = 0; j < rows; j++) y[i] = fmaf(alpha[j], x86_elem(type, xb + j * stride * es, i), y[i]);
+}
+
+X86_TARGET static void axpy_rows_x86(float *y, const float *alpha, const float *x, size_t stride, size_t rows,
+                                     size_t n)
+{
+    x86_axpy_rows_t(LLMEM_DTYPE_F32, y, alpha, x, stride, rows, n);
+}
+
+X86_TARGET static void axpy_rows_f16_x86(float *y, const float *alpha, const uint16_t *x, size_t stride, size_t rows,
+                                         size_t n)
+{
+    x86_axpy_rows_t(LLMEM_DTYPE_F16, y, alpha, x, stride, rows, n);
+}
+
+/* Round to nearest even by the immediate (not MXCSR's mode), as
+ * llmem__f32_to_f16; a NaN comes out quiet with its payload's top bits,
+ * as there too (the test kernels checks every class of input). */
+X86_TARGET static void f16_from_f32_row_x86(uint16_t *h, const float *f, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(f + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) h[i] = llmem__f32_to_f16(f[i]);
 }
 
 X86_TARGET static void f16_row_x86(const uint16_t *h, size_t n, float *out)
@@ -757,6 +855,10 @@ typedef struct kernel_path {
     void (*dot_rows)(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n, float scale);
     void (*axpy_rows)(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n);
     void (*f16_row)(const uint16_t *h, size_t n, float *out);
+    void (*dot_rows_f16)(float *out, const float *q, const uint16_t *k, size_t stride, size_t rows, size_t n,
+                         float scale);
+    void (*axpy_rows_f16)(float *y, const float *alpha, const uint16_t *x, size_t stride, size_t rows, size_t n);
+    void (*f16_from_f32_row)(uint16_t *h, const float *f, size_t n);
     void (*softmax)(float *x, size_t n);
     void (*swiglu)(float *a, const float *b, size_t n);
     void (*exp_rows)(float *y, const float *x, size_t n);
@@ -782,6 +884,9 @@ static const kernel_path path_portable = {
     /* .dot_rows = */ dot_rows_portable,
     /* .axpy_rows = */ axpy_rows_portable,
     /* .f16_row = */ f16_row_portable,
+    /* .dot_rows_f16 = */ dot_rows_f16_portable,
+    /* .axpy_rows_f16 = */ axpy_rows_f16_portable,
+    /* .f16_from_f32_row = */ f16_from_f32_row_portable,
     /* .softmax = */ softmax_portable,
     /* .swiglu = */ swiglu_portable,
     /* .exp_rows = */ llmem__exp_rows_portable,
@@ -802,6 +907,9 @@ static const kernel_path path_x86 = {
     /* .dot_rows = */ dot_rows_x86,
     /* .axpy_rows = */ axpy_rows_x86,
     /* .f16_row = */ f16_row_x86,
+    /* .dot_rows_f16 = */ dot_rows_f16_x86,
+    /* .axpy_rows_f16 = */ axpy_rows_f16_x86,
+    /* .f16_from_f32_row = */ f16_from_f32_row_x86,
     /* .softmax = */ softmax_x86,
     /* .swiglu = */ swiglu_x86,
     /* .exp_rows = */ llmem__exp_rows_avx2,
@@ -822,6 +930,9 @@ static const kernel_path path_x86_vnni = {
     /* .dot_rows = */ dot_rows_x86,
     /* .axpy_rows = */ axpy_rows_x86,
     /* .f16_row = */ f16_row_x86,
+    /* .dot_rows_f16 = */ dot_rows_f16_x86,
+    /* .axpy_rows_f16 = */ axpy_rows_f16_x86,
+    /* .f16_from_f32_row = */ f16_from_f32_row_x86,
     /* .softmax = */ softmax_x86,
     /* .swiglu = */ swiglu_x86,
     /* .exp_rows = */ llmem__exp_rows_avx2,
@@ -843,6 +954,9 @@ static const kernel_path path_x86_avx512 = {
     /* .dot_rows = */ dot_rows_x86,
     /* .axpy_rows = */ axpy_rows_x86,
     /* .f16_row = */ f16_row_x86,
+    /* .dot_rows_f16 = */ dot_rows_f16_x86,
+    /* .axpy_rows_f16 = */ axpy_rows_f16_x86,
+    /* .f16_from_f32_row = */ f16_from_f32_row_x86,
     /* .softmax = */ softmax_x86,
     /* .swiglu = */ swiglu_x86,
     /* .exp_rows = */ llmem__exp_rows_avx2,
@@ -864,6 +978,9 @@ static const kernel_path path_x86_amx = {
     /* .dot_rows = */ dot_rows_x86,
     /* .axpy_rows = */ axpy_rows_x86,
     /* .f16_row = */ f16_row_x86,
+    /* .dot_rows_f16 = */ dot_rows_f16_x86,
+    /* .axpy_rows_f16 = */ axpy_rows_f16_x86,
+    /* .f16_from_f32_row = */ f16_from_f32_row_x86,
     /* .softmax = */ softmax_x86,
     /* .swiglu = */ swiglu_x86,
     /* .exp_rows = */ llmem__exp_rows_avx2,
@@ -1250,6 +1367,19 @@ void llmem__axpy_rows(float *y, const float *alpha, const float *x, size_t strid
 {
     path_get()->axpy_rows(y, alpha, x, stride, rows, n);
 }
+
+void llmem__dot_rows_f16(float *out, const float *q, const uint16_t *k, size_t stride, size_t rows, size_t n,
+                         float scale)
+{
+    path_get()->dot_rows_f16(out, q, k, stride, rows, n, scale);
+}
+
+void llmem__axpy_rows_f16(float *y, const float *alpha, const uint16_t *x, size_t stride, size_t rows, size_t n)
+{
+    path_get()->axpy_rows_f16(y, alpha, x, stride, rows, n);
+}
+
+void llmem__f16_from_f32_row(uint16_t *h, const float *f, size_t n) { path_get()->f16_from_f32_row(h, f, n); }
 
 /* Element-wise and row-wise work of a prefill step on the team: below these
  * sizes (a decode step) one thread is faster than a run. Each element or row

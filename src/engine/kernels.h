@@ -135,6 +135,17 @@ void llmem__axpy(float *y, float alpha, const float *x, size_t n);
 void llmem__dot_rows(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n, float scale);
 void llmem__axpy_rows(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n);
 
+/* The same over an f16 KV cache (k, x and stride in halves): bitwise what
+ * dot_rows and axpy_rows give on the rows converted to float (an exact
+ * conversion), on every path, with the conversion in the loads. */
+void llmem__dot_rows_f16(float *out, const float *q, const uint16_t *k, size_t stride, size_t rows, size_t n,
+                         float scale);
+void llmem__axpy_rows_f16(float *y, const float *alpha, const uint16_t *x, size_t stride, size_t rows, size_t n);
+
+/* h[i] = llmem__f32_to_f16(f[i]) for i < n, the same bits on every path:
+ * the store of a K or V row into an f16 cache. */
+void llmem__f16_from_f32_row(uint16_t *h, const float *f, size_t n);
+
 /* IEEE half <-> float (round to nearest even): core/half.h. */
 
 /* The instruction set the kernels run on: "avx2" (AVX2 + FMA + F16C, chosen
