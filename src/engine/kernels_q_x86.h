@@ -669,14 +669,16 @@ KQ_UNROLL
     return acc;
 }
 
-#if KQ_AVX512
 /* Decode of 2-4 sequences: k_row_decode for G activation rows at once,
  * each super-block of the row unpacked once for all of them (the tile
  * path unpacks as often but then transposes 8 rows for a pass that 2-4
  * activation rows cannot repay: yi-coder-1.5b q6_k decoded 4 sequences at
  * 0.92-0.95x of llama.cpp on it). Per activation row, the integers and
  * the float epilogue are k_row_decode's, in its order: the same bits.
- * AVX-512 paths only: the G x 8 partial sums want its 32 registers. */
+ * Every x86 path: with AVX2's 16 registers the G x 8 partial sums spill
+ * to the stack, and it still beats the tile (yi-coder-1.5b q6_k, 4
+ * sequences, on a Zen 3: decode 1.30x, where the tile ran 0.77x of
+ * llama.cpp). */
 KQ_INLINE void k_row_decode_g(const uint32_t t, const int G, const a8k *a, const uint8_t *wr, size_t n, float *out)
 {
     const size_t bb = k_bb(t), nb = n / 256;
@@ -730,7 +732,6 @@ KQ_UNROLL
 KQ_UNROLL
     for (int g = 0; g < G; g++) out[g] = acc[g];
 }
-#endif
 
 /* One super-block of a k-quant tile: T[j] lane i = dword j of row i's
  * levels; S[h] lane i = row i's scale of group h (int32 for VNNI's
@@ -879,7 +880,6 @@ KQ_INLINE void k_tile_rows(const uint32_t t, float *y, const uint8_t *act, size_
         for (int i = 0; i < rows; i++) y[r + (size_t)i] = k_row_decode(t, a, w0 + (size_t)i * rb, n);
         return;
     }
-#if KQ_AVX512
     if (batch <= MAXB) {
         a8k a[MAXB];
         for (size_t b = 0; b < batch; b++) a[b] = a8k_view(act + b * ab, n);
@@ -895,7 +895,6 @@ KQ_INLINE void k_tile_rows(const uint32_t t, float *y, const uint8_t *act, size_
         }
         return;
     }
-#endif
     ktile kt[KCK];
     for (size_t k0 = 0; k0 < nb; k0 += KCK) {
         const size_t kn = nb - k0 < KCK ? nb - k0 : KCK;
