@@ -620,20 +620,6 @@ X512_TARGET static void rows_x512(float *y, const float *x, const void *w, uint3
     }
 }
 
-X86_TARGET static float dot_x86(const float *a, const float *b, size_t n)
-{
-    __m256 acc = _mm256_setzero_ps();
-    size_t k = 0;
-    for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
-    if (k < n) {
-        float ta[8] = {0}, tb[8] = {0};
-        memcpy(ta, a + k, (n - k) * sizeof(float));
-        memcpy(tb, b + k, (n - k) * sizeof(float));
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(ta), _mm256_loadu_ps(tb), acc);
-    }
-    return x86_hsum(acc);
-}
-
 X86_TARGET static void axpy_x86(float *y, float alpha, const float *x, size_t n)
 {
     __m256 a = _mm256_set1_ps(alpha);
@@ -663,7 +649,8 @@ X86_INLINE __m256 x86_tail8(const uint32_t type, const void *row, size_t full, s
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
 }
 
-/* dot_x86 of q and a row of the type. */
+/* q . row over n elements, the row F32 or F16: 8 FMA lanes, the tail
+ * zero-padded, then x86_hsum (dot_x86 is its F32 form). */
 X86_INLINE float x86_dot_t(const uint32_t type, const float *q, const void *row, size_t n)
 {
     __m256 acc = _mm256_setzero_ps();
@@ -675,6 +662,11 @@ X86_INLINE float x86_dot_t(const uint32_t type, const float *q, const void *row,
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(tq), x86_tail8(type, row, k, n - k), acc);
     }
     return x86_hsum(acc);
+}
+
+X86_TARGET static float dot_x86(const float *a, const float *b, size_t n)
+{
+    return x86_dot_t(LLMEM_DTYPE_F32, a, b, n);
 }
 
 /* dot_x86 of q against `rows` rows of k (F32 or F16 elements, stride in
