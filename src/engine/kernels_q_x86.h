@@ -704,6 +704,8 @@ KQ_UNROLL
             for (int g = 0; g < G; g++) P[g][j] = M[g][j] = _mm256_setzero_si256();
             if (j >= cnt) continue;
             const size_t k = k0 + (size_t)j;
+            for (size_t o = 0; o < bb; o += 64)
+                _mm_prefetch((const char *)(wr + k * bb + K_DECODE_AHEAD + o), _MM_HINT_T0);
             __m256i q[8], sc, mn, cs[8];
             k_unpack(t, wr + k * bb, q, &sc, &mn);
             const __m256i lo = _mm256_unpacklo_epi16(sc, sc), hi = _mm256_unpackhi_epi16(sc, sc);
