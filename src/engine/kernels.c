@@ -213,57 +213,78 @@ static void rows_portable(float *y, const float *x, const void *w, uint32_t type
     }
 }
 
-static float dot_portable(const float *a, const float *b, size_t n)
+/* Element i of an F32 or F16 row as f32 (`type` a constant after
+ * inlining): the attention runs read their cache rows in either type. */
+static inline __attribute__((always_inline)) float row_elem(const uint32_t type, const void *row, size_t i)
+{
+    return type == LLMEM_DTYPE_F32 ? ((const float *)row)[i] : llmem__f16_to_f32(((const uint16_t *)row)[i]);
+}
+
+static inline __attribute__((always_inline)) float dot_portable_t(const uint32_t type, const float *a, const void *b,
+                                                                   size_t n)
 {
     float acc[8] = {0};
     for (size_t k = 0; k < n; k += 8) {
         size_t cnt = n - k < 8 ? n - k : 8;
-        for (size_t l = 0; l < cnt; l++) acc[l] += a[k + l] * b[k + l];
+        for (size_t l = 0; l < cnt; l++) acc[l] += a[k + l] * row_elem(type, b, k + l);
         for (size_t l = cnt; l < 8; l++) acc[l] += 0.0f; /* the zero padding, as the vector path does */
     }
     return hsum8_portable(acc);
 }
 
-static void axpy_portable(float *y, float alpha, const float *x, size_t n)
+static inline __attribute__((always_inline)) void axpy_portable_t(const uint32_t type, float *y, float alpha,
+                                                                   const void *x, size_t n)
 {
-    for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+    for (size_t i = 0; i < n; i++) y[i] += alpha * row_elem(type, x, i);
 }
 
-/* Attention's runs of cache rows (kernels.h): the same order, row by row,
- * as dot_portable and axpy_portable. */
+static float dot_portable(const float *a, const float *b, size_t n) { return dot_portable_t(LLMEM_DTYPE_F32, a, b, n); }
+
+static void axpy_portable(float *y, float alpha, const float *x, size_t n)
+{
+    axpy_portable_t(LLMEM_DTYPE_F32, y, alpha, x, n);
+}
+
+/* Attention's runs of cache rows (kernels.h), F32 or F16 (stride in
+ * elements): the same order, row by row, as dot_portable and
+ * axpy_portable on the rows converted to float. */
+static inline __attribute__((always_inline)) void dot_rows_portable_t(const uint32_t type, float *out, const float *q,
+                                                                       const void *k, size_t stride, size_t rows,
+                                                                       size_t n, float scale)
+{
+    size_t sb = row_bytes(type, stride);
+    for (size_t j = 0; j < rows; j++) out[j] = dot_portable_t(type, q, (const char *)k + j * sb, n) * scale;
+}
+
+static inline __attribute__((always_inline)) void axpy_rows_portable_t(const uint32_t type, float *y,
+                                                                        const float *alpha, const void *x,
+                                                                        size_t stride, size_t rows, size_t n)
+{
+    size_t sb = row_bytes(type, stride);
+    for (size_t j = 0; j < rows; j++) axpy_portable_t(type, y, alpha[j], (const char *)x + j * sb, n);
+}
+
 static void dot_rows_portable(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n,
                               float scale)
 {
-    for (size_t j = 0; j < rows; j++) out[j] = dot_portable(q, k + j * stride, n) * scale;
+    dot_rows_portable_t(LLMEM_DTYPE_F32, out, q, k, stride, rows, n, scale);
 }
 
 static void axpy_rows_portable(float *y, const float *alpha, const float *x, size_t stride, size_t rows, size_t n)
 {
-    for (size_t j = 0; j < rows; j++) axpy_portable(y, alpha[j], x + j * stride, n);
+    axpy_rows_portable_t(LLMEM_DTYPE_F32, y, alpha, x, stride, rows, n);
 }
 
-/* dot_rows_portable and axpy_rows_portable over f16 rows (stride in
- * halves): the same operations on the rows converted to float. */
 static void dot_rows_f16_portable(float *out, const float *q, const uint16_t *k, size_t stride, size_t rows, size_t n,
                                   float scale)
 {
-    for (size_t j = 0; j < rows; j++) {
-        const uint16_t *kr = k + j * stride;
-        float acc[8] = {0};
-        for (size_t c = 0; c < n; c += 8) {
-            size_t cnt = n - c < 8 ? n - c : 8;
-            for (size_t l = 0; l < cnt; l++) acc[l] += q[c + l] * llmem__f16_to_f32(kr[c + l]);
-            for (size_t l = cnt; l < 8; l++) acc[l] += 0.0f;
-        }
-        out[j] = hsum8_portable(acc) * scale;
-    }
+    dot_rows_portable_t(LLMEM_DTYPE_F16, out, q, k, stride, rows, n, scale);
 }
 
 static void axpy_rows_f16_portable(float *y, const float *alpha, const uint16_t *x, size_t stride, size_t rows,
                                    size_t n)
 {
-    for (size_t j = 0; j < rows; j++)
-        for (size_t i = 0; i < n; i++) y[i] += alpha[j] * llmem__f16_to_f32(x[j * stride + i]);
+    axpy_rows_portable_t(LLMEM_DTYPE_F16, y, alpha, x, stride, rows, n);
 }
 
 static void f16_from_f32_row_portable(uint16_t *h, const float *f, size_t n)
@@ -629,13 +650,6 @@ X86_TARGET static void axpy_x86(float *y, float alpha, const float *x, size_t n)
     for (; i < n; i++) y[i] = fmaf(alpha, x[i], y[i]);
 }
 
-/* A row element as float: F32 or F16 (exact), the type a constant after
- * inlining. */
-X86_INLINE float x86_elem(const uint32_t type, const void *row, size_t i)
-{
-    return type == LLMEM_DTYPE_F32 ? ((const float *)row)[i] : llmem__f16_to_f32(((const uint16_t *)row)[i]);
-}
-
 /* The last n - full (< 8) elements of a row, zero-padded to 8 lanes. */
 X86_INLINE __m256 x86_tail8(const uint32_t type, const void *row, size_t full, size_t rem)
 {
@@ -676,14 +690,14 @@ X86_TARGET static float dot_x86(const float *a, const float *b, size_t n)
 X86_INLINE void x86_dot_rows_t(const uint32_t type, float *out, const float *q, const void *k, size_t stride,
                                size_t rows, size_t n, float scale)
 {
-    size_t full = n & ~(size_t)7, rem = n - full, es = type == LLMEM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    size_t full = n & ~(size_t)7, rem = n - full, sb = row_bytes(type, stride);
     const char *kb = k;
     float tq[8] = {0};
     if (rem) memcpy(tq, q + full, rem * sizeof(float));
     __m256 qt = _mm256_loadu_ps(tq);
     size_t j = 0;
     for (; j + 4 <= rows; j += 4) {
-        const char *k0 = kb + j * stride * es, *k1 = k0 + stride * es, *k2 = k1 + stride * es, *k3 = k2 + stride * es;
+        const char *k0 = kb + j * sb, *k1 = k0 + sb, *k2 = k1 + sb, *k3 = k2 + sb;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (size_t c = 0; c < full; c += 8) {
             __m256 qv = _mm256_loadu_ps(q + c);
@@ -703,7 +717,7 @@ X86_INLINE void x86_dot_rows_t(const uint32_t type, float *out, const float *q, 
         out[j + 2] = x86_hsum(a2) * scale;
         out[j + 3] = x86_hsum(a3) * scale;
     }
-    for (; j < rows; j++) out[j] = x86_dot_t(type, q, kb + j * stride * es, n) * scale;
+    for (; j < rows; j++) out[j] = x86_dot_t(type, q, kb + j * sb, n) * scale;
 }
 
 X86_TARGET static void dot_rows_x86(float *out, const float *q, const float *k, size_t stride, size_t rows, size_t n,
@@ -724,13 +738,13 @@ X86_TARGET static void dot_rows_f16_x86(float *out, const float *q, const uint16
 X86_INLINE void axpy_rows_x86_nv(const uint32_t type, const int NV, float *y, const float *alpha, const void *x,
                                  size_t stride, size_t rows)
 {
-    size_t es = type == LLMEM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    size_t sb = row_bytes(type, stride);
     __m256 acc[8];
     UNROLL
     for (int v = 0; v < NV; v++) acc[v] = _mm256_loadu_ps(y + 8 * v);
     for (size_t j = 0; j < rows; j++) {
         __m256 a = _mm256_set1_ps(alpha[j]);
-        const char *xr = (const char *)x + j * stride * es;
+        const char *xr = (const char *)x + j * sb;
         UNROLL
         for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(a, x86_load8(type, xr, 8 * (size_t)v), acc[v]);
     }
@@ -741,7 +755,7 @@ X86_INLINE void axpy_rows_x86_nv(const uint32_t type, const int NV, float *y, co
 X86_INLINE void x86_axpy_rows_t(const uint32_t type, float *y, const float *alpha, const void *x, size_t stride,
                                 size_t rows, size_t n)
 {
-    size_t i = 0, es = type == LLMEM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    size_t i = 0, es = row_bytes(type, 1), sb = row_bytes(type, stride);
     const char *xb = x;
     for (; i + 64 <= n; i += 64) axpy_rows_x86_nv(type, 8, y + i, alpha, xb + i * es, stride, rows);
     switch ((n - i) / 8) {
@@ -756,7 +770,7 @@ X86_INLINE void x86_axpy_rows_t(const uint32_t type, float *y, const float *alph
     }
     i += (n - i) / 8 * 8;
     for (; i < n; i++)
-        for (size_t j = 0; j < rows; j++) y[i] = fmaf(alpha[j], x86_elem(type, xb + j * stride * es, i), y[i]);
+        for (size_t j = 0; j < rows; j++) y[i] = fmaf(alpha[j], row_elem(type, xb + j * sb, i), y[i]);
 }
 
 X86_TARGET static void axpy_rows_x86(float *y, const float *alpha, const float *x, size_t stride, size_t rows,
