@@ -66,10 +66,22 @@ static size_t xq_row_bytes(const llmem_engine *e)
     return m;
 }
 
-/* A 1-D tensor as f32: in place when it is f32, else converted into
- * e->converted at *used (counted only, when fill is false). */
-static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, bool fill, const float **out,
-                                size_t *used)
+/* Whether the matrices will be repacked and their file pages given back
+ * (see "repacked weights" below). */
+static bool repacking(const llmem_engine *e)
+{
+    return !e->use_malloc && llmem__model_releasable(e->model) && strncmp(llmem__kernels_isa(), "avx2", 4) == 0;
+}
+
+/* A 1-D tensor as f32: in place when it is f32 and the file stays mapped
+ * whole, else converted (or copied) into e->converted at *used (counted
+ * only, when fill is false). Copied when the matrices are repacked: the
+ * norms lie between the matrices whose pages repack_matrix gives back, and
+ * a read of one in every step faulted its neighbours back in, a 2 MiB
+ * folio at a time where the page cache maps large folios (yi-coder-1.5b
+ * q8_0: 49 vectors of 8 KiB kept 104 MiB of released matrices resident). */
+static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, bool fill, bool copy,
+                                const float **out, size_t *used)
 {
     const llmem_tensor *t;
     llmem_status st = want_tensor(e->model, name, &t);
@@ -77,7 +89,7 @@ static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, b
     if (t->n_elements != n)
         return llmem__fail(LLMEM_EFORMAT, "engine: tensor '%s' has %llu elements, not %llu", name,
                            (unsigned long long)t->n_elements, (unsigned long long)n);
-    if (t->type == LLMEM_DTYPE_F32) {
+    if (t->type == LLMEM_DTYPE_F32 && !copy) {
         *out = t->data;
         return LLMEM_OK;
     }
@@ -85,7 +97,12 @@ static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, b
         return llmem__fail(LLMEM_ENOTSUP, "engine: tensor '%s' has type %s", name, llmem_dtype_name(t->type));
     if (fill) {
         float *dst = e->converted + *used;
-        llmem__dequant_row(t->type, t->data, 0, n, dst);
+        if (t->type == LLMEM_DTYPE_F32) memcpy(dst, t->data, n * sizeof(float));
+        else llmem__dequant_row(t->type, t->data, 0, n, dst);
+        if (copy) {
+            llmem__model_release(e->model, t->data, t->bytes);
+            if (t->type == LLMEM_DTYPE_F32) e->st.weights_mapped_bytes -= t->bytes; /* now only converted */
+        }
         *out = dst;
     }
     *used += n;
@@ -100,16 +117,16 @@ static bool has_tensor(const llmem_model *m, const char *name)
     return false;
 }
 
-static llmem_status bind_vectors(llmem_engine *e, bool fill, size_t *used)
+static llmem_status bind_vectors(llmem_engine *e, bool fill, bool copy, size_t *used)
 {
     char name[96];
     llmem_status st;
     for (uint32_t l = 0; l < e->L; l++) {
         eng_layer *ly = &e->layers[l];
         snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
-        if ((st = want_vector(e, name, e->dim, fill, &ly->attn_norm, used))) return st;
+        if ((st = want_vector(e, name, e->dim, fill, copy, &ly->attn_norm, used))) return st;
         snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
-        if ((st = want_vector(e, name, e->dim, fill, &ly->ffn_norm, used))) return st;
+        if ((st = want_vector(e, name, e->dim, fill, copy, &ly->ffn_norm, used))) return st;
         if (!llmem_model_get_config(e->model)->qkv_bias) continue;
         /* The loader checked each bias there is; llama's are optional. */
         static const char *const proj[3] = {"attn_q", "attn_k", "attn_v"};
@@ -118,11 +135,13 @@ static llmem_status bind_vectors(llmem_engine *e, bool fill, size_t *used)
         for (int k = 0; k < 3; k++) {
             snprintf(name, sizeof name, "blk.%u.%s.bias", l, proj[k]);
             if (!has_tensor(e->model, name)) continue;
-            if ((st = want_vector(e, name, rows[k], fill, bias[k], used))) return st;
+            if ((st = want_vector(e, name, rows[k], fill, copy, bias[k], used))) return st;
         }
     }
-    return want_vector(e, "output_norm.weight", e->dim, fill, &e->out_norm, used);
+    return want_vector(e, "output_norm.weight", e->dim, fill, copy, &e->out_norm, used);
 }
+
+static size_t repack_total(llmem_engine *e);
 
 static llmem_status bind_weights(llmem_engine *e)
 {
@@ -153,8 +172,9 @@ static llmem_status bind_weights(llmem_engine *e)
     }
     e->xq_row = xq_row_bytes(e);
     /* Count the f32 copies needed, take them in one block, then fill. */
+    const bool copy = repack_total(e) > 0;
     size_t n = 0;
-    if ((st = bind_vectors(e, false, &n))) return st;
+    if ((st = bind_vectors(e, false, copy, &n))) return st;
     if (n) {
         e->converted_bytes = n * sizeof(float);
         if (!(e->converted = llmem__engine_keep_alloc(e, e->converted_bytes)))
@@ -162,7 +182,7 @@ static llmem_status bind_weights(llmem_engine *e)
                                e->converted_bytes);
     }
     n = 0;
-    return bind_vectors(e, true, &n);
+    return bind_vectors(e, true, copy, &n);
 }
 
 /* ---- repacked weights -----------------------------------------------------------------
@@ -282,17 +302,53 @@ static void repack_matrix(llmem_engine *e, uint8_t *dst, const void *src, const 
     llmem__model_release(e->model, src, d * rb);
 }
 
-static llmem_status repack_weights(llmem_engine *e)
+/* Whether the steps read tensor t in place: the embedding, a matrix left
+ * as the file has it (none of the 1-D tensors: want_vector copied them). */
+static bool read_in_place(llmem_engine *e, const llmem_tensor *t)
 {
-    if (e->use_malloc || !llmem__model_releasable(e->model) || strncmp(llmem__kernels_isa(), "avx2", 4) != 0)
-        return LLMEM_OK;
+    if (t->data == e->embd) return true;
+    const void **w;
+    uint32_t *type;
+    size_t n, d;
+    for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++)
+        if (*w == t->data) return true;
+    return false;
+}
+
+/* Gives back, once more, the pages of every tensor the steps do not read:
+ * each matrix's source was released as it was repacked, but the reads of
+ * the next one faulted some back in (fault-around maps the cached pages
+ * near a fault, 64 KiB by default, and a large folio maps whole). */
+static void release_unread(llmem_engine *e)
+{
+    for (size_t i = 0; i < llmem_model_tensor_count(e->model); i++) {
+        const llmem_tensor *t = llmem_model_tensor_at(e->model, i);
+        if (!read_in_place(e, t)) llmem__model_release(e->model, t->data, t->bytes);
+    }
+}
+
+/* Bytes of the repacked matrices, each 64-byte aligned: 0 when nothing
+ * is repacked. */
+static size_t repack_total(llmem_engine *e)
+{
+    if (!repacking(e)) return 0;
     const void **w;
     uint32_t *type;
     size_t n, d, total = 0;
     const repack_kind *rk;
     for (size_t i = 0; mat_slot(e, i, &w, &type, &n, &d); i++)
         if ((rk = repack_this(e, *w, *type))) total += (rk->bytes(n, d) + 63) & ~(size_t)63;
+    return total;
+}
+
+static llmem_status repack_weights(llmem_engine *e)
+{
+    const size_t total = repack_total(e);
     if (!total) return LLMEM_OK;
+    const void **w;
+    uint32_t *type;
+    size_t n, d;
+    const repack_kind *rk;
     llmem_status st = llmem_resource_round(e->res, total, &e->repacked_map);
     if (!st) st = llmem_resource_map_tagged(e->res, e->repacked_map, 0, 0, "engine-weights", &e->repacked);
     if (st) {
@@ -311,15 +367,15 @@ static llmem_status repack_weights(llmem_engine *e)
         e->repacked_bytes += bytes;
         e->st.weights_mapped_bytes -= src;
     }
+    release_unread(e);
     return LLMEM_OK;
 }
 
 llmem_status llmem__engine_load_weights(llmem_engine *e)
 {
-    llmem_status st = bind_weights(e);
-    if (st) return st;
     e->st.weights_mapped_bytes = 0;
     for (size_t i = 0; i < llmem_model_tensor_count(e->model); i++)
         e->st.weights_mapped_bytes += llmem_model_tensor_at(e->model, i)->bytes;
-    return repack_weights(e);
+    llmem_status st = bind_weights(e);
+    return st ? st : repack_weights(e);
 }
