@@ -149,14 +149,20 @@ KQ_INLINE void transpose8_epi32(__m256i r[8])
     r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
 
+/* hsum8_epi32 from its first step: h[i] = hadd(p[2i], p[2i + 1]). */
+KQ_INLINE __m256i hsum8_pairs(const __m256i h[4])
+{
+    /* lanes 0..3: rows 0..3's (or 4..7's) low-half sums; 4..7: high-half sums */
+    __m256i h03 = _mm256_hadd_epi32(h[0], h[1]), h47 = _mm256_hadd_epi32(h[2], h[3]);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h03, h47, 0x20), _mm256_permute2x128_si256(h03, h47, 0x31));
+}
+
 /* Lane i of the result: the sum of p[i]'s 8 lanes. */
 KQ_INLINE __m256i hsum8_epi32(const __m256i p[8])
 {
-    __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
-    __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
-    /* lanes 0..3: rows 0..3's (or 4..7's) low-half sums; 4..7: high-half sums */
-    __m256i h03 = _mm256_hadd_epi32(h01, h23), h47 = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(h03, h47, 0x20), _mm256_permute2x128_si256(h03, h47, 0x31));
+    const __m256i h[4] = {_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]), _mm256_hadd_epi32(p[4], p[5]),
+                          _mm256_hadd_epi32(p[6], p[7])};
+    return hsum8_pairs(h);
 }
 
 /* acc + the 4-product sums of u (unsigned) and s (signed), per int32 lane. */
@@ -697,33 +703,50 @@ KQ_INLINE void k_row_decode_g(const uint32_t t, const int G, const a8k *a, const
     float acc[MAXB] = {0};
     for (size_t k0 = 0; k0 < nb; k0 += 8) {
         const int cnt = nb - k0 < 8 ? (int)(nb - k0) : 8;
-        __m256i P[MAXB][8], M[MAXB][8];
+        /* hsum8_epi32's first step as the super-blocks come: pairs (j - 1,
+         * j) hadded at once, so 4 x 8 partial sums are never all live
+         * (they spilled on AVX2's 16 registers); the integers are exact,
+         * so the sums are the same. */
+        __m256i PH[MAXB][4], MH[MAXB][4], Pe[MAXB], Me[MAXB];
 KQ_UNROLL
         for (int j = 0; j < 8; j++) {
+            __m256i P[MAXB], M[MAXB];
 KQ_UNROLL
-            for (int g = 0; g < G; g++) P[g][j] = M[g][j] = _mm256_setzero_si256();
-            if (j >= cnt) continue;
-            const size_t k = k0 + (size_t)j;
-            for (size_t o = 0; o < bb; o += 64)
-                _mm_prefetch((const char *)(wr + k * bb + K_DECODE_AHEAD + o), _MM_HINT_T0);
-            __m256i q[8], sc, mn, cs[8];
-            k_unpack(t, wr + k * bb, q, &sc, &mn);
-            const __m256i lo = _mm256_unpacklo_epi16(sc, sc), hi = _mm256_unpackhi_epi16(sc, sc);
-KQ_UNROLL
-            for (int c = 0; c < 8; c++) cs[c] = k_chunk_scales(lo, hi, c);
-KQ_UNROLL
-            for (int g = 0; g < G; g++) {
-                const __m256i bsv = _mm256_loadu_si256((const __m256i *)(const void *)(a[g].bs + 16 * k));
-                const int8_t *xk = a[g].qs + 256 * k;
-                __m256i s = _mm256_setzero_si256();
+            for (int g = 0; g < G; g++) P[g] = M[g] = _mm256_setzero_si256();
+            if (j < cnt) {
+                const size_t k = k0 + (size_t)j;
+                for (size_t o = 0; o < bb; o += 64)
+                    _mm_prefetch((const char *)(wr + k * bb + K_DECODE_AHEAD + o), _MM_HINT_T0);
+                __m256i q[8], sc, mn;
+                k_unpack(t, wr + k * bb, q, &sc, &mn);
+                const __m256i lo = _mm256_unpacklo_epi16(sc, sc), hi = _mm256_unpackhi_epi16(sc, sc);
+                /* chunk outer, activation row inner: one chunk scale live,
+                 * not eight; each row's sum adds its chunks in order */
 KQ_UNROLL
                 for (int c = 0; c < 8; c++) {
-                    __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(xk + 32 * c));
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q[c], x), cs[c]));
+                    const __m256i cs = k_chunk_scales(lo, hi, c);
+KQ_UNROLL
+                    for (int g = 0; g < G; g++) {
+                        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[g].qs + 256 * k + 32 * (size_t)c));
+                        P[g] = _mm256_add_epi32(P[g], _mm256_madd_epi16(_mm256_maddubs_epi16(q[c], x), cs));
+                    }
                 }
-                if (sh) s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bsv, sc), sh));
-                P[g][j] = s;
-                if (mins) M[g][j] = _mm256_madd_epi16(bsv, mn);
+KQ_UNROLL
+                for (int g = 0; g < G; g++) {
+                    const __m256i bsv = _mm256_loadu_si256((const __m256i *)(const void *)(a[g].bs + 16 * k));
+                    if (sh) P[g] = _mm256_sub_epi32(P[g], _mm256_slli_epi32(_mm256_madd_epi16(bsv, sc), sh));
+                    if (mins) M[g] = _mm256_madd_epi16(bsv, mn);
+                }
+            }
+KQ_UNROLL
+            for (int g = 0; g < G; g++) {
+                if (!(j & 1)) {
+                    Pe[g] = P[g];
+                    Me[g] = M[g];
+                } else {
+                    PH[g][j / 2] = _mm256_hadd_epi32(Pe[g], P[g]);
+                    if (mins) MH[g][j / 2] = _mm256_hadd_epi32(Me[g], M[g]);
+                }
             }
         }
         const __m256 dw = h8(wr, bb, k0 * bb, k_doff(t), cnt);
@@ -733,8 +756,8 @@ KQ_UNROLL
             float dab[8] = {0}, f[8], m[8];
             memcpy(dab, a[g].d + k0, (size_t)cnt * sizeof(float));
             const __m256 da = _mm256_loadu_ps(dab);
-            _mm256_storeu_ps(f, _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(hsum8_epi32(P[g]))));
-            if (mins) _mm256_storeu_ps(m, _mm256_mul_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(hsum8_epi32(M[g]))));
+            _mm256_storeu_ps(f, _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(hsum8_pairs(PH[g]))));
+            if (mins) _mm256_storeu_ps(m, _mm256_mul_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(hsum8_pairs(MH[g]))));
             for (int j = 0; j < cnt; j++) {
                 acc[g] += f[j];
                 if (mins) acc[g] -= m[j];
