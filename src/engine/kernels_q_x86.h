@@ -691,10 +691,10 @@ KQ_UNROLL
  * activation rows cannot repay: yi-coder-1.5b q6_k decoded 4 sequences at
  * 0.92-0.95x of llama.cpp on it). Per activation row, the integers and
  * the float epilogue are k_row_decode's, in its order: the same bits.
- * Every x86 path: with AVX2's 16 registers the G x 8 partial sums spill
- * to the stack, and it still beats the tile (yi-coder-1.5b q6_k, 4
+ * Every x86 path: it beats the tile on AVX2 too (yi-coder-1.5b q6_k, 4
  * sequences, on a Zen 3: decode 1.30x, where the tile ran 0.77x of
- * llama.cpp). */
+ * llama.cpp), and more since its sums stopped spilling from AVX2's 16
+ * registers (1.08-1.12x more; below). */
 KQ_INLINE void k_row_decode_g(const uint32_t t, const int G, const a8k *a, const uint8_t *wr, size_t n, float *out)
 {
     const size_t bb = k_bb(t), nb = n / 256;
