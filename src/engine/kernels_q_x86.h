@@ -727,7 +727,8 @@ KQ_UNROLL
                     const __m256i cs = k_chunk_scales(lo, hi, c);
 KQ_UNROLL
                     for (int g = 0; g < G; g++) {
-                        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a[g].qs + 256 * k + 32 * (size_t)c));
+                        const int8_t *xc = a[g].qs + 256 * k + 32 * (size_t)c;
+                        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)xc);
                         P[g] = _mm256_add_epi32(P[g], _mm256_madd_epi16(_mm256_maddubs_epi16(q[c], x), cs));
                     }
                 }
