@@ -1239,8 +1239,12 @@ KQ_INLINE void x8_rows(x8_group_fn *group, uint32_t t, size_t block_bytes, size_
             continue;
         }
 #endif
+        /* q4_K on AVX2 (no VNNI): 2 activation rows a pass. With 4 the 8
+         * int16 sums and the broadcasts spilled (80 ymm of stack, vpaddw
+         * from the stack among the hottest instructions of a prefill). */
+        const int gmax = !KQ_VNNI && t == LLMEM_DTYPE_Q4_K ? 2 : MAXB;
         for (size_t b = 0; b < batch;) {
-            const int G = batch - b >= MAXB ? MAXB : (int)(batch - b);
+            const int G = batch - b >= (size_t)gmax ? gmax : (int)(batch - b);
             __m256 acc[MAXB];
             switch (G) { /* constant G: one loop each; 2-4 sequences stream the group once */
             case MAXB: group(MAXB, a0 + b * ab, ab, n, wg, acc); break;
