@@ -784,19 +784,25 @@ static void q4k_logits(const char *path, int how, unsigned threads, float *out, 
     free(bytes);
 }
 
-/* A file of type (q4_K: ffn_down in q5_0, as yi-coder-1.5b's; q8_0: every
- * matrix), private against the in-place readings. */
+/* A small file of type (q4_K: ffn_down in q5_0, as yi-coder-1.5b's, since
+ * its rows of 544 are no whole super-blocks; q8_0: every matrix) at a new
+ * temporary path. */
+static void synth_small(uint32_t type, uint64_t seed, char *path, size_t cap)
+{
+    test_tmp_file(path, cap, "test-engine");
+    llmem_shape sh = {"small-test", 2, 256, 4, 2, 64, 544, 300, 64, 10000.0, 0};
+    llmem_synth_options so = {0};
+    so.seed = seed;
+    so.type = type;
+    assert_ok(llmem_synth_gguf(&sh, &so, path));
+}
+
+/* synth_small's file of type, private against the in-place readings. */
 static void repacked_bitwise(uint32_t type)
 {
     char path[512];
-    test_tmp_file(path, sizeof path, "test-engine");
-    /* ffn 544: ffn_down's rows of 544 are no whole super-blocks, so q5_0 in a q4_K file */
-    llmem_shape sh = {"q4k-test", 2, 256, 4, 2, 64, 544, 300, 64, 10000.0, 0};
-    llmem_synth_options so = {0};
-    so.seed = 7;
-    so.type = type;
+    synth_small(type, 7, path, sizeof path);
     const char *tn = type == LLMEM_DTYPE_Q4_K ? "q4_K" : "q8_0";
-    assert_ok(llmem_synth_gguf(&sh, &so, path));
     enum { V = 300, K = 5 };
     static float want[K * V], got[K * V];
     const bool avx2 = !strncmp(llmem__kernels_isa(), "avx2", 4);
@@ -887,12 +893,7 @@ static void released_matrices_stay_unmapped(void **state)
         skip();
     }
     char path[512];
-    test_tmp_file(path, sizeof path, "test-engine");
-    llmem_shape sh = {"q8-release", 2, 256, 4, 2, 64, 544, 300, 64, 10000.0, 0};
-    llmem_synth_options so = {0};
-    so.seed = 11;
-    so.type = LLMEM_DTYPE_Q8_0;
-    assert_ok(llmem_synth_gguf(&sh, &so, path));
+    synth_small(LLMEM_DTYPE_Q8_0, 11, path, sizeof path);
     for (int populate = 0; populate <= 1; populate++) {
         llmem_model_options mo = llmem_model_options_default();
         mo.populate = populate; /* 1: as llmem run --populate, every page mapped before the repack */
