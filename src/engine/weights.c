@@ -99,10 +99,8 @@ static llmem_status want_vector(llmem_engine *e, const char *name, uint64_t n, b
         float *dst = e->converted + *used;
         if (t->type == LLMEM_DTYPE_F32) memcpy(dst, t->data, n * sizeof(float));
         else llmem__dequant_row(t->type, t->data, 0, n, dst);
-        if (copy) {
-            llmem__model_release(e->model, t->data, t->bytes);
-            if (t->type == LLMEM_DTYPE_F32) e->st.weights_mapped_bytes -= t->bytes; /* now only converted */
-        }
+        /* its pages go back with every unread tensor's (release_unread) */
+        if (copy && t->type == LLMEM_DTYPE_F32) e->st.weights_mapped_bytes -= t->bytes; /* now only converted */
         *out = dst;
     }
     *used += n;
