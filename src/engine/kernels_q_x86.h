@@ -778,6 +778,15 @@ typedef struct ktile {
     float d[8], dm[8];
 } ktile;
 
+/* Each row's super-block is fetched a tile ahead as it is unpacked: the
+ * same block of the next 8 rows (TR * rb bytes on), which the next tile
+ * fills next, as tile_rows fetches its next tile. A prefill of a few
+ * tokens streams the weights from memory once, and 8 rows' strided
+ * streams outran the hardware prefetcher: yi-coder-1.5b q6_k prefill of
+ * 11 tokens 1.370x [1.211..1.849] (paired A/B, 7 rounds), of 99 tokens
+ * 1.191x; 2 KiB ahead in the row instead, as k_row_decode fetches, 1.312x
+ * [0.921..1.654] (docs/BENCHMARKS.md, 2026-12-07). Past the matrix's end
+ * the fetches touch nothing they could fault on. */
 KQ_INLINE void k_tile_fill(const uint32_t t, ktile *kt, const uint8_t *w0, size_t rb, size_t kb, int rows)
 {
     __m256i sc[TR], mn[TR];
@@ -788,6 +797,7 @@ KQ_UNROLL
         if (i < rows) {
             __m256i q[8];
             const uint8_t *blk = w0 + (size_t)i * rb + kb;
+            for (size_t o = 0; o < k_bb(t); o += 64) _mm_prefetch((const char *)(blk + TR * rb + o), _MM_HINT_T0);
             k_unpack(t, blk, q, &sc[i], &mn[i]);
 KQ_UNROLL
             for (int c = 0; c < 8; c++) kt->T[8 * c + i] = q[c];
