@@ -1026,7 +1026,18 @@ KQ_INLINE __m256i x8_scales(const uint8_t *p)
 
 /* acc[g] lane i: row i of the group (blocks wg) against activation row g
  * (stride ab), g < G. */
-KQ_INLINE void x8_group(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg, __m256 acc[MAXB])
+/* The q4_K group fetches X8_Q4K_AHEAD super-blocks (4.6 KiB) ahead, and
+ * q5_0's (below) X8_Q5_0_AHEAD blocks (5.5 KiB), as the q4_0 and q8_0
+ * groups do: a Zen 3 left yi-coder-1.5b q4_k (q5_0 ffn_down) decode
+ * 1.14-1.20x slower without (three paired A/Bs, 1 and 4 sequences; 2 and
+ * 16 ahead: 1.135x). Every group fetches only on its first activation
+ * pass (`fetch`): a prefill passes over the group's blocks once per 2-4
+ * activation rows, and from the second pass on they are in cache; fetched
+ * at every pass the q4_k prefill lost 10% (0.89x), and q8_0's prefill
+ * gained 1.18x from fetching once (docs/BENCHMARKS.md, 2026-12-07). */
+enum { X8_Q4K_AHEAD = 4, X8_Q5_0_AHEAD = 32 };
+KQ_INLINE void x8_group(const int G, const bool fetch, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
+                        __m256 acc[MAXB])
 {
     const size_t nb = n / 256;
     const __m256i m15 = _mm256_set1_epi8(15);
@@ -1038,6 +1049,9 @@ KQ_UNROLL
     }
     for (size_t k = 0; k < nb; k++) {
         const uint8_t *blk = wg + k * LLMEM__X8_BLOCK;
+        if (fetch)
+            for (size_t o = 0; o < LLMEM__X8_BLOCK; o += 64)
+                _mm_prefetch((const char *)(blk + X8_Q4K_AHEAD * LLMEM__X8_BLOCK + o), _MM_HINT_T0);
         __m256i sumi[MAXB];
 KQ_UNROLL
         for (int g = 0; g < G; g++) sumi[g] = _mm256_setzero_si256();
@@ -1228,8 +1242,10 @@ KQ_INLINE void x8_rows16(x8_group16_fn *group, float *y, const uint8_t *act, siz
  * `group` (MAXB activation rows at a time, then the rest), the rows past the
  * last whole group in the source layout `t`. Inlined with constant
  * arguments, so each caller compiles to its own loop around its own
- * group kernel. */
-typedef void x8_group_fn(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg, __m256 acc[MAXB]);
+ * group kernel. Only the first pass over a group fetches ahead (`fetch`,
+ * see X8_Q4K_AHEAD). */
+typedef void x8_group_fn(const int G, const bool fetch, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
+                         __m256 acc[MAXB]);
 KQ_INLINE void x8_rows(x8_group_fn *group, uint32_t t, size_t block_bytes, size_t block_elems, float *y,
                        const void *act, const void *w, size_t n, size_t d, size_t batch, size_t r0, size_t r1)
 {
@@ -1257,10 +1273,10 @@ KQ_INLINE void x8_rows(x8_group_fn *group, uint32_t t, size_t block_bytes, size_
             const int G = batch - b >= (size_t)gmax ? gmax : (int)(batch - b);
             __m256 acc[MAXB];
             switch (G) { /* constant G: one loop each; 2-4 sequences stream the group once */
-            case MAXB: group(MAXB, a0 + b * ab, ab, n, wg, acc); break;
-            case 3: group(3, a0 + b * ab, ab, n, wg, acc); break;
-            case 2: group(2, a0 + b * ab, ab, n, wg, acc); break;
-            default: group(1, a0 + b * ab, ab, n, wg, acc); break;
+            case MAXB: group(MAXB, b == 0, a0 + b * ab, ab, n, wg, acc); break;
+            case 3: group(3, b == 0, a0 + b * ab, ab, n, wg, acc); break;
+            case 2: group(2, b == 0, a0 + b * ab, ab, n, wg, acc); break;
+            default: group(1, b == 0, a0 + b * ab, ab, n, wg, acc); break;
             }
             for (int gg = 0; gg < G; gg++) {
                 float res[8];
@@ -1286,7 +1302,8 @@ KQ_TARGET void KQ_EXPORT_X8(float *y, const void *act, const void *w, size_t n, 
  * shift each. Per block the 8 products of each row sum in int16 four
  * maddubs at a time (at most 4 x 2 x 31 x 128 = 31744), then int32; the
  * levels are q + 16, so 16 x the activation block's sum comes off. */
-KQ_INLINE void x8_q5_0_group(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg, __m256 acc[MAXB])
+KQ_INLINE void x8_q5_0_group(const int G, const bool fetch, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
+                             __m256 acc[MAXB])
 {
     const size_t nb = n / 32;
     const __m256i m15 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
@@ -1298,6 +1315,9 @@ KQ_UNROLL
     }
     for (size_t k = 0; k < nb; k++) {
         const uint8_t *blk = wg + k * LLMEM__X8_Q5_0_BLOCK;
+        if (fetch)
+            for (size_t o = 0; o < LLMEM__X8_Q5_0_BLOCK + 64; o += 64)
+                _mm_prefetch((const char *)(blk + X8_Q5_0_AHEAD * LLMEM__X8_Q5_0_BLOCK + o), _MM_HINT_T0);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 128));
         __m256i s0[MAXB], s1[MAXB];
 KQ_UNROLL
@@ -1349,7 +1369,8 @@ KQ_TARGET void KQ_EXPORT_X8_Q5_0(float *y, const void *act, const void *w, size_
  * 0.72x of the in-place rows it replaces; 8 ahead 0.90x of 16, 32 ahead
  * 1.06x of 16, 64 the same as 32 (bench/ab_runs.sh, 2026-12-06). */
 enum { X8_Q4_0_AHEAD = 32 };
-KQ_INLINE void x8_q4_0_group(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg, __m256 acc[MAXB])
+KQ_INLINE void x8_q4_0_group(const int G, const bool fetch, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
+                             __m256 acc[MAXB])
 {
     const size_t nb = n / 32;
     const __m256i m15 = _mm256_set1_epi8(15);
@@ -1361,8 +1382,9 @@ KQ_UNROLL
     }
     for (size_t k = 0; k < nb; k++) {
         const uint8_t *blk = wg + k * LLMEM__X8_Q4_0_BLOCK;
-        for (size_t o = 0; o < LLMEM__X8_Q4_0_BLOCK + 64; o += 64)
-            _mm_prefetch((const char *)(blk + X8_Q4_0_AHEAD * LLMEM__X8_Q4_0_BLOCK + o), _MM_HINT_T0);
+        if (fetch)
+            for (size_t o = 0; o < LLMEM__X8_Q4_0_BLOCK + 64; o += 64)
+                _mm_prefetch((const char *)(blk + X8_Q4_0_AHEAD * LLMEM__X8_Q4_0_BLOCK + o), _MM_HINT_T0);
         __m256i s0[MAXB], s1[MAXB];
 KQ_UNROLL
         for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm256_setzero_si256();
@@ -1420,7 +1442,8 @@ KQ_TARGET void KQ_EXPORT_X8_Q4_0(float *y, const void *act, const void *w, size_
  * Past the group's end it fetches the next group's start, which the same
  * thread reads next. */
 enum { X8_Q8_0_AHEAD = 8 };
-KQ_INLINE void x8_q8_0_group(const int G, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg, __m256 acc[MAXB])
+KQ_INLINE void x8_q8_0_group(const int G, const bool fetch, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
+                             __m256 acc[MAXB])
 {
     const size_t nb = n / 32;
     const int bias = w_bias(LLMEM_DTYPE_Q8_0);
@@ -1432,8 +1455,9 @@ KQ_UNROLL
     }
     for (size_t k = 0; k < nb; k++) {
         const uint8_t *blk = wg + k * LLMEM__X8_Q8_0_BLOCK;
-        for (size_t o = 0; o < LLMEM__X8_Q8_0_BLOCK; o += 64)
-            _mm_prefetch((const char *)(blk + X8_Q8_0_AHEAD * LLMEM__X8_Q8_0_BLOCK + o), _MM_HINT_T0);
+        if (fetch)
+            for (size_t o = 0; o < LLMEM__X8_Q8_0_BLOCK; o += 64)
+                _mm_prefetch((const char *)(blk + X8_Q8_0_AHEAD * LLMEM__X8_Q8_0_BLOCK + o), _MM_HINT_T0);
         __m256i p[MAXB], p2[MAXB];
 KQ_UNROLL
         for (int g = 0; g < G; g++) {
