@@ -1024,8 +1024,6 @@ KQ_INLINE __m256i x8_scales(const uint8_t *p)
 #endif
 }
 
-/* acc[g] lane i: row i of the group (blocks wg) against activation row g
- * (stride ab), g < G. */
 /* The q4_K group fetches X8_Q4K_AHEAD super-blocks (4.6 KiB) ahead, and
  * q5_0's (below) X8_Q5_0_AHEAD blocks (5.5 KiB), as the q4_0 and q8_0
  * groups do: a Zen 3 left yi-coder-1.5b q4_k (q5_0 ffn_down) decode
@@ -1036,6 +1034,9 @@ KQ_INLINE __m256i x8_scales(const uint8_t *p)
  * at every pass the q4_k prefill lost 10% (0.89x), and q8_0's prefill
  * gained 1.18x from fetching once (docs/BENCHMARKS.md, 2026-12-07). */
 enum { X8_Q4K_AHEAD = 4, X8_Q5_0_AHEAD = 32 };
+
+/* acc[g] lane i: row i of the group (blocks wg) against activation row g
+ * (stride ab), g < G. */
 KQ_INLINE void x8_group(const int G, const bool fetch, const uint8_t *act, size_t ab, size_t n, const uint8_t *wg,
                         __m256 acc[MAXB])
 {
