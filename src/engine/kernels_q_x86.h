@@ -752,17 +752,34 @@ KQ_UNROLL
         }
         const __m256 dw = h8(wr, bb, k0 * bb, k_doff(t), cnt);
         const __m256 dm = mins ? h8(wr, bb, k0 * bb, k_moff(t), cnt) : _mm256_setzero_ps();
+        /* The G rows' scalar sums interleaved, j outer: each row's adds
+         * keep their order (the same bits), and the G chains of 8
+         * dependent adds overlap instead of running one after another. */
+        float f[MAXB][8], m[MAXB][8];
 KQ_UNROLL
         for (int g = 0; g < G; g++) {
-            float dab[8] = {0}, f[8], m[8];
+            float dab[8] = {0};
             memcpy(dab, a[g].d + k0, (size_t)cnt * sizeof(float));
             const __m256 da = _mm256_loadu_ps(dab);
-            _mm256_storeu_ps(f, _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(hsum8_pairs(PH[g]))));
-            if (mins) _mm256_storeu_ps(m, _mm256_mul_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(hsum8_pairs(MH[g]))));
-            for (int j = 0; j < cnt; j++) {
-                acc[g] += f[j];
-                if (mins) acc[g] -= m[j];
-            }
+            _mm256_storeu_ps(f[g], _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(hsum8_pairs(PH[g]))));
+            if (mins)
+                _mm256_storeu_ps(m[g], _mm256_mul_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(hsum8_pairs(MH[g]))));
+        }
+        if (cnt == 8) {
+KQ_UNROLL
+            for (int j = 0; j < 8; j++)
+KQ_UNROLL
+                for (int g = 0; g < G; g++) {
+                    acc[g] += f[g][j];
+                    if (mins) acc[g] -= m[g][j];
+                }
+        } else {
+            for (int j = 0; j < cnt; j++)
+KQ_UNROLL
+                for (int g = 0; g < G; g++) {
+                    acc[g] += f[g][j];
+                    if (mins) acc[g] -= m[g][j];
+                }
         }
     }
 KQ_UNROLL
