@@ -695,6 +695,21 @@ KQ_UNROLL
  * sequences, on a Zen 3: decode 1.30x, where the tile ran 0.77x of
  * llama.cpp), and more since its sums stopped spilling from AVX2's 16
  * registers (1.08-1.12x more; below). */
+/* k_row_decode_g's epilogue: acc[g] += f[g][j] (less m[g][j] with mins)
+ * for j < cnt, j outer, so each row's adds keep their order and the G
+ * rows' chains overlap. Inlined with a constant cnt where it can be. */
+KQ_INLINE void k_sums_g(const int G, const bool mins, const int cnt, float f[MAXB][8], float m[MAXB][8],
+                        float acc[MAXB])
+{
+KQ_UNROLL
+    for (int j = 0; j < cnt; j++)
+KQ_UNROLL
+        for (int g = 0; g < G; g++) {
+            acc[g] += f[g][j];
+            if (mins) acc[g] -= m[g][j];
+        }
+}
+
 KQ_INLINE void k_row_decode_g(const uint32_t t, const int G, const a8k *a, const uint8_t *wr, size_t n, float *out)
 {
     const size_t bb = k_bb(t), nb = n / 256;
@@ -765,22 +780,8 @@ KQ_UNROLL
             if (mins)
                 _mm256_storeu_ps(m[g], _mm256_mul_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(hsum8_pairs(MH[g]))));
         }
-        if (cnt == 8) {
-KQ_UNROLL
-            for (int j = 0; j < 8; j++)
-KQ_UNROLL
-                for (int g = 0; g < G; g++) {
-                    acc[g] += f[g][j];
-                    if (mins) acc[g] -= m[g][j];
-                }
-        } else {
-            for (int j = 0; j < cnt; j++)
-KQ_UNROLL
-                for (int g = 0; g < G; g++) {
-                    acc[g] += f[g][j];
-                    if (mins) acc[g] -= m[g][j];
-                }
-        }
+        if (cnt == 8) k_sums_g(G, mins, 8, f, m, acc); /* constant: unrolled */
+        else k_sums_g(G, mins, cnt, f, m, acc);
     }
 KQ_UNROLL
     for (int g = 0; g < G; g++) out[g] = acc[g];
