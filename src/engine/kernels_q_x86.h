@@ -45,6 +45,14 @@
 
 KQ_INLINE float kq_h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
+/* Every 64-byte line of [p, p + bytes) fetched into L1: the weight streams
+ * that the kernels below read ahead of their loads. A line past the end
+ * of a mapping is harmless (a prefetch never faults). */
+KQ_INLINE void fetch_lines(const void *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 /* 32 nibbles of 16 bytes: low nibbles in bytes 0..15, high nibbles in 16..31. */
 KQ_INLINE __m256i nibbles16(const uint8_t *p)
 {
@@ -241,9 +249,7 @@ KQ_UNROLL
      * pace with the loads. One burst of the whole tile at its start (17
      * KB on the yi-coder shape) overflowed the miss buffers and the L1. */
     for (size_t k = 0; k < nb; k++) {
-        if (ahead)
-            for (size_t o = 0; o < (size_t)TR * bb; o += 64)
-                _mm_prefetch((const char *)(ahead + k * TR * bb + o), _MM_HINT_T0);
+        if (ahead) fetch_lines(ahead + k * TR * bb, (size_t)TR * bb);
         const __m256 dwv = h8(w0, rb, k * bb, 0, rows);
         const __m256 mwv = with_min ? h8(w0, rb, k * bb, 2, rows) : _mm256_setzero_ps();
 KQ_UNROLL
@@ -366,9 +372,7 @@ KQ_INLINE void tile_rows(const uint32_t t, float *y, const uint8_t *act, size_t 
     for (size_t k0 = 0; k0 < nb; k0 += KC) {
         const size_t kn = nb - k0 < KC ? nb - k0 : KC;
         if (next)
-            for (int i = 0; i < TR; i++)
-                for (size_t o = 0; o < kn * bb; o += 64)
-                    _mm_prefetch((const char *)(next + (size_t)i * rb + k0 * bb + o), _MM_HINT_T0);
+            for (int i = 0; i < TR; i++) fetch_lines(next + (size_t)i * rb + k0 * bb, kn * bb);
         for (size_t kk = 0; kk < kn; kk++) {
             tile_block(t, w0, rb, bb, rows, k0 + kk, tq[kk], tdw[kk], tmw[kk]);
             if (!uns)
@@ -472,9 +476,7 @@ KQ_INLINE void tile16_rows(const uint32_t t, float *y, const uint8_t *act, size_
     for (size_t k0 = 0; k0 < nb; k0 += KC) {
         const size_t kn = nb - k0 < KC ? nb - k0 : KC;
         if (next)
-            for (int i = 0; i < TR16; i++)
-                for (size_t o = 0; o < kn * bb; o += 64)
-                    _mm_prefetch((const char *)(next + (size_t)i * rb + k0 * bb + o), _MM_HINT_T0);
+            for (int i = 0; i < TR16; i++) fetch_lines(next + (size_t)i * rb + k0 * bb, kn * bb);
         for (size_t kk = 0; kk < kn; kk++) {
             __m256i q0[8], q1[8];
             tile_block(t, w0, rb, bb, lo, k0 + kk, q0, tdw[kk], tmw[kk]);
@@ -652,8 +654,7 @@ KQ_UNROLL
             P[j] = M[j] = _mm256_setzero_si256();
             if (j >= cnt) continue;
             const size_t k = k0 + (size_t)j;
-            for (size_t o = 0; o < bb; o += 64)
-                _mm_prefetch((const char *)(wr + k * bb + K_DECODE_AHEAD + o), _MM_HINT_T0);
+            fetch_lines(wr + k * bb + K_DECODE_AHEAD, bb);
             const __m256i bsv = _mm256_loadu_si256((const __m256i *)(const void *)(a.bs + 16 * k));
             const int8_t *xk = a.qs + 256 * k;
             __m256i q[8], sc, mn;
@@ -730,8 +731,7 @@ KQ_UNROLL
             for (int g = 0; g < G; g++) P[g] = M[g] = _mm256_setzero_si256();
             if (j < cnt) {
                 const size_t k = k0 + (size_t)j;
-                for (size_t o = 0; o < bb; o += 64)
-                    _mm_prefetch((const char *)(wr + k * bb + K_DECODE_AHEAD + o), _MM_HINT_T0);
+                fetch_lines(wr + k * bb + K_DECODE_AHEAD, bb);
                 __m256i q[8], sc, mn;
                 k_unpack(t, wr + k * bb, q, &sc, &mn);
                 const __m256i lo = _mm256_unpacklo_epi16(sc, sc), hi = _mm256_unpackhi_epi16(sc, sc);
@@ -815,7 +815,7 @@ KQ_UNROLL
         if (i < rows) {
             __m256i q[8];
             const uint8_t *blk = w0 + (size_t)i * rb + kb;
-            for (size_t o = 0; o < k_bb(t); o += 64) _mm_prefetch((const char *)(blk + TR * rb + o), _MM_HINT_T0);
+            fetch_lines(blk + TR * rb, k_bb(t));
             k_unpack(t, blk, q, &sc[i], &mn[i]);
 KQ_UNROLL
             for (int c = 0; c < 8; c++) kt->T[8 * c + i] = q[c];
@@ -1068,9 +1068,7 @@ KQ_UNROLL
     }
     for (size_t k = 0; k < nb; k++) {
         const uint8_t *blk = wg + k * LLMEM__X8_BLOCK;
-        if (fetch)
-            for (size_t o = 0; o < LLMEM__X8_BLOCK; o += 64)
-                _mm_prefetch((const char *)(blk + X8_Q4K_AHEAD * LLMEM__X8_BLOCK + o), _MM_HINT_T0);
+        if (fetch) fetch_lines(blk + X8_Q4K_AHEAD * LLMEM__X8_BLOCK, LLMEM__X8_BLOCK);
         __m256i sumi[MAXB];
 KQ_UNROLL
         for (int g = 0; g < G; g++) sumi[g] = _mm256_setzero_si256();
@@ -1334,9 +1332,7 @@ KQ_UNROLL
     }
     for (size_t k = 0; k < nb; k++) {
         const uint8_t *blk = wg + k * LLMEM__X8_Q5_0_BLOCK;
-        if (fetch)
-            for (size_t o = 0; o < LLMEM__X8_Q5_0_BLOCK + 64; o += 64)
-                _mm_prefetch((const char *)(blk + X8_Q5_0_AHEAD * LLMEM__X8_Q5_0_BLOCK + o), _MM_HINT_T0);
+        if (fetch) fetch_lines(blk + X8_Q5_0_AHEAD * LLMEM__X8_Q5_0_BLOCK, LLMEM__X8_Q5_0_BLOCK + 64);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 128));
         __m256i s0[MAXB], s1[MAXB];
 KQ_UNROLL
@@ -1401,9 +1397,7 @@ KQ_UNROLL
     }
     for (size_t k = 0; k < nb; k++) {
         const uint8_t *blk = wg + k * LLMEM__X8_Q4_0_BLOCK;
-        if (fetch)
-            for (size_t o = 0; o < LLMEM__X8_Q4_0_BLOCK + 64; o += 64)
-                _mm_prefetch((const char *)(blk + X8_Q4_0_AHEAD * LLMEM__X8_Q4_0_BLOCK + o), _MM_HINT_T0);
+        if (fetch) fetch_lines(blk + X8_Q4_0_AHEAD * LLMEM__X8_Q4_0_BLOCK, LLMEM__X8_Q4_0_BLOCK + 64);
         __m256i s0[MAXB], s1[MAXB];
 KQ_UNROLL
         for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm256_setzero_si256();
@@ -1474,9 +1468,7 @@ KQ_UNROLL
     }
     for (size_t k = 0; k < nb; k++) {
         const uint8_t *blk = wg + k * LLMEM__X8_Q8_0_BLOCK;
-        if (fetch)
-            for (size_t o = 0; o < LLMEM__X8_Q8_0_BLOCK; o += 64)
-                _mm_prefetch((const char *)(blk + X8_Q8_0_AHEAD * LLMEM__X8_Q8_0_BLOCK + o), _MM_HINT_T0);
+        if (fetch) fetch_lines(blk + X8_Q8_0_AHEAD * LLMEM__X8_Q8_0_BLOCK, LLMEM__X8_Q8_0_BLOCK);
         __m256i p[MAXB], p2[MAXB];
 KQ_UNROLL
         for (int g = 0; g < G; g++) {
