@@ -869,6 +869,61 @@ static long pages_present(int pm, uintptr_t lo, uintptr_t hi, uintptr_t xlo, uin
     return n;
 }
 
+/* The embedding is read a row per token: with the model populated at open,
+ * its pages go back once the engine is created, and the lookups map back
+ * only what they touch. Tied to a classifier read in place (q6_K is not
+ * repacked) it is read whole every step and stays mapped. */
+static void embedding_released_unless_read_whole(void **state)
+{
+    (void)state;
+    int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (pm < 0) {
+        print_message("skipped: /proc/self/pagemap is not readable here\n");
+        skip();
+    }
+    for (int tied = 0; tied <= 1; tied++) {
+        char path[512];
+        test_tmp_file(path, sizeof path, "test-engine");
+        llmem_shape sh = {"embd-test", 1, 256, 4, 2, 64, 512, 2000, 64, 10000.0, tied};
+        llmem_synth_options so = {0};
+        so.seed = 5;
+        so.type = LLMEM_DTYPE_Q6_K;
+        assert_ok(llmem_synth_gguf(&sh, &so, path));
+        llmem_model_options mo = llmem_model_options_default();
+        mo.populate = true; /* every page mapped before the engine sees the file */
+        llmem_model *m;
+        assert_ok(llmem_model_open(path, &mo, &m));
+        const llmem_tensor *embd;
+        assert_ok(llmem_model_tensor(m, "token_embd.weight", &embd));
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        const uintptr_t lo = ((uintptr_t)embd->data + pg - 1) & ~(pg - 1);
+        const uintptr_t hi = ((uintptr_t)embd->data + embd->bytes) & ~(pg - 1);
+        long pages = 0, before = pages_present(pm, lo, hi, 0, 0, &pages);
+        assert_int_equal(before, pages); /* populated */
+        llmem_engine *e;
+        assert_ok(llmem_engine_create(m, NULL, &e));
+        long seen = 0, after = pages_present(pm, lo, hi, 0, 0, &seen);
+        if (tied) {
+            if (after != pages) fail_msg("tied: %ld of %ld classifier pages unmapped", pages - after, pages);
+        } else if (after != 0) {
+            fail_msg("untied: %ld of %ld embedding pages still mapped after create", after, pages);
+        }
+        llmem_engine_seq s;
+        assert_ok(llmem_engine_seq_create(e, &s));
+        int32_t toks[3] = {7, 1500, 42};
+        llmem_engine_batch_item it = {s, toks, 3};
+        assert_ok(llmem_engine_step(e, &it, 1));
+        long looked = pages_present(pm, lo, hi, 0, 0, &seen);
+        assert_true(looked > 0);
+        print_message("%s: %ld embedding pages populated, %ld mapped after create, %ld after looking up 3 rows\n",
+                      tied ? "tied" : "untied", pages, after, looked);
+        llmem_engine_destroy(e);
+        llmem_model_close(m);
+        unlink(path);
+    }
+    close(pm);
+}
+
 /* Once the matrices are repacked and their file pages given back, nothing
  * the steps read lies in the file mapping but the embedding's rows: no
  * page inside a released matrix comes back. Without release_unread the
@@ -971,6 +1026,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(q4k_repacked_bitwise),
         cmocka_unit_test(q8_0_repacked_bitwise),
         cmocka_unit_test(released_matrices_stay_unmapped),
+        cmocka_unit_test(embedding_released_unless_read_whole),
     };
     /* The real checkpoints of the shared folder (test_engine_shared). */
     const struct CMUnitTest shared_tests[] = {

@@ -300,11 +300,15 @@ static void repack_matrix(llmem_engine *e, uint8_t *dst, const void *src, const 
     llmem__model_release(e->model, src, d * rb);
 }
 
-/* Whether the steps read tensor t in place: the embedding, a matrix left
- * as the file has it (none of the 1-D tensors: want_vector copied them). */
+/* Whether the steps read the whole of tensor t in place: a matrix left as
+ * the file has it (none of the 1-D tensors: want_vector copied them). Not
+ * the embedding, unless it is the classifier too: a step reads one row of
+ * it per token, so its pages go back with the unread tensors' and the rows
+ * the prompts look up fault back in from the page cache, a few pages each
+ * (yi-coder-1.5b's q6_K embedding is 80 MB, 6% of the file, and a
+ * conversation reads a few hundred of its 64000 rows). */
 static bool read_in_place(llmem_engine *e, const llmem_tensor *t)
 {
-    if (t->data == e->embd) return true;
     const void **w;
     uint32_t *type;
     size_t n, d;
@@ -365,7 +369,6 @@ static llmem_status repack_weights(llmem_engine *e)
         e->repacked_bytes += bytes;
         e->st.weights_mapped_bytes -= src;
     }
-    release_unread(e);
     return LLMEM_OK;
 }
 
@@ -375,5 +378,7 @@ llmem_status llmem__engine_load_weights(llmem_engine *e)
     for (size_t i = 0; i < llmem_model_tensor_count(e->model); i++)
         e->st.weights_mapped_bytes += llmem_model_tensor_at(e->model, i)->bytes;
     llmem_status st = bind_weights(e);
-    return st ? st : repack_weights(e);
+    if (!st) st = repack_weights(e);
+    if (!st) release_unread(e);
+    return st;
 }
