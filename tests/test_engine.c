@@ -869,10 +869,23 @@ static long pages_present(int pm, uintptr_t lo, uintptr_t hi, uintptr_t xlo, uin
     return n;
 }
 
+/* Pages of t's interior (the whole pages inside it) mapped now; their
+ * number in *total. */
+static long tensor_pages(int pm, const llmem_tensor *t, long *total)
+{
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
+    const uintptr_t hi = ((uintptr_t)t->data + t->bytes) & ~(pg - 1);
+    *total = 0;
+    return hi > lo ? pages_present(pm, lo, hi, 0, 0, total) : 0;
+}
+
 /* The embedding is read a row per token: with the model populated at open,
  * its pages go back once the engine is created, and the lookups map back
  * only what they touch. Tied to a classifier read in place (q6_K is not
- * repacked) it is read whole every step and stays mapped. */
+ * repacked) it is read whole every step and stays mapped, and so do the
+ * f32 norms the steps read in place (8 KiB each at this width: a page or
+ * two inside each). */
 static void embedding_released_unless_read_whole(void **state)
 {
     (void)state;
@@ -884,7 +897,7 @@ static void embedding_released_unless_read_whole(void **state)
     for (int tied = 0; tied <= 1; tied++) {
         char path[512];
         test_tmp_file(path, sizeof path, "test-engine");
-        llmem_shape sh = {"embd-test", 1, 256, 4, 2, 64, 512, 2000, 64, 10000.0, tied};
+        llmem_shape sh = {"embd-test", 1, 2048, 16, 8, 128, 512, 2000, 64, 10000.0, tied};
         llmem_synth_options so = {0};
         so.seed = 5;
         so.type = LLMEM_DTYPE_Q6_K;
@@ -895,14 +908,20 @@ static void embedding_released_unless_read_whole(void **state)
         assert_ok(llmem_model_open(path, &mo, &m));
         const llmem_tensor *embd;
         assert_ok(llmem_model_tensor(m, "token_embd.weight", &embd));
-        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-        const uintptr_t lo = ((uintptr_t)embd->data + pg - 1) & ~(pg - 1);
-        const uintptr_t hi = ((uintptr_t)embd->data + embd->bytes) & ~(pg - 1);
-        long pages = 0, before = pages_present(pm, lo, hi, 0, 0, &pages);
+        long pages = 0, before = tensor_pages(pm, embd, &pages), seen = 0;
         assert_int_equal(before, pages); /* populated */
         llmem_engine *e;
         assert_ok(llmem_engine_create(m, NULL, &e));
-        long seen = 0, after = pages_present(pm, lo, hi, 0, 0, &seen);
+        long after = tensor_pages(pm, embd, &seen), vectors = 0;
+        for (size_t i = 0; i < llmem_model_tensor_count(m); i++) {
+            const llmem_tensor *t = llmem_model_tensor_at(m, i);
+            if (t->n_dims != 1) continue;
+            long n = tensor_pages(pm, t, &seen);
+            if (n != seen) fail_msg("%s: %ld of %ld pages of %s, read in place, unmapped", tied ? "tied" : "untied",
+                                    seen - n, seen, t->name);
+            vectors += seen;
+        }
+        assert_true(vectors >= 3); /* two norms and the output norm, a page or more each */
         if (tied) {
             if (after != pages) fail_msg("tied: %ld of %ld classifier pages unmapped", pages - after, pages);
         } else if (after != 0) {
@@ -913,7 +932,7 @@ static void embedding_released_unless_read_whole(void **state)
         int32_t toks[3] = {7, 1500, 42};
         llmem_engine_batch_item it = {s, toks, 3};
         assert_ok(llmem_engine_step(e, &it, 1));
-        long looked = pages_present(pm, lo, hi, 0, 0, &seen);
+        long looked = tensor_pages(pm, embd, &seen);
         assert_true(looked > 0);
         print_message("%s: %ld embedding pages populated, %ld mapped after create, %ld after looking up 3 rows\n",
                       tied ? "tied" : "untied", pages, after, looked);

@@ -300,8 +300,22 @@ static void repack_matrix(llmem_engine *e, uint8_t *dst, const void *src, const 
     llmem__model_release(e->model, src, d * rb);
 }
 
+/* Whether a 1-D tensor's data is bound in place (want_vector leaves f32
+ * vectors in the file when nothing is repacked). */
+static bool vector_in_place(const llmem_engine *e, const void *data)
+{
+    if ((const void *)e->out_norm == data) return true;
+    for (uint32_t l = 0; l < e->L; l++) {
+        const eng_layer *ly = &e->layers[l];
+        const float *v[5] = {ly->attn_norm, ly->ffn_norm, ly->bq, ly->bk, ly->bv};
+        for (int k = 0; k < 5; k++)
+            if ((const void *)v[k] == data) return true;
+    }
+    return false;
+}
+
 /* Whether the steps read the whole of tensor t in place: a matrix left as
- * the file has it (none of the 1-D tensors: want_vector copied them). Not
+ * the file has it, a vector want_vector left there. Not
  * the embedding, unless it is the classifier too: a step reads one row of
  * it per token, so its pages go back with the unread tensors' and the rows
  * the prompts look up fault back in from the page cache, a few pages each
@@ -309,6 +323,7 @@ static void repack_matrix(llmem_engine *e, uint8_t *dst, const void *src, const 
  * conversation reads a few hundred of its 64000 rows). */
 static bool read_in_place(llmem_engine *e, const llmem_tensor *t)
 {
+    if (t->n_dims == 1) return vector_in_place(e, t->data);
     const void **w;
     uint32_t *type;
     size_t n, d;
