@@ -315,10 +315,10 @@ static bool vector_in_place(const llmem_engine *e, const void *data)
 }
 
 /* Whether the steps read the whole of tensor t in place: a matrix left as
- * the file has it, a vector want_vector left there. Not
- * the embedding, unless it is the classifier too: a step reads one row of
- * it per token, so its pages go back with the unread tensors' and the rows
- * the prompts look up fault back in from the page cache, a few pages each
+ * the file has it, a vector want_vector left there. Not the embedding,
+ * unless it is the classifier too: a step reads one row of it per token,
+ * so its pages go back with the unread tensors' and the rows the prompts
+ * look up fault back in from the page cache, a few pages each
  * (yi-coder-1.5b's q6_K embedding is 80 MB, 6% of the file, and a
  * conversation reads a few hundred of its 64000 rows). */
 static bool read_in_place(llmem_engine *e, const llmem_tensor *t)
