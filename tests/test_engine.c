@@ -869,15 +869,15 @@ static long pages_present(int pm, uintptr_t lo, uintptr_t hi, uintptr_t xlo, uin
     return n;
 }
 
-/* Pages of t's interior (the whole pages inside it) mapped now; their
- * number in *total. */
-static long tensor_pages(int pm, const llmem_tensor *t, long *total)
+/* Pages of t's interior (the whole pages inside it) mapped now, less those
+ * meeting [xlo, xhi) (pages_present); the pages looked at in *total. */
+static long tensor_pages(int pm, const llmem_tensor *t, uintptr_t xlo, uintptr_t xhi, long *total)
 {
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     const uintptr_t lo = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
     const uintptr_t hi = ((uintptr_t)t->data + t->bytes) & ~(pg - 1);
     *total = 0;
-    return hi > lo ? pages_present(pm, lo, hi, 0, 0, total) : 0;
+    return hi > lo ? pages_present(pm, lo, hi, xlo, xhi, total) : 0;
 }
 
 /* The embedding is read a row per token: with the model populated at open,
@@ -908,15 +908,15 @@ static void embedding_released_unless_read_whole(void **state)
         assert_ok(llmem_model_open(path, &mo, &m));
         const llmem_tensor *embd;
         assert_ok(llmem_model_tensor(m, "token_embd.weight", &embd));
-        long pages = 0, before = tensor_pages(pm, embd, &pages), seen = 0;
+        long pages = 0, before = tensor_pages(pm, embd, 0, 0, &pages), seen = 0;
         assert_int_equal(before, pages); /* populated */
         llmem_engine *e;
         assert_ok(llmem_engine_create(m, NULL, &e));
-        long after = tensor_pages(pm, embd, &seen), vectors = 0;
+        long after = tensor_pages(pm, embd, 0, 0, &seen), vectors = 0;
         for (size_t i = 0; i < llmem_model_tensor_count(m); i++) {
             const llmem_tensor *t = llmem_model_tensor_at(m, i);
             if (t->n_dims != 1) continue;
-            long n = tensor_pages(pm, t, &seen);
+            long n = tensor_pages(pm, t, 0, 0, &seen);
             if (n != seen) fail_msg("%s: %ld of %ld pages of %s, read in place, unmapped", tied ? "tied" : "untied",
                                     seen - n, seen, t->name);
             vectors += seen;
@@ -932,7 +932,7 @@ static void embedding_released_unless_read_whole(void **state)
         int32_t toks[3] = {7, 1500, 42};
         llmem_engine_batch_item it = {s, toks, 3};
         assert_ok(llmem_engine_step(e, &it, 1));
-        long looked = tensor_pages(pm, embd, &seen);
+        long looked = tensor_pages(pm, embd, 0, 0, &seen);
         assert_true(looked > 0);
         print_message("%s: %ld embedding pages populated, %ld mapped after create, %ld after looking up 3 rows\n",
                       tied ? "tied" : "untied", pages, after, looked);
@@ -987,15 +987,13 @@ static void released_matrices_stay_unmapped(void **state)
         }
         const llmem_tensor *embd;
         assert_ok(llmem_model_tensor(m, "token_embd.weight", &embd));
-        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), near = 64 << 10;
+        const uintptr_t near = 64 << 10;
         const uintptr_t elo = (uintptr_t)embd->data, ehi = elo + embd->bytes;
         long checked = 0;
         for (size_t i = 0; i < llmem_model_tensor_count(m); i++) {
             const llmem_tensor *t = llmem_model_tensor_at(m, i);
             if (t->n_dims != 2 || t == embd) continue;
-            const uintptr_t lo = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
-            const uintptr_t hi = ((uintptr_t)t->data + t->bytes) & ~(pg - 1);
-            long seen = 0, n = pages_present(pm, lo, hi, elo - near, ehi + near, &seen);
+            long seen = 0, n = tensor_pages(pm, t, elo - near, ehi + near, &seen);
             assert_true(n >= 0);
             if (n)
                 fail_msg("%s: %ld of %ld pages inside %s are mapped again after the steps",
