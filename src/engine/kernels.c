@@ -1173,6 +1173,7 @@ typedef struct mm_job {
     size_t act_bytes[ACT_KINDS];
     bool fold;               /* each thread quantises its share of the rows, then the barrier, then the products */
     uint32_t arrived;        /* the barrier's counter */
+    size_t next;             /* the first grain no thread has taken (mm_part) */
 } mm_job;
 
 /* Activation rows [lo, hi) of every layout the group needs. */
@@ -1195,10 +1196,33 @@ static void mat_rows(const mm_job *j, const mm_mat *m, size_t lo, size_t hi)
     else j->path->rows(m->y, j->x, m->w, m->type, j->n, m->d, j->batch, lo, hi);
 }
 
+/* Grains [g0, g1) of the concatenated rows, cut at the matrices' bounds so
+ * that every part of a matrix starts at a multiple of MM_GRAIN of its own
+ * rows (whole tiles, whole 8-row groups of x8). */
+static void mm_grains(const mm_job *j, size_t g0, size_t g1)
+{
+    for (size_t i = 0; i < j->count && g0 < g1; i++) {
+        const mm_mat *m = &j->m[i];
+        size_t mg = (m->d + MM_GRAIN - 1) / MM_GRAIN;
+        if (g0 >= m->g0 + mg) continue;
+        size_t lo = (g0 - m->g0) * MM_GRAIN, hi = (g1 < m->g0 + mg ? g1 - m->g0 : mg) * MM_GRAIN;
+        if (hi > m->d) hi = m->d;
+        mat_rows(j, m, lo, hi);
+        g0 = m->g0 + mg;
+    }
+}
+
+/* Chunks of grains a thread takes from the shared counter, about this
+ * many per thread a run: the two vCPUs of a shared VM do not run at one
+ * speed (the same allocator benchmark took 1.4x as long on one as on the
+ * other, docs/BENCHMARKS.md, 2026-12-06), and with halves fixed in
+ * advance every run waited for the slower thread. Taken in order, so each
+ * thread still reads long runs of consecutive rows; any split gives the
+ * same bits. */
+#define MM_CHUNKS_PER_THREAD 4
+
 /* Thread index of count: (with fold) its share of the activation rows and
- * the barrier, then its grains of the concatenated rows, cut at the
- * matrices' bounds so that every part of a matrix starts at a multiple of
- * MM_GRAIN of its own rows (whole tiles, whole 8-row groups of x8). */
+ * the barrier, then chunks of grains from j->next until none is left. */
 static void mm_part(void *ctx, unsigned index, unsigned count)
 {
     mm_job *j = ctx;
@@ -1208,16 +1232,16 @@ static void mm_part(void *ctx, unsigned index, unsigned count)
         act_rows(j, lo, hi);
         llmem__threads_barrier(j->th, &j->arrived, count);
     }
-    size_t g0, g1;
-    llmem__threads_split(j->grains, 1, index, count, &g0, &g1);
-    for (size_t i = 0; i < j->count && g0 < g1; i++) {
-        const mm_mat *m = &j->m[i];
-        size_t mg = (m->d + MM_GRAIN - 1) / MM_GRAIN;
-        if (g0 >= m->g0 + mg) continue;
-        size_t lo = (g0 - m->g0) * MM_GRAIN, hi = (g1 < m->g0 + mg ? g1 - m->g0 : mg) * MM_GRAIN;
-        if (hi > m->d) hi = m->d;
-        mat_rows(j, m, lo, hi);
-        g0 = m->g0 + mg;
+    if (count == 1) {
+        mm_grains(j, 0, j->grains);
+        return;
+    }
+    size_t chunk = j->grains / ((size_t)count * MM_CHUNKS_PER_THREAD);
+    if (chunk == 0) chunk = 1;
+    for (;;) {
+        size_t g0 = __atomic_fetch_add(&j->next, chunk, __ATOMIC_RELAXED);
+        if (g0 >= j->grains) break;
+        mm_grains(j, g0, g0 + chunk < j->grains ? g0 + chunk : j->grains);
     }
 }
 
