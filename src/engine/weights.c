@@ -115,28 +115,48 @@ static bool has_tensor(const llmem_model *m, const char *name)
     return false;
 }
 
+/* The i-th vector slot of the engine (5 a layer: attn_norm, ffn_norm and
+ * the Q/K/V biases; then out_norm), with its tensor's name and length, or
+ * false past the last. A bias is optional: bound only when the
+ * architecture has them and the file holds it. One list for binding and
+ * for vector_in_place, so that a vector added to one is in the other. */
+static bool vec_slot(llmem_engine *e, size_t i, const float ***v, char *name, size_t cap, uint64_t *n, bool *optional)
+{
+    static const char *const what[5] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.bias", "attn_k.bias",
+                                        "attn_v.bias"};
+    if (i < (size_t)e->L * 5) {
+        eng_layer *ly = &e->layers[i / 5];
+        const float **slot[5] = {&ly->attn_norm, &ly->ffn_norm, &ly->bq, &ly->bk, &ly->bv};
+        const uint64_t rows[5] = {e->dim, e->dim, e->qdim, e->kvdim, e->kvdim};
+        const size_t k = i % 5;
+        *v = slot[k];
+        *n = rows[k];
+        *optional = k >= 2;
+        if (name) snprintf(name, cap, "blk.%zu.%s", i / 5, what[k]);
+        return true;
+    }
+    if (i > (size_t)e->L * 5) return false;
+    *v = &e->out_norm;
+    *n = e->dim;
+    *optional = false;
+    if (name) snprintf(name, cap, "output_norm.weight");
+    return true;
+}
+
 static llmem_status bind_vectors(llmem_engine *e, bool fill, bool copy, size_t *used)
 {
     char name[96];
-    llmem_status st;
-    for (uint32_t l = 0; l < e->L; l++) {
-        eng_layer *ly = &e->layers[l];
-        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
-        if ((st = want_vector(e, name, e->dim, fill, copy, &ly->attn_norm, used))) return st;
-        snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
-        if ((st = want_vector(e, name, e->dim, fill, copy, &ly->ffn_norm, used))) return st;
-        if (!llmem_model_get_config(e->model)->qkv_bias) continue;
+    const bool bias = llmem_model_get_config(e->model)->qkv_bias;
+    const float **v;
+    uint64_t n;
+    bool optional;
+    for (size_t i = 0; vec_slot(e, i, &v, name, sizeof name, &n, &optional); i++) {
         /* The loader checked each bias there is; llama's are optional. */
-        static const char *const proj[3] = {"attn_q", "attn_k", "attn_v"};
-        const float **bias[3] = {&ly->bq, &ly->bk, &ly->bv};
-        const uint32_t rows[3] = {e->qdim, e->kvdim, e->kvdim};
-        for (int k = 0; k < 3; k++) {
-            snprintf(name, sizeof name, "blk.%u.%s.bias", l, proj[k]);
-            if (!has_tensor(e->model, name)) continue;
-            if ((st = want_vector(e, name, rows[k], fill, copy, bias[k], used))) return st;
-        }
+        if (optional && (!bias || !has_tensor(e->model, name))) continue;
+        llmem_status st = want_vector(e, name, n, fill, copy, v, used);
+        if (st) return st;
     }
-    return want_vector(e, "output_norm.weight", e->dim, fill, copy, &e->out_norm, used);
+    return LLMEM_OK;
 }
 
 static size_t repack_total(llmem_engine *e);
@@ -302,15 +322,13 @@ static void repack_matrix(llmem_engine *e, uint8_t *dst, const void *src, const 
 
 /* Whether a 1-D tensor's data is bound in place (want_vector leaves f32
  * vectors in the file when nothing is repacked). */
-static bool vector_in_place(const llmem_engine *e, const void *data)
+static bool vector_in_place(llmem_engine *e, const void *data)
 {
-    if ((const void *)e->out_norm == data) return true;
-    for (uint32_t l = 0; l < e->L; l++) {
-        const eng_layer *ly = &e->layers[l];
-        const float *v[5] = {ly->attn_norm, ly->ffn_norm, ly->bq, ly->bk, ly->bv};
-        for (int k = 0; k < 5; k++)
-            if ((const void *)v[k] == data) return true;
-    }
+    const float **v;
+    uint64_t n;
+    bool optional;
+    for (size_t i = 0; vec_slot(e, i, &v, NULL, 0, &n, &optional); i++)
+        if ((const void *)*v == data) return true;
     return false;
 }
 
