@@ -1173,7 +1173,12 @@ typedef struct mm_job {
     size_t act_bytes[ACT_KINDS];
     bool fold;               /* each thread quantises its share of the rows, then the barrier, then the products */
     uint32_t arrived;        /* the barrier's counter */
-    size_t next;             /* the first grain no thread has taken (mm_part) */
+    /* The first grain no thread has taken (mm_part), on a line of its own:
+     * each thread's fetch_add takes the line from the other, which on the
+     * line of act[] and the matrices' fields made every chunk's reads of
+     * them miss. */
+    _Alignas(64) size_t next;
+    char pad_next[64 - sizeof(size_t)];
 } mm_job;
 
 /* Activation rows [lo, hi) of every layout the group needs. */
