@@ -239,9 +239,9 @@ llmem_status llmem_pool_check(llmem_pool *p)
              * all zero outside slabs. */
             for (size_t i = 0; i < n; i++) {
                 const slab_unit *su = &sb->slab_info[u0 + i];
-                bool ok = b->kind == D_SLAB ? su->state == ((slab *)b)->state && su->tag == pool_tag(p) &&
-                                                  su->info == ((uint32_t)(b->cls + 1) << 24 | (uint32_t)i)
-                                            : !su->state && !su->info && !su->tag;
+                bool ok = b->kind == D_SLAB ? su->state == ((slab *)b)->state && su->ctag == (pool_utag(p) | b->cls) &&
+                                                  su->start == (uint32_t)b->start
+                                            : !su->state && !su->start && !su->ctag;
                 if (!ok) BAD("pool '%s': slab_info entry %zu of block %p is wrong", p->name, i, (void *)b->start);
             }
             if (b->kind == D_FREE) {
@@ -489,6 +489,8 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     size_t page = llmem__page_size();
     p->unit = p->host ? (page > 4096 ? page : 4096) : ((size_t)64 << 10);
     p->ushift = (unsigned)__builtin_ctzll(p->unit);
+    if (p->ushift > 26) /* the address map's aux word holds ushift - 11 in four bits (sb_aux) */
+        return llmem__fail(LLMEM_ENOTSUP, "pool '%s': pages of %zu bytes are not supported", p->name, p->unit);
     size_t min_align = p->unit / 512 > 8 ? p->unit / 512 : 8, max_align = p->unit / 16;
     p->align = o->align ? o->align : (p->host ? 16 : LLMEM_DEVICE_ALIGN);
     if (!llmem__is_pow2(p->align) || p->align < min_align || p->align > max_align)
@@ -585,6 +587,7 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
     pthread_mutex_init(&p->tlock, NULL);
     p->st.struct_size = sizeof p->st;
     p->id = __atomic_fetch_add(&next_pool_id, 1, __ATOMIC_RELAXED);
+    p->utag = pool_utag_of(p->id);
     /* Thread caches, unless checked; without a pthread key left (over a
      * thousand pools alive) the pool simply runs on its lock. */
     p->tcache_on = !p->checked && pthread_key_create(&p->tkey, llmem__pool_tcache_destructor) == 0;

@@ -104,15 +104,17 @@ typedef struct tslot {
 
 typedef struct superblock superblock;
 
-/* A unit of a slab, as the free fast path reads it (one line, no slab
- * descriptor and no superblock): its class and place in the slab, the
- * slab's state array, and its pool's tag. All zero for a unit outside
- * slabs. The free finds the entry from the address map's aux word
- * (sb_aux), so the chain is map root, map entry, this entry, state byte. */
+/* A unit of a slab, as the free fast path reads it (16 bytes, no slab
+ * descriptor and no superblock): the slab's state array, the low half of
+ * the slab's start address (a block's offset in its slab is then one 32-bit
+ * subtraction, slabs being far below 4 GiB), and its class under its
+ * pool's tag. All zero for a unit outside slabs. The free finds the entry
+ * from the address map's aux word (sb_aux), so the chain is map root, map
+ * entry, this entry, state byte. */
 typedef struct slab_unit {
     uint8_t *state;             /* the slab's state bytes */
-    uint32_t info;              /* (class + 1) << 24 | units from the slab's start */
-    uint32_t tag;               /* pool_tag of the pool whose slab it is */
+    uint32_t start;             /* (uint32_t) of the slab's first byte */
+    uint32_t ctag;              /* pool_utag(pool) | class: never below 256 in a slab, 0 outside */
 } slab_unit;
 
 typedef struct pblock {
@@ -225,6 +227,7 @@ typedef struct xfer_cache {
 struct llmem_pool {
     /* read-mostly */
     uint64_t id;                /* unique for the process's life */
+    uint32_t utag;              /* pool_utag_of(id), its slab_unit entries' tag */
     bool host, checked, inband, tcache_on;
     bool marks;                 /* may mark free small blocks ("block states" above): inband pools
                                    with thread caches */
@@ -356,31 +359,43 @@ typedef struct tcache {
 
 /* ---- helpers ---------------------------------------------------------- */
 
-/* The tag a pool's slab_unit entries carry: the low half of its id, unique
- * among live pools unless 2^32 pools were created while one lived. */
-static inline uint32_t pool_tag(const llmem_pool *p) { return (uint32_t)p->id; }
+/* The tag a pool's slab_unit entries carry in ctag's upper 24 bits, class
+ * in the low 8: from the pool's id, never 0 (an entry outside slabs, all
+ * zero, matches no pool), unique among live pools unless 2^24 - 1 pools
+ * were created while one lived. */
+static inline uint32_t pool_utag_of(uint64_t id) { return (uint32_t)(id % 0xffffffu + 1) << 8; }
+static inline uint32_t pool_utag(const llmem_pool *p) { return p->utag; }
 
 /* A superblock's address-map aux word: its slab_info table biased by its
  * base, so that unit entry of address a (in the superblock) lies at
  * (aux & ~15) + (a >> ushift) * sizeof(slab_unit), with no load of the
  * superblock. Integer arithmetic: the biased value need not point into
- * the table. The low four bits hold the unit shift (the table is 16-byte
- * aligned, as calloc's blocks are): the map is shared by every pool of
- * the process, and a pool of other units (a device pool's 64 KiB against
- * a host pool's pages) indexing this table with its own shift read far
- * outside it (a device block passed to a host pool's free crashed). */
+ * the table. The low four bits hold the unit shift less 11 (the table is
+ * 16-byte aligned, as calloc's blocks are; units are 2^12 to 2^26 bytes,
+ * pool.c's configure, so the nibble is never 0): the map is shared by
+ * every pool of the process, and a pool of other units (a device pool's
+ * 64 KiB against a host pool's pages) indexing this table with its own
+ * shift read far outside it (a device block passed to a host pool's free
+ * crashed). A nibble that is never 0 makes one test refuse both an empty
+ * word and another unit's. */
 #define SB_AUX_SHIFT_MASK ((uintptr_t)15)
+static inline uintptr_t aux_nibble(unsigned ushift) { return (uintptr_t)(ushift - 11) & SB_AUX_SHIFT_MASK; }
 static inline uintptr_t sb_aux(const superblock *sb, unsigned ushift)
 {
-    return ((uintptr_t)sb->slab_info - (sb->base >> ushift) * sizeof(slab_unit)) | (ushift & SB_AUX_SHIFT_MASK);
+    return ((uintptr_t)sb->slab_info - (sb->base >> ushift) * sizeof(slab_unit)) | aux_nibble(ushift);
 }
 
-/* The slab_unit entry of address a from its aux word, or NULL when the
- * word is 0 (no superblock) or belongs to a pool of other units. The
- * caller still checks the entry's tag (whose slab it is). */
+/* Is aux (0 when no superblock holds the address) a superblock of p's
+ * unit, whose table aux_unit may index? The caller still checks the
+ * entry's tag (whose slab it is). */
+static inline bool aux_fits(const llmem_pool *p, uintptr_t aux)
+{
+    return ((aux ^ aux_nibble(p->ushift)) & SB_AUX_SHIFT_MASK) == 0;
+}
+
+/* The slab_unit entry of address a from an aux word that fits p. */
 static inline const slab_unit *aux_unit(const llmem_pool *p, uintptr_t aux, uintptr_t a)
 {
-    if (!aux || (aux & SB_AUX_SHIFT_MASK) != (p->ushift & SB_AUX_SHIFT_MASK)) return NULL;
     return (const slab_unit *)((aux & ~SB_AUX_SHIFT_MASK) + (a >> p->ushift) * sizeof(slab_unit));
 }
 
@@ -435,6 +450,18 @@ static inline bool llmem__pool_slab_index(const llmem_pool *p, unsigned cls, siz
     uint64_t i = ((uint64_t)off * p->magic[cls]) >> MAGIC_SHIFT;
     *idx = (uint32_t)i;
     return i * p->cls.size[cls] == off;
+}
+
+/* The class of the slab block of pool p that address a starts, from its
+ * unit's entry su (aux_unit), with its index in the slab in
+ * *idx; -1 if su names no slab of p or a is not a block boundary in it.
+ * The free's lookup and the shim's usable size: one load of the entry,
+ * one subtraction, the exact division. */
+static inline int unit_block(const llmem_pool *p, const slab_unit *su, uintptr_t a, uint32_t *idx)
+{
+    uint32_t c = su->ctag ^ pool_utag(p);
+    if (c >= 256) return -1; /* another pool's slab, or none */
+    return llmem__pool_slab_index(p, c, (uint32_t)a - su->start, idx) ? (int)c : -1;
 }
 
 /* Set *status (optional) and return NULL: the tail of every failed

@@ -68,20 +68,19 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
      * the superblock's header is not read (redis-server asks at every
      * malloc and free: that header's line was an eighth of this call's
      * samples, and the free then reads the slab_unit line anyway). */
-    const slab_unit *su = aux_unit(p, llmem__addrmap_aux(a), a);
-    uint32_t info = su ? su->info : 0;
-    if (info && su->tag == pool_tag(p)) {
-        unsigned c = (info >> 24) - 1;
-        size_t off = (a & (p->unit - 1)) + ((size_t)(info & 0xffffff) << p->ushift);
+    uintptr_t aux = llmem__addrmap_aux(a);
+    const slab_unit *su = aux_fits(p, aux) ? aux_unit(p, aux, a) : NULL;
+    if (su && (su->ctag ^ pool_utag(p)) < 256) {
         /* A block boundary: exact division by the class size with the
          * pool's reciprocal (as its free path checks it). */
         uint32_t idx;
-        if (llmem__pool_slab_index(p, c, off, &idx)) return p->cls.size[c];
+        int c = unit_block(p, su, a, &idx);
+        if (c >= 0) return p->cls.size[c];
         return llmem_pool_usable_size(p, ptr);
     }
     superblock *sb = llmem__addrmap_get(a);
     if (!sb || sb->pool != p) return 0;
-    if (!info) {
+    if (!su || !su->ctag) {
         const pblock *b = sb->owner[unit_of(sb, a, p->ushift)];
         if (b && b->kind == D_LARGE && b->user == a) return b->start + b->size - a;
     }

@@ -146,7 +146,7 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     size_t u0 = unit_of(sb, b->start, p->ushift), n = b->size >> p->ushift;
     for (size_t i = 0; i < n; i++) {
         sb->owner[u0 + i] = b;
-        sb->slab_info[u0 + i] = (slab_unit){s->state, (uint32_t)(cls + 1) << 24 | (uint32_t)i, pool_tag(p)};
+        sb->slab_info[u0 + i] = (slab_unit){s->state, (uint32_t)b->start, pool_utag(p) | (uint32_t)cls};
     }
     central *c = &p->central[cls];
     ST_ADD(c->slabs, 1);
