@@ -59,10 +59,10 @@ extern llmem__addrmap_leaf *llmem__addrmap_root[65536];
 /* The entry of the unit holding p, or NULL when no leaf covers it. */
 static inline const llmem__addrmap_entry *llmem__addrmap_entry_of(uintptr_t p)
 {
-    uint64_t key = (uint64_t)p >> LLMEM_ADDRMAP_SHIFT;
-    if (key >> 32) return NULL;
-    llmem__addrmap_leaf *l = __atomic_load_n(&llmem__addrmap_root[key >> 16], __ATOMIC_ACQUIRE);
-    return l ? &l->e[key & 65535] : NULL;
+    uint64_t hi = (uint64_t)p >> 32; /* the root's index: 48-bit addresses only */
+    if (hi > 65535) return NULL;
+    llmem__addrmap_leaf *l = __atomic_load_n(&llmem__addrmap_root[hi], __ATOMIC_ACQUIRE);
+    return l ? &l->e[((uint64_t)p >> LLMEM_ADDRMAP_SHIFT) & 65535] : NULL;
 }
 
 /* The owner of the unit holding p, or NULL. Lock-free: two dependent

@@ -909,7 +909,7 @@ static inline __attribute__((always_inline)) void *alloc_fast(llmem_pool *p, siz
         /* reclaim first: once it reads 0, no reclaimer touches the bins
          * until busy drops (and a past one's writes were acknowledged under
          * the pool lock). */
-        uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? bin->count : 0;
+        uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? ld_u32(&bin->count) : 0;
         if (LLMEM_LIKELY(n)) {
             tslot got = bin->items[n - 1];
             uintptr_t b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED;
@@ -1083,11 +1083,17 @@ static inline __attribute__((always_inline)) llmem_status pool_free(llmem_pool *
                     tbin *b = &t->bin[(size_t)c];
                     pin_reg(b);
                     owner_enter(t);
-                    uint32_t n = b->count;
-                    if (LLMEM_LIKELY(!owner_reclaimed(t) && n < b->cap)) {
-                        bin_push(p, b, (size_t)c, n, ptr, state, sv);
-                        owner_leave(t);
-                        return LLMEM_OK;
+                    /* reclaim first: the count is the reclaimer's until it
+                     * reads 0 (and a relaxed load, which the compiler does
+                     * not hoist above that test: TSan saw a plain one
+                     * turned into a load and a conditional move) */
+                    if (LLMEM_LIKELY(!owner_reclaimed(t))) {
+                        uint32_t n = ld_u32(&b->count);
+                        if (LLMEM_LIKELY(n < b->cap)) {
+                            bin_push(p, b, (size_t)c, n, ptr, state, sv);
+                            owner_leave(t);
+                            return LLMEM_OK;
+                        }
                     }
                     owner_leave(t);
                 }
