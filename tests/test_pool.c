@@ -760,6 +760,28 @@ static void foreign_small_block_refused_on_the_fast_path(void **state)
     llmem_pool_destroy(p);
 }
 
+/* The free fast path does not test for a null pointer: it finds no
+ * superblock and falls through to the slow path, which returns OK. With
+ * the thread cache warm (the memo names the pool) and a block of every
+ * class live, a null free changes nothing. */
+static void null_free_with_cache_warm(void **state)
+{
+    (void)state;
+    llmem_pool *p = new_pool(NULL, false);
+    void *v[4];
+    size_t sizes[] = {16, 100, 1000, 4000};
+    for (int i = 0; i < 4; i++) assert_non_null(v[i] = llmem_pool_alloc(p, sizes[i], NULL));
+    llmem_pool_stats before = test_pool_stats(p);
+    assert_ok(llmem_pool_free(p, NULL));
+    llmem_pool_stats after = test_pool_stats(p);
+    assert_int_equal(after.frees_total, before.frees_total);
+    assert_int_equal(after.invalid_frees_total, 0);
+    assert_int_equal(after.live_allocations, 4);
+    for (int i = 0; i < 4; i++) assert_ok(llmem_pool_free(p, v[i]));
+    assert_ok(llmem_pool_check(p));
+    llmem_pool_destroy(p);
+}
+
 /* Pools of other units share one address map: a device pool's 64 KiB
  * units against a host pool's pages. A block of either passed to the
  * other is refused (free, usable size, ownership, realloc) on the fast
@@ -809,6 +831,7 @@ int main(void)
         cmocka_unit_test(alignment_and_bad_alignment),
         cmocka_unit_test_setup(bad_input, test_quiet_logs),
         cmocka_unit_test_setup(foreign_small_block_refused_on_the_fast_path, test_quiet_logs),
+        cmocka_unit_test(null_free_with_cache_warm),
         cmocka_unit_test_setup(foreign_block_of_other_units_refused, test_quiet_logs),
         cmocka_unit_test_setup(checked_mode_catches_misuse, test_quiet_logs),
         cmocka_unit_test(trim_and_shrink_return_memory),

@@ -170,6 +170,43 @@ static void pool_records_into_a_profile(void **state)
     llmem_profile_destroy(pr);
 }
 
+/* A profiled pool is never memoised by the fast paths (they do not test
+ * the profile), so every call must still reach the recording slow path:
+ * with its thread cache warm, and with another, unprofiled pool's calls
+ * between its own (the memo naming that one), every allocation and free
+ * is recorded. */
+static void profiled_pool_records_with_caches_warm(void **state)
+{
+    (void)state;
+    llmem_profile *pr = new_profile(1);
+    llmem_pool_options o = llmem_pool_options_default();
+    o.profile = pr;
+    llmem_pool *p, *plain;
+    assert_ok(llmem_pool_create(&o, &p));
+    assert_ok(llmem_pool_create(NULL, &plain));
+    void *v[64];
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 64; i++) {
+            v[i] = llmem_pool_alloc(p, 48, NULL);
+            assert_non_null(v[i]);
+            void *x = llmem_pool_alloc(plain, 48, NULL);
+            assert_ok(llmem_pool_free(plain, x));
+        }
+        for (int i = 0; i < 64; i++) assert_ok(llmem_pool_free(p, v[i]));
+    }
+    llmem_profile_stats s = {0};
+    assert_ok(llmem_profile_get_stats(pr, &s));
+    assert_int_equal(s.lifetimes_total, 4 * 64);
+    llmem_profile_entry top[2];
+    size_t n;
+    assert_ok(llmem_profile_top(pr, top, 2, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(top[0].count, 4 * 64);
+    llmem_pool_destroy(plain);
+    llmem_pool_destroy(p);
+    llmem_profile_destroy(pr);
+}
+
 static void extra_classes_waste_nothing(void **state)
 {
     (void)state;
@@ -283,6 +320,7 @@ int main(void)
         cmocka_unit_test(suggest_classes),
         cmocka_unit_test(save_and_load),
         cmocka_unit_test(pool_records_into_a_profile),
+        cmocka_unit_test(profiled_pool_records_with_caches_warm),
         cmocka_unit_test(extra_classes_waste_nothing),
         cmocka_unit_test_setup(multipool_from_profile, test_quiet_logs),
         cmocka_unit_test(bad_input),
