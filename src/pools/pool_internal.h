@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "addrmap.h"
 #include "avl.h"
 #include "internal.h"
 #include "llmem/fixed.h"
@@ -397,6 +398,16 @@ static inline bool aux_fits(const llmem_pool *p, uintptr_t aux)
 static inline const slab_unit *aux_unit(const llmem_pool *p, uintptr_t aux, uintptr_t a)
 {
     return (const slab_unit *)((aux & ~SB_AUX_SHIFT_MASK) + (a >> p->ushift) * sizeof(slab_unit));
+}
+
+/* The slab_unit entry of address a in a superblock of p's unit, or an
+ * all-zero entry (no superblock holds a, or one of other units), which
+ * names no slab: never NULL, so the free's lookup tests the word once. */
+static inline const slab_unit *unit_entry(const llmem_pool *p, uintptr_t a)
+{
+    static const slab_unit none;
+    uintptr_t aux = llmem__addrmap_aux(a);
+    return aux_fits(p, aux) ? aux_unit(p, aux, a) : &none;
 }
 
 static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)

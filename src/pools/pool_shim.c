@@ -68,9 +68,8 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
      * the superblock's header is not read (redis-server asks at every
      * malloc and free: that header's line was an eighth of this call's
      * samples, and the free then reads the slab_unit line anyway). */
-    uintptr_t aux = llmem__addrmap_aux(a);
-    const slab_unit *su = aux_fits(p, aux) ? aux_unit(p, aux, a) : NULL;
-    if (su && (su->ctag ^ pool_utag(p)) < 256) {
+    const slab_unit *su = unit_entry(p, a);
+    if ((su->ctag ^ pool_utag(p)) < 256) {
         /* A block boundary: exact division by the class size with the
          * pool's reciprocal (as its free path checks it). */
         uint32_t idx;
@@ -80,7 +79,7 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
     }
     superblock *sb = llmem__addrmap_get(a);
     if (!sb || sb->pool != p) return 0;
-    if (!su || !su->ctag) {
+    if (!su->ctag) {
         const pblock *b = sb->owner[unit_of(sb, a, p->ushift)];
         if (b && b->kind == D_LARGE && b->user == a) return b->start + b->size - a;
     }

@@ -975,9 +975,7 @@ void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *
 static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **state)
 {
     uint32_t idx;
-    uintptr_t aux = llmem__addrmap_aux(a);
-    if (!aux_fits(p, aux)) return -1;
-    const slab_unit *su = aux_unit(p, aux, a);
+    const slab_unit *su = unit_entry(p, a);
     int c = unit_block(p, su, a, &idx);
     if (c >= 0) *state = su->state + idx;
     return c;
@@ -1071,34 +1069,29 @@ static inline __attribute__((always_inline)) llmem_status pool_free(llmem_pool *
     /* A null ptr is in no superblock: free_large, then free_slow, say OK. */
     if (LLMEM_LIKELY(p && tl_last.id == p->id)) {
         tcache *t = tl_last.tc;
-        uintptr_t aux = llmem__addrmap_aux(a);
-        if (LLMEM_LIKELY(aux_fits(p, aux))) {
-            const slab_unit *su = aux_unit(p, aux, a);
-            uint32_t idx;
-            int c = unit_block(p, su, a, &idx);
-            if (LLMEM_LIKELY(c >= 0)) {
-                uint8_t *state = su->state + idx;
-                uint8_t sv = state_get(state);
-                if (LLMEM_LIKELY(small_live(p, a, sv))) {
-                    tbin *b = &t->bin[(size_t)c];
-                    pin_reg(b);
-                    owner_enter(t);
-                    /* reclaim first: the count is the reclaimer's until it
-                     * reads 0 (and a relaxed load, which the compiler does
-                     * not hoist above that test: TSan saw a plain one
-                     * turned into a load and a conditional move) */
-                    if (LLMEM_LIKELY(!owner_reclaimed(t))) {
-                        uint32_t n = ld_u32(&b->count);
-                        if (LLMEM_LIKELY(n < b->cap)) {
-                            bin_push(p, b, (size_t)c, n, ptr, state, sv);
-                            owner_leave(t);
-                            return LLMEM_OK;
-                        }
+        uint8_t *state;
+        int c = small_block_of(p, a, &state);
+        if (LLMEM_LIKELY(c >= 0)) {
+            uint8_t sv = state_get(state);
+            if (LLMEM_LIKELY(small_live(p, a, sv))) {
+                tbin *b = &t->bin[(size_t)c];
+                pin_reg(b);
+                owner_enter(t);
+                /* reclaim first: the count is the reclaimer's until it
+                 * reads 0 (and a relaxed load, which the compiler does not
+                 * hoist above that test: TSan saw a plain one turned into
+                 * a load and a conditional move) */
+                if (LLMEM_LIKELY(!owner_reclaimed(t))) {
+                    uint32_t n = ld_u32(&b->count);
+                    if (LLMEM_LIKELY(n < b->cap)) {
+                        bin_push(p, b, (size_t)c, n, ptr, state, sv);
+                        owner_leave(t);
+                        return LLMEM_OK;
                     }
-                    owner_leave(t);
                 }
-                return free_slow(p, ptr);
+                owner_leave(t);
             }
+            return free_slow(p, ptr);
         }
         if (p->lcache_on) return free_large(p, t, ptr);
     }
