@@ -2,11 +2,11 @@
  * addrmap.c - two-level radix tree from 64 KiB units to owners.
  *
  * Key = address >> 16 (32 bits for 48-bit addresses), split 16/16: a
- * static root of 65536 leaf pointers, leaves of 65536 (owner, aux) entries
- * mapped zeroed on first use (calloc of 1 MiB: fresh pages, touched only
- * where entries are written). A registration stores aux before owner and a
- * removal clears owner first, so a reader that finds an owner finds its
- * aux.
+ * static root of 65536 leaf pointers, leaves of 65536 (owner, slab entry)
+ * entries mapped zeroed on first use (calloc of 2 MiB: fresh pages,
+ * touched only where entries are written). A registration stores the
+ * zeroed slab entry before the owner, and a removal clears the owner
+ * first.
  */
 #include "addrmap.h"
 
@@ -20,7 +20,8 @@
 #define LEAF_SIZE ((uint64_t)1 << LEAF_BITS)
 
 typedef llmem__addrmap_leaf leaf;
-_Static_assert(sizeof(leaf) == LEAF_SIZE * 2 * sizeof(void *), "leaf size");
+_Static_assert(sizeof(llmem__addrmap_entry) == 32, "an entry's index is a shift");
+_Static_assert(sizeof(leaf) == LEAF_SIZE * sizeof(llmem__addrmap_entry), "leaf size");
 
 leaf *llmem__addrmap_root[(size_t)1 << (KEY_BITS - LEAF_BITS)];
 #define root llmem__addrmap_root
@@ -40,7 +41,7 @@ static leaf *leaf_for(uint64_t key, bool create)
     return l;
 }
 
-llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner, uintptr_t aux)
+llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner)
 {
     if (size == 0) return LLMEM_OK;
     uintptr_t last = start + size - 1;
@@ -58,7 +59,7 @@ llmem_status llmem__addrmap_set(uintptr_t start, size_t size, void *owner, uintp
     }
     for (uint64_t k = k0; k <= k1; k++) {
         llmem__addrmap_entry *e = &leaf_for(k, false)->e[k & (LEAF_SIZE - 1)];
-        __atomic_store_n(&e->aux, aux, __ATOMIC_RELEASE);
+        e->slab = (llmem__slab_unit){NULL, 0, 0};
         __atomic_store_n(&e->owner, owner, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&write_lock);
@@ -76,7 +77,17 @@ void llmem__addrmap_clear(uintptr_t start, size_t size)
         leaf *l = leaf_for(k, false);
         if (!l) continue;
         __atomic_store_n(&l->e[k & (LEAF_SIZE - 1)].owner, NULL, __ATOMIC_RELEASE);
-        __atomic_store_n(&l->e[k & (LEAF_SIZE - 1)].aux, 0, __ATOMIC_RELEASE);
+        l->e[k & (LEAF_SIZE - 1)].slab = (llmem__slab_unit){NULL, 0, 0};
     }
     pthread_mutex_unlock(&write_lock);
+}
+
+void llmem__addrmap_set_slab(uintptr_t start, size_t size, const llmem__slab_unit *su)
+{
+    if (size == 0) return;
+    uint64_t k0 = (uint64_t)start >> LLMEM_ADDRMAP_SHIFT, k1 = (uint64_t)(start + size - 1) >> LLMEM_ADDRMAP_SHIFT;
+    for (uint64_t k = k0; k <= k1; k++) {
+        leaf *l = __atomic_load_n(&root[k >> LEAF_BITS], __ATOMIC_ACQUIRE);
+        if (l) l->e[k & (LEAF_SIZE - 1)].slab = *su;
+    }
 }

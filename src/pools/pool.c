@@ -212,11 +212,6 @@ llmem_status llmem_pool_check(llmem_pool *p)
         committed += sb->size - (sb->decommitted_units << p->ushift);
         if (llmem__addrmap_get(sb->base) != sb || llmem__addrmap_get(sb->base + sb->size - 1) != sb)
             BAD("pool '%s': superblock %p is not in the address map", p->name, (void *)sb->base);
-        /* The free fast path finds unit entries through the map's aux word
-         * alone. */
-        if (llmem__addrmap_aux(sb->base) != sb_aux(sb, p->ushift) ||
-            llmem__addrmap_aux(sb->base + sb->size - 1) != sb_aux(sb, p->ushift))
-            BAD("pool '%s': superblock %p has a wrong aux word in the address map", p->name, (void *)sb->base);
         uintptr_t at = sb->base;
         size_t sb_used = 0;
         pblock *prev = NULL;
@@ -234,15 +229,18 @@ llmem_status llmem_pool_check(llmem_pool *p)
                                                             unit_of(sb, b->user, p->ushift) == u0 + i);
                 if (!ok) BAD("pool '%s': owner entry %zu of block %p is wrong", p->name, i, (void *)b->start);
             }
-            /* Each unit's slab_info entry, as the free fast path reads it:
-             * its slab's class, place, state array and this pool's tag, or
-             * all zero outside slabs. */
+            /* The address map's slab entry of each of its units, as the free
+             * fast path reads it: its slab's class, place, state array and
+             * this pool's tag, or all zero outside slabs (a slab covers
+             * whole map units, so no other block shares one with it). */
+            if (b->kind == D_SLAB && (b->start % LLMEM_ADDRMAP_UNIT || b->size % LLMEM_ADDRMAP_UNIT))
+                BAD("pool '%s': slab %p does not cover whole address-map units", p->name, (void *)b->start);
             for (size_t i = 0; i < n; i++) {
-                const slab_unit *su = &sb->slab_info[u0 + i];
+                const slab_unit *su = unit_entry(b->start + (i << p->ushift));
                 bool ok = b->kind == D_SLAB ? su->state == ((slab *)b)->state && su->ctag == (pool_utag(p) | b->cls) &&
                                                   su->start == (uint32_t)b->start
                                             : !su->state && !su->start && !su->ctag;
-                if (!ok) BAD("pool '%s': slab_info entry %zu of block %p is wrong", p->name, i, (void *)b->start);
+                if (!ok) BAD("pool '%s': slab entry %zu of block %p is wrong", p->name, i, (void *)b->start);
             }
             if (b->kind == D_FREE) {
                 if (prev && prev->kind == D_FREE)
@@ -489,7 +487,9 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     size_t page = llmem__page_size();
     p->unit = p->host ? (page > 4096 ? page : 4096) : ((size_t)64 << 10);
     p->ushift = (unsigned)__builtin_ctzll(p->unit);
-    if (p->ushift > 26) /* the address map's aux word holds ushift - 11 in four bits (sb_aux) */
+    /* Slabs reach 64 units (the 8U class's eight blocks, rounded), and the
+     * free's exact division takes 32-bit offsets (slab_index). */
+    if (p->ushift > 22)
         return llmem__fail(LLMEM_ENOTSUP, "pool '%s': pages of %zu bytes are not supported", p->name, p->unit);
     size_t min_align = p->unit / 512 > 8 ? p->unit / 512 : 8, max_align = p->unit / 16;
     p->align = o->align ? o->align : (p->host ? 16 : LLMEM_DEVICE_ALIGN);
@@ -543,11 +543,19 @@ static llmem_status configure(llmem_pool *p, const llmem_pool_options *o)
     if (o->extra_class_count && !o->extra_classes)
         return llmem__fail(LLMEM_EINVAL, "pool '%s': extra_class_count without extra_classes", p->name);
     if (o->extra_class_count > LLMEM_POOL_MAX_EXTRA_CLASSES ||
-        !llmem__classes_init(&p->cls, p->align, p->unit, o->extra_classes, o->extra_class_count))
+        !llmem__classes_init(&p->cls, p->align, p->unit, slab_granule(p->unit), o->extra_classes,
+                             o->extra_class_count))
         return llmem__fail(LLMEM_EINVAL, "pool '%s': at most %d extra classes", p->name, LLMEM_POOL_MAX_EXTRA_CLASSES);
     p->profile = o->profile;
-    for (unsigned c = 0; c < p->cls.count; c++)
-        p->magic[c] = (((uint64_t)1 << MAGIC_SHIFT) + p->cls.size[c] - 1) / p->cls.size[c];
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        uint32_t size = p->cls.size[c];
+        unsigned k = (unsigned)__builtin_ctz(size);
+        uint32_t d = size >> k, inv = d; /* Newton's iteration: each step doubles the correct low bits */
+        for (int i = 0; i < 5; i++) inv *= 2 - d * inv;
+        p->div.inv[c] = inv;
+        p->div.last[c] = p->cls.slab_blocks[c] - 1;
+        p->div.shift[c] = (uint8_t)k;
+    }
     return LLMEM_OK;
 }
 

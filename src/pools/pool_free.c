@@ -72,6 +72,7 @@ static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
         slab *s = (slab *)b;
         size_t csize = p->cls.size[b->cls], off = a - b->start;
         uint32_t idx = (uint32_t)(off / csize);
+        if (idx >= s->nblocks) return NOT_A_BLOCK; /* the slab's tail, past its last block */
         l->extent = csize;
         l->idx = idx;
         l->block = b->start + (uintptr_t)idx * csize;
@@ -84,7 +85,7 @@ static where find_block_raw(const llmem_pool *p, uintptr_t a, located *l)
             if (l->block + g != a) return INSIDE_BLOCK;
             return AT_BLOCK;
         }
-        if (!llmem__pool_slab_index(p, b->cls, off, &idx)) return INSIDE_BLOCK;
+        if (!llmem__pool_slab_index(p, b->cls, (uint32_t)off, &idx)) return INSIDE_BLOCK;
         if (idx >= s->carved || !state_get(slab_state(s, idx))) return FREE_SLAB_BLOCK;
         /* Pools with marks: free in a thread or transfer cache. */
         if (state_get(slab_state(s, idx)) == STATE_OUT && mark_load(l->block) == block_mark(p, l->block))

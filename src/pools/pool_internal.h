@@ -35,7 +35,6 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
 #define GUARD_MAGIC 0x6c6c6d65u /* "llme" */
 #define GUARD_BYTE 0xFD
 #define FREED_BYTE 0xDF        /* fills free small blocks of checked host pools */
-#define MAGIC_SHIFT 40         /* exact division by class size, see slab_index */
 
 /* ---- block states: double frees of small blocks ---------------------------
  *
@@ -109,14 +108,17 @@ typedef struct superblock superblock;
  * descriptor and no superblock): the slab's state array, the low half of
  * the slab's start address (a block's offset in its slab is then one 32-bit
  * subtraction, slabs being far below 4 GiB), and its class under its
- * pool's tag. All zero for a unit outside slabs. The free finds the entry
- * from the address map's aux word (sb_aux), so the chain is map root, map
- * entry, this entry, state byte. */
-typedef struct slab_unit {
-    uint8_t *state;             /* the slab's state bytes */
-    uint32_t start;             /* (uint32_t) of the slab's first byte */
-    uint32_t ctag;              /* pool_utag(pool) | class: never below 256 in a slab, 0 outside */
-} slab_unit;
+ * pool's tag. All zero for a unit outside slabs. It lives in the address
+ * map's entry for the unit (addrmap.h), so the chain is map root, map
+ * entry, state byte: slabs cover whole map units (SLAB_GRANULE), so that
+ * an entry names one slab. */
+typedef llmem__slab_unit slab_unit;
+
+/* What slabs are laid on: whole 64 KiB units of the address map, aligned,
+ * or whole pool units where those are larger. Classes' slabs of 16-48 KiB
+ * grew to 64 KiB for it; slabs carve lazily, so a class with few blocks
+ * still touches only the pages it uses. */
+static inline size_t slab_granule(size_t unit) { return unit > LLMEM_ADDRMAP_UNIT ? unit : LLMEM_ADDRMAP_UNIT; }
 
 typedef struct pblock {
     uint8_t kind;
@@ -160,17 +162,16 @@ typedef struct slab {
     uint8_t *state;             /* nblocks bytes, one per block (see "block states") */
 } slab;
 
-/* The first cache line holds what every free reads (base, pool,
- * slab_info, owner) and nothing written after the map; the counters the
+/* The first cache line holds what every free reads (base, pool, owner)
+ * and nothing written after the map; the counters the
  * lock holder writes at every slab or large block (used) sit on the next,
  * so a slab made in one thread does not take the line from another's free
  * (sb_map allocates it 64-byte aligned: from calloc it straddled lines at
- * random, and slab_info sat beside used). */
+ * random, and the free's per-unit table pointer sat beside used). */
 struct superblock {
     uintptr_t base;
     size_t size;
     llmem_pool *pool;
-    struct slab_unit *slab_info; /* per unit: what the free fast path needs, in one load */
     pblock **owner;             /* one entry per unit */
     superblock *next, *prev;    /* all superblocks of the pool */
     superblock *enext, *eprev;  /* the pool's empty superblocks */
@@ -222,6 +223,16 @@ typedef struct xfer_cache {
     uint64_t last_used;         /* llmem__pool_clock at the last push or pop (relaxed) */
 } xfer_cache;
 
+/* The classes' exact division (llmem__pool_slab_index), by class: the
+ * inverse of the size's odd part mod 2^32, its power of two, and the
+ * slab's last block index. Arrays, not an array of structs: indexed by
+ * the class with a scale, no multiply of the index first. */
+typedef struct slab_divisors {
+    uint32_t inv[LLMEM_MAX_CLASSES];
+    uint32_t last[LLMEM_MAX_CLASSES];
+    uint8_t shift[LLMEM_MAX_CLASSES];
+} slab_divisors;
+
 /* Fields read by every fast path come first and are only written at
  * create; what the lock guards starts on its own cache line, so refills in
  * one thread do not evict the configuration other threads are reading. */
@@ -238,7 +249,7 @@ struct llmem_pool {
     size_t unit;
     unsigned ushift;
     size_t align;               /* pool minimum alignment */
-    uint64_t magic[LLMEM_MAX_CLASSES]; /* ceil(2^MAGIC_SHIFT / class size) */
+    slab_divisors div;          /* llmem__pool_slab_index */
     llmem__size_classes cls;
     uint32_t tcache_cap[LLMEM_MAX_CLASSES];
     size_t tcache_slots;
@@ -367,48 +378,9 @@ typedef struct tcache {
 static inline uint32_t pool_utag_of(uint64_t id) { return (uint32_t)(id % 0xffffffu + 1) << 8; }
 static inline uint32_t pool_utag(const llmem_pool *p) { return p->utag; }
 
-/* A superblock's address-map aux word: its slab_info table biased by its
- * base, so that unit entry of address a (in the superblock) lies at
- * (aux & ~15) + (a >> ushift) * sizeof(slab_unit), with no load of the
- * superblock. Integer arithmetic: the biased value need not point into
- * the table. The low four bits hold the unit shift less 11 (the table is
- * 16-byte aligned, as calloc's blocks are; units are 2^12 to 2^26 bytes,
- * pool.c's configure, so the nibble is never 0): the map is shared by
- * every pool of the process, and a pool of other units (a device pool's
- * 64 KiB against a host pool's pages) indexing this table with its own
- * shift read far outside it (a device block passed to a host pool's free
- * crashed). A nibble that is never 0 makes one test refuse both an empty
- * word and another unit's. */
-#define SB_AUX_SHIFT_MASK ((uintptr_t)15)
-static inline uintptr_t aux_nibble(unsigned ushift) { return (uintptr_t)(ushift - 11) & SB_AUX_SHIFT_MASK; }
-static inline uintptr_t sb_aux(const superblock *sb, unsigned ushift)
-{
-    return ((uintptr_t)sb->slab_info - (sb->base >> ushift) * sizeof(slab_unit)) | aux_nibble(ushift);
-}
-
-/* Is aux (0 when no superblock holds the address) a superblock of p's
- * unit, whose table aux_unit may index? The caller still checks the
- * entry's tag (whose slab it is). */
-static inline bool aux_fits(const llmem_pool *p, uintptr_t aux)
-{
-    return ((aux ^ aux_nibble(p->ushift)) & SB_AUX_SHIFT_MASK) == 0;
-}
-
-/* The slab_unit entry of address a from an aux word that fits p. */
-static inline const slab_unit *aux_unit(const llmem_pool *p, uintptr_t aux, uintptr_t a)
-{
-    return (const slab_unit *)((aux & ~SB_AUX_SHIFT_MASK) + (a >> p->ushift) * sizeof(slab_unit));
-}
-
-/* The slab_unit entry of address a in a superblock of p's unit, or an
- * all-zero entry (no superblock holds a, or one of other units), which
- * names no slab: never NULL, so the free's lookup tests the word once. */
-static inline const slab_unit *unit_entry(const llmem_pool *p, uintptr_t a)
-{
-    static const slab_unit none;
-    uintptr_t aux = llmem__addrmap_aux(a);
-    return aux_fits(p, aux) ? aux_unit(p, aux, a) : &none;
-}
+/* The slab entry of address a (all zero if no slab holds it), from the
+ * address map: never NULL, so the free's lookup tests the tag alone. */
+static inline const slab_unit *unit_entry(uintptr_t a) { return llmem__addrmap_slab(a); }
 
 static inline size_t unit_of(const superblock *sb, uintptr_t a, unsigned ushift)
 {
@@ -453,21 +425,30 @@ static inline pblock *node_block(llmem__avl_node *n)
     return n ? (pblock *)((char *)n - offsetof(pblock, node)) : NULL;
 }
 
-/* Block index of a pointer at offset off in a slab of class cls, exact:
- * (off * magic) >> 40 equals off / size for off below 2^24 * 16; false if
- * off is not a block boundary. */
-static inline bool llmem__pool_slab_index(const llmem_pool *p, unsigned cls, size_t off, uint32_t *idx)
+/* Block index of a pointer at offset off (below 2^32) in a slab of class
+ * cls, and whether a block of the slab starts there: false for an offset
+ * inside a block and for the slab's tail past its last block (the free's
+ * fast path read the state byte past the slab's array there, and took the
+ * tail in as a block when that byte, another slab's, said live). With the
+ * class size d << k (d odd): off is a multiple of it exactly when
+ * rotr32(off * d^-1 mod 2^32, k) is at most (2^32 - 1) / size, and then it
+ * is off / size; bounding it by the slab's last index instead checks both
+ * at once (Granlund and Montgomery's divisibility test). A multiply, a
+ * rotate and a compare. */
+static inline bool llmem__pool_slab_index(const llmem_pool *p, unsigned cls, uint32_t off, uint32_t *idx)
 {
-    uint64_t i = ((uint64_t)off * p->magic[cls]) >> MAGIC_SHIFT;
-    *idx = (uint32_t)i;
-    return i * p->cls.size[cls] == off;
+    unsigned k = p->div.shift[cls];
+    uint32_t q = off * p->div.inv[cls];
+    q = (q >> k) | (q << ((32 - k) & 31));
+    *idx = q;
+    return q <= p->div.last[cls];
 }
 
 /* The class of the slab block of pool p that address a starts, from its
- * unit's entry su (aux_unit), with its index in the slab in
+ * unit's entry su (unit_entry), with its index in the slab in
  * *idx; -1 if su names no slab of p or a is not a block boundary in it.
  * The free's lookup and the shim's usable size: one load of the entry,
- * one subtraction, the exact division. */
+ * one subtraction, the exact division (which also bounds the index). */
 static inline int unit_block(const llmem_pool *p, const slab_unit *su, uintptr_t a, uint32_t *idx)
 {
     uint32_t c = su->ctag ^ pool_utag(p);

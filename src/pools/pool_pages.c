@@ -172,7 +172,6 @@ static void empty_list_remove(llmem_pool *p, superblock *sb)
 void llmem__pool_sb_free_meta(superblock *sb)
 {
     free(sb->owner);
-    free(sb->slab_info);
     free(sb->decommitted);
     free(sb);
 }
@@ -198,13 +197,12 @@ static llmem_status sb_map(llmem_pool *p, unsigned h, size_t size, bool reserved
     if (sb) {
         sb->owner = calloc(units, sizeof *sb->owner);
         sb->decommitted = calloc((units + 63) / 64, sizeof(uint64_t));
-        sb->slab_info = calloc(units, sizeof *sb->slab_info);
     }
-    if (!sb || !sb->owner || !sb->decommitted || !sb->slab_info || !b)
+    if (!sb || !sb->owner || !sb->decommitted || !b)
         st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for superblock metadata", p->name);
     else {
         sb->base = (uintptr_t)base;
-        st = llmem__addrmap_set((uintptr_t)base, size, sb, sb_aux(sb, p->ushift));
+        st = llmem__addrmap_set((uintptr_t)base, size, sb);
     }
     if (st) {
         if (sb) llmem__pool_sb_free_meta(sb);
@@ -271,7 +269,7 @@ bool llmem__pool_release_sb(llmem_pool *p, superblock *sb)
     size_t decommitted = sb->decommitted_units << p->ushift;
     ST_ADD(p->st.resource_calls_total, 1);
     if (llmem_resource_unmap(p->heap_res[sb->heap], (void *)sb->base, sb->size, sb->size - decommitted) != LLMEM_OK) {
-        llmem__addrmap_set(sb->base, sb->size, sb, sb_aux(sb, p->ushift)); /* its nodes exist: cannot fail */
+        llmem__addrmap_set(sb->base, sb->size, sb); /* its nodes exist: cannot fail; empty, so no slab entries */
         sb->empty_since = llmem__pool_clock();          /* try again after another delay */
         llmem__log(LLMEM_LOG_WARN, "pool '%s': superblock %p kept: %s", p->name, (void *)sb->base,
                    llmem_error_message());

@@ -22,7 +22,7 @@
  * a call at fork: its busy flag stays set).
  *
  * Usable size without the lock. A live slab block keeps its slab (and so
- * the superblock's slab_info entries for it) alive, and a live large
+ * the address map's slab entries for it) alive, and a live large
  * block's descriptor and owner entry change only when it is freed or
  * resized, which its owner is not doing while it asks. So for a live
  * block start the tables can be read as they are; the locked query
@@ -63,12 +63,12 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
 {
     uintptr_t a = (uintptr_t)ptr;
     if (!p || !ptr || p->checked) return llmem_pool_usable_size(p, ptr);
-    /* A slab block the way the free finds it: the map entry's aux word
-     * locates the unit's slab_unit, whose tag says whose slab it is, so
-     * the superblock's header is not read (redis-server asks at every
-     * malloc and free: that header's line was an eighth of this call's
-     * samples, and the free then reads the slab_unit line anyway). */
-    const slab_unit *su = unit_entry(p, a);
+    /* A slab block the way the free finds it: the map entry's slab
+     * entry, whose tag says whose slab it is, so the superblock's header
+     * is not read (redis-server asks at every malloc and free: that
+     * header's line was an eighth of this call's samples, and the free
+     * then reads the entry's line anyway). */
+    const slab_unit *su = unit_entry(a);
     if ((su->ctag ^ pool_utag(p)) < 256) {
         /* A block boundary: exact division by the class size with the
          * pool's reciprocal (as its free path checks it). */

@@ -9,10 +9,11 @@
  * which must not touch their memory, and checked pools). Slabs with a free
  * or uncarved block sit on their class's partial list; a slab whose last
  * block comes back is kept if it is its class's only empty slab, otherwise
- * returned to the page allocator. Every unit of a slab has a slab_info entry
- * in its superblock ((class + 1) << 24 | units from the slab's start, and
- * the slab's state array), so the free fast path finds a pointer's class,
- * block index and state byte without touching the slab descriptor.
+ * returned to the page allocator. A slab covers whole units of the address
+ * map (slab_granule), aligned, and each has the slab's entry there (its
+ * state array, start and class under the pool's tag: slab_unit), so the
+ * free fast path finds a pointer's class, block index and state byte
+ * without touching the slab descriptor or the superblock.
  *
  * Checked mode adds a bit per slab block (allocated or not) and, on the
  * host, guard canaries: an allocation of n bytes takes a block of G + n + 16
@@ -122,7 +123,7 @@ static void partial_remove(central *c, slab *s)
 static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
 {
     size_t bytes = p->cls.slab_bytes[cls];
-    pblock *b = llmem__pool_take_pages(p, HEAP_SMALL, bytes, p->unit, st);
+    pblock *b = llmem__pool_take_pages(p, HEAP_SMALL, bytes, slab_granule(p->unit), st);
     if (!b) return NULL;
     slab *s = (slab *)b;
     s->nblocks = p->cls.slab_blocks[cls];
@@ -144,10 +145,9 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     b->cls = (uint16_t)cls;
     superblock *sb = b->sb;
     size_t u0 = unit_of(sb, b->start, p->ushift), n = b->size >> p->ushift;
-    for (size_t i = 0; i < n; i++) {
-        sb->owner[u0 + i] = b;
-        sb->slab_info[u0 + i] = (slab_unit){s->state, (uint32_t)b->start, pool_utag(p) | (uint32_t)cls};
-    }
+    for (size_t i = 0; i < n; i++) sb->owner[u0 + i] = b;
+    llmem__assert(b->start % LLMEM_ADDRMAP_UNIT == 0 && b->size % LLMEM_ADDRMAP_UNIT == 0);
+    llmem__addrmap_set_slab(b->start, b->size, &(slab_unit){s->state, (uint32_t)b->start, pool_utag(p) | (uint32_t)cls});
     central *c = &p->central[cls];
     ST_ADD(c->slabs, 1);
     c->empty_slabs++;
@@ -167,7 +167,7 @@ void llmem__pool_slab_release(llmem_pool *p, slab *s)
     superblock *sb = s->b.sb;
     size_t u0 = unit_of(sb, s->b.start, p->ushift), n = s->b.size >> p->ushift;
     for (size_t i = 1; i < n; i++) sb->owner[u0 + i] = NULL;
-    for (size_t i = 0; i < n; i++) sb->slab_info[u0 + i] = (slab_unit){NULL, 0, 0};
+    llmem__addrmap_set_slab(s->b.start, s->b.size, &(slab_unit){NULL, 0, 0});
     ST_SUB(p->st.slab_bytes, s->b.size);
     memset((char *)s + sizeof(pblock), 0, sizeof *s - sizeof(pblock));
     llmem__pool_put_pages(p, &s->b);

@@ -967,15 +967,15 @@ void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *
 }
 
 
-/* The slab block a pointer starts, read from its unit's slab_info entry
- * without touching the block or the superblock (the address map's aux
- * word locates the entry): its class (or -1 if it is not a block boundary
- * of a slab of this pool: then the slow path explains) and its state byte.
- * Four dependent loads: map root, map entry, unit entry, state byte. */
+/* The slab block a pointer starts, read from its unit's slab entry in the
+ * address map without touching the block or the superblock: its class (or
+ * -1 if it is not a block boundary of a slab of this pool: then the slow
+ * path explains) and its state byte. Three dependent loads: map root, map
+ * entry, state byte. */
 static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **state)
 {
     uint32_t idx;
-    const slab_unit *su = unit_entry(p, a);
+    const slab_unit *su = unit_entry(a);
     int c = unit_block(p, su, a, &idx);
     if (c >= 0) *state = su->state + idx;
     return c;

@@ -12,7 +12,8 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-bool llmem__classes_init(llmem__size_classes *c, size_t align, size_t unit, const uint32_t *extra, size_t n_extra)
+bool llmem__classes_init(llmem__size_classes *c, size_t align, size_t unit, size_t granule, const uint32_t *extra,
+                         size_t n_extra)
 {
     c->align = align;
     c->align_shift = (unsigned)__builtin_ctzll(align);
@@ -45,8 +46,8 @@ bool llmem__classes_init(llmem__size_classes *c, size_t align, size_t unit, cons
     for (unsigned i = 0; i < n; i++) {
         size_t b = c->size[i];
         size_t min = 8 * b > 4 * unit ? 8 * b : 4 * unit;
-        size_t slab = (min + unit - 1) / unit * unit;
-        while ((slab % b) > slab / 16) slab += unit;
+        size_t slab = (min + granule - 1) / granule * granule;
+        while ((slab % b) > slab / 16) slab += granule;
         c->slab_bytes[i] = (uint32_t)slab;
         c->slab_blocks[i] = (uint32_t)(slab / b);
     }

@@ -9,9 +9,11 @@
  * the A-step bounds it (a 65 B request takes 80 B). Requests above 8U go to
  * the large-block allocator at unit granularity, again within 1/9.
  *
- * Each class has a slab size: the smallest multiple of U that holds at
- * least 8 blocks and 4 units, and wastes at most 1/16 of itself at the
- * tail. A byte table maps a size to its class in one load.
+ * Each class has a slab size: the smallest multiple of the slab granule G
+ * (a multiple of U: the pool lays slabs on whole units of its address map,
+ * 64 KiB) that holds at least 8 blocks and 4 units, and wastes at most
+ * 1/16 of itself at the tail. A byte table maps a size to its class in one
+ * load.
  */
 #ifndef LLMEM_SIZE_CLASS_H
 #define LLMEM_SIZE_CLASS_H
@@ -35,11 +37,13 @@ typedef struct llmem__size_classes {
 } llmem__size_classes;
 
 /* Build the table. align and unit are powers of two with unit >= 16 * align
- * and 8 * unit / align <= 4096. `extra` sizes (n of them, profile-chosen)
+ * and 8 * unit / align <= 4096; granule, the slabs' size step, is a power
+ * of two of at least unit. `extra` sizes (n of them, profile-chosen)
  * become classes of their own, rounded up to align; sizes above the largest
  * class are ignored. False if the classes would be more than
  * LLMEM_MAX_CLASSES. */
-bool llmem__classes_init(llmem__size_classes *c, size_t align, size_t unit, const uint32_t *extra, size_t n);
+bool llmem__classes_init(llmem__size_classes *c, size_t align, size_t unit, size_t granule, const uint32_t *extra,
+                         size_t n);
 
 /* Class of a size in 1..max_small. */
 static inline unsigned llmem__class_of(const llmem__size_classes *c, size_t size)
