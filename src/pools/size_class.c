@@ -48,6 +48,13 @@ bool llmem__classes_init(llmem__size_classes *c, size_t align, size_t unit, size
         size_t min = 8 * b > 4 * unit ? 8 * b : 4 * unit;
         size_t slab = (min + granule - 1) / granule * granule;
         while ((slab % b) > slab / 16) slab += granule;
+        /* A tail of up to 1/16 is allowed, but up to three granules more
+         * buy one of at most 1/64 where they can. */
+        for (size_t more = slab; more <= slab + 3 * granule; more += granule)
+            if ((more % b) <= more / 64) {
+                slab = more;
+                break;
+            }
         c->slab_bytes[i] = (uint32_t)slab;
         c->slab_blocks[i] = (uint32_t)(slab / b);
     }

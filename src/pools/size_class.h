@@ -12,8 +12,10 @@
  * Each class has a slab size: the smallest multiple of the slab granule G
  * (a multiple of U: the pool lays slabs on whole units of its address map,
  * 64 KiB) that holds at least 8 blocks and 4 units, and wastes at most
- * 1/16 of itself at the tail. A byte table maps a size to its class in one
- * load.
+ * 1/16 of itself at the tail; or, where one of the next three multiples
+ * wastes at most 1/64, that one (sqlite3's 4,480-byte class wasted 4.3%
+ * of a 64 KiB slab, 0.9% of 128 KiB: its peak RSS 62.7 -> 61.8 MiB). A
+ * byte table maps a size to its class in one load.
  */
 #ifndef LLMEM_SIZE_CLASS_H
 #define LLMEM_SIZE_CLASS_H
