@@ -147,6 +147,21 @@ static void note_active(llmem_pool *p, tcache *t)
 static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
+/* One more on a counter that only this thread writes and stats read with
+ * relaxed loads: on x86-64 one add to memory (an aligned 8-byte store is
+ * never seen torn), where the relaxed load and store that C11 offers take
+ * three instructions (GCC fuses no atomic access into an add): 2 of the
+ * free's 66 and 2 of the allocation's 44 (callgrind, batch_free). TSan
+ * builds keep the atomics, which it can see. */
+static inline void count_one(uint64_t *c)
+{
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+    __asm__("addq $1, %0" : "+m"(*c));
+#else
+    st_u64(c, *c + 1);
+#endif
+}
+
 /* Bytes and blocks sitting in thread and transfer caches. The tcache list
  * lock held. */
 void llmem__pool_cached_totals(const llmem_pool *p, uint64_t *bytes, uint64_t *blocks, uint64_t *per_class)
@@ -381,7 +396,7 @@ static inline __attribute__((always_inline)) void lcache_push(llmem_pool *p, tca
     st_pb(&l->slot[n].b, b);
     st_u64(&l->bytes, l->bytes + b->size);
     st_u32(&l->count, n + 1);
-    st_u64(&l->frees, l->frees + 1);
+    count_one(&l->frees);
     owner_leave(t);
 }
 
@@ -402,7 +417,7 @@ static inline __attribute__((always_inline)) void *lcache_pop(llmem_pool *p, tca
     uintptr_t a = l->slot[i].ptr;
     lcache_remove(l, (uint32_t)i, p->ushift);
     tcached_set(b, 0);
-    st_u64(&l->allocs, l->allocs + 1);
+    count_one(&l->allocs);
     owner_leave(t);
     /* The entry may be larger than asked (llmem__pool_fit_units): the
      * rest of it stays poisoned from the push, as a rounded block's tail. */
@@ -829,7 +844,7 @@ static __attribute__((noinline)) void *alloc_slow(llmem_pool *p, size_t size, si
             if (b == (uintptr_t)got.block) state_set(got.state, 1);
             else mark_store(b, 0); /* as alloc_fast: a store, no load */
             got.block = (void *)b;
-            st_u64(&t->bin[c].allocs, t->bin[c].allocs + 1);
+            count_one(&t->bin[c].allocs);
             owner_leave(t);
             if (p->host) LLMEM_UNPOISON(got.block, size);
             if (status) *status = LLMEM_OK;
@@ -914,7 +929,7 @@ static inline __attribute__((always_inline)) void *alloc_fast(llmem_pool *p, siz
             tslot got = bin->items[n - 1];
             uintptr_t b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED;
             st_u32(&bin->count, n - 1);
-            st_u64(&bin->allocs, bin->allocs + 1);
+            count_one(&bin->allocs);
             if (b == (uintptr_t)got.block) state_set(got.state, 1);
             else mark_store(b, 0); /* a store: the block's line need not be here yet */
             got.block = (void *)b;
@@ -1006,7 +1021,7 @@ static inline __attribute__((always_inline)) void bin_push(llmem_pool *p, tbin *
         *slot = (tslot){ptr, state};
     }
     st_u32(&b->count, n + 1);
-    st_u64(&b->frees, b->frees + 1);
+    count_one(&b->frees);
     if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
 }
 
