@@ -574,20 +574,21 @@ llmem_status llmem_pool_create(const llmem_pool_options *opts, llmem_pool **out)
         fo.name = "pool-metadata";
         fo.block_size = sizeof(slab);
         st = llmem_fixed_create(&fo, &p->descs);
-        size_t most = 64;
-        for (unsigned c = 0; c < p->cls.count; c++)
-            if (p->cls.slab_blocks[c] > most) most = p->cls.slab_blocks[c];
-        p->states_big = (most + 63) & ~(size_t)63;
         fo.name = "pool-states";
-        fo.block_size = 64;
-        if (!st) st = llmem_fixed_create(&fo, &p->states[0]);
-        fo.block_size = p->states_big;
-        if (!st) st = llmem_fixed_create(&fo, &p->states[1]);
+        for (unsigned c = 0; c < p->cls.count && !st; c++) {
+            unsigned k = state_pool(p->cls.slab_blocks[c]);
+            if (k >= STATE_POOLS) {
+                st = llmem__fail(LLMEM_ENOTSUP, "pool '%s': a slab of %u blocks has no state array size", p->name,
+                                 p->cls.slab_blocks[c]);
+            } else if (!p->states[k]) {
+                fo.block_size = (size_t)64 << k;
+                st = llmem_fixed_create(&fo, &p->states[k]);
+            }
+        }
     }
     if (st) {
         llmem_fixed_destroy(p->descs);
-        llmem_fixed_destroy(p->states[0]);
-        llmem_fixed_destroy(p->states[1]);
+        for (unsigned k = 0; k < STATE_POOLS; k++) llmem_fixed_destroy(p->states[k]);
         free(p);
         return st;
     }
@@ -674,8 +675,7 @@ void llmem_pool_destroy(llmem_pool *p)
     }
     llmem__pool_drop_fenced(p);
     llmem_fixed_destroy(p->descs);
-    llmem_fixed_destroy(p->states[0]);
-    llmem_fixed_destroy(p->states[1]);
+    for (unsigned k = 0; k < STATE_POOLS; k++) llmem_fixed_destroy(p->states[k]);
     free(p->xfer_storage);
     for (unsigned c = 0; c < p->cls.count; c++) pthread_mutex_destroy(&p->xfer[c].lock);
     free(p->handles);

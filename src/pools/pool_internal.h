@@ -91,11 +91,17 @@ enum { HEAP_SMALL = 0, HEAP_LARGE = 1, HEAPS = 2 };
  * Where the bytes live: an array per slab, dense (a free reads one line per
  * slab, not one per block: a bytemap over the superblock, a byte per 16
  * bytes, made the state load miss as often as a mark in the block), from
- * two fixed pools of host metadata (64-byte arrays for slabs of up to 64
- * blocks, most classes; the largest slab's count for the rest), so that
- * making a slab mallocs nothing (an engine's decode steps stay
- * malloc-free). */
+ * fixed pools of host metadata, one per array size (64 << k bytes, the
+ * smallest that holds the slab's blocks), so that making a slab mallocs
+ * nothing (an engine's decode steps stay malloc-free). One size per
+ * power of two, not one for all: arrays of the largest slab's count (4
+ * KiB once slabs became 64 KiB) all began on a page boundary, so the hot
+ * first bytes of every class's array fell in one set of the L1 cache
+ * (callgrind, batch_alloc: D1 misses 6.1 -> 9.5 million). */
 enum { STATE_OUT = 3 };
+#define STATE_POOLS 8          /* state arrays of 64 B to 8 KiB: slabs of up to 8192 blocks */
+/* The state-array pool for a slab of n blocks: the smallest 64 << k >= n. */
+static inline unsigned state_pool(uint32_t n) { return n <= 64 ? 0 : (unsigned)(32 - __builtin_clz(n - 1)) - 6; }
 #define TSLOT_MARKED ((uintptr_t)1) /* in a tslot's block word: the block is marked */
 typedef struct tslot {
     void *block;
@@ -268,8 +274,7 @@ struct llmem_pool {
     struct llmem_pool *purge_next; /* the purger's list, under its lock */
     tslot *xfer_storage;        /* every class's transfer cache slots */
     llmem_fixed *descs;
-    llmem_fixed *states[2];     /* slabs' state arrays: 64 bytes, and states_big bytes */
-    size_t states_big;          /* the most blocks any class's slab holds, rounded up to 64 */
+    llmem_fixed *states[STATE_POOLS]; /* slabs' state arrays of 64 << k bytes (state_pool) */
     llmem_profile *profile;     /* borrowed; records every allocation when set */
     /* guarded by the lock */
     _Alignas(64) pthread_mutex_t lock;

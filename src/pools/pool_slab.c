@@ -132,11 +132,11 @@ static slab *slab_new(llmem_pool *p, unsigned cls, llmem_status *st)
     s->free_idx = NULL;
     s->listed = false;
     if (!p->inband) s->free_idx = malloc(s->nblocks * sizeof *s->free_idx);
-    s->state = llmem_fixed_alloc(p->states[s->nblocks > 64], NULL);
+    s->state = llmem_fixed_alloc(p->states[state_pool(s->nblocks)], NULL);
     if (s->state) memset(s->state, 0, s->nblocks);
     if ((!p->inband && !s->free_idx) || !s->state) {
         free(s->free_idx);
-        if (s->state) llmem_fixed_free(p->states[s->nblocks > 64], s->state);
+        if (s->state) llmem_fixed_free(p->states[state_pool(s->nblocks)], s->state);
         llmem__pool_put_pages(p, b);
         *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for slab metadata", p->name);
         return NULL;
@@ -163,7 +163,7 @@ void llmem__pool_slab_release(llmem_pool *p, slab *s)
     ST_SUB(c->slabs, 1);
     c->empty_slabs--;
     free(s->free_idx);
-    llmem_fixed_free(p->states[s->nblocks > 64], s->state);
+    llmem_fixed_free(p->states[state_pool(s->nblocks)], s->state);
     superblock *sb = s->b.sb;
     size_t u0 = unit_of(sb, s->b.start, p->ushift), n = s->b.size >> p->ushift;
     for (size_t i = 1; i < n; i++) sb->owner[u0 + i] = NULL;
