@@ -7,8 +7,10 @@
  * last block (its tail slack, where the slab is not a multiple of the
  * class size) is not a block: its free is refused on the fast path and the
  * locked one, and nothing past the slab's state bytes is read as a block's.
+ * The exact division the free uses matches plain division everywhere.
  */
 #include "test_util.h"
+#include "llmem/sim_resource.h"
 
 #include "../src/pools/pool_internal.h"
 
@@ -131,12 +133,54 @@ static void tail_of_a_slab_is_not_a_block(void **state)
     }
 }
 
+/* The exact division against plain division, for every class of a host
+ * pool and of a device pool (sim-device: 64 KiB units, 256-byte
+ * alignment) and every offset of its slab and a little past it: true
+ * exactly at block starts before the slab's end, with the block's index. */
+static void division_matches(llmem_pool *p)
+{
+    for (unsigned c = 0; c < p->cls.count; c++) {
+        uint32_t size = p->cls.size[c], nb = p->cls.slab_blocks[c];
+        for (uint32_t off = 0; off < p->cls.slab_bytes[c] + 2 * size; off += 16) {
+            uint32_t idx = UINT32_MAX;
+            bool at = llmem__pool_slab_index(p, c, off, &idx);
+            bool want = off % size == 0 && off / size < nb;
+            if (at != want) fail_msg("class %u (%u B), offset %u: %d, want %d", c, size, off, at, want);
+            if (at) assert_int_equal(idx, off / size);
+        }
+        /* A pointer below the slab's start wraps to a far offset: never a block. */
+        uint32_t idx;
+        assert_false(llmem__pool_slab_index(p, c, UINT32_MAX - 15, &idx));
+        assert_false(llmem__pool_slab_index(p, c, nb * size, &idx));
+    }
+}
+
+static void exact_division_matches_plain_division(void **state)
+{
+    (void)state;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(NULL, &p));
+    division_matches(p);
+    llmem_pool_destroy(p);
+    llmem_sim_options so = llmem_sim_options_default();
+    llmem_resource *sim;
+    assert_ok(llmem_sim_resource_create(&so, &sim));
+    llmem_pool_options o = llmem_pool_options_default();
+    o.resource = sim;
+    assert_ok(llmem_pool_create(&o, &p));
+    assert_false(p->host);
+    division_matches(p);
+    llmem_pool_destroy(p);
+    llmem_resource_destroy(sim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(slabs_cover_whole_map_units),
         cmocka_unit_test(released_slab_clears_its_entries),
         cmocka_unit_test(tail_of_a_slab_is_not_a_block),
+        cmocka_unit_test(exact_division_matches_plain_division),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

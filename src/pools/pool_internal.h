@@ -116,7 +116,7 @@ typedef struct superblock superblock;
  * subtraction, slabs being far below 4 GiB), and its class under its
  * pool's tag. All zero for a unit outside slabs. It lives in the address
  * map's entry for the unit (addrmap.h), so the chain is map root, map
- * entry, state byte: slabs cover whole map units (SLAB_GRANULE), so that
+ * entry, state byte: slabs cover whole map units (slab_granule), so that
  * an entry names one slab. */
 typedef llmem__slab_unit slab_unit;
 
