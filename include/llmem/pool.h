@@ -14,7 +14,9 @@
  * compaction). Inside superblocks:
  *  - small and medium requests (up to 32 KiB on the host, 512 KiB on a
  *    device) are rounded to a size class (see below) and served from slabs,
- *    runs of pages holding blocks of one class;
+ *    runs of pages holding blocks of one class (64 KiB or a multiple,
+ *    aligned to 64 KiB: a free finds its slab in the process's address
+ *    map with no table of the superblock's between);
  *  - larger requests take a best-fit run of pages (4 KiB host, 64 KiB
  *    device), split off the rest, and coalesce with free neighbours when
  *    freed (the BFC arena's method), in O(log n) through a tree of free runs.
