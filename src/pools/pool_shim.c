@@ -70,8 +70,8 @@ size_t llmem__pool_usable_nolock(const llmem_pool *p, const void *ptr)
      * then reads the entry's line anyway). */
     const slab_unit *su = unit_entry(a);
     if ((su->ctag ^ pool_utag(p)) < 256) {
-        /* A block boundary: exact division by the class size with the
-         * pool's reciprocal (as its free path checks it). */
+        /* A block boundary before the slab's end: the exact division
+         * (llmem__pool_slab_index), as its free path checks it. */
         uint32_t idx;
         int c = unit_block(p, su, a, &idx);
         if (c >= 0) return p->cls.size[c];
