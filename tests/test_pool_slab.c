@@ -7,10 +7,10 @@
  * last block (its tail slack, where the slab is not a multiple of the
  * class size) is not a block: its free is refused on the fast path and the
  * locked one, and nothing past the slab's state bytes is read as a block's.
- * The exact division the free uses matches plain division everywhere.
+ * The exact division the free uses matches plain division everywhere, and
+ * llmem_pool_check reports a wrong entry.
  */
 #include "test_util.h"
-#include "llmem/sim_resource.h"
 
 #include "../src/pools/pool_internal.h"
 
@@ -162,16 +162,43 @@ static void exact_division_matches_plain_division(void **state)
     assert_ok(llmem_pool_create(NULL, &p));
     division_matches(p);
     llmem_pool_destroy(p);
-    llmem_sim_options so = llmem_sim_options_default();
-    llmem_resource *sim;
-    assert_ok(llmem_sim_resource_create(&so, &sim));
+    llmem_resource *sim = test_sim_new(0);
     llmem_pool_options o = llmem_pool_options_default();
     o.resource = sim;
     assert_ok(llmem_pool_create(&o, &p));
     assert_false(p->host);
     division_matches(p);
     llmem_pool_destroy(p);
+    test_sim_expect_clean(sim);
     llmem_resource_destroy(sim);
+}
+
+/* llmem_pool_check reads every map unit a block touches: a slab unit whose
+ * entry names another class, and a unit outside slabs whose entry is not
+ * zero, are both reported. */
+static void check_sees_a_wrong_slab_entry(void **state)
+{
+    (void)state;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(NULL, &p));
+    void *a = llmem_pool_alloc(p, 100, NULL), *big = llmem_pool_alloc(p, 1 << 20, NULL);
+    assert_non_null(a);
+    assert_non_null(big);
+    slab *s = slab_of(p, a);
+    llmem__addrmap_entry *e = (llmem__addrmap_entry *)llmem__addrmap_entry_of(s->b.start + s->b.size - 1);
+    llmem__slab_unit keep = e->slab;
+    e->slab.ctag ^= 1;
+    assert_status(llmem_pool_check(p), LLMEM_ECORRUPT);
+    e->slab = keep;
+    assert_ok(llmem_pool_check(p));
+    e = (llmem__addrmap_entry *)llmem__addrmap_entry_of((uintptr_t)big + (512 << 10));
+    e->slab.start = 1;
+    assert_status(llmem_pool_check(p), LLMEM_ECORRUPT);
+    e->slab.start = 0;
+    assert_ok(llmem_pool_check(p));
+    assert_ok(llmem_pool_free(p, big));
+    assert_ok(llmem_pool_free(p, a));
+    llmem_pool_destroy(p);
 }
 
 int main(void)
@@ -181,6 +208,7 @@ int main(void)
         cmocka_unit_test(released_slab_clears_its_entries),
         cmocka_unit_test(tail_of_a_slab_is_not_a_block),
         cmocka_unit_test(exact_division_matches_plain_division),
+        cmocka_unit_test(check_sees_a_wrong_slab_entry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

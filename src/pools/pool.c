@@ -235,12 +235,13 @@ llmem_status llmem_pool_check(llmem_pool *p)
              * whole map units, so no other block shares one with it). */
             if (b->kind == D_SLAB && (b->start % LLMEM_ADDRMAP_UNIT || b->size % LLMEM_ADDRMAP_UNIT))
                 BAD("pool '%s': slab %p does not cover whole address-map units", p->name, (void *)b->start);
-            for (size_t i = 0; i < n; i++) {
-                const slab_unit *su = unit_entry(b->start + (i << p->ushift));
+            for (uintptr_t u = b->start & ~(uintptr_t)(LLMEM_ADDRMAP_UNIT - 1); u < b->start + b->size;
+                 u += LLMEM_ADDRMAP_UNIT) { /* each map unit the block touches, once */
+                const slab_unit *su = unit_entry(u);
                 bool ok = b->kind == D_SLAB ? su->state == ((slab *)b)->state && su->ctag == (pool_utag(p) | b->cls) &&
                                                   su->start == (uint32_t)b->start
                                             : !su->state && !su->start && !su->ctag;
-                if (!ok) BAD("pool '%s': slab entry %zu of block %p is wrong", p->name, i, (void *)b->start);
+                if (!ok) BAD("pool '%s': slab entry at %p of block %p is wrong", p->name, (void *)u, (void *)b->start);
             }
             if (b->kind == D_FREE) {
                 if (prev && prev->kind == D_FREE)
