@@ -35,7 +35,8 @@
  *    power of two from 1 to 16 KiB (near_pow2_classes), where programs'
  *    page-plus-header requests cluster.
  *  - Requests of 1 MiB and more are mappings of their own (mapped.c):
- *    free unmaps them, realloc resizes them with mremap; a pool block
+ *    free unmaps them or keeps a few for the next (250 ms, 8 MiB),
+ *    realloc resizes them with mremap; a pool block
  *    that realloc grows past 1 MiB moves to one. Before it maps one, the
  *    pool gives back the pages of its free runs of 1 MiB and more; before
  *    a malloc or calloc of 128 KiB or more, those of its runs of 256 KiB
@@ -215,6 +216,7 @@ static __attribute__((noinline, cold)) llmem_pool *init_pool(void)
     o.name = "malloc";
     o.purge = LLMEM_POOL_PURGE_MANUAL;
     o.decay_ms = (uint32_t)env_ulong("LLMEM_MALLOC_DECAY_MS", 0);
+    llmem__mapped_set_keep_ns((uint64_t)(o.decay_ms ? o.decay_ms : 250) * 1000000u);
     llmem_resource *res = llmem_resource_default();
     if (env_ulong("LLMEM_MALLOC_THP", 0)) {
         llmem_os_options oo = llmem_os_options_default();
@@ -296,13 +298,19 @@ static uint64_t next_release_ns;
 /* A request of RELEASE_REQUEST_MIN bytes or more, before it is served. A
  * mapping (LLMEM_SHIM_MAPPED_MIN and more) comes back from here, NULL if
  * the kernel refuses or the request is smaller (the caller tries the
- * pool). Before a mapping the pool gives back the pages of all its free
- * runs of a megabyte and more, of any age (llmem__pool_release_free_runs):
- * the new mapping's pages would otherwise add to the peak beside free
- * pages that stay resident (python3's test run held 6-7 MiB of them at its
- * peak while its 5-10 MB buffers were mapped). */
-static __attribute__((noinline)) void *big_alloc(llmem_pool *p, size_t n)
+ * pool). A freed block's kept mapping serves first (zeroed for calloc):
+ * its pages are resident already. Before a fresh mapping the pool gives
+ * back the pages of all its free runs of a megabyte and more, of any age
+ * (llmem__pool_release_free_runs): the new mapping's pages would
+ * otherwise add to the peak beside free pages that stay resident
+ * (python3's test run held 6-7 MiB of them at its peak while its 5-10 MB
+ * buffers were mapped). */
+static __attribute__((noinline)) void *big_alloc(llmem_pool *p, size_t n, bool zero)
 {
+    if (n >= LLMEM_SHIM_MAPPED_MIN) {
+        void *m = llmem__mapped_reuse(n, zero); /* pages the process holds already */
+        if (m) return m;
+    }
     int was = inside;
     inside = IN_POOL;
     if (n >= LLMEM_SHIM_MAPPED_MIN) {
@@ -326,7 +334,7 @@ static inline void *shim_malloc(size_t n)
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, false);
     if (LLMEM_UNLIKELY(n >= RELEASE_REQUEST_MIN)) {
-        void *m = big_alloc(p, n);
+        void *m = big_alloc(p, n, false);
         if (m) return m;
     }
     inside = IN_POOL;
@@ -348,7 +356,7 @@ EXPORT void *calloc(size_t count, size_t size)
     llmem_pool *p = pool_for_call();
     if (LLMEM_UNLIKELY(!p)) return side_or_enomem(n, 0, true);
     if (LLMEM_UNLIKELY(n >= RELEASE_REQUEST_MIN)) {
-        void *m = big_alloc(p, n); /* a mapping is zero-filled by the kernel */
+        void *m = big_alloc(p, n, true); /* a fresh mapping is zero-filled by the kernel */
         if (m) return m;
     }
     inside = IN_POOL;
@@ -503,7 +511,7 @@ static void *shim_realloc(void *ptr, size_t n)
         llmem_status st = LLMEM_OK;
         if (have && n <= have && n >= have / 2) {
             r = ptr;
-        } else if (have && n > have && n >= LLMEM_SHIM_MAPPED_MIN && (r = big_alloc(pool, n)) != NULL) {
+        } else if (have && n > have && n >= LLMEM_SHIM_MAPPED_MIN && (r = big_alloc(pool, n, false)) != NULL) {
             memcpy(r, ptr, have); /* the last copy: mremap resizes it from here on */
             llmem_pool_free(pool, ptr);
         } else if (have && (n < have || have < GROW_IN_PLACE_MIN)) {
@@ -605,7 +613,10 @@ EXPORT int malloc_trim(size_t pad)
     inside = IN_POOL;
     size_t released = llmem_pool_trim(p);
     inside = IN_NONE;
-    return released > 0;
+    llmem__mapped_stats ms;
+    llmem__mapped_get_stats(&ms);
+    llmem__mapped_trim();
+    return released > 0 || ms.cached_bytes > 0;
 }
 
 /* ---- figures at exit ---------------------------------------------------- */
@@ -629,15 +640,16 @@ static __attribute__((destructor)) void report_at_exit(void)
                      "libllmem-malloc: pid %d pool %s allocs_total=%llu frees_total=%llu live=%llu used_peak_bytes=%llu "
                      "reserved_peak_bytes=%llu committed_bytes=%llu invalid_frees=%llu; side allocs_total=%llu "
                      "live_blocks=%llu boot_bytes=%llu region_bytes=%llu; mapped maps_total=%llu remaps_total=%llu "
-                     "live_blocks=%llu peak_bytes=%llu; unknown_frees=%llu\n",
+                     "reuses_total=%llu live_blocks=%llu peak_bytes=%llu cached_bytes=%llu; unknown_frees=%llu\n",
                      (int)getpid(), p ? "on" : "off", (unsigned long long)s.allocs_total, (unsigned long long)s.frees_total,
                      (unsigned long long)s.live_allocations, (unsigned long long)s.used_peak_bytes,
                      (unsigned long long)s.reserved_peak_bytes, (unsigned long long)s.committed_bytes,
                      (unsigned long long)s.invalid_frees_total, (unsigned long long)ss.allocs_total,
                      (unsigned long long)ss.live_blocks, (unsigned long long)ss.boot_bytes,
                      (unsigned long long)ss.region_bytes, (unsigned long long)ms.maps_total,
-                     (unsigned long long)ms.remaps_total, (unsigned long long)ms.live_blocks,
-                     (unsigned long long)ms.peak_bytes, (unsigned long long)unknown_frees);
+                     (unsigned long long)ms.remaps_total, (unsigned long long)ms.reuses_total,
+                     (unsigned long long)ms.live_blocks, (unsigned long long)ms.peak_bytes,
+                     (unsigned long long)ms.cached_bytes, (unsigned long long)unknown_frees);
     if (n > 0) {
         bool to_stderr = strcmp(stats_to, "1") == 0;
         int fd = to_stderr ? 2 : open(stats_to, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);

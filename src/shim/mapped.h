@@ -2,8 +2,9 @@
  * mapped.h - the malloc shim's mapped blocks (mapped.c). Not installed.
  *
  * Blocks of a megabyte and more are mappings of their own (glibc maps
- * from 128 KiB up): malloc and calloc of that size map, free unmaps at
- * once, and realloc resizes with mremap, so the kernel moves page-table
+ * from 128 KiB up): malloc and calloc of that size map (or take a freed
+ * block's mapping, kept a while for that), free unmaps (or keeps the
+ * mapping for the next big block), and realloc resizes with mremap, so the kernel moves page-table
  * entries instead of the pool copying bytes, and old and new copies are
  * never resident together. In the pool, a big block's pages stayed
  * resident in its free run after the free (the shim's pool never purges
@@ -32,15 +33,26 @@
 void *llmem__mapped_alloc(size_t n);
 /* Usable bytes of a live mapped block starting at p; 0 when p is not one. */
 size_t llmem__mapped_usable(const void *p);
+/* A mapped block of at least n bytes made from a freed block's mapping
+ * (see the cache in mapped.c), zero-filled up to n when zero is set;
+ * NULL when none is cached. Its pages may be resident already: the caller
+ * need not make room for them. */
+void *llmem__mapped_reuse(size_t n, bool zero);
+/* Unmap every cached mapping (malloc_trim). */
+void llmem__mapped_trim(void);
+/* How long a freed block's mapping is kept for reuse (0: never). */
+void llmem__mapped_set_keep_ns(uint64_t ns);
 /* Resize the mapped block p to at least n bytes (contents kept up to the
  * smaller size; may move). NULL, p unchanged, when the kernel refuses. */
 void *llmem__mapped_resize(void *p, size_t n);
-/* Unmap the live mapped block p. */
+/* Free the live mapped block p: its mapping is kept for reuse a while
+ * (8 MiB in all, or one block of up to 32 MiB), else unmapped. */
 void llmem__mapped_free(void *p);
 
 typedef struct llmem__mapped_stats {
     uint64_t live_blocks, live_bytes, peak_bytes;
-    uint64_t maps_total, remaps_total;
+    uint64_t maps_total, remaps_total, reuses_total;
+    uint64_t cached_bytes; /* freed blocks' mappings kept for reuse */
 } llmem__mapped_stats;
 void llmem__mapped_get_stats(llmem__mapped_stats *out);
 

@@ -241,6 +241,70 @@ static void test_mapped_blocks(void **state)
     free(p); /* no longer a block of ours: ignored, not a crash */
 }
 
+/* A freed mapped block's mapping is kept for the next big request
+ * (mapped.c's cache): what it held must not show through calloc, whether
+ * the kept mapping is bigger than the request (its tail given back),
+ * about the same, or smaller (grown with mremap); malloc's block holds
+ * its size, and the old contents never leak into a calloc'd one. */
+static int all_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return 0;
+    return 1;
+}
+
+static void test_mapped_reuse_is_zeroed_for_calloc(void **state)
+{
+    (void)state;
+    /* The cache turns on when a program maps a big block again soon
+     * after freeing one: show it that. */
+    for (int i = 0; i < 2; i++) {
+        void *warm = malloc(2u << 20);
+        assert_non_null(warm);
+        free(warm);
+    }
+    static const size_t sizes[][2] = {
+        {3u << 20, 3u << 20},             /* the same size */
+        {6u << 20, (2u << 20) + 12345},   /* a smaller request: the tail goes back */
+        {(3u << 20) + 100, 3u << 20},     /* slightly smaller: kept whole */
+        {(1u << 20) + 4096, 5u << 20},    /* a bigger request: grown */
+    };
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t a = sizes[k][0], b = sizes[k][1];
+        unsigned char *p = malloc(a);
+        assert_non_null(p);
+        memset(p, 0xA5, a);
+        free(p);
+        unsigned char *z = calloc(1, b);
+        assert_non_null(z);
+        if (!all_zero(z, b)) fail_msg("calloc(%zu) after free of %zu bytes is not zero", b, a);
+        assert_true(malloc_usable_size(z) >= b);
+        fill(z, b, 3);
+        free(z);
+        unsigned char *m = malloc(a);
+        assert_non_null(m);
+        assert_true(malloc_usable_size(m) >= a);
+        fill(m, a, 9);
+        assert_true(check(m, a, 9));
+        free(m);
+    }
+    /* Two live at once never share pages. */
+    unsigned char *x = malloc(2u << 20), *y = malloc(2u << 20);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_true(x + (2u << 20) <= y || y + (2u << 20) <= x);
+    fill(x, 2u << 20, 1);
+    fill(y, 2u << 20, 2);
+    assert_true(check(x, 2u << 20, 1));
+    free(x);
+    free(y);
+    malloc_trim(0); /* unmaps the kept mappings */
+    unsigned char *w = calloc(4u << 20, 1);
+    assert_non_null(w);
+    assert_true(all_zero(w, 4u << 20));
+    free(w);
+}
+
 static void test_realloc_keeps_contents(void **state)
 {
     (void)state;
@@ -768,6 +832,7 @@ int main(void)
         cmocka_unit_test(test_realloc_keeps_contents),
         cmocka_unit_test(test_realloc_grows_in_place),
         cmocka_unit_test(test_mapped_blocks),
+        cmocka_unit_test(test_mapped_reuse_is_zeroed_for_calloc),
         cmocka_unit_test(test_reallocarray_checks_overflow),
         cmocka_unit_test(test_aligned_family),
         cmocka_unit_test(test_free_sized),
