@@ -589,6 +589,41 @@ static void realloc_grows_large_blocks_in_place(void **state)
     llmem_pool_destroy(p);
 }
 
+/* Best fit takes a freed run, whose pages the process holds, before a
+ * smaller run of fresh pages (a new superblock's tail): a large block
+ * freed in the middle of the superblock serves the next request that
+ * fits, though the tail would fit it more tightly. Again after a trim
+ * decommitted that run: then it is fresh too, and the tighter tail wins. */
+static void best_fit_prefers_freed_pages(void **state)
+{
+    (void)state;
+    llmem_pool_options o = llmem_pool_options_default();
+    o.purge = LLMEM_POOL_PURGE_MANUAL;
+    o.first_superblock_bytes = o.max_superblock_bytes = 1 << 20;
+    llmem_pool *p;
+    assert_ok(llmem_pool_create(&o, &p));
+    unsigned char *x = llmem_pool_alloc(p, 512 << 10, NULL);
+    unsigned char *y = llmem_pool_alloc(p, 64 << 10, NULL);
+    unsigned char *z = llmem_pool_alloc(p, 256 << 10, NULL);
+    assert_non_null(x);
+    assert_ptr_equal(y, x + (512 << 10)); /* one superblock, taken from its front */
+    assert_ptr_equal(z, y + (64 << 10));  /* a fresh tail of 192 KiB is left */
+    memset(x, 1, 512 << 10);
+    assert_ok(llmem_pool_free(p, x));
+    unsigned char *w = llmem_pool_alloc(p, 128 << 10, NULL);
+    assert_ptr_equal(w, x); /* not z + 256 KiB */
+    assert_ok(llmem_pool_check(p));
+    assert_ok(llmem_pool_free(p, w));
+    llmem_pool_trim(p); /* x's run decommitted: fresh again */
+    w = llmem_pool_alloc(p, 128 << 10, NULL);
+    assert_ptr_equal(w, z + (256 << 10));
+    assert_ok(llmem_pool_check(p));
+    assert_ok(llmem_pool_free(p, w));
+    assert_ok(llmem_pool_free(p, y));
+    assert_ok(llmem_pool_free(p, z));
+    llmem_pool_destroy(p);
+}
+
 /* ---- handles and compaction ------------------------------------------------ */
 
 static void handles_misuse_is_refused(void **state)
@@ -845,6 +880,7 @@ int main(void)
         cmocka_unit_test(compaction_budget),
         cmocka_unit_test(compaction_sim_device),
         cmocka_unit_test(realloc_grows_large_blocks_in_place),
+        cmocka_unit_test(best_fit_prefers_freed_pages),
         cmocka_unit_test(property_host),
         cmocka_unit_test_setup(property_host_checked, test_quiet_logs),
         cmocka_unit_test(property_sim_device),

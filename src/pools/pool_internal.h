@@ -144,6 +144,8 @@ typedef struct pblock {
     size_t requested;           /* D_LARGE: bytes asked for */
     uint64_t free_since;        /* D_FREE: when it became a free run (ns) */
     bool purged;                /* D_FREE: its pages were decommitted by the purger */
+    bool fresh;                 /* D_FREE: no page of it written since it was mapped or decommitted
+                                   (none resident): best fit takes such a run last (pool_pages.c) */
     uint32_t handle;            /* D_LARGE: index + 1 of its handle, 0 for a raw allocation */
     bool fenced;                /* D_LARGE: its fenced free is pending (pool_fence.c) */
     uint8_t tcached;            /* D_LARGE: 1 while freed into a thread's large-block cache
