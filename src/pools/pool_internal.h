@@ -647,4 +647,182 @@ void llmem__pool_drop_fenced(llmem_pool *p);
  * it (alloc, free, realloc; debug.h); nothing at lower levels. */
 #define POOL_WALK(p) LLMEM_DEBUG_WALK((p) ? llmem_pool_check(p) : LLMEM_OK)
 
+/* ---- the thread caches' fast paths (pool_tcache.c, and pool_shim.c for the
+ * malloc shim's own): leaves, no lock, no call ---------------------------- */
+
+/* The memo of this thread's last pool and its cache (pool_tcache.c),
+ * initial-exec TLS: the library is built position-independent,
+ * where the default (global-dynamic) model makes every access a call of
+ * __tls_get_addr as the compiler sees it (the linker relaxes it to a move
+ * only in the executable), so both fast paths saved and restored
+ * callee-saved registers around a call that never happens: four pushes and
+ * four pops per allocation. Initial-exec takes the static TLS block, which
+ * a library loaded at start-up (linked, or LD_PRELOADed like the shim) has;
+ * one dlopened late uses glibc's static TLS surplus (24 bytes of it), as
+ * mimalloc's default heap pointer does. It also never allocates on first
+ * access, which the malloc shim needs. */
+typedef struct llmem__tcache_memo {
+    uint64_t id; /* the pool's: ids are unique for the process's life, never 0 */
+    tcache *tc;
+} llmem__tcache_memo;
+extern _Thread_local __attribute__((tls_model("initial-exec"), visibility("hidden"))) llmem__tcache_memo llmem__tl_last;
+
+static inline void st_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+
+/* Keep a bin's address in one register: GCC otherwise rebuilds each
+ * field's address from the cache and the class, an add and a shift per
+ * field (callgrind, batch_free: 3 of the allocation's 47 instructions and
+ * 4 of the free's 82). */
+#define pin_reg(x) __asm__("" : "+r"(x))
+
+/* The owner's half of the handshake (see the top of pool_tcache.c). */
+static inline void owner_enter(tcache *t)
+{
+    __atomic_store_n(&t->busy, 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the reclaimer's membarrier orders it */
+}
+
+static inline bool owner_reclaimed(const tcache *t) { return __atomic_load_n(&t->reclaim, __ATOMIC_RELAXED) != 0; }
+
+static inline void owner_leave(tcache *t)
+{
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+}
+
+static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+/* One more on a counter that only this thread writes and stats read with
+ * relaxed loads: on x86-64 one add to memory (an aligned 8-byte store is
+ * never seen torn), where the relaxed load and store that C11 offers take
+ * three instructions (GCC fuses no atomic access into an add): 2 of the
+ * free's 66 and 2 of the allocation's 44 (callgrind, batch_free). TSan
+ * builds keep the atomics, which it can see. */
+static inline void count_one(uint64_t *c)
+{
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+    __asm__("addq $1, %0" : "+m"(*c));
+#else
+    st_u64(c, *c + 1);
+#endif
+}
+
+/* Does this thread mark the blocks it caches? In a pool with marks, once
+ * its second thread cache exists (pool_internal.h, "block states"). */
+static inline bool marking(const llmem_pool *p) { return __atomic_load_n(&p->marks_on, __ATOMIC_RELAXED); }
+
+/* The slab block a pointer starts, read from its unit's slab entry in the
+ * address map without touching the block or the superblock: its class (or
+ * -1 if it is not a block boundary of a slab of this pool: then the slow
+ * path explains) and its state byte. Three dependent loads: map root, map
+ * entry, state byte. */
+static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **state)
+{
+    uint32_t idx;
+    const slab_unit *su = unit_entry(a);
+    int c = unit_block(p, su, a, &idx);
+    if (c >= 0) *state = su->state + idx;
+    return c;
+}
+
+/* May the small block at a, whose state byte reads sv, be pushed onto a
+ * thread cache? Handed out by the unmarked regime (1), or out of its slab in
+ * the marked one (STATE_OUT) without its mark, i.e. not free in a cache
+ * already. */
+static inline bool small_live(const llmem_pool *p, uintptr_t a, uint8_t sv)
+{
+    return sv == 1 || (sv == STATE_OUT && mark_load(a) != block_mark(p, a));
+}
+
+/* Push the live small block ptr of class c (its state byte `state`) onto
+ * bin b of this thread's cache, which holds n < cap blocks: marked free,
+ * counted, poisoned on a host pool. The owner is entered (owner_enter). */
+static inline __attribute__((always_inline)) void bin_push(llmem_pool *p, tbin *b, size_t c, uint32_t n, void *ptr,
+                                                           uint8_t *state, uint8_t sv)
+{
+    tslot *slot = &b->items[n];
+    if (sv != 1 || marking(p)) { /* sv is 1 or STATE_OUT (small_live) */
+        if (sv == 1) state_set(state, STATE_OUT); /* into the marked regime, once per block */
+        mark_store((uintptr_t)ptr, block_mark(p, (uintptr_t)ptr));
+        *slot = (tslot){(void *)((uintptr_t)ptr | TSLOT_MARKED), state};
+    } else {
+        state_set(state, 0);
+        *slot = (tslot){ptr, state};
+    }
+    st_u32(&b->count, n + 1);
+    count_one(&b->frees);
+    if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
+}
+
+/* A thread-cache hit: a small block of `size` bytes (at least 1) popped
+ * from this thread's cache of p, found through the memo; its state byte
+ * set through the slot, with no lookup. NULL, nothing done, when the size
+ * is past the small classes, this thread's memo is another pool's, or the
+ * bin is empty or being reclaimed. No lock, no call: llmem_pool_alloc's
+ * fast path and the malloc shim's (pool_shim.c). */
+static inline __attribute__((always_inline)) void *llmem__tcache_pop(llmem_pool *p, size_t size)
+{
+    if (LLMEM_LIKELY(size - 1 < p->cls.max_small && llmem__tl_last.id == p->id)) {
+        tcache *t = llmem__tl_last.tc;
+        /* llmem__class_of with size - 1 at hand: ceil(size / align) is
+         * ((size - 1) >> shift) + 1 for any size of at least 1. */
+        size_t c = p->cls.lookup[((size - 1) >> p->cls.align_shift) + 1];
+        tbin *bin = &t->bin[c];
+        pin_reg(bin);
+        owner_enter(t);
+        /* reclaim first: once it reads 0, no reclaimer touches the bins
+         * until busy drops (and a past one's writes were acknowledged under
+         * the pool lock). */
+        uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? ld_u32(&bin->count) : 0;
+        if (LLMEM_LIKELY(n)) {
+            tslot got = bin->items[n - 1];
+            uintptr_t b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED;
+            st_u32(&bin->count, n - 1);
+            count_one(&bin->allocs);
+            if (b == (uintptr_t)got.block) state_set(got.state, 1);
+            else mark_store(b, 0); /* a store: the block's line need not be here yet */
+            owner_leave(t);
+            if (p->host) LLMEM_UNPOISON((void *)b, size);
+            if (!b) __builtin_unreachable(); /* a caller's test of the result folds away on a hit */
+            return (void *)b;
+        }
+        owner_leave(t);
+    }
+    return NULL;
+}
+
+/* A free onto this thread's cache t of p (the memo's): 1 when ptr, a live
+ * small block start of p, was pushed; 0 when it is a small block start of
+ * p that cannot be (free already by its state byte, a full bin, a
+ * reclaim: the locked path decides); -1 when it is none (a large block,
+ * another pool's, a bad pointer). The slab cannot change under us: it
+ * holds this live block. */
+static inline __attribute__((always_inline)) int llmem__tcache_push(llmem_pool *p, tcache *t, void *ptr)
+{
+    uint8_t *state;
+    int c = small_block_of(p, (uintptr_t)ptr, &state);
+    if (LLMEM_UNLIKELY(c < 0)) return -1;
+    uint8_t sv = state_get(state);
+    if (LLMEM_LIKELY(small_live(p, (uintptr_t)ptr, sv))) {
+        tbin *b = &t->bin[(size_t)c];
+        pin_reg(b);
+        owner_enter(t);
+        /* reclaim first: the count is the reclaimer's until it reads 0 (and
+         * a relaxed load, which the compiler does not hoist above that
+         * test: TSan saw a plain one turned into a load and a conditional
+         * move) */
+        if (LLMEM_LIKELY(!owner_reclaimed(t))) {
+            uint32_t n = ld_u32(&b->count);
+            if (LLMEM_LIKELY(n < b->cap)) {
+                bin_push(p, b, (size_t)c, n, ptr, state, sv);
+                owner_leave(t);
+                return 1;
+            }
+        }
+        owner_leave(t);
+    }
+    return 0;
+}
+
 #endif

@@ -35,6 +35,20 @@
 #include "addrmap.h"
 #include "pool_internal.h"
 
+void *llmem__pool_shim_alloc(llmem_pool *p, size_t n)
+{
+    void *r = llmem__tcache_pop(p, n);
+    if (LLMEM_LIKELY(r)) return r;
+    return llmem__shim_alloc_miss(n);
+}
+
+void llmem__pool_shim_free(llmem_pool *p, void *ptr)
+{
+    if (LLMEM_LIKELY(llmem__tl_last.id == p->id) && LLMEM_LIKELY(llmem__tcache_push(p, llmem__tl_last.tc, ptr) > 0))
+        return;
+    llmem__shim_free_miss(ptr);
+}
+
 void llmem__pool_fork_prepare(llmem_pool *p)
 {
     if (!p) return;

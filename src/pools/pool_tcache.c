@@ -71,44 +71,12 @@
 #include "addrmap.h"
 #include "pool_internal.h"
 
+_Thread_local __attribute__((tls_model("initial-exec"), visibility("hidden"))) llmem__tcache_memo llmem__tl_last;
 
-/* The memo, initial-exec TLS: the library is built position-independent,
- * where the default (global-dynamic) model makes every access a call of
- * __tls_get_addr as the compiler sees it (the linker relaxes it to a move
- * only in the executable), so both fast paths saved and restored
- * callee-saved registers around a call that never happens: four pushes and
- * four pops per allocation. Initial-exec takes the static TLS block, which
- * a library loaded at start-up (linked, or LD_PRELOADed like the shim) has;
- * one dlopened late uses glibc's static TLS surplus (24 bytes of it), as
- * mimalloc's default heap pointer does. It also never allocates on first
- * access, which the malloc shim needs. */
-static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
-    uint64_t id; /* the pool's: ids are unique for the process's life, never 0 */
-    tcache *tc;
-} tl_last;
 
-static inline void st_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 
-/* Keep a bin's address in one register: GCC otherwise rebuilds each
- * field's address from the cache and the class, an add and a shift per
- * field (callgrind, batch_free: 3 of the allocation's 47 instructions and
- * 4 of the free's 82). */
-#define pin_reg(x) __asm__("" : "+r"(x))
 
-/* The owner's half of the handshake (see the top of this file). */
-static inline void owner_enter(tcache *t)
-{
-    __atomic_store_n(&t->busy, 1, __ATOMIC_RELAXED);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the reclaimer's membarrier orders it */
-}
 
-static inline bool owner_reclaimed(const tcache *t) { return __atomic_load_n(&t->reclaim, __ATOMIC_RELAXED) != 0; }
-
-static inline void owner_leave(tcache *t)
-{
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
-}
 
 /* The owner saw reclaim: wait for the reclaimer to finish (it holds the
  * pool lock while it empties the cache), then carry on. */
@@ -144,23 +112,7 @@ static void note_active(llmem_pool *p, tcache *t)
         llmem__pool_purger_kick(p);
     }
 }
-static inline void st_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-static inline uint32_t ld_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
-/* One more on a counter that only this thread writes and stats read with
- * relaxed loads: on x86-64 one add to memory (an aligned 8-byte store is
- * never seen torn), where the relaxed load and store that C11 offers take
- * three instructions (GCC fuses no atomic access into an add): 2 of the
- * free's 66 and 2 of the allocation's 44 (callgrind, batch_free). TSan
- * builds keep the atomics, which it can see. */
-static inline void count_one(uint64_t *c)
-{
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-    __asm__("addq $1, %0" : "+m"(*c));
-#else
-    st_u64(c, *c + 1);
-#endif
-}
 
 /* Bytes and blocks sitting in thread and transfer caches. The tcache list
  * lock held. */
@@ -236,9 +188,6 @@ static void cached_put(llmem_pool *p, uintptr_t w, unsigned c)
     llmem__pool_small_put(p, s, b, idx);
 }
 
-/* Does this thread mark the blocks it caches? In a pool with marks, once
- * its second thread cache exists (pool_internal.h, "block states"). */
-static inline bool marking(const llmem_pool *p) { return __atomic_load_n(&p->marks_on, __ATOMIC_RELAXED); }
 
 /* Return cached blocks of class c to their slabs down to `keep`. Pool lock
  * held. */
@@ -596,7 +545,7 @@ void llmem__pool_tcache_destructor(void *v)
 {
     tcache *t = v;
     llmem_pool *p = t->pool;
-    if (tl_last.tc == t) tl_last.id = 0;
+    if (llmem__tl_last.tc == t) llmem__tl_last.id = 0;
     pthread_mutex_lock(&p->lock);
     llmem__pool_tcache_flush_all(p, t);
     /* Counters fold in and the cache leaves the list at once, under both
@@ -623,14 +572,14 @@ void llmem__pool_tcaches_destroy(llmem_pool *p)
         free(t);
     }
     p->tcaches = NULL;
-    if (tl_last.id == p->id) tl_last.id = 0;
+    if (llmem__tl_last.id == p->id) llmem__tl_last.id = 0;
 }
 
 /* This thread's cache for p, created on first use; NULL when the pool has
  * none or memory for one is short (then the locked path serves). */
 tcache *llmem__pool_tcache_get(llmem_pool *p)
 {
-    if (LLMEM_LIKELY(tl_last.id == p->id)) return tl_last.tc;
+    if (LLMEM_LIKELY(llmem__tl_last.id == p->id)) return llmem__tl_last.tc;
     if (!p->tcache_on) return NULL;
     tcache *t = pthread_getspecific(p->tkey);
     if (!t) {
@@ -659,8 +608,8 @@ tcache *llmem__pool_tcache_get(llmem_pool *p)
     /* A profiled pool is never memoised: its calls take the slow paths,
      * which record them, without a test of the profile on the fast ones. */
     if (!p->profile) {
-        tl_last.id = p->id;
-        tl_last.tc = t;
+        llmem__tl_last.id = p->id;
+        llmem__tl_last.tc = t;
     }
     return t;
 }
@@ -913,36 +862,17 @@ static __attribute__((noinline)) void *alloc_slow_recorded(llmem_pool *p, size_t
  * were a tenth of the function's samples in larson_2t). */
 static inline __attribute__((always_inline)) void *alloc_fast(llmem_pool *p, size_t size, llmem_status *status)
 {
-    if (LLMEM_LIKELY(p && size - 1 < p->cls.max_small && tl_last.id == p->id)) {
-        tcache *t = tl_last.tc;
-        /* llmem__class_of with size - 1 at hand: ceil(size / align) is
-         * ((size - 1) >> shift) + 1 for any size of at least 1. */
-        size_t c = p->cls.lookup[((size - 1) >> p->cls.align_shift) + 1];
-        tbin *bin = &t->bin[c];
-        pin_reg(bin);
-        owner_enter(t);
-        /* reclaim first: once it reads 0, no reclaimer touches the bins
-         * until busy drops (and a past one's writes were acknowledged under
-         * the pool lock). */
-        uint32_t n = LLMEM_LIKELY(!owner_reclaimed(t)) ? ld_u32(&bin->count) : 0;
-        if (LLMEM_LIKELY(n)) {
-            tslot got = bin->items[n - 1];
-            uintptr_t b = (uintptr_t)got.block & ~(uintptr_t)TSLOT_MARKED;
-            st_u32(&bin->count, n - 1);
-            count_one(&bin->allocs);
-            if (b == (uintptr_t)got.block) state_set(got.state, 1);
-            else mark_store(b, 0); /* a store: the block's line need not be here yet */
-            got.block = (void *)b;
-            owner_leave(t);
-            if (p->host) LLMEM_UNPOISON(got.block, size);
+    if (LLMEM_LIKELY(p)) {
+        void *r = llmem__tcache_pop(p, size);
+        if (LLMEM_LIKELY(r)) {
             if (status) *status = LLMEM_OK;
-            return got.block;
+            return r;
         }
-        owner_leave(t);
-    } else if (p && size - 1 < ((size_t)RUN_CACHE_UNITS << p->ushift) && p->lcache_on && tl_last.id == p->id) {
-        /* Not a profiled pool (alloc_slow_recorded records those), so the
-         * first test failed on the size: it is past the small classes. */
-        return alloc_large(p, tl_last.tc, size, status);
+        /* Not a profiled pool (alloc_slow_recorded records those): past
+         * the small classes, a large block for the thread's stack. */
+        if (size - 1 >= p->cls.max_small && size - 1 < ((size_t)RUN_CACHE_UNITS << p->ushift) && p->lcache_on &&
+            llmem__tl_last.id == p->id)
+            return alloc_large(p, llmem__tl_last.tc, size, status);
     }
     return alloc_slow_recorded(p, size, 0, status);
 }
@@ -982,48 +912,6 @@ void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *
 }
 
 
-/* The slab block a pointer starts, read from its unit's slab entry in the
- * address map without touching the block or the superblock: its class (or
- * -1 if it is not a block boundary of a slab of this pool: then the slow
- * path explains) and its state byte. Three dependent loads: map root, map
- * entry, state byte. */
-static inline int small_block_of(const llmem_pool *p, uintptr_t a, uint8_t **state)
-{
-    uint32_t idx;
-    const slab_unit *su = unit_entry(a);
-    int c = unit_block(p, su, a, &idx);
-    if (c >= 0) *state = su->state + idx;
-    return c;
-}
-
-/* May the small block at a, whose state byte reads sv, be pushed onto a
- * thread cache? Handed out by the unmarked regime (1), or out of its slab in
- * the marked one (STATE_OUT) without its mark, i.e. not free in a cache
- * already. */
-static inline bool small_live(const llmem_pool *p, uintptr_t a, uint8_t sv)
-{
-    return sv == 1 || (sv == STATE_OUT && mark_load(a) != block_mark(p, a));
-}
-
-/* Push the live small block ptr of class c (its state byte `state`) onto
- * bin b of this thread's cache, which holds n < cap blocks: marked free,
- * counted, poisoned on a host pool. The owner is entered (owner_enter). */
-static inline __attribute__((always_inline)) void bin_push(llmem_pool *p, tbin *b, size_t c, uint32_t n, void *ptr,
-                                                           uint8_t *state, uint8_t sv)
-{
-    tslot *slot = &b->items[n];
-    if (sv != 1 || marking(p)) { /* sv is 1 or STATE_OUT (small_live) */
-        if (sv == 1) state_set(state, STATE_OUT); /* into the marked regime, once per block */
-        mark_store((uintptr_t)ptr, block_mark(p, (uintptr_t)ptr));
-        *slot = (tslot){(void *)((uintptr_t)ptr | TSLOT_MARKED), state};
-    } else {
-        state_set(state, 0);
-        *slot = (tslot){ptr, state};
-    }
-    st_u32(&b->count, n + 1);
-    count_one(&b->frees);
-    if (p->host) LLMEM_POISON(ptr, p->cls.size[c]);
-}
 
 /* Everything but a push onto a thread cache with room: the cache's first
  * use and flushes, large blocks, checked pools, bad pointers, and blocks
@@ -1080,35 +968,12 @@ static __attribute__((noinline)) llmem_status free_large(llmem_pool *p, tcache *
  * with no stack frame. */
 static inline __attribute__((always_inline)) llmem_status pool_free(llmem_pool *p, void *ptr)
 {
-    uintptr_t a = (uintptr_t)ptr;
     /* A null ptr is in no superblock: free_large, then free_slow, say OK. */
-    if (LLMEM_LIKELY(p && tl_last.id == p->id)) {
-        tcache *t = tl_last.tc;
-        uint8_t *state;
-        int c = small_block_of(p, a, &state);
-        if (LLMEM_LIKELY(c >= 0)) {
-            uint8_t sv = state_get(state);
-            if (LLMEM_LIKELY(small_live(p, a, sv))) {
-                tbin *b = &t->bin[(size_t)c];
-                pin_reg(b);
-                owner_enter(t);
-                /* reclaim first: the count is the reclaimer's until it
-                 * reads 0 (and a relaxed load, which the compiler does not
-                 * hoist above that test: TSan saw a plain one turned into
-                 * a load and a conditional move) */
-                if (LLMEM_LIKELY(!owner_reclaimed(t))) {
-                    uint32_t n = ld_u32(&b->count);
-                    if (LLMEM_LIKELY(n < b->cap)) {
-                        bin_push(p, b, (size_t)c, n, ptr, state, sv);
-                        owner_leave(t);
-                        return LLMEM_OK;
-                    }
-                }
-                owner_leave(t);
-            }
-            return free_slow(p, ptr);
-        }
-        if (p->lcache_on) return free_large(p, t, ptr);
+    if (LLMEM_LIKELY(p && llmem__tl_last.id == p->id)) {
+        tcache *t = llmem__tl_last.tc;
+        int r = llmem__tcache_push(p, t, ptr);
+        if (LLMEM_LIKELY(r > 0)) return LLMEM_OK;
+        if (r < 0 && p->lcache_on) return free_large(p, t, ptr);
     }
     return free_slow(p, ptr);
 }

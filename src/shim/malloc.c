@@ -344,7 +344,17 @@ static inline void *shim_malloc(size_t n)
     return r;
 }
 
-EXPORT void *malloc(size_t n) { return shim_malloc(n); }
+/* The thread-cache hit in one jump (llmem__pool_shim_alloc, pool_shim.c):
+ * it needs no `inside` flag, since it calls nothing; anything else comes
+ * back to shim_malloc through llmem__shim_alloc_miss. */
+__attribute__((noinline)) void *llmem__shim_alloc_miss(size_t n) { return shim_malloc(n); }
+
+EXPORT void *malloc(size_t n)
+{
+    llmem_pool *p = __atomic_load_n(&pool, __ATOMIC_RELAXED);
+    if (LLMEM_LIKELY(p && !inside)) return llmem__pool_shim_alloc(p, n);
+    return llmem__shim_alloc_miss(n); /* out of line: malloc keeps no frame */
+}
 
 EXPORT void *calloc(size_t count, size_t size)
 {
@@ -453,7 +463,19 @@ static inline void shim_free(void *ptr)
     free_other(ptr);
 }
 
-EXPORT void free(void *ptr) { shim_free(ptr); }
+/* The push onto this thread's cache in one jump (llmem__pool_shim_free);
+ * anything else, a null pointer included, comes back to shim_free. */
+__attribute__((noinline)) void llmem__shim_free_miss(void *ptr) { shim_free(ptr); }
+
+EXPORT void free(void *ptr)
+{
+    llmem_pool *p = __atomic_load_n(&pool, __ATOMIC_RELAXED);
+    if (LLMEM_LIKELY(p && inside == IN_NONE)) {
+        llmem__pool_shim_free(p, ptr);
+        return;
+    }
+    llmem__shim_free_miss(ptr); /* out of line: free keeps no frame */
+}
 
 EXPORT void free_sized(void *ptr, size_t size)
 {

@@ -490,6 +490,35 @@ static void test_bad_frees_do_not_crash(void **state)
     assert_int_equal(malloc_usable_size(not_heap), 0);
 }
 
+/* A small block freed twice, or freed at an address inside it, through
+ * free's one-jump path (the pool's thread-cache push, pool_shim.c): the
+ * pool refuses it, and the block is never handed out twice. */
+static void test_small_double_and_inner_frees_refused(void **state)
+{
+    (void)state;
+    for (size_t n = 8; n <= 4096; n *= 2) {
+        char *a = malloc(n);
+        assert_non_null(a);
+        memset(a, 1, n);
+        free(a);
+        free(a); /* refused: the block is free already */
+        char *b = malloc(n), *c = malloc(n);
+        assert_non_null(b);
+        assert_non_null(c);
+        assert_ptr_not_equal(b, c);
+        if (n > 16) {
+            free(b + 16); /* inside b: refused */
+            memset(b, 2, n); /* still b's */
+        }
+        free(b);
+        free(c);
+        char *d = malloc(n), *e = malloc(n);
+        assert_ptr_not_equal(d, e);
+        free(d);
+        free(e);
+    }
+}
+
 /* ---- threads -------------------------------------------------------------------- */
 
 enum { RING = 1024 };
@@ -833,6 +862,7 @@ int main(void)
         cmocka_unit_test(test_realloc_grows_in_place),
         cmocka_unit_test(test_mapped_blocks),
         cmocka_unit_test(test_mapped_reuse_is_zeroed_for_calloc),
+        cmocka_unit_test(test_small_double_and_inner_frees_refused),
         cmocka_unit_test(test_reallocarray_checks_overflow),
         cmocka_unit_test(test_aligned_family),
         cmocka_unit_test(test_free_sized),
