@@ -467,7 +467,7 @@ static inline void shim_free(void *ptr)
  * anything else, a null pointer included, comes back to shim_free. */
 __attribute__((noinline)) void llmem__shim_free_miss(void *ptr) { shim_free(ptr); }
 
-EXPORT void free(void *ptr)
+static inline void free_jump(void *ptr)
 {
     llmem_pool *p = __atomic_load_n(&pool, __ATOMIC_RELAXED);
     if (LLMEM_LIKELY(p && inside == IN_NONE)) {
@@ -477,17 +477,19 @@ EXPORT void free(void *ptr)
     llmem__shim_free_miss(ptr); /* out of line: free keeps no frame */
 }
 
+EXPORT void free(void *ptr) { free_jump(ptr); }
+
 EXPORT void free_sized(void *ptr, size_t size)
 {
     (void)size;
-    shim_free(ptr);
+    free_jump(ptr);
 }
 
 EXPORT void free_aligned_sized(void *ptr, size_t align, size_t size)
 {
     (void)align;
     (void)size;
-    shim_free(ptr);
+    free_jump(ptr);
 }
 
 /* ---- resize ---------------------------------------------------------------- */
@@ -606,7 +608,7 @@ void *llmem__shim_new(size_t n, size_t align)
     return r;
 }
 
-void llmem__shim_delete(void *ptr) { shim_free(ptr); }
+void llmem__shim_delete(void *ptr) { free_jump(ptr); }
 
 /* ---- queries --------------------------------------------------------------- */
 
