@@ -71,12 +71,8 @@
 #include "addrmap.h"
 #include "pool_internal.h"
 
+/* This thread's memo of its last pool and cache (pool_internal.h). */
 _Thread_local __attribute__((tls_model("initial-exec"), visibility("hidden"))) llmem__tcache_memo llmem__tl_last;
-
-
-
-
-
 
 /* The owner saw reclaim: wait for the reclaimer to finish (it holds the
  * pool lock while it empties the cache), then carry on. */
@@ -112,7 +108,6 @@ static void note_active(llmem_pool *p, tcache *t)
         llmem__pool_purger_kick(p);
     }
 }
-
 
 /* Bytes and blocks sitting in thread and transfer caches. The tcache list
  * lock held. */
@@ -152,7 +147,6 @@ void llmem__pool_note_peak(llmem_pool *p)
     if (used > p->st.used_peak_bytes) ST_SET(p->st.used_peak_bytes, used);
 }
 
-
 /* A cached block (pool with marks) that lost its mark: written after its
  * free, or a second copy of a block freed twice whose first copy was
  * handed out or went back to its slab. Counted and logged; the caller
@@ -187,7 +181,6 @@ static void cached_put(llmem_pool *p, uintptr_t w, unsigned c)
     }
     llmem__pool_small_put(p, s, b, idx);
 }
-
 
 /* Return cached blocks of class c to their slabs down to `keep`. Pool lock
  * held. */
@@ -667,8 +660,6 @@ static tslot *tcache_refill(llmem_pool *p, tcache *t, unsigned c, llmem_status *
     return &t->bin[c].items[got - 1];
 }
 
-
-
 /* The class for n bytes at align (0 = the pool's), or cls.count if none. */
 static unsigned class_for(const llmem_pool *p, size_t n, size_t align)
 {
@@ -727,7 +718,6 @@ void *llmem__pool_alloc_locked(llmem_pool *p, size_t size, size_t align, llmem_s
     *st = LLMEM_OK;
     return (void *)user;
 }
-
 
 /* The locked path of an allocation of size bytes at align (at least the
  * pool's), valid: the slabs or page runs under the pool lock, waiting for
@@ -910,8 +900,6 @@ void *llmem_pool_calloc(llmem_pool *p, size_t count, size_t size, llmem_status *
     if (r) memset(r, 0, n);
     return r;
 }
-
-
 
 /* Everything but a push onto a thread cache with room: the cache's first
  * use and flushes, large blocks, checked pools, bad pointers, and blocks
