@@ -507,8 +507,8 @@ static bool split_front(llmem_pool *p, pblock *b, size_t at, uint64_t stamp)
 }
 
 /* Split everything past `keep` bytes off b as a FREE block after it, free
- * since `stamp`. */
-static void split_back(llmem_pool *p, pblock *b, size_t keep, uint64_t stamp)
+ * since `stamp`, fresh or not (pblock.fresh) as the run it came from. */
+static void split_back(llmem_pool *p, pblock *b, size_t keep, uint64_t stamp, bool fresh)
 {
     pblock *t = llmem__pool_desc_new(p);
     if (!t) return; /* keep the tail inside b: wasted, not lost */
@@ -521,7 +521,7 @@ static void split_back(llmem_pool *p, pblock *b, size_t keep, uint64_t stamp)
     b->next = t;
     b->size = keep;
     t->sb->owner[unit_of(t->sb, t->start, p->ushift)] = t;
-    t->fresh = b->fresh;
+    t->fresh = fresh;
     tree_add(p, t, stamp);
 }
 
@@ -555,7 +555,7 @@ pblock *llmem__pool_take_run(llmem_pool *p, pblock *b, size_t size, size_t align
         *st = llmem__fail(LLMEM_ENOMEM, "pool '%s': out of host memory for a block descriptor", p->name);
         return NULL;
     }
-    if (b->size > size) split_back(p, b, size, since);
+    if (b->size > size) split_back(p, b, size, since, b->fresh);
     if (sb->used == 0) empty_list_remove(p, sb);
     sb->used += b->size;
     return b;
@@ -584,9 +584,7 @@ bool llmem__pool_grow_in_place(llmem_pool *p, pblock *b, size_t size)
     const uint64_t since = next->free_since;
     const bool fresh = next->fresh;
     take_in_next(p, sb, b, next);
-    b->fresh = fresh; /* for split_back: the tail is next's */
-    if (b->size > size) split_back(p, b, size, since);
-    b->fresh = false;
+    if (b->size > size) split_back(p, b, size, since, fresh); /* the tail is next's */
     sb->used += b->size - old;
     return true;
 }
