@@ -637,10 +637,8 @@ EXPORT int malloc_trim(size_t pad)
     inside = IN_POOL;
     size_t released = llmem_pool_trim(p);
     inside = IN_NONE;
-    llmem__mapped_stats ms;
-    llmem__mapped_get_stats(&ms);
-    llmem__mapped_trim();
-    return released > 0 || ms.cached_bytes > 0;
+    released += llmem__mapped_trim();
+    return released > 0;
 }
 
 /* ---- figures at exit ---------------------------------------------------- */

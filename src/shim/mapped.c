@@ -129,12 +129,16 @@ typedef struct unmap_list {
     cached e[CACHE_SLOTS + 1];
 } unmap_list;
 
-static void cache_drop(unsigned i, unmap_list *out)
+/* Take entry i out of the cache. Lock held. */
+static cached cache_take(unsigned i)
 {
-    out->e[out->n++] = cache[i];
-    st.cached_bytes -= cache[i].bytes;
+    cached c = cache[i];
+    st.cached_bytes -= c.bytes;
     cache[i] = cache[--ncached];
+    return c;
 }
+
+static void cache_drop(unsigned i, unmap_list *out) { out->e[out->n++] = cache_take(i); }
 
 /* Move entries older than keep_ns (all when now is 0) to out. Lock held. */
 static void cache_expire(uint64_t now, unmap_list *out)
@@ -143,9 +147,15 @@ static void cache_expire(uint64_t now, unmap_list *out)
         if (!now || now - cache[i].freed_ns >= keep_ns) cache_drop(i, out);
 }
 
-static void unmap_all(const unmap_list *l)
+/* Unmap them; the bytes unmapped. */
+static size_t unmap_all(const unmap_list *l)
 {
-    for (unsigned i = 0; i < l->n; i++) munmap((void *)l->e[i].addr, l->e[i].bytes);
+    size_t bytes = 0;
+    for (unsigned i = 0; i < l->n; i++) {
+        munmap((void *)l->e[i].addr, l->e[i].bytes);
+        bytes += l->e[i].bytes;
+    }
+    return bytes;
 }
 
 void *llmem__mapped_reuse(size_t n, bool zero)
@@ -162,12 +172,7 @@ void *llmem__mapped_reuse(size_t n, bool zero)
                                         : cache[best].bytes < need && cache[i].bytes > cache[best].bytes)
             best = i;
     }
-    cached c = {0};
-    if (best < CACHE_SLOTS) {
-        c = cache[best];
-        st.cached_bytes -= c.bytes;
-        cache[best] = cache[--ncached];
-    }
+    cached c = best < CACHE_SLOTS ? cache_take(best) : (cached){0};
     pthread_mutex_unlock(&lock);
     unmap_all(&drop);
     if (!c.addr) return NULL;
@@ -196,13 +201,13 @@ void *llmem__mapped_reuse(size_t n, bool zero)
     return m;
 }
 
-void llmem__mapped_trim(void)
+size_t llmem__mapped_trim(void)
 {
     unmap_list drop = {0};
     pthread_mutex_lock(&lock);
     cache_expire(0, &drop);
     pthread_mutex_unlock(&lock);
-    unmap_all(&drop);
+    return unmap_all(&drop);
 }
 
 void *llmem__mapped_alloc(size_t n)

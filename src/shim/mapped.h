@@ -38,8 +38,8 @@ size_t llmem__mapped_usable(const void *p);
  * NULL when none is cached. Its pages may be resident already: the caller
  * need not make room for them. */
 void *llmem__mapped_reuse(size_t n, bool zero);
-/* Unmap every cached mapping (malloc_trim). */
-void llmem__mapped_trim(void);
+/* Unmap every cached mapping (malloc_trim); the bytes unmapped. */
+size_t llmem__mapped_trim(void);
 /* How long a freed block's mapping is kept for reuse (0: never). */
 void llmem__mapped_set_keep_ns(uint64_t ns);
 /* Resize the mapped block p to at least n bytes (contents kept up to the
